@@ -1,0 +1,730 @@
+"""The manifests users write, as pydantic v2 models, and what we derive from them.
+
+Three kinds are accepted verbatim from the walkthrough: ``ElasticQuotaTree``
+(scheduling.sigs.k8s.io/v1beta1), ``PropagationPolicy`` (policy.one.alibabacloud.com
+and policy.karmada.io, v1alpha1) and ``PyTorchJob`` (kubeflow.org/v1); ``PriorityClass``
+(scheduling.k8s.io/v1) is accepted so that ``priorityClassName`` has a value.
+
+Our own scheduling fields are strict (an unknown field is an error); pod templates and
+the rest of a PyTorchJob spec are kept verbatim because we forward them to members.
+Every validation problem becomes a :class:`ManifestError` whose text names the object
+and the field, e.g. ``PyTorchJob default/x: spec.pytorchReplicaSpecs.Worker.replicas
+must be >= 0``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from fleetq import resources as R
+
+# --------------------------------------------------------------------------- errors
+
+
+class ManifestError(ValueError):
+    """One problem with one object, rendered ``<Kind> <ns>/<name>: <field> <message>``."""
+
+    def __init__(self, ref: str, field_path: str, message: str) -> None:
+        self.ref = ref
+        self.field_path = field_path
+        self.message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.field_path} " if self.field_path else ""
+        return f"{self.ref}: {where}{self.message}"
+
+
+class ManifestErrors(ValueError):
+    """Several problems at once (one line each)."""
+
+    def __init__(self, errors: Sequence[ManifestError]) -> None:
+        self.errors = list(errors)
+        super().__init__("\n".join(str(e) for e in self.errors))
+
+
+def _loc_to_path(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _pydantic_message(err: Mapping[str, Any]) -> str:
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return "is not a known field"
+    if kind == "greater_than_equal":
+        return f"must be >= {ctx.get('ge')}"
+    if kind == "greater_than":
+        return f"must be > {ctx.get('gt')}"
+    if kind == "less_than_equal":
+        return f"must be <= {ctx.get('le')}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return "must be an integer"
+    if kind in ("bool_type", "bool_parsing"):
+        return "must be true or false"
+    if kind == "string_type":
+        return "must be a string"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "must be a mapping"
+    if kind == "list_type":
+        return "must be a list"
+    if kind in ("literal_error", "enum"):
+        return f"must be one of {ctx.get('expected', '')}".strip()
+    if kind == "too_short":
+        return "must not be empty"
+    if kind == "string_too_long":
+        return f"must be at most {ctx.get('max_length')} characters"
+    msg = str(err.get("msg", "is invalid"))
+    return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+
+
+def errors_from_validation(ref: str, exc: ValidationError, prefix: str = "") -> ManifestErrors:
+    out = []
+    for err in exc.errors():
+        path = _loc_to_path(err.get("loc", ()))
+        if prefix:
+            path = f"{prefix}.{path}" if path else prefix
+        msg = _pydantic_message(err)
+        # A model-level check may name its own sub-field as "<field>: <message>".
+        m = re.match(r"^@([\w.\[\]/\-]+) (.*)$", msg, re.S)
+        if m:
+            path = f"{path}.{m.group(1)}" if path else m.group(1)
+            msg = m.group(2)
+        out.append(ManifestError(ref, path, msg))
+    return ManifestErrors(out)
+
+
+# --------------------------------------------------------------------------- shared
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _check_name(value: str, max_len: int, label: bool) -> str:
+    if not value:
+        raise ValueError("must not be empty")
+    if len(value) > max_len:
+        raise ValueError(f"must be at most {max_len} characters")
+    pattern = DNS1123_LABEL if label else DNS1123_SUBDOMAIN
+    if not pattern.match(value):
+        raise ValueError(
+            f"{value[:64]!r} is not a valid Kubernetes name (lowercase letters, digits, '-'"
+            + ("" if label else ", '.'")
+            + ")"
+        )
+    return value
+
+
+class Strict(BaseModel):
+    """Our own scheduling fields: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=False)
+
+
+class Open(BaseModel):
+    """Forwarded Kubernetes fields: unknown keys are kept verbatim."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class ObjectMeta(Open):
+    name: str
+    namespace: str = "default"
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name(v, 253, label=False)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        return _check_name(v, 63, label=True)
+
+
+class LabelSelectorRequirement(Strict):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values(self) -> LabelSelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"@values must not be empty for operator {self.operator}")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"@values must be empty for operator {self.operator}")
+        return self
+
+
+class LabelSelector(Strict):
+    matchLabels: dict[str, str] = Field(default_factory=dict)
+    matchExpressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for k, v in self.matchLabels.items():
+            if labels.get(k) != v:
+                return False
+        for req in self.matchExpressions:
+            present = req.key in labels
+            if req.operator == "In" and (not present or labels[req.key] not in req.values):
+                return False
+            if req.operator == "NotIn" and present and labels[req.key] in req.values:
+                return False
+            if req.operator == "Exists" and not present:
+                return False
+            if req.operator == "DoesNotExist" and present:
+                return False
+        return True
+
+
+def _resource_map(v: Any) -> dict[str, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise ValueError("must be a mapping of resource name to quantity")
+    for name, q in v.items():
+        try:
+            R.parse_milli(q)
+        except R.QuantityError as exc:
+            raise ValueError(f"@{name} {str(exc).split(' ', 0)[0]}") from None
+    return {str(k): q for k, q in v.items()}
+
+
+# --------------------------------------------------------------------------- ElasticQuotaTree
+
+
+class QuotaNodeSpec(Strict):
+    name: str
+    min: dict[str, Any] = Field(default_factory=dict)
+    max: dict[str, Any] = Field(default_factory=dict)
+    namespaces: list[str] = Field(default_factory=list)
+    children: list[QuotaNodeSpec] = Field(default_factory=list)
+
+    _v_min = field_validator("min", mode="before")(lambda cls, v: _resource_map(v))
+    _v_max = field_validator("max", mode="before")(lambda cls, v: _resource_map(v))
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v or len(v) > 63 or not re.match(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", v):
+            raise ValueError(f"{v[:64]!r} is not a valid quota node name")
+        return v
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, v: list[str]) -> list[str]:
+        for ns in v:
+            _check_name(ns, 63, label=True)
+        return v
+
+    def min_resources(self) -> R.Resources:
+        return R.parse_resources(self.min)
+
+    def max_resources(self) -> R.Resources:
+        return R.parse_resources(self.max)
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> QuotaNodeSpec:
+        lo, hi = self.min_resources(), self.max_resources()
+        for k, v in lo.items():
+            if k in hi and v > hi[k]:
+                raise ValueError(f"@min.{k} {self.min[k]} exceeds max.{k} {self.max[k]}")
+        return self
+
+
+class ElasticQuotaTreeSpec(Strict):
+    root: QuotaNodeSpec
+
+
+class ElasticQuotaTree(Strict):
+    apiVersion: Literal["scheduling.sigs.k8s.io/v1beta1"]
+    kind: Literal["ElasticQuotaTree"]
+    metadata: ObjectMeta
+    spec: ElasticQuotaTreeSpec
+    status: dict[str, Any] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _kube_system(cls, m: ObjectMeta) -> ObjectMeta:
+        if m.namespace != "kube-system":
+            raise ValueError(
+                f"@namespace must be kube-system (ElasticQuotaTree is only read there), "
+                f"got {m.namespace!r}"
+            )
+        return m
+
+    @model_validator(mode="after")
+    def _tree_rules(self) -> ElasticQuotaTree:
+        seen_names: dict[str, str] = {}
+        ns_owner: dict[str, str] = {}
+
+        def walk(node: QuotaNodeSpec, path: str) -> None:
+            if node.name in seen_names:
+                raise ValueError(
+                    f"@{path}.name {node.name!r} is used twice (also at {seen_names[node.name]})"
+                )
+            seen_names[node.name] = path
+            if node.children and node.namespaces:
+                raise ValueError(
+                    f"@{path}.namespaces namespaces attach to leaves only; "
+                    f"{node.name!r} has children"
+                )
+            for ns in node.namespaces:
+                if ns in ns_owner:
+                    raise ValueError(
+                        f"@{path}.namespaces namespace {ns!r} is already on leaf "
+                        f"{ns_owner[ns]!r}"
+                    )
+                ns_owner[ns] = node.name
+            if node.children:
+                total: R.Resources = {}
+                for c in node.children:
+                    R.add_into(total, c.min_resources())
+                own = node.min_resources()
+                for k, v in total.items():
+                    if v > own.get(k, 0):
+                        have = node.min.get(k, 0)
+                        raise ValueError(
+                            f"@{path}.children the children's min {k} "
+                            f"{R.format_quantity(k, v)} exceeds {node.name!r} min {k} {have}"
+                        )
+            for i, c in enumerate(node.children):
+                walk(c, f"{path}.children[{i}]")
+
+        walk(self.spec.root, "spec.root")
+        return self
+
+
+# --------------------------------------------------------------------------- PropagationPolicy
+
+
+class PurgeMode(StrEnum):
+    DIRECTLY = "Directly"
+    GRACEFULLY = "Gracefully"
+    NEVER = "Never"
+
+
+_PURGE_ALIASES = {
+    "Immediately": PurgeMode.DIRECTLY,
+    "Directly": PurgeMode.DIRECTLY,
+    "Graciously": PurgeMode.GRACEFULLY,
+    "Gracefully": PurgeMode.GRACEFULLY,
+    "Never": PurgeMode.NEVER,
+}
+
+
+class ResourceSelector(Strict):
+    apiVersion: str = Field(min_length=1)
+    kind: str = Field(min_length=1)
+    namespace: str | None = None
+    name: str | None = None
+    labelSelector: LabelSelector | None = None
+
+
+class ClusterAffinity(Strict):
+    clusterNames: list[str] = Field(default_factory=list)
+    labelSelector: LabelSelector | None = None
+    fieldSelector: dict[str, Any] | None = None
+    exclude: list[str] = Field(default_factory=list)
+
+    def allows(self, cluster: str, labels: Mapping[str, str]) -> bool:
+        if cluster in self.exclude:
+            return False
+        if self.clusterNames and cluster not in self.clusterNames:
+            return False
+        return not (self.labelSelector is not None and not self.labelSelector.matches(labels))
+
+
+class Toleration(Strict):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: int | None = None
+
+
+class ReplicaScheduling(Strict):
+    replicaSchedulingType: Literal["Duplicated", "Divided"] = "Divided"
+    replicaDivisionPreference: Literal["Aggregated", "Weighted"] | None = None
+    customSchedulingType: Literal["Gang"] | None = None
+    weightPreference: dict[str, Any] | None = None
+
+
+class Placement(Strict):
+    clusterAffinity: ClusterAffinity | None = None
+    clusterTolerations: list[Toleration] = Field(default_factory=list)
+    replicaScheduling: ReplicaScheduling | None = None
+    spreadConstraints: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class DecisionConditions(Strict):
+    tolerationSeconds: Annotated[int, Field(ge=0, le=31_536_000)] = 300
+
+
+class ApplicationFailover(Strict):
+    decisionConditions: DecisionConditions = Field(default_factory=DecisionConditions)
+    purgeMode: PurgeMode = PurgeMode.GRACEFULLY
+    gracePeriodSeconds: Annotated[int, Field(ge=0, le=31_536_000)] | None = None
+
+    @field_validator("purgeMode", mode="before")
+    @classmethod
+    def _purge(cls, v: Any) -> PurgeMode:
+        if isinstance(v, PurgeMode):
+            return v
+        if not isinstance(v, str) or v not in _PURGE_ALIASES:
+            raise ValueError(
+                f"{str(v)[:32]!r} is not a purgeMode (Immediately|Graciously|Never or "
+                "Directly|Gracefully|Never)"
+            )
+        return _PURGE_ALIASES[v]
+
+    @property
+    def grace_seconds(self) -> int:
+        return 600 if self.gracePeriodSeconds is None else self.gracePeriodSeconds
+
+
+class Failover(Strict):
+    application: ApplicationFailover | None = None
+
+
+class Suspension(Strict):
+    scheduling: bool = False
+    dispatching: bool | None = None
+
+
+class PropagationPolicySpec(Strict):
+    resourceSelectors: list[ResourceSelector] = Field(min_length=1)
+    priority: int = 0
+    preemption: Literal["Always", "Never"] = "Never"
+    propagateDeps: bool = False
+    suspension: Suspension | None = None
+    placement: Placement = Field(default_factory=Placement)
+    failover: Failover | None = None
+    conflictResolution: Literal["Abort", "Overwrite"] | None = None
+    schedulerName: str | None = None
+
+
+class PropagationPolicy(Strict):
+    apiVersion: Literal["policy.one.alibabacloud.com/v1alpha1", "policy.karmada.io/v1alpha1"]
+    kind: Literal["PropagationPolicy"]
+    metadata: ObjectMeta
+    spec: PropagationPolicySpec
+    status: dict[str, Any] | None = None
+
+    @property
+    def queued(self) -> bool:
+        return bool(self.spec.suspension and self.spec.suspension.scheduling)
+
+    @property
+    def application_failover(self) -> ApplicationFailover | None:
+        return self.spec.failover.application if self.spec.failover else None
+
+
+# --------------------------------------------------------------------------- PyTorchJob
+
+ROLES = ("Master", "Worker")
+
+
+class PodTemplate(Open):
+    """A pod template, kept verbatim; we only check the parts we compute with."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: dict[str, Any]
+
+    @field_validator("spec")
+    @classmethod
+    def _spec(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        containers = spec.get("containers")
+        if not isinstance(containers, list) or not containers:
+            raise ValueError("@containers must list at least one container")
+        for key in ("containers", "initContainers"):
+            items = spec.get(key) or []
+            if not isinstance(items, list):
+                raise ValueError(f"@{key} must be a list")
+            for i, c in enumerate(items):
+                if not isinstance(c, Mapping):
+                    raise ValueError(f"@{key}[{i}] must be a mapping")
+                if not isinstance(c.get("name"), str) or not c.get("name"):
+                    raise ValueError(f"@{key}[{i}].name is required")
+                res = c.get("resources") or {}
+                if not isinstance(res, Mapping):
+                    raise ValueError(f"@{key}[{i}].resources must be a mapping")
+                for part in ("requests", "limits"):
+                    try:
+                        _resource_map(res.get(part))
+                    except ValueError as exc:
+                        msg = str(exc).removeprefix("@")
+                        raise ValueError(f"@{key}[{i}].resources.{part}.{msg}") from None
+        for key in ("nodeSelector",):
+            if key in spec and not isinstance(spec[key], Mapping):
+                raise ValueError(f"@{key} must be a mapping")
+        if "tolerations" in spec and not isinstance(spec["tolerations"], list):
+            raise ValueError("@tolerations must be a list")
+        try:
+            _resource_map(spec.get("overhead"))
+        except ValueError as exc:
+            raise ValueError(f"@overhead.{str(exc).removeprefix('@')}") from None
+        prio = spec.get("priority")
+        if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
+            raise ValueError("@priority must be an integer")
+        if prio is not None and abs(prio) > 2_000_001_000:
+            raise ValueError("@priority is out of range")
+        pcn = spec.get("priorityClassName")
+        if pcn is not None and not isinstance(pcn, str):
+            raise ValueError("@priorityClassName must be a string")
+        return spec
+
+
+class ReplicaSpec(Open):
+    replicas: Annotated[int, Field(ge=0, le=10_000)] = 1
+    restartPolicy: Literal["Always", "OnFailure", "Never", "ExitCode"] | None = None
+    template: PodTemplate
+
+
+class PyTorchJobSpec(Open):
+    pytorchReplicaSpecs: dict[str, ReplicaSpec]
+
+    @field_validator("pytorchReplicaSpecs")
+    @classmethod
+    def _roles(cls, specs: dict[str, ReplicaSpec]) -> dict[str, ReplicaSpec]:
+        for role in specs:
+            if role not in ROLES:
+                raise ValueError(f"@{role} is not a PyTorchJob replica type (Master, Worker)")
+        missing = [r for r in ROLES if r not in specs]
+        if missing:
+            raise ValueError(f"@{missing[0]} is required (a PyTorchJob needs Master and Worker)")
+        if specs["Master"].replicas != 1:
+            raise ValueError("@Master.replicas must be 1")
+        return specs
+
+
+class PyTorchJob(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    apiVersion: Literal["kubeflow.org/v1"]
+    kind: Literal["PyTorchJob"]
+    metadata: ObjectMeta
+    spec: PyTorchJobSpec
+    status: dict[str, Any] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _job_name(cls, m: ObjectMeta) -> ObjectMeta:
+        # Pods are named <job>-worker-<n>, which must stay a 63-character DNS label.
+        _check_name(m.name, 50, label=True)
+        return m
+
+    @property
+    def ref(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    def replicas(self, role: str) -> int:
+        spec = self.spec.pytorchReplicaSpecs.get(role)
+        return spec.replicas if spec else 0
+
+
+# --------------------------------------------------------------------------- PriorityClass
+
+
+class PriorityClass(Open):
+    apiVersion: Literal["scheduling.k8s.io/v1"]
+    kind: Literal["PriorityClass"]
+    metadata: ObjectMeta
+    value: Annotated[int, Field(ge=-2_147_483_648, le=1_000_000_000)]
+    globalDefault: bool = False
+
+
+BUILTIN_PRIORITY_CLASSES: dict[str, int] = {
+    "system-cluster-critical": 2_000_000_000,
+    "system-node-critical": 2_000_001_000,
+}
+
+# --------------------------------------------------------------------------- parsing
+
+FleetObject = ElasticQuotaTree | PropagationPolicy | PyTorchJob | PriorityClass
+
+KINDS: dict[str, type[BaseModel]] = {
+    "ElasticQuotaTree": ElasticQuotaTree,
+    "PropagationPolicy": PropagationPolicy,
+    "PyTorchJob": PyTorchJob,
+    "PriorityClass": PriorityClass,
+}
+
+
+def object_ref(doc: Any) -> str:
+    """``<Kind> <ns>/<name>`` for error messages, as well as the document allows."""
+    if not isinstance(doc, Mapping):
+        return "document"
+    kind = doc.get("kind") if isinstance(doc.get("kind"), str) else "object"
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
+    name = meta.get("name") if isinstance(meta.get("name"), str) else "<unnamed>"
+    ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
+    if kind == "PriorityClass":
+        return f"{kind} {name[:80]}"
+    return f"{kind} {(ns or 'default')[:63]}/{name[:80]}"
+
+
+def parse_object(doc: Any) -> FleetObject:
+    """Validate one decoded document into its model, or raise :class:`ManifestErrors`."""
+    ref = object_ref(doc)
+    if not isinstance(doc, Mapping):
+        raise ManifestErrors([ManifestError("document", "", "must be a mapping (a Kubernetes object)")])
+    kind = doc.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise ManifestErrors([ManifestError(ref, "kind", "is required")])
+    model = KINDS.get(kind)
+    if model is None:
+        raise ManifestErrors(
+            [ManifestError(ref, "kind", f"{kind[:64]!r} is not supported (one of {', '.join(KINDS)})")]
+        )
+    try:
+        return model.model_validate(dict(doc))  # type: ignore[return-value]
+    except ValidationError as exc:
+        raise errors_from_validation(ref, exc) from None
+
+
+def parse_job(doc: Any) -> PyTorchJob:
+    obj = parse_object(doc)
+    if not isinstance(obj, PyTorchJob):
+        raise ManifestErrors([ManifestError(object_ref(doc), "kind", "must be PyTorchJob")])
+    return obj
+
+
+def parse_policy(doc: Any) -> PropagationPolicy:
+    obj = parse_object(doc)
+    if not isinstance(obj, PropagationPolicy):
+        raise ManifestErrors([ManifestError(object_ref(doc), "kind", "must be PropagationPolicy")])
+    return obj
+
+
+def parse_tree(doc: Any) -> ElasticQuotaTree:
+    obj = parse_object(doc)
+    if not isinstance(obj, ElasticQuotaTree):
+        raise ManifestErrors([ManifestError(object_ref(doc), "kind", "must be ElasticQuotaTree")])
+    return obj
+
+
+# --------------------------------------------------------------------------- gang extraction
+
+
+@dataclass(frozen=True)
+class GangPod:
+    """One pod of a gang, with Kubernetes defaulting applied to its requests."""
+
+    role: str  # "master" | "worker"
+    index: int
+    requests: R.Resources
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def name_suffix(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+@dataclass(frozen=True)
+class Gang:
+    """All pods of one PyTorchJob; scheduled all at once on one cluster or not at all."""
+
+    pods: tuple[GangPod, ...]
+    priority: int
+
+    @property
+    def total(self) -> R.Resources:
+        acc: R.Resources = {}
+        for p in self.pods:
+            R.add_into(acc, p.requests)
+        return acc
+
+    def role_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for p in self.pods:
+            counts[p.role] = counts.get(p.role, 0) + 1
+        return counts
+
+
+def pod_requests(pod_spec: Mapping[str, Any]) -> R.Resources:
+    """Effective requests of a pod the way kube-scheduler computes them: per container,
+    requests default to limits; sum over containers; max with each init container;
+    plus pod overhead."""
+
+    def container(c: Mapping[str, Any]) -> R.Resources:
+        res = c.get("resources") or {}
+        limits = R.parse_resources(res.get("limits"))
+        requests = R.parse_resources(res.get("requests"))
+        return {**limits, **requests}
+
+    total: R.Resources = {}
+    for c in pod_spec.get("containers") or []:
+        R.add_into(total, container(c))
+    init = R.maximum(container(c) for c in pod_spec.get("initContainers") or [])
+    for k, v in init.items():
+        if v > total.get(k, 0):
+            total[k] = v
+    R.add_into(total, R.parse_resources(pod_spec.get("overhead")))
+    return {k: v for k, v in total.items() if v}
+
+
+def job_priority(job: PyTorchJob, priority_classes: Mapping[str, int] | None = None) -> int:
+    """PriorityClass value of the pod template's priorityClassName, else
+    ``spec.template.spec.priority``, else 0 (Master's template first, then Worker's)."""
+    classes = {**BUILTIN_PRIORITY_CLASSES, **(priority_classes or {})}
+    for role in ROLES:
+        spec = job.spec.pytorchReplicaSpecs[role].template.spec
+        pcn = spec.get("priorityClassName")
+        if pcn and pcn in classes:
+            return classes[pcn]
+    for role in ROLES:
+        prio = job.spec.pytorchReplicaSpecs[role].template.spec.get("priority")
+        if isinstance(prio, int):
+            return prio
+    return 0
+
+
+def gang_of(job: PyTorchJob, priority_classes: Mapping[str, int] | None = None) -> Gang:
+    pods: list[GangPod] = []
+    for role in ROLES:
+        rs = job.spec.pytorchReplicaSpecs[role]
+        spec = rs.template.spec
+        req = pod_requests(spec)
+        selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
+        tolerations = tuple(dict(t) for t in spec.get("tolerations") or [] if isinstance(t, Mapping))
+        for i in range(rs.replicas):
+            pods.append(GangPod(role.lower(), i, dict(req), selector, tolerations))
+    return Gang(tuple(pods), job_priority(job, priority_classes))
+
+
+def quota_request(gang: Gang) -> R.Resources:
+    """What a job holds in the quota tree while admitted: its pods' requests plus one
+    ``kube-queue/max-jobs``."""
+    total = gang.total
+    total[R.MAX_JOBS] = R.MILLI
+    return total
+
+
+def binding_result(cluster: str, gang: Gang) -> str:
+    """The walkthrough's binding message: ``{cluster-a:0,[{master 1} {worker 2}]}``."""
+    parts = " ".join(f"{{{role} {n}}}" for role, n in gang.role_counts().items())
+    return f"{{{cluster}:0,[{parts}]}}"
