@@ -24,6 +24,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -45,7 +47,15 @@ class ManifestError(ValueError):
 
     def __str__(self) -> str:
         where = f"{self.field_path} " if self.field_path else ""
-        return f"{self.ref}: {where}{self.message}"
+        return _one_line(f"{self.ref}: {where}{self.message}")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+
+
+def _one_line(text: str) -> str:
+    """Escape line breaks and other control characters so a message stays one line."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class ManifestErrors(ValueError):
@@ -54,6 +64,15 @@ class ManifestErrors(ValueError):
     def __init__(self, errors: Sequence[ManifestError]) -> None:
         self.errors = list(errors)
         super().__init__("\n".join(str(e) for e in self.errors))
+
+
+def _join(a: str, b: str) -> str:
+    """``a.b`` for field paths, ``a[0]`` when ``b`` is an index."""
+    if not a:
+        return b
+    if not b:
+        return a
+    return f"{a}{b}" if b.startswith("[") else f"{a}.{b}"
 
 
 def _loc_to_path(loc: Sequence[int | str]) -> str:
@@ -109,7 +128,7 @@ def errors_from_validation(ref: str, exc: ValidationError, prefix: str = "") -> 
         # A model-level check may name its own sub-field as "<field>: <message>".
         m = re.match(r"^@([\w.\[\]/\-]+) (.*)$", msg, re.S)
         if m:
-            path = f"{path}.{m.group(1)}" if path else m.group(1)
+            path = _join(path, m.group(1))
             msg = m.group(2)
         out.append(ManifestError(ref, path, msg))
     return ManifestErrors(out)
@@ -117,8 +136,14 @@ def errors_from_validation(ref: str, exc: ValidationError, prefix: str = "") -> 
 
 # --------------------------------------------------------------------------- shared
 
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+#: A resource name: an optional DNS-subdomain prefix and ``/``, then a name part.
+RESOURCE_NAME = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+QUOTA_NODE_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 def _check_name(value: str, max_len: int, label: bool) -> str:
@@ -127,7 +152,7 @@ def _check_name(value: str, max_len: int, label: bool) -> str:
     if len(value) > max_len:
         raise ValueError(f"must be at most {max_len} characters")
     pattern = DNS1123_LABEL if label else DNS1123_SUBDOMAIN
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         raise ValueError(
             f"{value[:64]!r} is not a valid Kubernetes name (lowercase letters, digits, '-'"
             + ("" if label else ", '.'")
@@ -200,17 +225,30 @@ class LabelSelector(Strict):
         return True
 
 
+def _under(prefix: str, exc: ValueError) -> ValueError:
+    """Re-root a validator message under ``prefix``: ``@a msg`` becomes ``@prefix.a msg``
+    and a plain ``msg`` becomes ``@prefix msg``."""
+    msg = str(exc)
+    if msg.startswith("@"):
+        return ValueError(f"@{_join(prefix, msg[1:])}")
+    return ValueError(f"@{prefix} {msg}")
+
+
 def _resource_map(v: Any) -> dict[str, Any]:
+    """Check a ``{resource: quantity}`` mapping. A bad quantity is reported as
+    ``@<resource> <message>`` so the error path ends with the resource's name."""
     if v is None:
         return {}
     if not isinstance(v, Mapping):
         raise ValueError("must be a mapping of resource name to quantity")
     for name, q in v.items():
+        if not isinstance(name, str) or len(name) > 253 or not RESOURCE_NAME.fullmatch(name):
+            raise ValueError(f"has an invalid resource name {str(name)[:64]!r}")
         try:
             R.parse_milli(q)
         except R.QuantityError as exc:
-            raise ValueError(f"@{name} {str(exc).split(' ', 0)[0]}") from None
-    return {str(k): q for k, q in v.items()}
+            raise ValueError(f"@{name} {exc}") from None
+    return dict(v)
 
 
 # --------------------------------------------------------------------------- ElasticQuotaTree
@@ -223,21 +261,31 @@ class QuotaNodeSpec(Strict):
     namespaces: list[str] = Field(default_factory=list)
     children: list[QuotaNodeSpec] = Field(default_factory=list)
 
-    _v_min = field_validator("min", mode="before")(lambda cls, v: _resource_map(v))
-    _v_max = field_validator("max", mode="before")(lambda cls, v: _resource_map(v))
+    @field_validator("min", "max", mode="before")
+    @classmethod
+    def _quantities(cls, v: Any) -> dict[str, Any]:
+        return _resource_map(v)
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not v or len(v) > 63 or not re.match(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", v):
-            raise ValueError(f"{v[:64]!r} is not a valid quota node name")
+        if len(v) > 63 or not QUOTA_NODE_NAME.fullmatch(v):
+            raise ValueError(
+                f"{v[:64]!r} is not a valid quota node name (letters, digits, '-', '_', '.'; "
+                "at most 63 characters)"
+            )
         return v
 
     @field_validator("namespaces")
     @classmethod
     def _namespaces(cls, v: list[str]) -> list[str]:
-        for ns in v:
-            _check_name(ns, 63, label=True)
+        for i, ns in enumerate(v):
+            try:
+                _check_name(ns, 63, label=True)
+            except ValueError as exc:
+                raise _under(f"[{i}]", exc) from None
+            if ns in v[:i]:
+                raise ValueError(f"@[{i}] namespace {ns!r} is listed twice")
         return v
 
     def min_resources(self) -> R.Resources:
@@ -295,8 +343,7 @@ class ElasticQuotaTree(Strict):
             for ns in node.namespaces:
                 if ns in ns_owner:
                     raise ValueError(
-                        f"@{path}.namespaces namespace {ns!r} is already on leaf "
-                        f"{ns_owner[ns]!r}"
+                        f"@{path}.namespaces namespace {ns!r} is already on leaf {ns_owner[ns]!r}"
                     )
                 ns_owner[ns] = node.name
             if node.children:
@@ -363,7 +410,15 @@ class Toleration(Strict):
     operator: Literal["Exists", "Equal"] = "Equal"
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    tolerationSeconds: int | None = None
+    tolerationSeconds: StrictInt | None = None
+
+    @model_validator(mode="after")
+    def _operator(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("@value must be empty when operator is Exists")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("@operator must be Exists when key is empty")
+        return self
 
 
 class ReplicaScheduling(Strict):
@@ -381,13 +436,13 @@ class Placement(Strict):
 
 
 class DecisionConditions(Strict):
-    tolerationSeconds: Annotated[int, Field(ge=0, le=31_536_000)] = 300
+    tolerationSeconds: Annotated[StrictInt, Field(ge=0, le=31_536_000)] = 300
 
 
 class ApplicationFailover(Strict):
     decisionConditions: DecisionConditions = Field(default_factory=DecisionConditions)
     purgeMode: PurgeMode = PurgeMode.GRACEFULLY
-    gracePeriodSeconds: Annotated[int, Field(ge=0, le=31_536_000)] | None = None
+    gracePeriodSeconds: Annotated[StrictInt, Field(ge=0, le=31_536_000)] | None = None
 
     @field_validator("purgeMode", mode="before")
     @classmethod
@@ -401,6 +456,15 @@ class ApplicationFailover(Strict):
             )
         return _PURGE_ALIASES[v]
 
+    @model_validator(mode="after")
+    def _grace(self) -> ApplicationFailover:
+        if self.gracePeriodSeconds is not None and self.purgeMode != PurgeMode.GRACEFULLY:
+            raise ValueError(
+                f"@gracePeriodSeconds only applies to purgeMode Gracefully (Graciously), "
+                f"not {self.purgeMode.value}"
+            )
+        return self
+
     @property
     def grace_seconds(self) -> int:
         return 600 if self.gracePeriodSeconds is None else self.gracePeriodSeconds
@@ -411,15 +475,15 @@ class Failover(Strict):
 
 
 class Suspension(Strict):
-    scheduling: bool = False
-    dispatching: bool | None = None
+    scheduling: StrictBool = False
+    dispatching: StrictBool | None = None
 
 
 class PropagationPolicySpec(Strict):
     resourceSelectors: list[ResourceSelector] = Field(min_length=1)
-    priority: int = 0
+    priority: Annotated[StrictInt, Field(ge=-2_147_483_648, le=2_147_483_647)] = 0
     preemption: Literal["Always", "Never"] = "Never"
-    propagateDeps: bool = False
+    propagateDeps: StrictBool = False
     suspension: Suspension | None = None
     placement: Placement = Field(default_factory=Placement)
     failover: Failover | None = None
@@ -476,17 +540,25 @@ class PodTemplate(Open):
                     try:
                         _resource_map(res.get(part))
                     except ValueError as exc:
-                        msg = str(exc).removeprefix("@")
-                        raise ValueError(f"@{key}[{i}].resources.{part}.{msg}") from None
-        for key in ("nodeSelector",):
-            if key in spec and not isinstance(spec[key], Mapping):
-                raise ValueError(f"@{key} must be a mapping")
-        if "tolerations" in spec and not isinstance(spec["tolerations"], list):
-            raise ValueError("@tolerations must be a list")
+                        raise _under(f"{key}[{i}].resources.{part}", exc) from None
+        selector = spec.get("nodeSelector")
+        if selector is not None:
+            if not isinstance(selector, Mapping):
+                raise ValueError("@nodeSelector must be a mapping")
+            for k, v in selector.items():
+                if not isinstance(k, str) or not isinstance(v, str):
+                    raise ValueError(f"@nodeSelector {str(k)[:64]!r} must map to a string")
+        tolerations = spec.get("tolerations")
+        if tolerations is not None:
+            if not isinstance(tolerations, list):
+                raise ValueError("@tolerations must be a list")
+            for i, t in enumerate(tolerations):
+                if not isinstance(t, Mapping):
+                    raise ValueError(f"@tolerations[{i}] must be a mapping")
         try:
             _resource_map(spec.get("overhead"))
         except ValueError as exc:
-            raise ValueError(f"@overhead.{str(exc).removeprefix('@')}") from None
+            raise _under("overhead", exc) from None
         prio = spec.get("priority")
         if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
             raise ValueError("@priority must be an integer")
@@ -499,7 +571,7 @@ class PodTemplate(Open):
 
 
 class ReplicaSpec(Open):
-    replicas: Annotated[int, Field(ge=0, le=10_000)] = 1
+    replicas: Annotated[StrictInt, Field(ge=0, le=10_000)] = 1
     restartPolicy: Literal["Always", "OnFailure", "Never", "ExitCode"] | None = None
     template: PodTemplate
 
@@ -507,15 +579,27 @@ class ReplicaSpec(Open):
 class PyTorchJobSpec(Open):
     pytorchReplicaSpecs: dict[str, ReplicaSpec]
 
+    @field_validator("pytorchReplicaSpecs", mode="before")
+    @classmethod
+    def _role_names(cls, specs: Any) -> Any:
+        # Checked before the replica specs themselves, so that a misspelt role is
+        # reported as such rather than as a problem inside it.
+        if isinstance(specs, Mapping):
+            for role in specs:
+                if role not in ROLES:
+                    raise ValueError(
+                        f"{str(role)[:64]!r} is not a PyTorchJob replica type (Master, Worker)"
+                    )
+            missing = [r for r in ROLES if r not in specs]
+            if missing:
+                raise ValueError(
+                    f"@{missing[0]} is required (a PyTorchJob needs Master and Worker)"
+                )
+        return specs
+
     @field_validator("pytorchReplicaSpecs")
     @classmethod
     def _roles(cls, specs: dict[str, ReplicaSpec]) -> dict[str, ReplicaSpec]:
-        for role in specs:
-            if role not in ROLES:
-                raise ValueError(f"@{role} is not a PyTorchJob replica type (Master, Worker)")
-        missing = [r for r in ROLES if r not in specs]
-        if missing:
-            raise ValueError(f"@{missing[0]} is required (a PyTorchJob needs Master and Worker)")
         if specs["Master"].replicas != 1:
             raise ValueError("@Master.replicas must be 1")
         return specs
@@ -533,7 +617,10 @@ class PyTorchJob(BaseModel):
     @classmethod
     def _job_name(cls, m: ObjectMeta) -> ObjectMeta:
         # Pods are named <job>-worker-<n>, which must stay a 63-character DNS label.
-        _check_name(m.name, 50, label=True)
+        try:
+            _check_name(m.name, 50, label=True)
+        except ValueError as exc:
+            raise _under("name", exc) from None
         return m
 
     @property
@@ -552,8 +639,8 @@ class PriorityClass(Open):
     apiVersion: Literal["scheduling.k8s.io/v1"]
     kind: Literal["PriorityClass"]
     metadata: ObjectMeta
-    value: Annotated[int, Field(ge=-2_147_483_648, le=1_000_000_000)]
-    globalDefault: bool = False
+    value: Annotated[StrictInt, Field(ge=-2_147_483_648, le=1_000_000_000)]
+    globalDefault: StrictBool = False
 
 
 BUILTIN_PRIORITY_CLASSES: dict[str, int] = {
@@ -577,27 +664,38 @@ def object_ref(doc: Any) -> str:
     """``<Kind> <ns>/<name>`` for error messages, as well as the document allows."""
     if not isinstance(doc, Mapping):
         return "document"
-    kind = doc.get("kind") if isinstance(doc.get("kind"), str) else "object"
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
-    name = meta.get("name") if isinstance(meta.get("name"), str) else "<unnamed>"
-    ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
+
+    def text(v: Any, limit: int) -> str:
+        return _one_line(v[:limit]) if isinstance(v, str) else ""
+
+    kind = text(doc.get("kind"), 64) or "object"
+    meta = doc.get("metadata")
+    if not isinstance(meta, Mapping):
+        meta = {}
+    name = text(meta.get("name"), 80) or "<unnamed>"
     if kind == "PriorityClass":
-        return f"{kind} {name[:80]}"
-    return f"{kind} {(ns or 'default')[:63]}/{name[:80]}"
+        return f"{kind} {name}"
+    return f"{kind} {text(meta.get('namespace'), 63) or 'default'}/{name}"
 
 
 def parse_object(doc: Any) -> FleetObject:
     """Validate one decoded document into its model, or raise :class:`ManifestErrors`."""
     ref = object_ref(doc)
     if not isinstance(doc, Mapping):
-        raise ManifestErrors([ManifestError("document", "", "must be a mapping (a Kubernetes object)")])
+        raise ManifestErrors(
+            [ManifestError("document", "", "must be a mapping (a Kubernetes object)")]
+        )
     kind = doc.get("kind")
     if not isinstance(kind, str) or not kind:
         raise ManifestErrors([ManifestError(ref, "kind", "is required")])
     model = KINDS.get(kind)
     if model is None:
         raise ManifestErrors(
-            [ManifestError(ref, "kind", f"{kind[:64]!r} is not supported (one of {', '.join(KINDS)})")]
+            [
+                ManifestError(
+                    ref, "kind", f"{kind[:64]!r} is not supported (one of {', '.join(KINDS)})"
+                )
+            ]
         )
     try:
         return model.model_validate(dict(doc))  # type: ignore[return-value]
@@ -668,7 +766,11 @@ class Gang:
 def pod_requests(pod_spec: Mapping[str, Any]) -> R.Resources:
     """Effective requests of a pod the way kube-scheduler computes them: per container,
     requests default to limits; sum over containers; max with each init container;
-    plus pod overhead."""
+    plus pod overhead.
+
+    Sidecars (init containers with ``restartPolicy: Always``) keep running, so, as in
+    Kubernetes' ``resourcehelper.PodRequests``, they add to the regular containers and
+    to every init container that starts after them."""
 
     def container(c: Mapping[str, Any]) -> R.Resources:
         res = c.get("resources") or {}
@@ -679,10 +781,17 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> R.Resources:
     total: R.Resources = {}
     for c in pod_spec.get("containers") or []:
         R.add_into(total, container(c))
-    init = R.maximum(container(c) for c in pod_spec.get("initContainers") or [])
-    for k, v in init.items():
-        if v > total.get(k, 0):
-            total[k] = v
+    sidecars: R.Resources = {}
+    init_peak: R.Resources = {}
+    for c in pod_spec.get("initContainers") or []:
+        if c.get("restartPolicy") == "Always":
+            R.add_into(sidecars, container(c))
+            during = dict(sidecars)
+        else:
+            during = R.add(sidecars, container(c))
+        init_peak = R.maximum((init_peak, during))
+    R.add_into(total, sidecars)
+    total = R.maximum((total, init_peak))
     R.add_into(total, R.parse_resources(pod_spec.get("overhead")))
     return {k: v for k, v in total.items() if v}
 
@@ -710,7 +819,9 @@ def gang_of(job: PyTorchJob, priority_classes: Mapping[str, int] | None = None) 
         spec = rs.template.spec
         req = pod_requests(spec)
         selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
-        tolerations = tuple(dict(t) for t in spec.get("tolerations") or [] if isinstance(t, Mapping))
+        tolerations = tuple(
+            dict(t) for t in spec.get("tolerations") or [] if isinstance(t, Mapping)
+        )
         for i in range(rs.replicas):
             pods.append(GangPod(role.lower(), i, dict(req), selector, tolerations))
     return Gang(tuple(pods), job_priority(job, priority_classes))

@@ -1,12 +1,46 @@
-"""``fleetq validate``: check manifests offline (placeholder; owned by the manifests work)."""
+"""``fleetq validate``: check manifests offline, before anything reaches the fleet.
+
+Prints ``OK <Kind> <ns>/<name>`` for every valid object and one line per problem, and
+exits 1 when there is any problem (0 otherwise). Output is plain text when it is not a
+terminal; on a terminal, OK lines are green and problems red.
+"""
 
 from __future__ import annotations
 
 import typer
 
+from fleetq.manifests import load_manifests
+from fleetq.models import FleetObject
+
+
+def _ref(obj: FleetObject) -> str:
+    if obj.kind == "PriorityClass":
+        return f"{obj.kind} {obj.metadata.name}"
+    return f"{obj.kind} {obj.metadata.namespace}/{obj.metadata.name}"
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def validate(files: list[str] = typer.Option(..., "-f", "--filename")) -> None:
-        """Validate manifests."""
-        raise typer.Exit(2)
+    def validate(
+        files: list[str] = typer.Option(
+            ...,
+            "-f",
+            "--filename",
+            help="Manifest file, directory (read recursively) or - for stdin. Repeatable.",
+        ),
+    ) -> None:
+        """Validate manifests (ElasticQuotaTree, PropagationPolicy, PyTorchJob,
+        PriorityClass) without contacting any cluster."""
+        try:
+            result = load_manifests(files)
+        except Exception as exc:  # a bug of ours must still not print a traceback
+            typer.secho(f"internal error while validating: {exc!r}", fg="red", err=True)
+            raise typer.Exit(1) from None
+        for _, obj in result.objects:
+            typer.secho(f"OK {_ref(obj)}", fg="green")
+        for note in result.notes:
+            typer.secho(f"note: {note}", fg="yellow")
+        for line in result.errors:
+            typer.secho(line, fg="red")
+        if result.errors:
+            raise typer.Exit(1)

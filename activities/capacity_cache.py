@@ -1,0 +1,509 @@
+"""Watch-fed capacity cache of one member cluster, so placement never LISTs a cluster.
+
+Strategy: LIST+WATCH, like a client-go informer, with plain dicts. Three background
+threads keep nodes, pods and reservations current (all pods are watched and terminated
+ones filtered here, so a pod that finishes is seen as a MODIFIED event whatever the
+server does with field selectors); each event updates per-node aggregates incrementally
+(``requested`` = non-terminated pods bound to the node + ``Available`` reservations
+pinned to it; pod counts). A fourth thread watches PyTorchJobs only to wake
+``wait_for_change`` callers, and a probe thread checks reachability (``GET /version``)
+every ``max(1s, cacheTTLSeconds)``. Watches reconnect with exponential backoff and re-LIST
+after ``410 Gone`` or any error.
+
+:meth:`CapacityCache.snapshot` returns a prepared :class:`ClusterSnapshot`; it is rebuilt
+(O(nodes), never O(pods)) only when something changed since the last read, and the very
+same object is returned while nothing changes, so callers may cache derived views per
+snapshot object. Treat it as read-only.
+
+Reservations: every ``Available`` reservation counts against its node, including those
+of the job being placed (a job re-placed after a partial failure must release its own
+reservations first; ``reserve`` replaces its own stale ones by name).
+
+Staleness bound: while the watches are connected the snapshot trails the API server by
+the watch delivery latency (milliseconds). When a watch breaks or the probe fails the
+last snapshot is still served for at most ``cacheTTLSeconds``; after that, until a fresh
+LIST succeeds, :meth:`snapshot` answers ``reachable=False``. A silently hung connection
+is noticed by the probe within ``max(1, TTL) + connect + read`` seconds.
+
+:meth:`CapacityCache.snapshot_by_list` is the cold path (a fresh LIST of everything).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from activities.member_cluster import (
+    KF_JOB_NAME,
+    PYTORCHJOB_API,
+    RESERVATION_API,
+    ApiError,
+    ClusterUnreachable,
+    KubeApi,
+    WatchStream,
+)
+from fleetq import resources as R
+from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
+from fleetq.models import pod_requests
+
+log = logging.getLogger(__name__)
+
+NODES = "/api/v1/nodes"
+PODS = "/api/v1/pods"
+RESERVATIONS = f"{RESERVATION_API}/reservations"
+JOBS = f"{PYTORCHJOB_API}/pytorchjobs"
+TERMINATED = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class _Node:
+    allocatable: R.Resources
+    labels: dict[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    pods_allocatable: int
+
+
+@dataclass(frozen=True)
+class _Use:
+    """What one pod or reservation takes on one node."""
+
+    node: str
+    requests: R.Resources
+    pod: bool
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    m = _meta(obj)
+    return f"{m.get('namespace') or ''}/{m.get('name') or ''}"
+
+
+def condense_node(obj: Mapping[str, Any]) -> _Node:
+    status = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+    try:
+        alloc = R.parse_resources(status.get("allocatable") or status.get("capacity") or {})
+    except R.QuantityError:
+        alloc = {}
+    pods = alloc.pop(R.PODS, 110 * R.MILLI) // R.MILLI
+    taints = tuple(
+        Taint(
+            str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or "NoSchedule")
+        )
+        for t in spec.get("taints") or []
+        if isinstance(t, dict)
+    )
+    unschedulable = bool(spec.get("unschedulable"))
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "Ready" and cond.get("status") != "True":
+            unschedulable = True  # NotReady nodes take no new pods
+    labels = _meta(obj).get("labels") or {}
+    return _Node(alloc, dict(labels), taints, unschedulable, int(pods))
+
+
+def condense_pod(obj: Mapping[str, Any]) -> _Use | None:
+    spec = obj.get("spec") or {}
+    node = spec.get("nodeName")
+    phase = (obj.get("status") or {}).get("phase")
+    if not node or phase in TERMINATED:
+        return None
+    try:
+        req = pod_requests(spec)
+    except (R.QuantityError, ValueError):
+        req = {}
+    return _Use(str(node), req, True)
+
+
+def condense_reservation(obj: Mapping[str, Any]) -> _Use | None:
+    status = obj.get("status") or {}
+    if status.get("phase") != "Available":
+        return None
+    tspec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    node = status.get("nodeName") or tspec.get("nodeName")
+    if not node:
+        return None
+    try:
+        req = pod_requests(tspec)
+    except (R.QuantityError, ValueError):
+        req = {}
+    return _Use(str(node), req, False)
+
+
+class _State:
+    """Nodes plus per-node aggregates; not thread-safe by itself (the cache locks)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, _Node] = {}
+        self.uses: dict[str, dict[str, _Use]] = {"pods": {}, "reservations": {}}
+        self.requested: dict[str, R.Resources] = {}
+        self.pod_count: dict[str, int] = {}
+
+    def set_use(self, kind: str, key: str, use: _Use | None) -> bool:
+        table = self.uses[kind]
+        old = table.pop(key, None)
+        if old == use:
+            if use is not None:
+                table[key] = use
+            return False
+        if old is not None:
+            R.add_into(self.requested.setdefault(old.node, {}), old.requests, -1)
+            if old.pod:
+                self.pod_count[old.node] = self.pod_count.get(old.node, 0) - 1
+        if use is not None:
+            table[key] = use
+            R.add_into(self.requested.setdefault(use.node, {}), use.requests)
+            if use.pod:
+                self.pod_count[use.node] = self.pod_count.get(use.node, 0) + 1
+        return True
+
+    def replace(self, kind: str, uses: Mapping[str, _Use]) -> None:
+        for key in list(self.uses[kind]):
+            if key not in uses:
+                self.set_use(kind, key, None)
+        for key, use in uses.items():
+            self.set_use(kind, key, use)
+
+    def build(
+        self, name: str, labels: dict[str, str], taints: tuple[Taint, ...], reservation: bool,
+        rv: str,
+    ) -> ClusterSnapshot:
+        nodes = [
+            NodeCapacity(
+                name=n,
+                allocatable=dict(info.allocatable),
+                requested=dict(self.requested.get(n) or {}),
+                labels=dict(info.labels),
+                taints=info.taints,
+                unschedulable=info.unschedulable,
+                pods_allocatable=info.pods_allocatable,
+                pods_used=self.pod_count.get(n, 0),
+            )
+            for n, info in sorted(self.nodes.items())
+        ]
+        return ClusterSnapshot(
+            name=name, labels=dict(labels), taints=taints, nodes=nodes,
+            reservation=reservation, reachable=True, resource_version=rv,
+        )
+
+
+class CapacityCache:
+    """LIST+WATCH cache of one cluster's nodes, pods and reservations (see module doc)."""
+
+    WATCH_TIMEOUT_S = 60
+    MAX_BACKOFF_S = 5.0
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        name: str,
+        labels: Mapping[str, str] | None = None,
+        taints: tuple[Taint, ...] = (),
+        reservation: bool = False,
+        ttl_s: float = 2.0,
+        watch_jobs: bool = True,
+    ) -> None:
+        self.api = api
+        self.name = name
+        self.labels = dict(labels or {})
+        self.taints = taints
+        self.reservation = reservation
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._state = _State()
+        self._version = 0
+        self._built: tuple[int, ClusterSnapshot] | None = None
+        self._rv: dict[str, str] = {}
+        self._kinds = ["nodes", "pods"] + (["reservations"] if reservation else [])
+        self._synced: set[str] = set()
+        self._initial = threading.Event()
+        self._broken_since: dict[str, float] = {}  # kind or "probe" -> monotonic
+        self._streams: dict[str, WatchStream] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watch_jobs = watch_jobs
+        self._subs: dict[tuple[str, str], set[threading.Event]] = {}
+        self._subs_lock = threading.Lock()
+        self._unreachable_snapshot = ClusterSnapshot(
+            name=name, labels=dict(self.labels), taints=taints, reservation=reservation,
+            reachable=False,
+        )
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        if self._threads:
+            return
+        specs: list[tuple[str, Callable[[], None]]] = [
+            ("nodes", lambda: self._run("nodes", NODES, self._apply_nodes)),
+            ("pods", lambda: self._run("pods", PODS, self._apply_pods)),
+        ]
+        if self.reservation:
+            specs.append(
+                ("reservations", lambda: self._run("reservations", RESERVATIONS, self._apply_res))
+            )
+        if self._watch_jobs:
+            specs.append(("jobs", lambda: self._run("jobs", JOBS, self._apply_jobs)))
+        specs.append(("probe", self._probe_loop))
+        for kind, target in specs:
+            t = threading.Thread(
+                target=target, name=f"fleetq-cache-{self.name}-{kind}", daemon=True
+            )
+            t.start()
+            self._threads.append(t)
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            streams = list(self._streams.values())
+        for s in streams:
+            s.close()
+        for t in self._threads:
+            t.join(timeout=2.0)
+        self._threads.clear()
+
+    # -- reading
+
+    @property
+    def synced(self) -> bool:
+        return self._initial.is_set()
+
+    def healthy(self) -> bool:
+        """Can the cached snapshot be served (see the staleness bound)?"""
+        with self._lock:
+            if not all(k in self._synced for k in self._kinds):
+                return False
+            broken = [t for k, t in self._broken_since.items() if k != "jobs"]
+        return not broken or time.monotonic() - min(broken) <= self.ttl_s
+
+    def snapshot(self, wait_s: float | None = None) -> ClusterSnapshot:
+        """The current snapshot; the first call waits up to ``wait_s`` (default connect +
+        read timeout) for the initial LISTs."""
+        if not self._initial.is_set():
+            wait = self.api.connect_s + self.api.read_s if wait_s is None else wait_s
+            self._initial.wait(wait)
+        if not self.healthy():
+            return self._unreachable_snapshot
+        with self._lock:
+            built = self._built
+            if built is not None and built[0] == self._version:
+                return built[1]
+            rv = "/".join(f"{k}={self._rv.get(k, '')}" for k in self._kinds)
+            snap = self._state.build(self.name, self.labels, self.taints, self.reservation, rv)
+            self._built = (self._version, snap)
+            return snap
+
+    def snapshot_nowait(self) -> ClusterSnapshot | None:
+        """The snapshot if the initial LISTs are done, else None (do not block)."""
+        return self.snapshot() if self._initial.is_set() else None
+
+    def snapshot_by_list(self) -> ClusterSnapshot:
+        """Cold path: LIST nodes, pods and reservations now and condense them."""
+        try:
+            nodes, nrv = self.api.list(NODES)
+            pods, prv = self.api.list(PODS)
+            res, rrv = self.api.list(RESERVATIONS) if self.reservation else ([], "")
+        except (ClusterUnreachable, ApiError):
+            return self._unreachable_snapshot
+        state = _State()
+        state.nodes = {str(_meta(n).get("name")): condense_node(n) for n in nodes}
+        for p in pods:
+            state.set_use("pods", _key(p), condense_pod(p))
+        for r in res:
+            state.set_use("reservations", _key(r), condense_reservation(r))
+        rv = f"nodes={nrv}/pods={prv}" + (f"/reservations={rrv}" if self.reservation else "")
+        return state.build(self.name, self.labels, self.taints, self.reservation, rv)
+
+    # -- change notification (wait_for_change)
+
+    def subscribe(self, namespace: str, name: str) -> threading.Event:
+        ev = threading.Event()
+        with self._subs_lock:
+            self._subs.setdefault((namespace, name), set()).add(ev)
+        return ev
+
+    def unsubscribe(self, namespace: str, name: str, ev: threading.Event) -> None:
+        with self._subs_lock:
+            subs = self._subs.get((namespace, name))
+            if subs is not None:
+                subs.discard(ev)
+                if not subs:
+                    del self._subs[(namespace, name)]
+
+    def _notify(self, namespace: str, name: str) -> None:
+        with self._subs_lock:
+            subs = list(self._subs.get((namespace, name), ()))
+        for ev in subs:
+            ev.set()
+
+    def _notify_all(self) -> None:
+        with self._subs_lock:
+            subs = [ev for evs in self._subs.values() for ev in evs]
+        for ev in subs:
+            ev.set()
+
+    # -- applying events (called with the lock held)
+
+    def _apply_nodes(self, etype: str, obj: Mapping[str, Any]) -> bool:
+        name = str(_meta(obj).get("name") or "")
+        if etype == "DELETED":
+            return self._state.nodes.pop(name, None) is not None
+        info = condense_node(obj)
+        if self._state.nodes.get(name) == info:
+            return False
+        self._state.nodes[name] = info
+        return True
+
+    def _apply_pods(self, etype: str, obj: Mapping[str, Any]) -> bool:
+        meta = _meta(obj)
+        job = (meta.get("labels") or {}).get(KF_JOB_NAME)
+        if job:
+            self._notify(str(meta.get("namespace") or ""), str(job))
+        use = None if etype == "DELETED" else condense_pod(obj)
+        return self._state.set_use("pods", _key(obj), use)
+
+    def _apply_res(self, etype: str, obj: Mapping[str, Any]) -> bool:
+        use = None if etype == "DELETED" else condense_reservation(obj)
+        return self._state.set_use("reservations", _key(obj), use)
+
+    def _apply_jobs(self, etype: str, obj: Mapping[str, Any]) -> bool:
+        meta = _meta(obj)
+        self._notify(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        return False
+
+    def _replace(self, kind: str, items: list[dict[str, Any]]) -> bool:
+        if kind == "nodes":
+            new = {str(_meta(n).get("name")): condense_node(n) for n in items}
+            changed = new != self._state.nodes
+            self._state.nodes = new
+            return changed
+        if kind == "jobs":
+            for obj in items:
+                self._apply_jobs("ADDED", obj)
+            return False
+        condense = condense_pod if kind == "pods" else condense_reservation
+        uses = {}
+        for obj in items:
+            use = condense(obj)
+            if use is not None:
+                uses[_key(obj)] = use
+            if kind == "pods":
+                job = (_meta(obj).get("labels") or {}).get(KF_JOB_NAME)
+                if job:
+                    self._notify(str(_meta(obj).get("namespace") or ""), str(job))
+        before = dict(self._state.uses[kind])
+        self._state.replace(kind, uses)
+        return before != self._state.uses[kind]
+
+    # -- background loops
+
+    def _mark_broken(self, kind: str) -> None:
+        with self._lock:
+            first = kind not in self._broken_since
+            self._broken_since.setdefault(kind, time.monotonic())
+        if first:
+            self._notify_all()
+
+    def _mark_ok(self, kind: str) -> None:
+        with self._lock:
+            was = self._broken_since.pop(kind, None)
+        if was is not None:
+            self._notify_all()
+
+    def _run(
+        self, kind: str, path: str, apply: Callable[[str, Mapping[str, Any]], bool]
+    ) -> None:
+        backoff = 0.2
+        need_list = True
+        rv = ""
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    items, rv = self.api.list(path)
+                    with self._lock:
+                        if self._replace(kind, items):
+                            self._version += 1
+                        self._rv[kind] = rv
+                        self._synced.add(kind)
+                        if all(k in self._synced for k in self._kinds):
+                            self._initial.set()
+                    need_list = False
+                self._mark_ok(kind)
+                stream = self.api.watch(path, rv, self.WATCH_TIMEOUT_S)
+                with self._lock:
+                    self._streams[kind] = stream
+                try:
+                    if self._stop.is_set():
+                        return
+                    for event in stream:
+                        etype = str(event.get("type") or "")
+                        obj = event.get("object") or {}
+                        if etype == "ERROR":
+                            code = obj.get("code") if isinstance(obj, dict) else None
+                            if code == 410:
+                                need_list = True
+                                break
+                            raise ApiError(int(code or 500), f"watch {path}: {obj}")
+                        new_rv = str(_meta(obj).get("resourceVersion") or "")
+                        if etype == "BOOKMARK":
+                            rv = new_rv or rv
+                            continue
+                        with self._lock:
+                            if apply(etype, obj):
+                                self._version += 1
+                            if new_rv:
+                                rv = new_rv
+                                self._rv[kind] = rv
+                finally:
+                    with self._lock:
+                        self._streams.pop(kind, None)
+                    stream.close()
+                backoff = 0.2
+            except ApiError as exc:
+                if self._stop.is_set():
+                    return
+                need_list = True
+                if exc.status == 410:
+                    continue
+                self._failed(kind, exc, backoff)
+                backoff = min(backoff * 2, self.MAX_BACKOFF_S)
+            except Exception as exc:  # connection drops, decode errors: never kill the loop
+                if self._stop.is_set():
+                    return
+                need_list = True
+                self._failed(kind, exc, backoff)
+                backoff = min(backoff * 2, self.MAX_BACKOFF_S)
+
+    def _failed(self, kind: str, exc: BaseException, backoff: float) -> None:
+        log.debug("cluster %s: %s watch failed: %s", self.name, kind, exc)
+        if kind != "jobs":
+            self._mark_broken(kind)
+        self._stop.wait(backoff)
+
+    def _probe_loop(self) -> None:
+        interval = max(1.0, self.ttl_s)
+        while not self._stop.wait(interval):
+            ok = self.api.probe()
+            if ok:
+                with self._lock:
+                    recovered = "probe" in self._broken_since
+                if recovered:
+                    # Watches may have hung silently meanwhile: make them re-LIST.
+                    with self._lock:
+                        streams = list(self._streams.values())
+                    for s in streams:
+                        with contextlib.suppress(Exception):
+                            s.close()
+                    self._mark_ok("probe")
+            else:
+                self._mark_broken("probe")

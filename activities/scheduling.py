@@ -1,0 +1,232 @@
+"""Temporal activities: thin adapters from workflows to the fleet and the pure core.
+
+Each activity takes one small input object and returns a compact verdict. Member-cluster
+work is synchronous ``kubernetes``-client code (``activities.member_cluster``), run by the
+worker in a thread pool; the placement decision is the pure ``fleetq.placement`` core
+running on cached snapshots, so node lists never reach workflow history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.fleet import Fleet
+from activities.member_cluster import (
+    BindRequest,
+    BindResult,
+    ClusterUnreachable,
+    ConflictError,
+    JobRef,
+    JobStatus,
+    PurgeResult,
+    ReserveRequest,
+    ReserveResult,
+)
+from fleetq.messages import (
+    Candidate,
+    HolderCheck,
+    HolderVerdict,
+    PlacementInput,
+    PlacementVerdict,
+    ResolveInput,
+    Resolution,
+)
+from fleetq.models import ClusterAffinity, Toleration
+from fleetq.naming import REGISTRY_WORKFLOW_ID
+from fleetq.placement import place_gang
+
+
+class ReserveInput(BaseModel):
+    cluster: str
+    request: ReserveRequest
+
+
+class BindInput(BaseModel):
+    cluster: str
+    request: BindRequest
+
+
+class WatchInput(BaseModel):
+    cluster: str
+    job: JobRef
+    since: str = ""
+    timeout_seconds: float = 300.0
+
+
+class PurgeInput(BaseModel):
+    cluster: str
+    job: JobRef
+
+
+class SchedulingActivities:
+    """All activities of the fleetq worker; one instance per worker process."""
+
+    def __init__(
+        self,
+        client: Client | None,
+        fleet: Fleet | Callable[[], Fleet],
+        *,
+        search_attributes: bool = False,
+    ) -> None:
+        self._client = client
+        self._fleet_source = fleet
+        self._fleet: Fleet | None = fleet if isinstance(fleet, Fleet) else None
+        self._lock = threading.Lock()
+        self._search_attributes = search_attributes
+
+    @property
+    def fleet(self) -> Fleet:
+        if self._fleet is None:
+            with self._lock:
+                if self._fleet is None:
+                    source = self._fleet_source
+                    assert callable(source)
+                    self._fleet = source()
+        return self._fleet
+
+    def _member(self, name: str) -> Any:
+        try:
+            return self.fleet.get(name)
+        except KeyError:
+            raise ApplicationError(
+                f"member cluster {name!r} is not in the fleet config",
+                type="InvalidRequest",
+                non_retryable=True,
+            ) from None
+
+    # ------------------------------------------------------------------ registry
+    @activity.defn(name="resolve_policy")
+    async def resolve_policy(self, inp: ResolveInput) -> Resolution:
+        res = Resolution()
+        if self._client is not None:
+            handle = self._client.get_workflow_handle(REGISTRY_WORKFLOW_ID)
+            try:
+                res = await handle.query("resolve", inp, result_type=Resolution)
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                res = Resolution(
+                    policy_reason="no PropagationPolicy applied to the fleet yet "
+                    "(the fleet registry is empty)"
+                )
+        res.search_attributes = self._search_attributes
+        return res
+
+    @activity.defn(name="check_holders")
+    async def check_holders(self, inp: HolderCheck) -> HolderVerdict:
+        if self._client is None:
+            return HolderVerdict()
+        client = self._client
+        sem = asyncio.Semaphore(20)
+
+        async def gone(wid: str) -> bool:
+            async with sem:
+                try:
+                    desc = await client.get_workflow_handle(wid).describe()
+                except RPCError as exc:
+                    if exc.status == RPCStatusCode.NOT_FOUND:
+                        return True
+                    raise
+                return desc.status != WorkflowExecutionStatus.RUNNING
+
+        flags = await asyncio.gather(*(gone(w) for w in inp.workflow_ids))
+        return HolderVerdict(gone=[w for w, g in zip(inp.workflow_ids, flags, strict=True) if g])
+
+    # ------------------------------------------------------------------ placement
+    @activity.defn(name="plan_placement")
+    def plan_placement(self, inp: PlacementInput) -> PlacementVerdict:
+        fleet = self.fleet
+        affinity = ClusterAffinity.model_validate(inp.affinity) if inp.affinity else None
+        tolerations = [Toleration.model_validate(t) for t in inp.cluster_tolerations]
+        members = fleet.clusters
+        eligible = [
+            name
+            for name, m in members.items()
+            if name not in inp.exclude and (affinity is None or affinity.allows(name, m.labels))
+        ]
+        snapshots = fleet.snapshots(eligible) if eligible else []
+        decision = place_gang(
+            inp.gang.to_gang(),
+            snapshots,
+            affinity=affinity,
+            cluster_tolerations=tolerations,
+            exclude=set(inp.exclude),
+        )
+        rejections = dict(decision.rejections)
+        for name in members:
+            if name not in eligible and name not in rejections:
+                rejections[name] = (
+                    f"{name}: excluded (evicted earlier)"
+                    if name in inp.exclude
+                    else f"{name}: not selected by the policy's clusterAffinity"
+                )
+        return PlacementVerdict(
+            candidates=[
+                Candidate(
+                    cluster=c.cluster,
+                    score=c.score,
+                    reservation=bool(members[c.cluster].reservation),
+                    assignment=dict(c.assignment),
+                )
+                for c in decision.ranked
+            ],
+            rejections=rejections,
+            eligible=eligible,
+        )
+
+    # ------------------------------------------------------------------ member writes
+    @activity.defn(name="reserve")
+    def reserve(self, inp: ReserveInput) -> ReserveResult:
+        try:
+            result: ReserveResult = self._member(inp.cluster).reserve(inp.request)
+        except ClusterUnreachable as exc:
+            return ReserveResult(ok=False, reason=f"{inp.cluster} unreachable: {exc}")
+        return result
+
+    @activity.defn(name="bind")
+    def bind(self, inp: BindInput) -> BindResult:
+        try:
+            result: BindResult = self._member(inp.cluster).bind(inp.request)
+        except ConflictError as exc:
+            raise ApplicationError(str(exc), type="ConflictError", non_retryable=True) from None
+        return result
+
+    @activity.defn(name="purge")
+    def purge(self, inp: PurgeInput) -> PurgeResult:
+        result: PurgeResult = self._member(inp.cluster).purge(inp.job)
+        return result
+
+    # ------------------------------------------------------------------ status
+    @activity.defn(name="watch_status")
+    def watch_status(self, inp: WatchInput) -> JobStatus:
+        member = self._member(inp.cluster)
+
+        def heartbeat() -> None:
+            activity.heartbeat()
+            if activity.is_cancelled():
+                raise asyncio.CancelledError()
+
+        status: JobStatus = member.wait_for_change(
+            inp.job, inp.since, inp.timeout_seconds, heartbeat=heartbeat
+        )
+        return status
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [
+            self.resolve_policy,
+            self.check_holders,
+            self.plan_placement,
+            self.reserve,
+            self.bind,
+            self.purge,
+            self.watch_status,
+        ]

@@ -1,0 +1,416 @@
+"""Pure admission core: which waiting jobs may take quota now, in which order, and why the
+others wait.
+
+The quota-queue workflow calls exactly this API on every signal (enqueue, cancel, release,
+tree change), so it is deterministic (time is an argument; no clock, no randomness, no
+salted hashes) and cheap: ``schedule()`` and ``enqueue()`` cost about
+O(log n + admitted + examined). Its whole state fits one compact :class:`AdmissionState`
+for continue-as-new.
+
+Semantics (Kube Queue, see DOMAIN.md):
+
+* one queue per quota node (:func:`fleetq.quota.queue_name`); a job waits in the queue of
+  its namespace's leaf, or of the root if its namespace is attached to no leaf;
+* a job is admitted when its request fits under ``max`` at its node and every ancestor;
+* within a queue: priority desc, submit time asc, job id asc (a total order);
+* policy ``Priority``: a head that does not fit is skipped and jobs behind it may go first,
+  but once a job has been skipped for longer than ``starvation_seconds`` nothing behind it
+  in its queue may overtake it; policy ``Block``: the head blocks its whole queue;
+* across queues, each pass admits in this order: candidates whose node is below its
+  ``min`` (see :meth:`fleetq.quota.QuotaNode.below_min`) before borrowers, then priority,
+  then submit time, then job id;
+* replacing the tree keeps held quota (usage may exceed the new ``max``) and moves every
+  waiting job to the queue its namespace maps to now.
+
+Usage pattern for callers: after ``release``, ``cancel`` or ``replace_tree``, call
+``schedule(now)`` and start every returned grant. ``enqueue`` admits the new job at once
+only when nothing else is pending a pass (it then cannot overtake anybody); otherwise it
+returns the job's :class:`WaitInfo` and the next ``schedule`` decides.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleetq import resources as R
+from fleetq.models import ElasticQuotaTree, parse_tree
+from fleetq.queues import JobQueue, Key
+from fleetq.quota import QuotaTree
+
+
+class QueuePolicy(StrEnum):
+    PRIORITY = "Priority"
+    BLOCK = "Block"
+
+
+class AdmissionRequest(BaseModel):
+    """One job asking for quota (travels through workflow history: keep it small)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str = Field(min_length=1)  # the job's workflow id, e.g. "pytorchjob/default/x"
+    namespace: str = Field(min_length=1)
+    priority: int = 0
+    request: dict[str, Annotated[int, Field(ge=0)]]  # milli-units, from quota_request()
+    submitted_at: float = Field(allow_inf_nan=False)  # seconds (workflow.now().timestamp())
+
+
+class Grant(BaseModel):
+    """A job that now holds quota and may be placed."""
+
+    job_id: str
+    queue: str
+    node: str
+
+
+class WaitInfo(BaseModel):
+    """Where a waiting job stands: 1-based position in its queue and why it waits."""
+
+    job_id: str
+    queue: str
+    position: int
+    reason: str
+
+
+class QueueInfo(BaseModel):
+    name: str
+    node: str
+    policy: str
+    length: int  # waiting jobs
+    admitted: int  # jobs holding quota charged to this node itself
+    usage: dict[str, int]  # this node and its subtree, milli-units
+    min: dict[str, int]
+    max: dict[str, int]
+
+
+class AdmissionState(BaseModel):
+    """Everything needed to rebuild an :class:`Admission` (continue-as-new payload).
+
+    Compact on purpose (about 60 bytes per waiting job): request shapes and namespaces are
+    interned and jobs are tuples.
+
+    * ``w``: waiting jobs ``(job_id, ns index, priority, submitted_at, shape index,
+      skipped_at or None)`` in enqueue order;
+    * ``h``: holders ``(job_id, ns index, shape index)`` in admission order.
+    """
+
+    v: int = 1
+    tree: dict[str, Any] | None = None
+    policy: QueuePolicy = QueuePolicy.PRIORITY
+    starve: float = 600.0
+    shapes: list[dict[str, int]] = Field(default_factory=list)
+    ns: list[str] = Field(default_factory=list)
+    w: list[tuple[str, int, int, float, int, float | None]] = Field(default_factory=list)
+    h: list[tuple[str, int, int]] = Field(default_factory=list)
+    dirty: bool = False
+
+
+class _Job:
+    __slots__ = ("job_id", "namespace", "priority", "submitted_at", "shape", "key", "queue")
+
+    def __init__(
+        self, job_id: str, namespace: str, priority: int, submitted_at: float, shape: int
+    ) -> None:
+        self.job_id = job_id
+        self.namespace = namespace
+        self.priority = priority
+        self.submitted_at = submitted_at
+        self.shape = shape
+        self.key: Key = (-priority, submitted_at, job_id)
+        self.queue = ""  # node name of the queue it waits in
+
+
+def display_job(job_id: str) -> str:
+    """``pytorchjob/default/big`` -> ``default/big`` (workflow ids carry the kind first)."""
+    parts = job_id.split("/")
+    return "/".join(parts[1:]) if len(parts) >= 3 else job_id
+
+
+class Admission:
+    """Quota tree + one queue per node + the admission rules. See the module docstring."""
+
+    def __init__(
+        self,
+        tree: ElasticQuotaTree | None,
+        policy: QueuePolicy = QueuePolicy.PRIORITY,
+        starvation_seconds: float = 600,
+    ) -> None:
+        if not (isinstance(starvation_seconds, int | float) and math.isfinite(starvation_seconds)):
+            raise ValueError(
+                f"starvation_seconds must be a finite number, got {starvation_seconds!r}"
+            )
+        if starvation_seconds < 0:
+            raise ValueError(f"starvation_seconds must be >= 0, got {starvation_seconds!r}")
+        self.policy = QueuePolicy(policy)
+        self.starvation_seconds = float(starvation_seconds)
+        self.quota = QuotaTree(tree)
+        self._shapes: list[R.Resources] = []
+        self._shape_ids: dict[tuple[tuple[str, int], ...], int] = {}
+        self._waiting: dict[str, _Job] = {}
+        self._admitted: dict[str, _Job] = {}
+        self._queues: dict[str, JobQueue] = {}
+        self._dirty = False
+        self._rebuild_queues({})
+
+    # ------------------------------------------------------------------ internals
+
+    def _intern(self, request: dict[str, int]) -> int:
+        key = tuple(sorted((k, int(v)) for k, v in request.items() if v))
+        sid = self._shape_ids.get(key)
+        if sid is None:
+            sid = self._shape_ids[key] = len(self._shapes)
+            self._shapes.append(dict(key))
+        return sid
+
+    def _rebuild_queues(self, skipped: dict[str, float]) -> None:
+        self._queues = {n.name: JobQueue(n.queue, n.name, self._shapes) for n in self.quota}
+        for job in self._waiting.values():
+            self._place(job, skipped.get(job.job_id))
+
+    def _place(self, job: _Job, skipped_at: float | None) -> JobQueue:
+        job.queue = self.quota.leaf_for(job.namespace)
+        q = self._queues[job.queue]
+        q.add(job.key, job.shape, skipped_at)
+        return q
+
+    def _skip_times(self) -> dict[str, float]:
+        return {k[2]: t for q in self._queues.values() for k, t in q.skipped_at.items()}
+
+    def _pick(self, q: JobQueue, nofit: set[tuple[str, int]]) -> tuple[Key, int] | None:
+        """The job this queue would admit next, given current usage, or None."""
+        if not q.order or not self.quota.fits(q.node, q.lower_bound()):
+            return None
+        if self.policy is QueuePolicy.BLOCK:
+            key = q.order[0]
+            shape = self._waiting[key[2]].shape
+            return (key, shape) if self.quota.fits(q.node, self._shapes[shape]) else None
+        limit = q.first_starving()
+        for key, shape in q.heads:
+            if limit is not None and key > limit:
+                break
+            if (q.node, shape) in nofit:
+                continue
+            if self.quota.fits(q.node, self._shapes[shape]):
+                return key, shape
+            nofit.add((q.node, shape))
+        return None
+
+    def _rank(self, q: JobQueue, key: Key) -> tuple[int, Key]:
+        return (0 if self.quota.nodes[q.node].below_min() else 1, key)
+
+    def _admit(self, q: JobQueue, key: Key, shape: int, now: float) -> Grant:
+        job = self._waiting.pop(key[2])
+        if self.policy is QueuePolicy.PRIORITY:
+            q.mark_skipped_before(key, now)
+        q.remove(key, shape)
+        node = self.quota.admit(job.job_id, job.namespace, self._shapes[shape])
+        self._admitted[job.job_id] = job
+        return Grant(job_id=job.job_id, queue=q.name, node=node)
+
+    def _grant_of(self, job_id: str) -> Grant:
+        node = self.quota.holdings[job_id].node
+        return Grant(job_id=job_id, queue=self.quota.nodes[node].queue, node=node)
+
+    # ------------------------------------------------------------------ API
+
+    def replace_tree(self, tree: ElasticQuotaTree) -> None:
+        """New limits for new admissions; held quota stays (re-charged where each
+        holder's namespace maps now); waiting jobs move to their namespace's queue."""
+        skipped = self._skip_times()
+        self.quota.replace(tree)
+        self._rebuild_queues(skipped)
+        self._dirty = True
+
+    def enqueue(self, req: AdmissionRequest, now: float) -> WaitInfo | Grant:
+        """Queue a job. Idempotent on ``job_id``: a waiting job gets its WaitInfo, an
+        admitted one its Grant (the request is not updated). Returns a Grant when the job
+        is admitted at once (see the module docstring)."""
+        if req.job_id in self._admitted:
+            return self._grant_of(req.job_id)
+        if req.job_id in self._waiting:
+            info = self.wait_info(req.job_id)
+            assert info is not None
+            return info
+        job = _Job(
+            req.job_id, req.namespace, req.priority, req.submitted_at, self._intern(req.request)
+        )
+        self._waiting[job.job_id] = job
+        q = self._place(job, None)
+        q.promote(now, self.starvation_seconds)
+        if not self._dirty:
+            pick = self._pick(q, set())
+            if pick is not None and pick[0] == job.key:
+                return self._admit(q, job.key, job.shape, now)
+        info = self.wait_info(job.job_id)
+        assert info is not None
+        return info
+
+    def cancel(self, job_id: str) -> bool:
+        """Remove a waiting job; ``False`` if it is not waiting."""
+        job = self._waiting.pop(job_id, None)
+        if job is None:
+            return False
+        self._queues[job.queue].remove(job.key, job.shape)
+        self._dirty = True
+        return True
+
+    def release(self, job_id: str) -> bool:
+        """Give an admitted job's quota back; idempotent (``False`` if it held none)."""
+        if self._admitted.pop(job_id, None) is None:
+            return False
+        self.quota.release(job_id)
+        self._dirty = True
+        return True
+
+    def schedule(self, now: float) -> list[Grant]:
+        """Admit every waiting job that fits now, in admission order; deterministic."""
+        self._dirty = False
+        if not self._waiting:
+            return []
+        nofit: set[tuple[str, int]] = set()
+        heap: list[tuple[tuple[int, Key], str]] = []
+        for q in self._queues.values():
+            if q.order:
+                q.promote(now, self.starvation_seconds)
+                pick = self._pick(q, nofit)
+                if pick is not None:
+                    heap.append((self._rank(q, pick[0]), q.node))
+        heapq.heapify(heap)
+        grants: list[Grant] = []
+        # Admissions only raise usage, so a queue's pick and rank only get worse during
+        # a pass: a popped entry whose recomputed rank is unchanged is the true minimum.
+        while heap:
+            rank, node = heapq.heappop(heap)
+            q = self._queues[node]
+            pick = self._pick(q, nofit)
+            if pick is None:
+                continue
+            current = self._rank(q, pick[0])
+            if current != rank:
+                heapq.heappush(heap, (current, node))
+                continue
+            grants.append(self._admit(q, pick[0], pick[1], now))
+            pick = self._pick(q, nofit)
+            if pick is not None:
+                heapq.heappush(heap, (self._rank(q, pick[0]), node))
+        return grants
+
+    def is_admitted(self, job_id: str) -> bool:
+        return job_id in self._admitted
+
+    def holders(self) -> list[str]:
+        """Admitted jobs, in admission order."""
+        return list(self._admitted)
+
+    def waiting(self) -> list[str]:
+        """Waiting jobs, queue by queue (tree pre-order), each queue in its order."""
+        return [k[2] for q in self._queues.values() for k in q.order]
+
+    def queue_for(self, namespace: str) -> str:
+        """Name of the queue a job of ``namespace`` waits in."""
+        return self.quota.nodes[self.quota.leaf_for(namespace)].queue
+
+    def wait_info(self, job_id: str) -> WaitInfo | None:
+        """Position and reason of a waiting job; ``None`` if it is not waiting."""
+        job = self._waiting.get(job_id)
+        if job is None:
+            return None
+        q = self._queues[job.queue]
+        return WaitInfo(
+            job_id=job_id, queue=q.name, position=q.position(job.key), reason=self._reason(q, job)
+        )
+
+    def _reason(self, q: JobQueue, job: _Job) -> str:
+        if self.policy is QueuePolicy.BLOCK:
+            head = q.head()
+            if head is not None and head != job.key:
+                what = "higher-priority" if -head[0] > job.priority else "earlier"
+                return f"behind {what} job {display_job(head[2])} (Block)"
+        quota = self.quota.can_admit(q.node, self._shapes[job.shape])
+        if quota is not None:
+            return quota
+        if self.policy is QueuePolicy.PRIORITY:
+            starving = q.starving_before(job.key)
+            if starving is not None:
+                return f"behind starving job {display_job(starving[2])}"
+        return "fits; admitted at the next scheduling pass"
+
+    def queues(self) -> list[QueueInfo]:
+        """Every queue, tree pre-order."""
+        return [
+            QueueInfo(
+                name=n.queue,
+                node=n.name,
+                policy=self.policy.value,
+                length=len(self._queues[n.name]),
+                admitted=n.admitted,
+                usage=dict(n.usage),
+                min=dict(n.min),
+                max=dict(n.max),
+            )
+            for n in self.quota
+        ]
+
+    def usage(self, node_name: str) -> dict[str, int]:
+        """Usage of a node and its subtree (milli-units); KeyError names an unknown node."""
+        return self.quota.usage(node_name)
+
+    # ------------------------------------------------------------------ persistence
+
+    def to_state(self) -> AdmissionState:
+        shapes: dict[int, int] = {}
+        namespaces: dict[str, int] = {}
+
+        def s(i: int) -> int:
+            return shapes.setdefault(i, len(shapes))
+
+        def n(ns: str) -> int:
+            return namespaces.setdefault(ns, len(namespaces))
+
+        skipped = self._skip_times()
+        w = [
+            (
+                j.job_id,
+                n(j.namespace),
+                j.priority,
+                j.submitted_at,
+                s(j.shape),
+                skipped.get(j.job_id),
+            )
+            for j in self._waiting.values()
+        ]
+        h = [(j.job_id, n(j.namespace), s(j.shape)) for j in self._admitted.values()]
+        tree = self.quota.tree
+        return AdmissionState(
+            tree=tree.model_dump(mode="json", exclude_none=True) if tree is not None else None,
+            policy=self.policy,
+            starve=self.starvation_seconds,
+            shapes=[self._shapes[i] for i in shapes],
+            ns=list(namespaces),
+            w=w,
+            h=h,
+            dirty=self._dirty,
+        )
+
+    @classmethod
+    def from_state(cls, s: AdmissionState) -> Admission:
+        tree = parse_tree(s.tree) if s.tree is not None else None
+        a = cls(tree, s.policy, s.starve)
+        sids = [a._intern(shape) for shape in s.shapes]
+        for job_id, ns, shape in s.h:
+            job = _Job(job_id, s.ns[ns], 0, 0.0, sids[shape])
+            a.quota.admit(job_id, job.namespace, a._shapes[job.shape])
+            a._admitted[job_id] = job
+        skipped: dict[str, float] = {}
+        for job_id, ns, prio, submitted, shape, skip in s.w:
+            a._waiting[job_id] = _Job(job_id, s.ns[ns], prio, submitted, sids[shape])
+            if skip is not None:
+                skipped[job_id] = skip
+        a._rebuild_queues(skipped)
+        a._dirty = s.dirty
+        return a

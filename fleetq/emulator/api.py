@@ -1,0 +1,653 @@
+"""The Kubernetes REST API of one emulated cluster, as aiohttp handlers.
+
+Enough of the real API server for the official ``kubernetes`` client and ``kubectl``:
+discovery, get/list/create/update/patch/delete/deletecollection/watch on the resources in
+:mod:`fleetq.emulator.store`, ``/status`` subresources, label and field selectors,
+optimistic concurrency and ``Status`` error bodies. Bearer-token auth and fault
+injection (errors, latency) happen here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import re
+import secrets
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from aiohttp import web
+
+from fleetq import resources as R
+from fleetq.emulator.selectors import SelectorError, selector_matcher
+from fleetq.emulator.store import (
+    ApiError,
+    Obj,
+    ResourceType,
+    already_exists,
+    dumps,
+    invalid,
+    not_found,
+    now_iso,
+)
+from fleetq.models import DNS1123_LABEL, DNS1123_SUBDOMAIN, pod_requests
+
+if TYPE_CHECKING:
+    from fleetq.emulator.cluster import EmulatedCluster
+
+JSON = "application/json"
+VERSION = {
+    "major": "1", "minor": "29", "gitVersion": "v1.29.0-fleetq", "gitCommit": "fleetq",
+    "gitTreeState": "clean", "buildDate": "2024-01-01T00:00:00Z", "goVersion": "go1.21",
+    "compiler": "gc", "platform": "linux/amd64",
+}
+CATEGORIES = {"pods": ["all"], "pytorchjobs": ["all", "kubeflow"]}
+DEFAULT_WATCH_TIMEOUT = 1800.0
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    data = body if isinstance(body, bytes) else dumps(body)
+    return web.Response(body=data, status=status, content_type=JSON, headers=headers)
+
+
+def status_response(err: ApiError) -> web.Response:
+    return _json(err.status(), err.code, err.headers)
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+# ---------------------------------------------------------------------- discovery
+
+
+def _resource_list(cluster: EmulatedCluster, group: str, version: str) -> dict[str, Any] | None:
+    rts = [rt for rt in cluster.store.types.values()
+           if rt.group == group and rt.version == version]
+    if not rts:
+        return None
+    resources: list[dict[str, Any]] = []
+    for rt in rts:
+        entry: dict[str, Any] = {
+            "name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
+            "kind": rt.kind, "verbs": list(rt.verbs),
+        }
+        if rt.short_names:
+            entry["shortNames"] = list(rt.short_names)
+        if rt.plural in CATEGORIES:
+            entry["categories"] = CATEGORIES[rt.plural]
+        resources.append(entry)
+        if rt.has_status:
+            resources.append({"name": f"{rt.plural}/status", "singularName": "",
+                              "namespaced": rt.namespaced, "kind": rt.kind,
+                              "verbs": ["get", "patch", "update"]})
+    return {"kind": "APIResourceList", "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version, "resources": resources}
+
+
+def _groups(cluster: EmulatedCluster) -> list[dict[str, Any]]:
+    seen: dict[str, str] = {}
+    for rt in cluster.store.types.values():
+        if rt.group:
+            seen.setdefault(rt.group, rt.version)
+    return [
+        {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v}],
+         "preferredVersion": {"groupVersion": f"{g}/{v}", "version": v}}
+        for g, v in sorted(seen.items())
+    ]
+
+
+# ---------------------------------------------------------------------- validation
+
+
+def _validate_meta(rt: ResourceType, obj: Obj) -> None:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or not name:
+        raise invalid(rt, "", "metadata.name", "Required value: name or generateName is required")
+    if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
+        raise invalid(rt, name, "metadata.name",
+                      f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of '
+                      "lower case alphanumeric characters, '-' or '.'")
+    if rt.plural == "namespaces" and (len(name) > 63 or not DNS1123_LABEL.match(name)):
+        raise invalid(rt, name, "metadata.name", f'Invalid value: "{name}": not a DNS label')
+    for part in ("labels", "annotations"):
+        val = meta.get(part)
+        if val is None:
+            continue
+        if not isinstance(val, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in val.items()
+        ):
+            raise invalid(rt, name, f"metadata.{part}", "Invalid value: must map strings to strings")
+
+
+def _validate_pod_spec(rt: ResourceType, name: str, path: str, spec: Any) -> None:
+    if not isinstance(spec, dict):
+        raise invalid(rt, name, path, "Required value")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise invalid(rt, name, f"{path}.containers", "Required value")
+    try:
+        pod_requests(spec)
+    except (R.QuantityError, AttributeError, TypeError) as exc:
+        raise invalid(rt, name, f"{path}.containers[*].resources", f"Invalid value: {exc}") from None
+
+
+def validate(rt: ResourceType, obj: Obj) -> None:
+    _validate_meta(rt, obj)
+    name = obj["metadata"]["name"]
+    spec = obj.get("spec")
+    if rt.plural == "pods":
+        _validate_pod_spec(rt, name, "spec", spec)
+    elif rt.plural == "pytorchjobs":
+        specs = spec.get("pytorchReplicaSpecs") if isinstance(spec, dict) else None
+        if not isinstance(specs, dict) or not specs:
+            raise invalid(rt, name, "spec.pytorchReplicaSpecs", "Required value")
+        for role, rs in specs.items():
+            if role not in ("Master", "Worker"):
+                raise invalid(rt, name, f"spec.pytorchReplicaSpecs.{role}",
+                              "Unsupported value: must be Master or Worker")
+            if not isinstance(rs, dict):
+                raise invalid(rt, name, f"spec.pytorchReplicaSpecs.{role}", "Invalid value")
+            reps = rs.get("replicas", 1)
+            if isinstance(reps, bool) or not isinstance(reps, int) or reps < 0:
+                raise invalid(rt, name, f"spec.pytorchReplicaSpecs.{role}.replicas",
+                              "Invalid value: must be a non-negative integer")
+            _validate_pod_spec(rt, name, f"spec.pytorchReplicaSpecs.{role}.template.spec",
+                               (rs.get("template") or {}).get("spec"))
+    elif rt.plural == "reservations":
+        if not isinstance(spec, dict):
+            raise invalid(rt, name, "spec", "Required value")
+        _validate_pod_spec(rt, name, "spec.template.spec",
+                           (spec.get("template") or {}).get("spec"))
+        owners = spec.get("owners")
+        if not isinstance(owners, list) or not owners:
+            raise invalid(rt, name, "spec.owners", "Required value")
+        from fleetq.emulator.controllers import parse_duration, parse_time
+
+        if spec.get("ttl") is not None:
+            try:
+                parse_duration(str(spec["ttl"]))
+            except ValueError as exc:
+                raise invalid(rt, name, "spec.ttl", f"Invalid value: {exc}") from None
+        if spec.get("expires") is not None:
+            try:
+                parse_time(str(spec["expires"]))
+            except ValueError:
+                raise invalid(rt, name, "spec.expires",
+                              "Invalid value: must be an RFC3339 time") from None
+
+
+# ---------------------------------------------------------------------- patches
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (strategic merge is treated the same)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise bad_request(f"invalid JSON pointer {path!r}")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def _walk(doc: Any, parts: list[str]) -> Any:
+    for p in parts:
+        doc = doc[int(p)] if isinstance(doc, list) else doc[p]
+    return doc
+
+
+def json_patch(doc: Any, ops: Any) -> Any:
+    """RFC 6902 JSON patch (add, remove, replace, move, copy, test)."""
+    if not isinstance(ops, list):
+        raise bad_request("a JSON patch must be a list of operations")
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        try:
+            kind = op["op"]
+            parts = _pointer(op["path"])
+            if kind in ("add", "replace", "test", "remove"):
+                parent = _walk(doc, parts[:-1]) if parts else None
+                last = parts[-1] if parts else None
+                if kind == "test":
+                    if _walk(doc, parts) != op.get("value"):
+                        raise ApiError(422, "Invalid", f"test operation failed at {op['path']}")
+                    continue
+                if parent is None:
+                    if kind == "remove":
+                        raise bad_request("cannot remove the whole document")
+                    doc = copy.deepcopy(op["value"])
+                    continue
+                assert last is not None
+                if kind == "remove":
+                    if isinstance(parent, list):
+                        parent.pop(int(last))
+                    else:
+                        del parent[last]
+                elif isinstance(parent, list):
+                    idx = len(parent) if last == "-" else int(last)
+                    if kind == "add":
+                        parent.insert(idx, copy.deepcopy(op["value"]))
+                    else:
+                        parent[idx] = copy.deepcopy(op["value"])
+                else:
+                    if kind == "replace" and last not in parent:
+                        raise KeyError(last)
+                    parent[last] = copy.deepcopy(op["value"])
+            elif kind in ("move", "copy"):
+                value = copy.deepcopy(_walk(doc, _pointer(op["from"])))
+                if kind == "move":
+                    doc = json_patch(doc, [{"op": "remove", "path": op["from"]}])
+                doc = json_patch(doc, [{"op": "add", "path": op["path"], "value": value}])
+            else:
+                raise bad_request(f"unknown JSON patch op {kind!r}")
+        except (KeyError, IndexError, ValueError, TypeError) as exc:
+            raise ApiError(422, "Invalid", f"JSON patch failed: {op!r}: {exc!r}") from None
+    return doc
+
+
+# ---------------------------------------------------------------------- handlers
+
+
+class Handler:
+    """Routes requests of one cluster's API port."""
+
+    def __init__(self, cluster: EmulatedCluster) -> None:
+        self.cluster = cluster
+        self.store = cluster.store
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if path in ("/healthz", "/livez", "/readyz"):
+            return web.Response(text="ok")
+        if path == "/version":
+            return _json(VERSION)
+        auth = request.headers.get("Authorization", "")
+        if not secrets.compare_digest(auth.encode(), f"Bearer {self.cluster.token}".encode()):
+            return status_response(ApiError(401, "Unauthorized", "Unauthorized"))
+        faults = self.cluster.faults
+        if faults.latency > 0:
+            await asyncio.sleep(faults.latency)
+        if faults.should_fail():
+            code = faults.error_status or 500
+            headers = {}
+            if faults.retry_after is not None:
+                headers["Retry-After"] = str(max(1, round(faults.retry_after)))
+            reason = {429: "TooManyRequests", 503: "ServiceUnavailable",
+                      504: "Timeout"}.get(code, "InternalError")
+            return status_response(
+                ApiError(code, reason, f"injected fault: HTTP {code}", headers=headers)
+            )
+        try:
+            return await self.route(request)
+        except ApiError as exc:
+            return status_response(exc)
+        except SelectorError as exc:
+            return status_response(bad_request(str(exc)))
+
+    async def route(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path.split("/") if p]
+        if not parts:
+            return _json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz"]})
+        if parts == ["api"]:
+            host = request.host
+            return _json({"kind": "APIVersions", "versions": ["v1"],
+                          "serverAddressByClientCIDRs": [
+                              {"clientCIDR": "0.0.0.0/0", "serverAddress": host}]})
+        if parts == ["apis"]:
+            return _json({"kind": "APIGroupList", "apiVersion": "v1",
+                          "groups": _groups(self.cluster)})
+        if parts[0] == "api" and len(parts) >= 2:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[0] == "apis" and len(parts) >= 2:
+            if len(parts) == 2:
+                for g in _groups(self.cluster):
+                    if g["name"] == parts[1]:
+                        return _json({"kind": "APIGroup", "apiVersion": "v1", **g})
+                raise _no_route()
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise _no_route()
+        if not rest:
+            listing = _resource_list(self.cluster, group, version)
+            if listing is None:
+                raise _no_route()
+            return _json(listing)
+        namespace: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
+            namespace = rest[1]
+            rest = rest[2:]
+        plural = rest[0]
+        rt = self.store.types.get(plural)
+        if rt is None or rt.group != group or rt.version != version or len(rest) > 3:
+            raise _no_route()
+        if namespace is not None and not rt.namespaced:
+            raise _no_route()
+        name = rest[1] if len(rest) >= 2 else None
+        sub = rest[2] if len(rest) == 3 else None
+        if sub is not None and (sub != "status" or not rt.has_status):
+            if not (rt.plural == "namespaces" and sub == "finalize"):
+                raise _no_route()
+        if rt.namespaced and name is not None and namespace is None:
+            raise _no_route()
+        method = request.method
+        q = request.query
+        if name is None:
+            if method == "GET":
+                matcher = selector_matcher(q.get("labelSelector"), q.get("fieldSelector"))
+                if q.get("watch") in ("true", "1", "True"):
+                    return await self.watch(request, rt, namespace, matcher)
+                return _json(self.store.list_json(rt.plural, namespace, matcher))
+            if method == "POST":
+                if rt.namespaced and namespace is None:
+                    raise _no_route()
+                return self.create(rt, namespace, await _body(request), q.get("dryRun"))
+            if method == "DELETE":
+                matcher = selector_matcher(q.get("labelSelector"), q.get("fieldSelector"))
+                return self.delete_collection(rt, namespace, matcher)
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
+        ns = namespace or ""
+        if method == "GET":
+            obj = self.store.get(rt.plural, ns, name)
+            if obj is None:
+                raise not_found(rt, name)
+            return _json(self.store.cached_json(obj))
+        if method == "PUT":
+            return self.update(rt, ns, name, sub, await _body(request), q.get("dryRun"))
+        if method == "PATCH":
+            body = await _body(request)
+            return self.patch(rt, ns, name, sub, body, request.content_type, q.get("dryRun"))
+        if method == "DELETE":
+            raw = await request.read()
+            opts = {}
+            if raw:
+                with contextlib.suppress(ValueError):
+                    opts = json.loads(raw) or {}
+            return self.delete(rt, ns, name, opts if isinstance(opts, dict) else {})
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
+
+    # ------------------------------------------------------------------ verbs
+
+    def _ensure_namespace(self, namespace: str) -> None:
+        if self.store.get("namespaces", "", namespace) is None:
+            raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
+                           {"name": namespace, "kind": "namespaces"})
+
+    def _check_identity(self, rt: ResourceType, obj: Obj, namespace: str | None) -> None:
+        if not isinstance(obj, dict):
+            raise bad_request("the request body must be a JSON object")
+        kind = obj.get("kind")
+        if kind and kind != rt.kind:
+            raise bad_request(f"the kind {kind!r} does not match the resource {rt.plural!r}")
+        api_version = obj.get("apiVersion")
+        if api_version and api_version != rt.api_version:
+            raise bad_request(
+                f"the API version {api_version!r} does not match the expected API version "
+                f"{rt.api_version!r}"
+            )
+        meta = obj.get("metadata")
+        if meta is None:
+            obj["metadata"] = meta = {}
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
+        if rt.namespaced:
+            body_ns = meta.get("namespace")
+            if body_ns and namespace and body_ns != namespace:
+                raise bad_request(
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request"
+                )
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+
+    def create(
+        self, rt: ResourceType, namespace: str | None, obj: Any, dry_run: str | None
+    ) -> web.Response:
+        self._check_identity(rt, obj, namespace)
+        meta = obj["metadata"]
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = str(meta["generateName"]) + secrets.token_hex(3)[:5]
+        validate(rt, obj)
+        if rt.namespaced:
+            assert namespace is not None
+            self._ensure_namespace(namespace)
+        for k in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+                  "generation"):
+            meta.pop(k, None)
+        if self.store.get(rt.plural, namespace or "", meta["name"]) is not None:
+            raise already_exists(rt, meta["name"])
+        if rt.plural == "pods":
+            obj["status"] = {"phase": "Pending", "qosClass": "Burstable"}
+        elif rt.plural == "namespaces":
+            obj["status"] = {"phase": "Active"}
+            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+        elif rt.plural in ("pytorchjobs", "reservations", "persistentvolumeclaims"):
+            obj.pop("status", None)
+            if rt.plural == "persistentvolumeclaims":
+                obj["status"] = {"phase": "Bound"}
+        if rt.plural == "reservations":
+            self.cluster.controller.admit_reservation(obj)
+        if dry_run:
+            return _json(obj, 201)
+        stored = self.store.create(rt.plural, obj)
+        if rt.plural == "reservations":
+            self.cluster.controller.reservation_created(stored)
+        return _json(self.store.cached_json(stored), 201)
+
+    def _write(
+        self, rt: ResourceType, cur: Obj, new: Any, sub: str | None, expect_rv: str | None,
+        dry_run: str | None,
+    ) -> web.Response:
+        if not isinstance(new, dict):
+            raise bad_request("the request body must be a JSON object")
+        if sub == "status":
+            obj = copy.deepcopy(cur)
+            obj["status"] = new.get("status")
+            if obj["status"] is None:
+                obj.pop("status")
+        else:
+            obj = new
+            if rt.has_status and rt.plural != "nodes":
+                if "status" in cur:
+                    obj["status"] = copy.deepcopy(cur["status"])
+                else:
+                    obj.pop("status", None)
+            ns = cur["metadata"].get("namespace")
+            self._check_identity(rt, obj, ns)
+            if obj["metadata"].get("name") != cur["metadata"]["name"]:
+                raise bad_request("the name of the object does not match the name on the URL")
+            obj["metadata"].pop("deletionTimestamp", None)
+            validate(rt, obj)
+        if dry_run:
+            return _json(obj)
+        stored = self.store.replace(rt.plural, obj, expect_rv=expect_rv)
+        return _json(self.store.cached_json(stored))
+
+    def update(
+        self, rt: ResourceType, ns: str, name: str, sub: str | None, body: Any,
+        dry_run: str | None,
+    ) -> web.Response:
+        cur = self.store.get(rt.plural, ns, name)
+        if cur is None:
+            raise not_found(rt, name)
+        if not isinstance(body, dict):
+            raise bad_request("the request body must be a JSON object")
+        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        if meta.get("name") and meta["name"] != name:
+            raise bad_request(
+                f'the name of the object ({meta["name"]}) does not match the name on the URL '
+                f"({name})"
+            )
+        rv = meta.get("resourceVersion") or None
+        if sub == "status":
+            return self._write(rt, cur, body, sub, rv, dry_run)
+        body.setdefault("metadata", {})["name"] = name
+        return self._write(rt, cur, body, sub, rv, dry_run)
+
+    def patch(
+        self, rt: ResourceType, ns: str, name: str, sub: str | None, body: Any,
+        content_type: str, dry_run: str | None,
+    ) -> web.Response:
+        cur = self.store.get(rt.plural, ns, name)
+        if cur is None:
+            if content_type == "application/apply-patch+yaml" and sub is None:
+                return self.create(rt, ns or None, body, dry_run)
+            raise not_found(rt, name)
+        if content_type == "application/json-patch+json":
+            merged = json_patch(cur, body)
+            expect = None
+        else:
+            if not isinstance(body, dict):
+                raise bad_request("a merge patch must be a JSON object")
+            merged = merge_patch(copy.deepcopy(cur), body)
+            pmeta = body.get("metadata")
+            expect = pmeta.get("resourceVersion") if isinstance(pmeta, dict) else None
+        if sub == "status":
+            return self._write(rt, cur, merged, sub, expect, dry_run)
+        if not isinstance(merged, dict):
+            raise ApiError(422, "Invalid", "the patched object is not a JSON object")
+        merged.setdefault("metadata", {})
+        if isinstance(merged["metadata"], dict):
+            merged["metadata"]["name"] = name
+            merged["metadata"].pop("resourceVersion", None)
+        return self._write(rt, cur, merged, sub, expect, dry_run)
+
+    def delete(self, rt: ResourceType, ns: str, name: str, opts: dict[str, Any]) -> web.Response:
+        cur = self.store.get(rt.plural, ns, name)
+        if cur is None:
+            raise not_found(rt, name)
+        pre = opts.get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != cur["metadata"]["uid"]:
+            raise ApiError(409, "Conflict",
+                           f'Precondition failed: UID in precondition: {pre["uid"]}, '
+                           f'UID in object meta: {cur["metadata"]["uid"]}')
+        if rt.plural == "namespaces":
+            for other in self.store.types.values():
+                if other.namespaced:
+                    for obj in self.store.items(other.plural, name):
+                        self.store.delete(other.plural, name, obj["metadata"]["name"])
+        gone = self.store.delete(rt.plural, ns, name, expect_rv=pre.get("resourceVersion"))
+        if rt.plural in ("pods", "namespaces"):
+            if rt.plural == "namespaces":
+                gone = {**gone, "status": {"phase": "Terminating"}}
+            return _json(gone)
+        return _json(_success(rt, name, gone["metadata"].get("uid", "")))
+
+    def delete_collection(
+        self, rt: ResourceType, namespace: str | None, matcher: Any
+    ) -> web.Response:
+        for obj in list(self.store.items(rt.plural, namespace)):
+            if matcher is None or matcher(obj):
+                meta = obj["metadata"]
+                if rt.plural == "namespaces":
+                    self.delete(rt, "", meta["name"], {})
+                else:
+                    self.store.delete(rt.plural, meta.get("namespace", ""), meta["name"])
+        return _json({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                      "status": "Success"})
+
+    async def watch(
+        self, request: web.Request, rt: ResourceType, namespace: str | None, matcher: Any
+    ) -> web.StreamResponse:
+        q = request.query
+        raw_rv = q.get("resourceVersion") or ""
+        since: int | None = None
+        if raw_rv not in ("", "0"):
+            try:
+                since = int(raw_rv)
+            except ValueError:
+                raise bad_request(f"invalid resourceVersion {raw_rv!r}") from None
+        try:
+            timeout = float(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        except ValueError:
+            raise bad_request("timeoutSeconds must be a number") from None
+        resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
+        resp.enable_chunked_encoding()
+        try:
+            watcher = self.store.watch(rt.plural, namespace, matcher, since)
+        except ApiError as exc:
+            await resp.prepare(request)
+            await resp.write(b'{"type":"ERROR","object":' + dumps(exc.status()) + b"}\n")
+            await resp.write_eof()
+            return resp
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout)
+        try:
+            await resp.prepare(request)
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    line = await asyncio.wait_for(watcher.queue.get(), remaining)
+                except TimeoutError:
+                    break
+                if line is None:
+                    break
+                buf = [line]
+                while not watcher.queue.empty() and len(buf) < 1000:
+                    nxt = watcher.queue.get_nowait()
+                    if nxt is None:
+                        watcher.closed = True
+                        break
+                    buf.append(nxt)
+                await resp.write(b"".join(buf))
+                if watcher.closed and watcher.queue.empty():
+                    break
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError, RuntimeError):
+            pass
+        finally:
+            self.store.unwatch(watcher)
+        return resp
+
+
+def _success(rt: ResourceType, name: str, uid: str) -> dict[str, Any]:
+    details: dict[str, Any] = {"name": name, "kind": rt.plural, "uid": uid}
+    if rt.group:
+        details["group"] = rt.group
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": details}
+
+
+def _no_route() -> ApiError:
+    return ApiError(404, "NotFound", "the server could not find the requested resource",
+                    {"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]})
+
+
+_YAML_TYPES = re.compile(r"yaml", re.I)
+
+
+async def _body(request: web.Request) -> Any:
+    raw = await request.read()
+    if not raw:
+        raise bad_request("the request body is empty")
+    try:
+        if _YAML_TYPES.search(request.content_type or ""):
+            return yaml.safe_load(raw)
+        return json.loads(raw)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise bad_request(f"the request body is not valid JSON: {str(exc)[:120]}") from None
+
+
+def build_app(cluster: EmulatedCluster) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    handler = Handler(cluster)
+    app.router.add_route("*", "/{tail:.*}", handler)
+    _ = now_iso  # timestamps are set by the store
+    return app

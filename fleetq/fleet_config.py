@@ -1,0 +1,177 @@
+"""The fleet config file: which member clusters exist and how to reach them.
+
+``FLEETQ_CONFIG`` names a small YAML file that the worker's activities read once per
+process (see ``activities/fleet.py``)::
+
+    kubeconfig: /abs/path/kubeconfig        # default for clusters without their own
+    source: {context: hub}                  # optional: where propagateDeps copies from
+    clusters:
+    - {name: cluster-a, context: cluster-a, labels: {region: east}, reservation: true}
+    timeouts: {connectSeconds: 3, readSeconds: 10}
+    cacheTTLSeconds: 2
+
+Relative paths resolve against the config file's directory. Every problem ends in one
+:class:`FleetConfigError` line naming the file and the field, never a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fleetq.models import DNS1123_LABEL
+
+
+class FleetConfigError(ValueError):
+    """A fleet config that cannot be used; one line naming the file and field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KubeRef(_Strict):
+    """A kubeconfig context (the kubeconfig defaults to the top-level one)."""
+
+    context: str | None = None
+    kubeconfig: str | None = None
+
+
+class TaintConfig(_Strict):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    @field_validator("effect")
+    @classmethod
+    def _effect(cls, v: str) -> str:
+        if v not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise ValueError(f"{v!r} is not a taint effect (NoSchedule|PreferNoSchedule|NoExecute)")
+        return v
+
+
+class ClusterConfig(_Strict):
+    name: str
+    context: str | None = None  # defaults to the cluster name
+    kubeconfig: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    reservation: bool = False
+    taints: list[TaintConfig] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if len(v) > 63 or not DNS1123_LABEL.match(v):
+            raise ValueError(f"{v[:64]!r} is not a valid cluster name (lowercase DNS label)")
+        return v
+
+    @property
+    def context_name(self) -> str:
+        return self.context or self.name
+
+
+class Timeouts(_Strict):
+    connectSeconds: float = Field(default=3.0, gt=0, le=300)
+    readSeconds: float = Field(default=10.0, gt=0, le=600)
+
+
+class FleetConfig(_Strict):
+    kubeconfig: str | None = None
+    source: KubeRef | None = None
+    clusters: list[ClusterConfig] = Field(min_length=1)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    cacheTTLSeconds: float = Field(default=2.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _unique(self) -> FleetConfig:
+        seen: set[str] = set()
+        for i, c in enumerate(self.clusters):
+            if c.name in seen:
+                raise ValueError(f"@clusters[{i}].name {c.name!r} is declared twice")
+            seen.add(c.name)
+        return self
+
+    def cluster_kubeconfig(self, cluster: ClusterConfig) -> str:
+        path = cluster.kubeconfig or self.kubeconfig
+        assert path is not None  # checked by load_fleet_config / parse_fleet_config
+        return path
+
+    def source_kubeconfig(self) -> str | None:
+        if self.source is None:
+            return None
+        return self.source.kubeconfig or self.kubeconfig
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out
+
+
+def _message(err: Any) -> tuple[str, str]:
+    path = _loc(tuple(err.get("loc", ())))
+    kind = err.get("type", "")
+    msg = {
+        "missing": "is required",
+        "extra_forbidden": "is not a known field",
+        "too_short": "must not be empty",
+    }.get(kind) or str(err.get("msg", "is invalid")).removeprefix("Value error, ")
+    if msg.startswith("@"):
+        sub, _, msg = msg[1:].partition(" ")
+        path = f"{path}.{sub}" if path else sub
+    return path, msg
+
+
+def parse_fleet_config(doc: Any, base_dir: Path, source: str = "fleet config") -> FleetConfig:
+    """Validate a decoded document, resolve relative paths against ``base_dir`` and check
+    that every cluster has a kubeconfig that exists."""
+    if not isinstance(doc, dict):
+        raise FleetConfigError(f"{source}: must be a mapping with a 'clusters' list")
+    try:
+        cfg = FleetConfig.model_validate(doc)
+    except ValidationError as exc:
+        parts = [f"{p} {m}".strip() for p, m in map(_message, exc.errors())]
+        raise FleetConfigError(f"{source}: " + "; ".join(parts)) from None
+
+    def resolve(value: str | None, field: str) -> str | None:
+        if value is None:
+            return None
+        p = Path(value).expanduser()
+        if not p.is_absolute():
+            p = base_dir / p
+        if not p.is_file():
+            raise FleetConfigError(f"{source}: {field} {str(p)!r} does not exist")
+        return str(p)
+
+    cfg.kubeconfig = resolve(cfg.kubeconfig, "kubeconfig")
+    for i, c in enumerate(cfg.clusters):
+        c.kubeconfig = resolve(c.kubeconfig, f"clusters[{i}].kubeconfig")
+        if c.kubeconfig is None and cfg.kubeconfig is None:
+            raise FleetConfigError(
+                f"{source}: clusters[{i}].kubeconfig is required (no top-level kubeconfig)"
+            )
+    if cfg.source is not None:
+        cfg.source.kubeconfig = resolve(cfg.source.kubeconfig, "source.kubeconfig")
+        if cfg.source.kubeconfig is None and cfg.kubeconfig is None:
+            raise FleetConfigError(
+                f"{source}: source.kubeconfig is required (no top-level kubeconfig)"
+            )
+    return cfg
+
+
+def load_fleet_config(path: str | Path) -> FleetConfig:
+    p = Path(path).expanduser()
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise FleetConfigError(f"fleet config {p}: cannot read ({exc.strerror})") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
+        raise FleetConfigError(f"fleet config {p}: not valid YAML ({first})") from None
+    return parse_fleet_config(doc, p.resolve().parent, f"fleet config {p}")

@@ -1,0 +1,182 @@
+"""Compact payloads exchanged between workflows, activities and the CLI.
+
+Everything here goes through Temporal history, so it stays small: pod *shapes* grouped by
+role instead of pod lists, cluster names and one-line reasons instead of node lists, and
+never a kubeconfig or Secret data. The member-cluster verdicts (``JobRef``,
+``ReserveRequest``, ``JobStatus``...) live beside the adapter in
+``activities/member_cluster.py``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from fleetq.models import Gang, GangPod
+
+# --------------------------------------------------------------------------- gang shapes
+
+
+class PodGroupShape(BaseModel):
+    """``count`` identical pods of one role."""
+
+    role: str
+    count: int
+    requests: dict[str, int]
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class GangShape(BaseModel):
+    groups: list[PodGroupShape]
+    priority: int = 0
+
+    @classmethod
+    def from_gang(cls, gang: Gang) -> GangShape:
+        groups: list[PodGroupShape] = []
+        for pod in gang.pods:
+            last = groups[-1] if groups else None
+            if (
+                last is not None
+                and last.role == pod.role
+                and last.requests == pod.requests
+                and last.node_selector == pod.node_selector
+                and last.tolerations == list(pod.tolerations)
+            ):
+                last.count += 1
+            else:
+                groups.append(
+                    PodGroupShape(
+                        role=pod.role,
+                        count=1,
+                        requests=dict(pod.requests),
+                        node_selector=dict(pod.node_selector),
+                        tolerations=[dict(t) for t in pod.tolerations],
+                    )
+                )
+        return cls(groups=groups, priority=gang.priority)
+
+    def to_gang(self) -> Gang:
+        pods: list[GangPod] = []
+        index: dict[str, int] = {}
+        for g in self.groups:
+            for _ in range(g.count):
+                i = index.get(g.role, 0)
+                index[g.role] = i + 1
+                pods.append(
+                    GangPod(g.role, i, dict(g.requests), dict(g.node_selector), tuple(g.tolerations))
+                )
+        return Gang(tuple(pods), self.priority)
+
+
+# --------------------------------------------------------------------------- activity IO
+
+
+class ResolveInput(BaseModel):
+    namespace: str
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    api_version: str = "kubeflow.org/v1"
+    kind: str = "PyTorchJob"
+
+
+class Resolution(BaseModel):
+    """What a job needs from the fleet registry: its policy, the quota tree and the
+    PriorityClass values, plus whether our search attributes are registered."""
+
+    policy: dict[str, Any] | None = None
+    policy_reason: str = ""
+    tree_workflow_id: str | None = None
+    priority_classes: dict[str, int] = Field(default_factory=dict)
+    search_attributes: bool = False
+
+
+class PlacementInput(BaseModel):
+    job_ref: str  # "<ns>/<name>" for messages
+    gang: GangShape
+    affinity: dict[str, Any] | None = None
+    cluster_tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+
+
+class Candidate(BaseModel):
+    cluster: str
+    score: float
+    reservation: bool = False
+    assignment: dict[str, str] = Field(default_factory=dict)  # "worker-1" -> node
+
+
+class PlacementVerdict(BaseModel):
+    candidates: list[Candidate] = Field(default_factory=list)
+    rejections: dict[str, str] = Field(default_factory=dict)
+    #: clusters that passed the policy filters (affinity, exclusions); empty means the job
+    #: can never be placed, as opposed to "no room right now"
+    eligible: list[str] = Field(default_factory=list)
+
+    def reason(self) -> str:
+        if not self.rejections:
+            return "no member cluster is eligible"
+        return "; ".join(f"{c}: {r}" if not r.startswith(f"{c}:") else r
+                         for c, r in sorted(self.rejections.items()))
+
+
+class HolderCheck(BaseModel):
+    workflow_ids: list[str]
+
+
+class HolderVerdict(BaseModel):
+    gone: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- job view
+
+
+JobState = Literal[
+    "Validating",
+    "Queued",
+    "Scheduling",
+    "Pending",
+    "Created",
+    "Running",
+    "FailingOver",
+    "Succeeded",
+    "Failed",
+    "Deleted",
+]
+TERMINAL_STATES = ("Succeeded", "Failed", "Deleted")
+
+
+class JobEvent(BaseModel):
+    type: Literal["Normal", "Warning"] = "Normal"
+    reason: str
+    message: str
+    time: datetime
+    count: int = 1
+
+
+class JobView(BaseModel):
+    """What ``fleetq get/describe`` and ``temporal workflow query --name status`` show."""
+
+    namespace: str
+    name: str
+    state: JobState
+    reason: str = ""
+    cluster: str | None = None
+    queue: str | None = None
+    queued: bool = False
+    admitted: bool = False
+    priority: int = 0
+    policy: str | None = None
+    summary: str = ""
+    created_at: datetime | None = None
+    bound_at: datetime | None = None
+    finished_at: datetime | None = None
+    copies: list[str] = Field(default_factory=list)  # clusters holding a copy of the job
+    evicted: list[str] = Field(default_factory=list)
+    pending_purges: list[str] = Field(default_factory=list)
+    unhealthy_since: datetime | None = None
+    pods: list[dict[str, Any]] = Field(default_factory=list)
+    rejections: dict[str, str] = Field(default_factory=dict)
+    events: list[JobEvent] = Field(default_factory=list)

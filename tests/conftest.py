@@ -1,0 +1,46 @@
+"""Shared fixtures: a real Temporal dev server and a time-skipping test server, both
+started from the binaries our dependencies ship (nothing is downloaded at run time)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from fleetq.temporal_client import search_attribute_keys, temporal_cli_path, test_server_path
+
+
+@pytest_asyncio.fixture(scope="session")
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A Temporal dev server (in-memory) with fleetq's search attributes registered."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()),
+        data_converter=pydantic_data_converter,
+        search_attributes=search_attribute_keys(),
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server: durable timers of minutes or days pass instantly."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(test_server_path()),
+        data_converter=pydantic_data_converter,
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "dev_env" in getattr(item, "fixturenames", ()) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(240))

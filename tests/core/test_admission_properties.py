@@ -1,0 +1,406 @@
+"""Property tests: random sequences of enqueue / schedule / release / cancel /
+replace_tree / continue-as-new against invariants and a naive reference model.
+
+Invariants checked after every step:
+
+* usage of every node == sum of the requests of the admitted jobs charged in its subtree
+  (namespace -> leaf, else root, recomputed from the tree manifest, not from the code);
+* limits, given tree replacement: for every node N and resource r with
+  ``usage(N)[r] > max(N)[r]``, no holder in N's subtree that requests r was admitted
+  after the last ``replace_tree`` (over-max usage is only ever quota held from before a
+  tree change); with no replacement this is simply ``usage <= max`` everywhere, which
+  includes ``kube-queue/max-jobs``;
+* no job is both waiting and admitted; a grant only goes to a job that was waiting;
+* each queue's positions are 1..n in (priority desc, submit time asc, job id) order;
+* grants, holders, waiting jobs and positions equal those of a naive O(n^2) model of the
+  same rules (so the bisect/heap/lower-bound shortcuts change nothing), and a copy
+  restored from the serialized state carries on identically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from fleetq.admission import (
+    Admission,
+    AdmissionRequest,
+    AdmissionState,
+    Grant,
+    QueuePolicy,
+)
+from fleetq.models import parse_tree
+from fleetq.resources import parse_resources
+
+GPU = "nvidia.com/gpu"
+JOBS = "kube-queue/max-jobs"
+NAMESPACES = [f"ns{i}" for i in range(5)]  # ns4 is never attached: it goes to the root
+JOB_IDS = [f"pytorchjob/ns/j{i}" for i in range(14)]
+SHAPES = [
+    {JOBS: 1000, "cpu": 1000},
+    {JOBS: 1000, "cpu": 3000},
+    {JOBS: 1000, "cpu": 1000, GPU: 1000},
+    {JOBS: 1000, GPU: 2000},
+    {JOBS: 1000, "cpu": 2000, GPU: 3000},
+]
+
+
+@st.composite
+def trees(draw: st.DrawFn) -> dict[str, Any]:
+    """Random valid ElasticQuotaTree manifests: up to 3 children, up to 2 grandchildren
+    each, small limits; a limit may be absent (unlimited); namespaces only on leaves."""
+    counter = iter(range(100))
+    free_ns = list(NAMESPACES[:4])
+
+    def limits(with_min: bool) -> dict[str, Any]:
+        node: dict[str, Any] = {}
+        mx = {}
+        for res, hi in (("cpu", 8), (GPU, 5), (JOBS, 4)):
+            if draw(st.booleans()):
+                mx[res] = draw(st.integers(0 if res != JOBS else 1, hi))
+        node["max"] = mx
+        if with_min:
+            lo = draw(st.integers(0, 4))
+            if lo and mx.get("cpu", 99) >= lo:
+                node["min"] = {"cpu": lo}
+        return node
+
+    def leaf(node: dict[str, Any]) -> dict[str, Any]:
+        n = draw(st.integers(0, min(2, len(free_ns))))
+        node["namespaces"] = [free_ns.pop(0) for _ in range(n)]
+        return node
+
+    root: dict[str, Any] = {"name": "root", **limits(False), "min": {"cpu": 12}}
+    if root["max"].get("cpu", 99) < 12:
+        root["max"]["cpu"] = 12 + draw(st.integers(0, 4))
+    children = []
+    for _ in range(draw(st.integers(0, 3))):
+        child: dict[str, Any] = {"name": f"n{next(counter)}", **limits(True)}
+        grand = draw(st.integers(0, 2))
+        if grand:
+            child.pop("min", None)
+            child["children"] = [
+                leaf({"name": f"n{next(counter)}", **limits(False)}) for _ in range(grand)
+            ]
+        else:
+            leaf(child)
+        children.append(child)
+    root["children"] = children
+    if not children:
+        leaf(root)
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+        "kind": "ElasticQuotaTree",
+        "metadata": {"name": draw(st.sampled_from(["t1", "t2"])), "namespace": "kube-system"},
+        "spec": {"root": root},
+    }
+
+
+# --------------------------------------------------------------------------- reference
+
+
+@dataclass
+class RefNode:
+    name: str
+    parent: str | None
+    min: dict[str, int]
+    max: dict[str, int]
+
+
+@dataclass
+class RefTree:
+    nodes: dict[str, RefNode] = field(default_factory=dict)
+    ns_leaf: dict[str, str] = field(default_factory=dict)
+    root: str = "root"
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> RefTree:
+        t = cls()
+
+        def walk(n: dict[str, Any], parent: str | None) -> None:
+            t.nodes[n["name"]] = RefNode(
+                n["name"], parent, parse_resources(n.get("min")), parse_resources(n.get("max"))
+            )
+            for ns in n.get("namespaces", []):
+                t.ns_leaf[ns] = n["name"]
+            for c in n.get("children", []):
+                walk(c, n["name"])
+
+        walk(doc["spec"]["root"], None)
+        t.root = doc["spec"]["root"]["name"]
+        return t
+
+    def leaf(self, ns: str) -> str:
+        return self.ns_leaf.get(ns, self.root)
+
+    def chain(self, node: str) -> list[str]:
+        out = [node]
+        while (p := self.nodes[out[-1]].parent) is not None:
+            out.append(p)
+        return out
+
+
+@dataclass
+class RefJob:
+    job_id: str
+    ns: str
+    prio: int
+    at: float
+    req: dict[str, int]
+    skip: float | None = None
+
+    @property
+    def key(self) -> tuple[int, float, str]:
+        return (-self.prio, self.at, self.job_id)
+
+
+class Reference:
+    """The admission rules written the obvious, slow way."""
+
+    def __init__(self, tree: dict[str, Any], policy: QueuePolicy, starve: float) -> None:
+        self.tree = RefTree.of(tree)
+        self.policy = policy
+        self.starve = starve
+        self.waiting: dict[str, RefJob] = {}
+        self.holders: dict[str, RefJob] = {}
+        self.dirty = False
+        self.starving: set[str] = set()
+
+    def usage(self, node: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for j in self.holders.values():
+            if node in self.tree.chain(self.tree.leaf(j.ns)):
+                for k, v in j.req.items():
+                    out[k] = out.get(k, 0) + v
+        return {k: v for k, v in out.items() if v}
+
+    def fits(self, node: str, req: dict[str, int]) -> bool:
+        for n in self.tree.chain(node):
+            use, mx = self.usage(n), self.tree.nodes[n].max
+            if any(v > 0 and k in mx and use.get(k, 0) + v > mx[k] for k, v in req.items()):
+                return False
+        return True
+
+    def queue(self, node: str) -> list[RefJob]:
+        return sorted(
+            (j for j in self.waiting.values() if self.tree.leaf(j.ns) == node),
+            key=lambda j: j.key,
+        )
+
+    def promote(self, node: str, now: float) -> None:
+        for j in self.queue(node):
+            if j.skip is not None and now - j.skip > self.starve:
+                self.starving.add(j.job_id)
+
+    def pick(self, node: str) -> RefJob | None:
+        q = self.queue(node)
+        if self.policy is QueuePolicy.BLOCK:
+            return q[0] if q and self.fits(node, q[0].req) else None
+        for j in q:
+            if self.fits(node, j.req):
+                return j
+            if j.job_id in self.starving:
+                return None
+        return None
+
+    def below_min(self, node: str) -> bool:
+        mn = {k: v for k, v in self.tree.nodes[node].min.items() if v > 0}
+        use = self.usage(node)
+        return bool(mn) and all(use.get(k, 0) < v for k, v in mn.items())
+
+    def admit(self, j: RefJob, now: float) -> str:
+        node = self.tree.leaf(j.ns)
+        if self.policy is QueuePolicy.PRIORITY:
+            for o in self.queue(node):
+                if o.key < j.key and o.skip is None:
+                    o.skip = now
+        del self.waiting[j.job_id]
+        self.starving.discard(j.job_id)
+        self.holders[j.job_id] = j
+        return j.job_id
+
+    def enqueue(self, j: RefJob, now: float) -> str | None:
+        if j.job_id in self.holders:
+            return j.job_id
+        if j.job_id in self.waiting:
+            return None
+        self.waiting[j.job_id] = j
+        node = self.tree.leaf(j.ns)
+        self.promote(node, now)
+        if not self.dirty and self.pick(node) is j:
+            return self.admit(j, now)
+        return None
+
+    def schedule(self, now: float) -> list[str]:
+        self.dirty = False
+        for node in self.tree.nodes:
+            self.promote(node, now)
+        out = []
+        while True:
+            best = None
+            for node in self.tree.nodes:
+                j = self.pick(node)
+                if j is not None:
+                    rank = (0 if self.below_min(node) else 1, j.key)
+                    if best is None or rank < best[0]:
+                        best = (rank, j)
+            if best is None:
+                return out
+            out.append(self.admit(best[1], now))
+
+    def positions(self) -> dict[str, tuple[str, int]]:
+        out = {}
+        for node in self.tree.nodes:
+            for i, j in enumerate(self.queue(node), 1):
+                out[j.job_id] = (node, i)
+        return out
+
+
+# --------------------------------------------------------------------------- machine
+
+
+class AdmissionMachine(RuleBasedStateMachine):
+    a: Admission
+    ref: Reference
+    tree_doc: dict[str, Any]
+
+    @initialize(
+        tree=trees(),
+        policy=st.sampled_from(list(QueuePolicy)),
+        starve=st.sampled_from([0.0, 40.0, 600.0]),
+    )
+    def setup(self, tree: dict[str, Any], policy: QueuePolicy, starve: float) -> None:
+        self.tree_doc = tree
+        self.a = Admission(parse_tree(tree), policy, starve)
+        self.ref = Reference(tree, policy, starve)
+        self.now = 0.0
+        self.generation = 0
+        self.admitted_gen: dict[str, int] = {}
+
+    def _granted(self, grants: list[Grant], expected: list[str]) -> None:
+        assert [g.job_id for g in grants] == expected
+        for g in grants:
+            assert g.job_id not in self.admitted_gen, f"{g.job_id} granted twice"
+            assert g.node == self.ref.tree.leaf(self.ref.holders[g.job_id].ns)
+            self.admitted_gen[g.job_id] = self.generation
+
+    @rule(
+        job=st.sampled_from(JOB_IDS),
+        ns=st.sampled_from(NAMESPACES),
+        prio=st.integers(0, 2),
+        shape=st.sampled_from(SHAPES),
+    )
+    def enqueue(self, job: str, ns: str, prio: int, shape: dict[str, int]) -> None:
+        was_waiting = job in self.ref.waiting
+        req = AdmissionRequest(
+            job_id=job, namespace=ns, priority=prio, request=shape, submitted_at=self.now
+        )
+        known = self.ref.holders.get(job) or self.ref.waiting.get(job)
+        expected = self.ref.enqueue(RefJob(job, ns, prio, self.now, dict(shape)), self.now)
+        out = self.a.enqueue(req, self.now)
+        if isinstance(out, Grant):
+            assert expected == job
+            if known is None:
+                self._granted([out], [job])
+        else:
+            assert expected is None, f"expected {job} admitted, got {out}"
+            assert out.job_id == job
+            assert was_waiting or known is None
+
+    @rule()
+    def schedule(self) -> None:
+        expected = self.ref.schedule(self.now)
+        self._granted(self.a.schedule(self.now), expected)
+
+    @rule(job=st.sampled_from(JOB_IDS))
+    def release(self, job: str) -> None:
+        held = self.ref.holders.pop(job, None) is not None
+        if held:
+            self.ref.dirty = True
+            del self.admitted_gen[job]
+        assert self.a.release(job) is held
+        assert self.a.release(job) is False
+
+    @rule(job=st.sampled_from(JOB_IDS))
+    def cancel(self, job: str) -> None:
+        waiting = self.ref.waiting.pop(job, None) is not None
+        if waiting:
+            self.ref.dirty = True
+            self.ref.starving.discard(job)
+        assert self.a.cancel(job) is waiting
+
+    @rule(tree=trees())
+    def replace_tree(self, tree: dict[str, Any]) -> None:
+        self.tree_doc = tree
+        self.a.replace_tree(parse_tree(tree))
+        self.ref.tree = RefTree.of(tree)
+        self.ref.dirty = True
+        self.generation += 1
+
+    @rule(dt=st.sampled_from([0.0, 1.0, 30.0, 700.0]))
+    def advance(self, dt: float) -> None:
+        self.now += dt
+
+    @rule()
+    def continue_as_new(self) -> None:
+        wire = self.a.to_state().model_dump_json()
+        restored = Admission.from_state(AdmissionState.model_validate_json(wire))
+        assert restored.to_state() == self.a.to_state()
+        self.a = restored
+
+    @precondition(lambda self: hasattr(self, "a"))
+    @invariant()
+    def matches_reference(self) -> None:
+        assert self.a.holders() == list(self.ref.holders)
+        assert set(self.a.waiting()) == set(self.ref.waiting)
+        assert not set(self.a.holders()) & set(self.a.waiting())
+        tree = self.ref.tree
+        positions = self.ref.positions()
+        for job in self.a.waiting():
+            info = self.a.wait_info(job)
+            assert info is not None
+            assert (info.queue, info.position) == (
+                self.a.queue_for(self.ref.waiting[job].ns),
+                positions[job][1],
+            )
+        for q in self.a.queues():
+            assert q.length == sum(1 for n, _ in positions.values() if n == q.node)
+
+    @precondition(lambda self: hasattr(self, "a"))
+    @invariant()
+    def usage_is_sum_of_subtree_holders_and_within_max(self) -> None:
+        tree = self.ref.tree
+        for name, node in tree.nodes.items():
+            use = self.a.usage(name)
+            assert use == self.ref.usage(name)
+            subtree = [
+                j for j in self.ref.holders.values() if name in tree.chain(tree.leaf(j.ns))
+            ]
+            assert use.get(JOBS, 0) == 1000 * len(subtree)
+            for r, cap in node.max.items():
+                if use.get(r, 0) > cap:
+                    assert all(
+                        self.admitted_gen[j.job_id] < self.generation
+                        for j in subtree
+                        if j.req.get(r, 0) > 0
+                    ), f"{name}: {r} {use[r]} > {cap} with a job admitted under this tree"
+
+
+AdmissionMachine.TestCase.settings = settings(
+    max_examples=150,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestAdmissionProperties = AdmissionMachine.TestCase
+

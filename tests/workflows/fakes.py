@@ -1,0 +1,210 @@
+"""Scripted stand-ins for fleetq's activities, registered under the same activity names,
+so workflow orchestration (timers, failover, purge modes, quota) can be tested on the
+time-skipping server. The real activities are exercised end to end against the emulator
+in tests/workflows/test_e2e.py."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.member_cluster import BindResult, JobStatus, PodStatus, PurgeResult, ReserveResult
+from activities.scheduling import BindInput, PurgeInput, ReserveInput, WatchInput
+from fleetq.messages import (
+    Candidate,
+    HolderCheck,
+    HolderVerdict,
+    PlacementInput,
+    PlacementVerdict,
+    ResolveInput,
+    Resolution,
+)
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "examples"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "manifests"
+
+
+def load(name: str) -> dict[str, Any]:
+    for base in (MANIFESTS, SHARED):
+        path = base / name
+        if path.exists():
+            return dict(yaml.safe_load(path.read_text()))
+    raise FileNotFoundError(name)
+
+
+def walkthrough_job(name: str = "pytorch-test", namespace: str = "default", **spec: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(load_job())
+    doc["metadata"]["name"] = name
+    doc["metadata"]["namespace"] = namespace
+    for role, tmpl in spec.items():
+        doc["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"].update(tmpl)
+    return doc
+
+
+def load_job() -> dict[str, Any]:
+    return load("pytorchjob.yaml") if (SHARED / "pytorchjob.yaml").exists() else load("pytorch-test.yaml")
+
+
+def policy(queued: bool = False, toleration: int = 30, purge: str = "Immediately",
+           grace: int | None = None, **placement: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(load("propagationpolicy-gang-queue.yaml" if queued
+                             else "propagationpolicy-gang.yaml"))
+    app = doc["spec"]["failover"]["application"]
+    app["decisionConditions"]["tolerationSeconds"] = toleration
+    app["purgeMode"] = purge
+    if grace is not None:
+        app["gracePeriodSeconds"] = grace
+    if placement:
+        doc["spec"]["placement"].update(placement)
+    return doc
+
+
+@dataclass
+class ClusterScript:
+    """What a fake member cluster reports for the job bound to it."""
+
+    fits: bool = True
+    reservation: bool = False
+    reserve_ok: bool = True
+    reachable: bool = True
+    health: str = "Healthy"
+    phase: str = "Running"
+    reason: str = ""
+    version: int = 0
+    #: (seconds after bind, health, phase, reason); health "Unreachable"/"Reachable" toggles
+    timeline: list[tuple[float, str, str, str]] = field(default_factory=list)
+    bound_at: Any = None
+    applied: int = 0
+
+    def advance(self, now: Any) -> None:
+        if self.bound_at is None:
+            return
+        elapsed = (now - self.bound_at).total_seconds()
+        while self.applied < len(self.timeline) and self.timeline[self.applied][0] <= elapsed:
+            _, health, phase, reason = self.timeline[self.applied]
+            self.applied += 1
+            if health == "Unreachable":
+                self.reachable = False
+            elif health == "Reachable":
+                self.reachable = True
+            else:
+                self.set(health, phase, reason)
+
+    def set(self, health: str, phase: str, reason: str = "") -> None:
+        self.health, self.phase, self.reason = health, phase, reason
+        self.version += 1
+
+
+@dataclass
+class FakeFleet:
+    clusters: dict[str, ClusterScript]
+    policy_doc: dict[str, Any] | None = None
+    tree_workflow_id: str | None = None
+    client: Client | None = None
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    copies: set[str] = field(default_factory=set)
+    on_bind: Callable[[str], None] | None = None
+
+    def names(self) -> list[str]:
+        return sorted(self.clusters)
+
+    # --------------------------------------------------------------- activities
+    @activity.defn(name="resolve_policy")
+    async def resolve_policy(self, inp: ResolveInput) -> Resolution:
+        self.calls.append(("resolve_policy", inp.name))
+        return Resolution(policy=self.policy_doc, policy_reason="fake",
+                          tree_workflow_id=self.tree_workflow_id)
+
+    @activity.defn(name="plan_placement")
+    async def plan_placement(self, inp: PlacementInput) -> PlacementVerdict:
+        self.calls.append(("plan_placement", ",".join(inp.exclude)))
+        cands, rej = [], {}
+        eligible = [c for c in self.names() if c not in inp.exclude]
+        for name in self.names():
+            c = self.clusters[name]
+            if name in inp.exclude:
+                rej[name] = f"{name}: excluded (evicted earlier)"
+            elif not c.fits:
+                rej[name] = f"{name}: worker-1 needs cpu 2, largest free node has 1.5"
+            else:
+                assignment = {f"{g.role}-{i}": f"{name}-node-0"
+                              for g in inp.gang.groups for i in range(g.count)}
+                cands.append(Candidate(cluster=name, score=1.0, reservation=c.reservation,
+                                       assignment=assignment))
+        return PlacementVerdict(candidates=cands, rejections=rej, eligible=eligible)
+
+    @activity.defn(name="reserve")
+    async def reserve(self, inp: ReserveInput) -> ReserveResult:
+        self.calls.append(("reserve", inp.cluster))
+        c = self.clusters[inp.cluster]
+        if not c.reserve_ok:
+            return ReserveResult(ok=False, reason="reservation master-0 on node x: Failed: insufficient cpu")
+        return ReserveResult(ok=True, reservations=[f"r-{p.role}-{p.index}" for p in inp.request.pods])
+
+    @activity.defn(name="bind")
+    async def bind(self, inp: BindInput) -> BindResult:
+        self.calls.append(("bind", inp.cluster))
+        created = inp.cluster not in self.copies
+        self.copies.add(inp.cluster)
+        c = self.clusters[inp.cluster]
+        if c.bound_at is None:
+            c.bound_at = activity.info().current_attempt_scheduled_time
+            c.set("Healthy", "Created")
+        if self.on_bind:
+            self.on_bind(inp.cluster)
+        return BindResult(created=created, uid=f"uid-{inp.cluster}")
+
+    @activity.defn(name="watch_status")
+    async def watch_status(self, inp: WatchInput) -> JobStatus:
+        c = self.clusters[inp.cluster]
+        c.advance(activity.info().current_attempt_scheduled_time)
+        if not c.reachable:
+            return JobStatus(cluster=inp.cluster, health="Unknown", phase="Unknown",
+                             reason="connection refused", observed="unknown")
+        pods = [PodStatus(name=f"{inp.job.name}-master-0", node=f"{inp.cluster}-node-0",
+                          phase="Running" if c.phase == "Running" else c.phase,
+                          ready=c.health == "Healthy", restarts=0)]
+        return JobStatus(cluster=inp.cluster, health=c.health, phase=c.phase,  # type: ignore[arg-type]
+                         reason=c.reason, pods=pods, observed=f"{c.health}/{c.phase}/{c.version}")
+
+    @activity.defn(name="purge")
+    async def purge(self, inp: PurgeInput) -> PurgeResult:
+        self.clusters[inp.cluster].advance(activity.info().current_attempt_scheduled_time)
+        self.calls.append(("purge", inp.cluster))
+        if not self.clusters[inp.cluster].reachable:
+            raise ApplicationError(f"cluster {inp.cluster}: connection refused")
+        existed = inp.cluster in self.copies
+        self.copies.discard(inp.cluster)
+        return PurgeResult(deleted=[f"PyTorchJob {inp.job.namespace}/{inp.job.name}"] if existed else [])
+
+    @activity.defn(name="check_holders")
+    async def check_holders(self, inp: HolderCheck) -> HolderVerdict:
+        assert self.client is not None
+        gone = []
+        for wid in inp.workflow_ids:
+            try:
+                desc = await self.client.get_workflow_handle(wid).describe()
+            except RPCError as exc:
+                if exc.status == RPCStatusCode.NOT_FOUND:
+                    gone.append(wid)
+                    continue
+                raise
+            if desc.status != WorkflowExecutionStatus.RUNNING:
+                gone.append(wid)
+        return HolderVerdict(gone=gone)
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.resolve_policy, self.plan_placement, self.reserve, self.bind,
+                self.watch_status, self.purge, self.check_holders]
+
+    def count(self, name: str, cluster: str | None = None) -> int:
+        return sum(1 for n, c in self.calls if n == name and (cluster is None or c == cluster))

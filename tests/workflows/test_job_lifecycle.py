@@ -1,0 +1,233 @@
+"""PyTorchJobWorkflow on the time-skipping server: placement retries, binding events,
+failover with each purgeMode, recovery inside the toleration, deletion, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from fleetq.messages import JobView
+from fleetq.naming import job_workflow_id
+from tests.workflows.fakes import ClusterScript, FakeFleet, policy, walkthrough_job
+from workflows import ALL_WORKFLOWS
+from workflows.pytorch_job import PyTorchJobWorkflow
+
+
+class Harness:
+    def __init__(self, env: WorkflowEnvironment, fleet: FakeFleet, task_queue: str) -> None:
+        self.env, self.fleet, self.task_queue = env, fleet, task_queue
+
+    async def start(self, manifest: dict[str, Any], **extra: Any) -> WorkflowHandle[Any, Any]:
+        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        arg = {"manifest": manifest, **extra} if extra else manifest
+        return await self.env.client.start_workflow(
+            PyTorchJobWorkflow.run, arg, id=job_workflow_id(ns, name),
+            task_queue=self.task_queue, execution_timeout=timedelta(days=30),
+        )
+
+    async def run(self, manifest: dict[str, Any], **extra: Any) -> JobView:
+        handle = await self.start(manifest, **extra)
+        return JobView.model_validate(await handle.result())
+
+
+@pytest_asyncio.fixture
+async def harness(ts_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
+    fleet = FakeFleet(clusters={"cluster-a": ClusterScript(), "cluster-b": ClusterScript(),
+                                "cluster-c": ClusterScript(fits=False)},
+                      policy_doc=policy(), client=ts_env.client)
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with Worker(ts_env.client, task_queue=tq, workflows=ALL_WORKFLOWS,
+                      activities=fleet.activities()):
+        yield Harness(ts_env, fleet, tq)
+
+
+def events(view: JobView, reason: str) -> list[Any]:
+    return [e for e in view.events if e.reason == reason]
+
+
+async def test_gang_walkthrough_binds_all_replicas_on_one_cluster(harness: Harness) -> None:
+    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
+                                                    (60, "Healthy", "Succeeded", "")]
+    view = await harness.run(walkthrough_job())
+    assert view.state == "Succeeded"
+    assert view.cluster == "cluster-a"
+    (bound,) = events(view, "ScheduleBindingSucceed")
+    assert bound.message == ("Binding has been scheduled successfully. Result: "
+                             "{cluster-a:0,[{master 1} {worker 2}]}")
+    assert harness.fleet.count("bind") == 1
+    assert view.summary == "PyTorchJob default/pytorch-test: 1 master + 2 workers, cpu 4.01, memory 4Gi"
+
+
+async def test_invalid_manifest_fails_with_field_message_and_touches_nothing(harness: Harness) -> None:
+    bad = walkthrough_job("bad-job")
+    bad["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = -1
+    handle = await harness.start(bad)
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    assert "PyTorchJob default/bad-job: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0" in str(
+        info.value.cause)
+    assert harness.fleet.calls == []
+
+
+async def test_nothing_fits_is_pending_with_reasons_then_binds_on_retry(harness: Harness) -> None:
+    for c in harness.fleet.clusters.values():
+        c.fits = False
+    handle = await harness.start(walkthrough_job("waits"))
+    for _ in range(100):
+        view = JobView.model_validate(await handle.query("status"))
+        if view.state == "Pending":
+            break
+        await asyncio.sleep(0.05)
+    assert view.state == "Pending"
+    assert "cluster-b: worker-1 needs cpu 2, largest free node has 1.5" in view.reason
+    harness.fleet.clusters["cluster-b"].fits = True
+    harness.fleet.clusters["cluster-b"].timeline = [(1, "Healthy", "Succeeded", "")]
+    await handle.signal("retry_placement")
+    view = JobView.model_validate(await handle.result())
+    assert view.state == "Succeeded" and view.cluster == "cluster-b"
+    assert events(view, "FailedScheduling")
+
+
+async def test_lost_reservation_falls_through_to_next_candidate(harness: Harness) -> None:
+    a = harness.fleet.clusters["cluster-a"]
+    a.reservation, a.reserve_ok = True, False
+    harness.fleet.clusters["cluster-b"].timeline = [(1, "Healthy", "Succeeded", "")]
+    view = await harness.run(walkthrough_job("race"))
+    assert view.cluster == "cluster-b"
+    assert harness.fleet.count("reserve", "cluster-a") == 1
+    assert harness.fleet.count("bind", "cluster-a") == 0
+    assert "reservation lost" in view.rejections["cluster-a"]
+
+
+async def test_failover_directly_after_toleration_purges_old_copy_first(harness: Harness) -> None:
+    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
+                                                    (20, "Unhealthy", "Failed", "pods failed")]
+    harness.fleet.clusters["cluster-b"].timeline = [(5, "Healthy", "Running", ""),
+                                                    (50, "Healthy", "Succeeded", "")]
+    view = await harness.run(walkthrough_job("fo-direct"))
+    assert view.state == "Succeeded" and view.cluster == "cluster-b"
+    assert view.evicted == ["cluster-a"]
+    (unhealthy,) = events(view, "Unhealthy")
+    (started,) = events(view, "FailoverStarted")
+    waited = (started.time - unhealthy.time).total_seconds()
+    assert 30 <= waited < 31, waited
+    order = [(n, c) for n, c in harness.fleet.calls if n in ("purge", "bind")]
+    assert order.index(("purge", "cluster-a")) < order.index(("bind", "cluster-b"))
+    assert harness.fleet.copies == {"cluster-b"}
+    assert [e.reason for e in view.events if e.reason in ("FailoverStarted", "Evicted", "Rescheduled")] \
+        == ["FailoverStarted", "Evicted", "Rescheduled"]
+    assert "cluster-a" in harness.fleet.calls[[n for n, _ in harness.fleet.calls].index("plan_placement", 2)][1]
+
+
+async def test_recovery_inside_toleration_does_not_fail_over(harness: Harness) -> None:
+    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
+                                                    (20, "Unhealthy", "Running", "pod restarting"),
+                                                    (40, "Healthy", "Running", ""),
+                                                    (100, "Healthy", "Succeeded", "")]
+    view = await harness.run(walkthrough_job("recovers"))
+    assert view.state == "Succeeded" and view.cluster == "cluster-a"
+    assert not events(view, "FailoverStarted")
+    assert events(view, "Recovered")
+    assert harness.fleet.count("bind") == 1
+
+
+async def test_unknown_health_does_not_reset_the_failover_timer(harness: Harness) -> None:
+    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
+                                                    (20, "Unhealthy", "Failed", "pods failed"),
+                                                    (25, "Unreachable", "", ""),
+                                                    (200, "Reachable", "", "")]
+    harness.fleet.clusters["cluster-b"].timeline = [(30, "Healthy", "Succeeded", "")]
+    view = await harness.run(walkthrough_job("unknown"))
+    (unhealthy,) = events(view, "Unhealthy")
+    (started,) = events(view, "FailoverStarted")
+    assert 30 <= (started.time - unhealthy.time).total_seconds() < 31
+    # Directly, but cluster-a was unreachable: its copy was purged once it came back.
+    assert events(view, "PurgeDeferred")
+    assert harness.fleet.copies == {"cluster-b"}
+    assert view.pending_purges == []
+
+
+async def test_graceful_purges_old_copy_once_new_copy_is_healthy(harness: Harness) -> None:
+    harness.fleet.policy_doc = policy(purge="Graciously")
+    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
+                                                    (20, "Unhealthy", "Failed", "pods failed")]
+    harness.fleet.clusters["cluster-b"].timeline = [(15, "Healthy", "Running", ""),
+                                                    (300, "Healthy", "Succeeded", "")]
+    view = await harness.run(walkthrough_job("fo-graceful"))
+    order = [(n, c) for n, c in harness.fleet.calls if n in ("purge", "bind")]
+    assert order.index(("bind", "cluster-b")) < order.index(("purge", "cluster-a"))
+    (purged,) = events(view, "Purged")
+    (resched,) = events(view, "Rescheduled")
+    assert "healthy" in purged.message
+    assert (purged.time - resched.time).total_seconds() < 60  # not the 600 s grace period
+    assert harness.fleet.copies == {"cluster-b"}
+
+
+async def test_graceful_purges_old_copy_after_grace_period(harness: Harness) -> None:
+    harness.fleet.policy_doc = policy(purge="Gracefully", grace=600)
+    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
+                                                    (20, "Unhealthy", "Failed", "pods failed")]
+    harness.fleet.clusters["cluster-b"].timeline = [(2000, "Healthy", "Succeeded", "")]  # stays Created
+    view = await harness.run(walkthrough_job("fo-grace"))
+    (evicted,) = events(view, "Evicted")
+    (purged,) = events(view, "Purged")
+    assert "grace period" in purged.message
+    assert 600 <= (purged.time - evicted.time).total_seconds() < 602
+    assert harness.fleet.copies == {"cluster-b"}
+
+
+async def test_never_keeps_the_old_copy(harness: Harness) -> None:
+    harness.fleet.policy_doc = policy(purge="Never")
+    harness.fleet.clusters["cluster-a"].timeline = [(20, "Unhealthy", "Failed", "pods failed")]
+    harness.fleet.clusters["cluster-b"].timeline = [(30, "Healthy", "Succeeded", "")]
+    view = await harness.run(walkthrough_job("fo-never"))
+    assert view.cluster == "cluster-b"
+    assert harness.fleet.count("purge", "cluster-a") == 0
+    assert harness.fleet.copies == {"cluster-a", "cluster-b"}
+
+
+async def test_failover_with_no_cluster_left_ends_failed(harness: Harness) -> None:
+    harness.fleet.clusters.pop("cluster-b")
+    harness.fleet.clusters.pop("cluster-c")
+    harness.fleet.clusters["cluster-a"].timeline = [(10, "Unhealthy", "Failed", "pods failed")]
+    view = await harness.run(walkthrough_job("nowhere"))
+    assert view.state == "Failed"
+    assert "no member cluster is eligible" in view.reason
+
+
+async def test_delete_purges_member_copy(harness: Harness) -> None:
+    handle = await harness.start(walkthrough_job("deleted"))
+    for _ in range(100):
+        if harness.fleet.copies:
+            break
+        await asyncio.sleep(0.05)
+    assert harness.fleet.copies == {"cluster-a"}
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    assert harness.fleet.copies == set()
+    view = JobView.model_validate(await handle.query("status"))
+    assert view.state == "Deleted"
+
+
+async def test_week_long_job_keeps_each_run_history_bounded(harness: Harness) -> None:
+    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
+                                                    (7 * 86400, "Healthy", "Succeeded", "")]
+    handle = await harness.start(walkthrough_job("week"), rewatch_seconds=600)
+    view = JobView.model_validate(await handle.result())
+    assert view.state == "Succeeded"
+    lengths = []
+    async for wf in harness.env.client.list_workflows(f"WorkflowId = '{handle.id}'"):
+        hist = await harness.env.client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        lengths.append(len(hist.events))
+    assert len(lengths) >= 2, lengths  # it continued-as-new
+    assert max(lengths) < 1100, lengths

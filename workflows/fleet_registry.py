@@ -1,0 +1,143 @@
+"""The fleet's durable registry of applied PropagationPolicies, PriorityClasses and the
+ElasticQuotaTree's name.
+
+A job started with only its manifest (e.g. by the plain ``temporal`` CLI) resolves its
+policy here, through a query from the ``resolve_policy`` activity. One small workflow
+(id ``fleetq/registry``) instead of a database keeps the product to Temporal alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from fleetq.messages import ResolveInput, Resolution
+    from fleetq.models import (
+        ManifestErrors,
+        PriorityClass,
+        PropagationPolicy,
+        parse_object,
+        parse_policy,
+        parse_tree,
+    )
+    from fleetq.naming import quota_workflow_id
+    from fleetq.policy_match import match_policy
+
+
+class RegistryState(BaseModel):
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)  # "ns/name" -> manifest
+    priority_classes: dict[str, int] = Field(default_factory=dict)
+    tree: str | None = None  # "kube-system/<name>"
+    max_history_events: int = 2000
+
+
+class DeleteRequest(BaseModel):
+    kind: str
+    namespace: str = "default"
+    name: str
+
+
+@workflow.defn(name="FleetRegistryWorkflow")
+class FleetRegistryWorkflow:
+    @workflow.init
+    def __init__(self, state: RegistryState) -> None:
+        self._s = state
+        self._policies: dict[str, PropagationPolicy] = {
+            k: parse_policy(v) for k, v in state.policies.items()
+        }
+
+    @workflow.run
+    async def run(self, state: RegistryState) -> None:
+        await workflow.wait_condition(
+            lambda: workflow.info().is_continue_as_new_suggested()
+            or workflow.info().get_current_history_length() > self._s.max_history_events
+        )
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(self._s)
+
+    # ---------------------------------------------------------------- apply / delete
+    @workflow.update
+    def apply(self, manifest: dict[str, Any]) -> str:
+        obj = parse_object(manifest)
+        if isinstance(obj, PropagationPolicy):
+            key = f"{obj.metadata.namespace}/{obj.metadata.name}"
+            before = self._s.policies.get(key)
+            self._s.policies[key] = manifest
+            self._policies[key] = obj
+            return "created" if before is None else ("unchanged" if before == manifest else "configured")
+        if isinstance(obj, PriorityClass):
+            before_v = self._s.priority_classes.get(obj.metadata.name)
+            self._s.priority_classes[obj.metadata.name] = obj.value
+            return "created" if before_v is None else ("unchanged" if before_v == obj.value else "configured")
+        tree = parse_tree(manifest)
+        name = f"{tree.metadata.namespace}/{tree.metadata.name}"
+        before_t = self._s.tree
+        self._s.tree = name
+        return "created" if before_t is None else "unchanged"
+
+    @apply.validator
+    def _validate_apply(self, manifest: dict[str, Any]) -> None:
+        try:
+            obj = parse_object(manifest)
+        except ManifestErrors as exc:
+            raise ValueError(str(exc)) from None
+        kind = manifest.get("kind")
+        if kind not in ("PropagationPolicy", "PriorityClass", "ElasticQuotaTree"):
+            raise ValueError(f"{kind} objects are not kept in the fleet registry")
+        if kind == "ElasticQuotaTree":
+            name = f"{obj.metadata.namespace}/{obj.metadata.name}"  # type: ignore[union-attr]
+            if self._s.tree is not None and self._s.tree != name:
+                raise ValueError(
+                    f"ElasticQuotaTree {name}: only one ElasticQuotaTree is supported "
+                    f"and {self._s.tree} exists"
+                )
+
+    @workflow.update
+    def delete(self, req: DeleteRequest) -> bool:
+        if req.kind == "PropagationPolicy":
+            key = f"{req.namespace}/{req.name}"
+            self._policies.pop(key, None)
+            return self._s.policies.pop(key, None) is not None
+        if req.kind == "PriorityClass":
+            return self._s.priority_classes.pop(req.name, None) is not None
+        if req.kind == "ElasticQuotaTree" and self._s.tree == f"{req.namespace}/{req.name}":
+            self._s.tree = None
+            return True
+        return False
+
+    # ---------------------------------------------------------------- queries
+    @workflow.query
+    def resolve(self, inp: ResolveInput) -> Resolution:
+        policy = match_policy(
+            list(self._policies.values()),
+            api_version=inp.api_version,
+            kind=inp.kind,
+            namespace=inp.namespace,
+            name=inp.name,
+            labels=inp.labels,
+        )
+        tree_id = None
+        if self._s.tree:
+            ns, name = self._s.tree.split("/", 1)
+            tree_id = quota_workflow_id(ns, name)
+        if policy is None:
+            reason = (
+                f"no PropagationPolicy in namespace {inp.namespace} selects "
+                f"{inp.kind} {inp.namespace}/{inp.name}"
+            )
+            return Resolution(policy_reason=reason, tree_workflow_id=tree_id,
+                              priority_classes=dict(self._s.priority_classes))
+        key = f"{policy.metadata.namespace}/{policy.metadata.name}"
+        return Resolution(
+            policy=self._s.policies[key],
+            policy_reason=f"PropagationPolicy {key}",
+            tree_workflow_id=tree_id,
+            priority_classes=dict(self._s.priority_classes),
+        )
+
+    @workflow.query
+    def state(self) -> RegistryState:
+        return self._s

@@ -1,0 +1,739 @@
+"""One workflow per PyTorchJob (id ``pytorchjob/<namespace>/<name>``): queue, place,
+reserve, bind, watch, fail over, finish.
+
+The workflow only orchestrates. Placement runs in the pure core behind the
+``plan_placement`` activity (node lists never enter history), member-cluster writes are
+idempotent activities, and failover tolerance is a durable Temporal timer, so a worker
+restart neither loses nor resets it. Status is change-driven (a heartbeating watch
+activity returns only when something changed) and the workflow continues-as-new with its
+progress, so a job that runs for a week keeps a bounded history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.member_cluster import (
+        BindRequest,
+        BindResult,
+        JobRef,
+        JobStatus,
+        PodReservation,
+        PurgeResult,
+        ReserveRequest,
+        ReserveResult,
+    )
+    from activities.scheduling import BindInput, PurgeInput, ReserveInput, WatchInput
+    from fleetq.admission import AdmissionRequest, Grant
+    from fleetq.messages import (
+        TERMINAL_STATES,
+        GangShape,
+        JobEvent,
+        JobState,
+        JobView,
+        PlacementInput,
+        PlacementVerdict,
+        ResolveInput,
+        Resolution,
+    )
+    from fleetq.models import (
+        Gang,
+        ManifestErrors,
+        PropagationPolicy,
+        PurgeMode,
+        binding_result,
+        gang_of,
+        parse_job,
+        parse_policy,
+        quota_request,
+    )
+    from fleetq.naming import (
+        SA_CLUSTER,
+        SA_JOB,
+        SA_NAMESPACE,
+        SA_PRIORITY,
+        SA_QUEUE,
+        SA_STATE,
+        job_workflow_id,
+    )
+    from fleetq.resources import format_resources
+
+MAX_EVENTS = 30
+#: continue-as-new once a run's history passes this many events
+MAX_HISTORY_EVENTS = 1000
+WATCH_SECONDS = 300.0
+
+MEMBER_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=8,
+    non_retryable_error_types=["ConflictError", "InvalidRequest"],
+)
+CLEANUP_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+)
+
+
+class JobProgress(BaseModel):
+    """Everything a run hands to the next one on continue-as-new."""
+
+    view: JobView
+    resolution: Resolution
+    grant: Grant | None = None
+    since: str = ""
+    graceful_old: str | None = None
+    grace_deadline: datetime | None = None
+
+
+class JobInput(BaseModel):
+    manifest: dict[str, Any]
+    policy: dict[str, Any] | None = None
+    run_seconds: int | None = None  # emulator hint (demos, benchmarks): pods run this long
+    #: pause (durable timer) after a watch window ends without change
+    rewatch_seconds: float = 10.0
+    progress: JobProgress | None = None
+
+    @classmethod
+    def from_arg(cls, arg: Any) -> JobInput:
+        """The plain ``temporal`` CLI passes the PyTorchJob manifest itself; our CLI passes
+        ``{"manifest": ..., "policy": ...}``."""
+        if isinstance(arg, dict) and "manifest" in arg and "kind" not in arg:
+            return cls.model_validate(arg)
+        if isinstance(arg, dict):
+            return cls(manifest=arg)
+        raise ApplicationError(
+            "workflow input must be a PyTorchJob manifest (JSON object)",
+            type="InvalidManifest",
+            non_retryable=True,
+        )
+
+
+def _invalid(message: str) -> ApplicationError:
+    return ApplicationError(message, type="InvalidManifest", non_retryable=True)
+
+
+@workflow.defn(name="PyTorchJobWorkflow")
+class PyTorchJobWorkflow:
+    def __init__(self) -> None:
+        self._view: JobView | None = None
+        self._grant: Grant | None = None
+        self._retry_now = False
+        self._sa_enabled = False
+        self._details = ""
+        self._sa_last: dict[str, Any] = {}
+        self._policy: PropagationPolicy | None = None
+
+    # ================================================================== run
+    @workflow.run
+    async def run(self, arg: dict[str, Any]) -> JobView:
+        inp = JobInput.from_arg(arg)
+        try:
+            job = parse_job(inp.manifest)
+        except ManifestErrors as exc:
+            raise _invalid(str(exc)) from None
+        ns, name = job.metadata.namespace, job.metadata.name
+        expected = job_workflow_id(ns, name)
+        if workflow.info().workflow_id != expected:
+            raise _invalid(
+                f"PyTorchJob {ns}/{name}: workflow id must be {expected!r} "
+                f"(got {workflow.info().workflow_id!r})"
+            )
+        self._job = job
+        self._input = inp
+        self._ref = JobRef(namespace=ns, name=name, workflow_id=expected)
+
+        if inp.progress is not None:
+            p = inp.progress
+            self._view, self._resolution, self._grant = p.view, p.resolution, p.grant
+            self._since, self._graceful_old, self._grace_deadline = (
+                p.since, p.graceful_old, p.grace_deadline)
+            self._sa_enabled = self._resolution.search_attributes
+            policy = parse_policy(self._resolution.policy) if self._resolution.policy else None
+            if policy is None:
+                raise _invalid(f"PyTorchJob {ns}/{name}: lost its policy across continue-as-new")
+            self._policy = policy
+            self._gang = gang_of(job, self._resolution.priority_classes)
+        else:
+            self._view = JobView(namespace=ns, name=name, state="Validating",
+                                 created_at=workflow.now())
+            self._since, self._graceful_old, self._grace_deadline = "", None, None
+            self._resolution = Resolution()
+            self._policy = await self._resolve_policy(inp)
+            self._gang = gang_of(job, self._resolution.priority_classes)
+            self._view.priority = self._gang.priority
+            self._view.queued = self._policy.queued
+            self._view.summary = self._summary_line()
+        self._publish()
+
+        try:
+            return await self._lifecycle()
+        except asyncio.CancelledError:
+            await self._on_deleted()
+            raise
+
+    # ================================================================== phases
+    async def _lifecycle(self) -> JobView:
+        view = self._require_view()
+        if self._policy.queued and self._grant is None and view.state not in TERMINAL_STATES:
+            await self._wait_for_admission()
+        while view.state not in TERMINAL_STATES:
+            if view.cluster is None:
+                placed = await self._schedule()
+                if not placed:
+                    break
+            outcome = await self._supervise()
+            if outcome == "continue":
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(
+                    JobInput(
+                        manifest=self._input.manifest,
+                        policy=self._input.policy,
+                        run_seconds=self._input.run_seconds,
+                        rewatch_seconds=self._input.rewatch_seconds,
+                        progress=JobProgress(
+                            view=view,
+                            resolution=self._resolution,
+                            grant=self._grant,
+                            since=self._since,
+                            graceful_old=self._graceful_old,
+                            grace_deadline=self._grace_deadline,
+                        ),
+                    )
+                )
+        await self._finish()
+        return view
+
+    async def _resolve_policy(self, inp: JobInput) -> PropagationPolicy:
+        delay = 5.0
+        while True:
+            self._resolution = await workflow.execute_activity(
+                "resolve_policy",
+                ResolveInput(namespace=self._job.metadata.namespace, name=self._job.metadata.name,
+                             labels=self._job.metadata.labels),
+                result_type=Resolution,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=MEMBER_RETRY,
+                summary="resolve PropagationPolicy and quota tree",
+            )
+            self._sa_enabled = self._resolution.search_attributes
+            doc = inp.policy or self._resolution.policy
+            if doc is not None:
+                try:
+                    policy = parse_policy(doc)
+                except ManifestErrors as exc:
+                    raise _invalid(str(exc)) from None
+                if policy.metadata.namespace != self._job.metadata.namespace:
+                    raise _invalid(
+                        f"PropagationPolicy {policy.metadata.namespace}/{policy.metadata.name}: "
+                        f"metadata.namespace must be the job's namespace "
+                        f"{self._job.metadata.namespace}"
+                    )
+                if inp.policy is not None:
+                    self._resolution.policy = doc
+                self._require_view().policy = (
+                    f"{policy.metadata.namespace}/{policy.metadata.name}")
+                return policy
+            self._set_state("Pending", self._resolution.policy_reason)
+            await self._sleep_or_retry(delay, "wait for a matching PropagationPolicy")
+            delay = min(delay * 2, 120.0)
+
+    async def _wait_for_admission(self) -> None:
+        view = self._require_view()
+        request = AdmissionRequest(
+            job_id=self._ref.workflow_id,
+            namespace=self._job.metadata.namespace,
+            priority=self._gang.priority,
+            request=quota_request(self._gang),
+            submitted_at=(view.created_at or workflow.now()).timestamp(),
+        )
+        delay = 5.0
+        while self._grant is None:
+            tree_id = self._resolution.tree_workflow_id
+            if tree_id is None:
+                self._set_state("Queued", "no ElasticQuotaTree is applied to the fleet")
+                await self._sleep_or_retry(delay, "wait for an ElasticQuotaTree")
+                delay = min(delay * 2, 120.0)
+                self._resolution = await self._refresh_resolution()
+                continue
+            try:
+                await workflow.get_external_workflow_handle(tree_id).signal("enqueue", request)
+            except Exception:  # the tree workflow is gone; resolve again later
+                self._set_state("Queued", f"quota workflow {tree_id} is not running")
+                await self._sleep_or_retry(delay, "wait for the quota workflow")
+                delay = min(delay * 2, 120.0)
+                self._resolution = await self._refresh_resolution()
+                continue
+            self._set_state("Queued", "waiting for quota")
+            self._event("Normal", "Queued", f"enqueued in quota tree {tree_id}")
+            await workflow.wait_condition(lambda: self._grant is not None)
+        grant = self._grant
+        view.admitted = True
+        view.queue = grant.queue
+        self._event("Normal", "Admitted", f"admitted by queue {grant.queue} (quota {grant.node})")
+        self._set_state("Scheduling", "admitted")
+
+    async def _refresh_resolution(self) -> Resolution:
+        res: Resolution = await workflow.execute_activity(
+            "resolve_policy",
+            ResolveInput(namespace=self._job.metadata.namespace, name=self._job.metadata.name,
+                         labels=self._job.metadata.labels),
+            result_type=Resolution,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=MEMBER_RETRY,
+            summary="resolve quota tree",
+        )
+        res.policy = self._resolution.policy
+        return res
+
+    async def _schedule(self) -> bool:
+        """Place, reserve and bind; retries with backoff while nothing fits. Returns False
+        when the job can never be placed (every cluster excluded)."""
+        view = self._require_view()
+        affinity = None
+        tolerations: list[dict[str, Any]] = []
+        placement = self._policy.spec.placement
+        if placement.clusterAffinity is not None:
+            affinity = placement.clusterAffinity.model_dump(exclude_none=True)
+        tolerations = [t.model_dump(exclude_none=True) for t in placement.clusterTolerations]
+        delay = 2.0
+        last_reason = ""
+        while True:
+            self._set_state("Scheduling", "evaluating member clusters")
+            verdict: PlacementVerdict = await workflow.execute_activity(
+                "plan_placement",
+                PlacementInput(
+                    job_ref=f"{view.namespace}/{view.name}",
+                    gang=GangShape.from_gang(self._gang),
+                    affinity=affinity,
+                    cluster_tolerations=tolerations,
+                    exclude=list(view.evicted),
+                ),
+                result_type=PlacementVerdict,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=MEMBER_RETRY,
+                summary="capacity and gang placement",
+            )
+            rejections = dict(verdict.rejections)
+            for cand in verdict.candidates[:3]:
+                reserved = False
+                if cand.reservation:
+                    rr = await self._reserve(cand.cluster, cand.assignment)
+                    if not rr.ok:
+                        rejections[cand.cluster] = f"reservation lost: {rr.reason}"
+                        continue
+                    reserved = True
+                try:
+                    await workflow.execute_activity(
+                        "bind",
+                        BindInput(
+                            cluster=cand.cluster,
+                            request=BindRequest(
+                                job=self._ref,
+                                manifest=self._input.manifest,
+                                reserved=reserved,
+                                propagate_deps=self._policy.spec.propagateDeps,
+                                run_seconds=self._input.run_seconds,
+                            ),
+                        ),
+                        result_type=BindResult,
+                        start_to_close_timeout=timedelta(seconds=60),
+                        retry_policy=MEMBER_RETRY,
+                        summary=f"bind {view.name} on {cand.cluster}",
+                    )
+                except ActivityError as exc:
+                    msg = str(exc.cause or exc)
+                    self._event("Warning", "ScheduleBindingFailed",
+                                f"Binding on {cand.cluster} failed: {msg}")
+                    rejections[cand.cluster] = f"binding failed: {msg}"
+                    if reserved:
+                        await self._purge(cand.cluster, "release reservations")
+                    continue
+                view.cluster = cand.cluster
+                if cand.cluster not in view.copies:
+                    view.copies.append(cand.cluster)
+                view.bound_at = workflow.now()
+                view.rejections = rejections
+                self._since = ""
+                self._event(
+                    "Normal",
+                    "ScheduleBindingSucceed",
+                    "Binding has been scheduled successfully. Result: "
+                    + binding_result(cand.cluster, self._gang),
+                )
+                self._set_state("Created", f"bound to {cand.cluster}")
+                return True
+            view.rejections = rejections
+            if not verdict.candidates and not verdict.eligible:
+                reason = "no member cluster is eligible: " + verdict.reason()
+                self._event("Warning", "ScheduleBindingFailed", reason)
+                self._set_state("Failed", reason)
+                return False
+            reason = "; ".join(f"{c}: {r}" for c, r in sorted(rejections.items())) or (
+                "no member cluster has room")
+            if reason != last_reason:
+                self._event("Warning", "FailedScheduling", reason)
+                last_reason = reason
+            self._set_state("Pending", reason)
+            await self._sleep_or_retry(delay, f"retry placement in {int(delay)}s")
+            delay = min(delay * 2, 60.0)
+
+    async def _reserve(self, cluster: str, assignment: dict[str, str]) -> ReserveResult:
+        pods = [
+            PodReservation(role=p.role, index=p.index, node=assignment.get(p.name_suffix, ""),
+                           requests=p.requests, node_selector=p.node_selector,
+                           tolerations=list(p.tolerations))
+            for p in self._gang.pods
+        ]
+        return await workflow.execute_activity(
+            "reserve",
+            ReserveInput(cluster=cluster, request=ReserveRequest(job=self._ref, pods=pods)),
+            result_type=ReserveResult,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=MEMBER_RETRY,
+            summary=f"reserve on {cluster}",
+        )
+
+    async def _supervise(self) -> str:
+        """Watch the bound copy until the job ends, fails over or history asks for
+        continue-as-new. Returns "done" | "failover" | "continue"."""
+        view = self._require_view()
+        fo = self._policy.application_failover
+        tolerance = fo.decisionConditions.tolerationSeconds if fo else None
+        iterations = 0
+        while True:
+            cluster = view.cluster
+            assert cluster is not None
+            watch = workflow.start_activity(
+                "watch_status",
+                WatchInput(cluster=cluster, job=self._ref, since=self._since,
+                           timeout_seconds=WATCH_SECONDS),
+                result_type=JobStatus,
+                start_to_close_timeout=timedelta(seconds=WATCH_SECONDS + 60),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=MEMBER_RETRY,
+                summary=f"watch {view.name} on {cluster}",
+            )
+            timeout, summary, due = self._next_deadline(tolerance)
+            try:
+                await workflow.wait_condition(
+                    lambda: watch.done(), timeout=timeout, timeout_summary=summary)
+            except asyncio.TimeoutError:
+                watch.cancel()
+                try:
+                    await watch
+                except (ActivityError, asyncio.CancelledError):
+                    pass
+                if due == "failover":
+                    await self._failover(cluster, tolerance or 0)
+                    return "failover"
+                if due == "grace":
+                    await self._purge_graceful_old("grace period ended")
+                continue
+            try:
+                status = watch.result()
+            except ActivityError as exc:
+                status = JobStatus(cluster=cluster, health="Unknown", phase="Unknown",
+                                   reason=f"watch failed: {exc.cause or exc}",
+                                   observed="watch-failed")
+            changed = status.observed != self._since or not status.observed
+            self._apply_status(status, tolerance)
+            if status.phase == "Succeeded":
+                self._set_state("Succeeded", f"completed on {cluster}")
+                return "done"
+            if status.phase == "Failed" and fo is None:
+                self._set_state("Failed", status.reason or f"failed on {cluster}")
+                return "done"
+            if (self._graceful_old and status.health == "Healthy"
+                    and status.phase in ("Running", "Succeeded")):
+                await self._purge_graceful_old(f"new copy on {cluster} is healthy")
+            if view.pending_purges:
+                await self._retry_pending_purges()
+            if tolerance == 0 and view.unhealthy_since is not None:
+                await self._failover(cluster, 0)
+                return "failover"
+            if not changed:
+                # The watch window ended quietly: pause on a durable timer before the next
+                # one (bounded by the next failover/grace deadline).
+                timeout, summary, _ = self._next_deadline(tolerance)
+                pause = self._input.rewatch_seconds
+                idle = pause if timeout is None else min(pause, timeout)
+                await self._sleep_or_retry(idle, summary or f"re-watch {view.name} on {cluster}")
+            iterations += 1
+            info = workflow.info()
+            if (info.get_current_history_length() > MAX_HISTORY_EVENTS
+                    or info.is_continue_as_new_suggested()):
+                return "continue"
+
+    def _next_deadline(self, tolerance: int | None) -> tuple[float | None, str | None, str]:
+        view = self._require_view()
+        now = workflow.now()
+        best: tuple[float | None, str | None, str] = (None, None, "")
+        if tolerance is not None and view.unhealthy_since is not None:
+            remaining = (view.unhealthy_since + timedelta(seconds=tolerance) - now).total_seconds()
+            best = (max(remaining, 0.001),
+                    f"failover tolerance {tolerance}s on {view.cluster}", "failover")
+        if self._graceful_old and self._grace_deadline is not None:
+            remaining = (self._grace_deadline - now).total_seconds()
+            if best[0] is None or remaining < best[0]:
+                best = (max(remaining, 0.001),
+                        f"grace period before purging {self._graceful_old}", "grace")
+        return best
+
+    def _apply_status(self, status: JobStatus, tolerance: int | None) -> None:
+        view = self._require_view()
+        self._since = status.observed
+        view.pods = [p.model_dump() for p in status.pods]
+        if status.health == "Unhealthy":
+            if view.unhealthy_since is None:
+                view.unhealthy_since = workflow.now()
+                self._event("Warning", "Unhealthy",
+                            f"job unhealthy on {status.cluster}: {status.reason or status.phase}")
+        elif status.health == "Healthy":
+            if view.unhealthy_since is not None:
+                self._event("Normal", "Recovered", f"job healthy again on {status.cluster}")
+            view.unhealthy_since = None
+        # Unknown (cluster unreachable) neither starts nor resets the failover timer.
+        if status.phase in ("Running", "Created") and status.health != "Unknown":
+            state: JobState = "Running" if status.phase == "Running" else "Created"
+            reason = status.reason or f"{status.phase.lower()} on {status.cluster}"
+            if status.health == "Unhealthy":
+                reason = f"unhealthy on {status.cluster}: {status.reason}"
+            self._set_state(state, reason)
+        elif status.health == "Unknown":
+            self._set_state(view.state, f"{status.cluster} unreachable: {status.reason}")
+        elif status.phase == "Failed":
+            self._set_state(view.state if view.state != "Created" else "Running",
+                            f"failed on {status.cluster}: {status.reason}")
+        else:
+            self._publish()
+
+    # ================================================================== failover
+    async def _failover(self, old: str, tolerance: int) -> None:
+        view = self._require_view()
+        fo = self._policy.application_failover
+        mode = fo.purgeMode if fo else PurgeMode.DIRECTLY
+        self._set_state("FailingOver", f"unhealthy on {old} for {tolerance}s")
+        self._event("Warning", "FailoverStarted",
+                    f"job unhealthy on {old} for {tolerance}s; purgeMode {mode.value}")
+        view.evicted.append(old)
+        view.cluster = None
+        view.unhealthy_since = None
+        self._since = ""
+        if mode == PurgeMode.DIRECTLY:
+            await self._purge_or_defer(old)
+            self._event("Normal", "Evicted", f"evicted from {old}; old copy purged first")
+        elif mode == PurgeMode.GRACEFULLY:
+            grace = fo.grace_seconds if fo else 600
+            self._graceful_old = old
+            self._grace_deadline = workflow.now() + timedelta(seconds=grace)
+            self._event("Normal", "Evicted",
+                        f"evicted from {old}; old copy purged once the new one is healthy "
+                        f"or after {grace}s")
+        else:
+            if old in view.copies:
+                view.copies.remove(old)
+            self._event("Normal", "Evicted", f"evicted from {old}; old copy kept (purgeMode Never)")
+        placed = await self._schedule()
+        if placed:
+            self._event("Normal", "Rescheduled", f"rescheduled from {old} to {view.cluster}")
+
+    async def _purge_graceful_old(self, why: str) -> None:
+        old = self._graceful_old
+        self._graceful_old, self._grace_deadline = None, None
+        if old:
+            await self._purge_or_defer(old)
+            self._event("Normal", "Purged", f"old copy on {old} purged: {why}")
+
+    async def _purge_or_defer(self, cluster: str) -> None:
+        view = self._require_view()
+        try:
+            await self._purge(cluster, "purge old copy")
+        except ActivityError as exc:
+            if cluster not in view.pending_purges:
+                view.pending_purges.append(cluster)
+            self._event("Warning", "PurgeDeferred",
+                        f"could not purge {cluster} now ({exc.cause or exc}); "
+                        "will purge when it is reachable")
+            return
+        if cluster in view.copies:
+            view.copies.remove(cluster)
+
+    async def _retry_pending_purges(self) -> None:
+        view = self._require_view()
+        for cluster in list(view.pending_purges):
+            try:
+                await self._purge(cluster, "purge copy left while unreachable", attempts=1)
+            except ActivityError:
+                continue
+            view.pending_purges.remove(cluster)
+            if cluster in view.copies:
+                view.copies.remove(cluster)
+            self._event("Normal", "Purged", f"copy on {cluster} purged after it became reachable")
+
+    async def _purge(self, cluster: str, why: str, attempts: int = 3) -> PurgeResult:
+        return await workflow.execute_activity(
+            "purge",
+            PurgeInput(cluster=cluster, job=self._ref),
+            result_type=PurgeResult,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                     maximum_interval=timedelta(seconds=10),
+                                     maximum_attempts=attempts),
+            summary=f"{why} on {cluster}",
+        )
+
+    # ================================================================== endings
+    async def _finish(self) -> None:
+        view = self._require_view()
+        # Reservations were consumed by the pods; delete leftovers on every copy we hold.
+        for cluster in list(view.pending_purges):
+            await self._purge_until_done(cluster, "purge copy left while unreachable")
+            view.pending_purges.remove(cluster)
+        if self._graceful_old:
+            await self._purge_until_done(self._graceful_old, "purge old copy")
+            self._graceful_old = None
+        await self._release_quota()
+        view.finished_at = workflow.now()
+        self._publish()
+
+    async def _on_deleted(self) -> None:
+        view = self._require_view()
+        self._event("Normal", "Deleted", "job deleted from the fleet; purging member copies")
+        clusters = list(dict.fromkeys(
+            view.copies + view.pending_purges + ([self._graceful_old] if self._graceful_old else [])
+        ))
+        for cluster in clusters:
+            await self._purge_until_done(cluster, "purge on delete")
+        view.copies, view.pending_purges, view.cluster = [], [], None
+        await self._release_quota()
+        view.finished_at = workflow.now()
+        self._set_state("Deleted", "deleted")
+
+    async def _purge_until_done(self, cluster: str, why: str) -> None:
+        await workflow.execute_activity(
+            "purge",
+            PurgeInput(cluster=cluster, job=self._ref),
+            result_type=PurgeResult,
+            start_to_close_timeout=timedelta(seconds=60),
+            schedule_to_close_timeout=timedelta(days=7),
+            retry_policy=CLEANUP_RETRY,
+            summary=f"{why} on {cluster}",
+        )
+
+    async def _release_quota(self) -> None:
+        tree_id = self._resolution.tree_workflow_id
+        if self._policy is None or not self._policy.queued or tree_id is None:
+            return
+        signal = "release" if self._grant is not None else "cancel"
+        try:
+            await workflow.get_external_workflow_handle(tree_id).signal(signal, self._ref.workflow_id)
+        except Exception as exc:  # quota workflow gone: nothing is held there
+            workflow.logger.info("could not signal %s to %s: %s", signal, tree_id, exc)
+        self._grant = None
+
+    # ================================================================== helpers
+    async def _sleep_or_retry(self, seconds: float, summary: str) -> None:
+        self._retry_now = False
+        try:
+            await workflow.wait_condition(lambda: self._retry_now, timeout=seconds,
+                                          timeout_summary=summary)
+        except asyncio.TimeoutError:
+            pass
+        self._retry_now = False
+
+    def _require_view(self) -> JobView:
+        assert self._view is not None
+        return self._view
+
+    def _summary_line(self) -> str:
+        counts = self._gang.role_counts()
+        roles = " + ".join(
+            f"{n} {role}{'s' if n != 1 and role == 'worker' else ''}" for role, n in counts.items()
+        )
+        return (f"PyTorchJob {self._job.metadata.namespace}/{self._job.metadata.name}: {roles}, "
+                f"{format_resources(self._gang.total)}")
+
+    def _event(self, kind: str, reason: str, message: str) -> None:
+        view = self._require_view()
+        if view.events and view.events[-1].reason == reason and view.events[-1].message == message:
+            view.events[-1].count += 1
+            view.events[-1].time = workflow.now()
+        else:
+            view.events.append(JobEvent(type=kind, reason=reason, message=message,  # type: ignore[arg-type]
+                                        time=workflow.now()))
+        del view.events[:-MAX_EVENTS]
+        self._publish()
+
+    def _set_state(self, state: JobState, reason: str) -> None:
+        view = self._require_view()
+        view.state = state
+        view.reason = reason
+        self._publish()
+
+    def _publish(self) -> None:
+        view = self._require_view()
+        last = view.events[-1] if view.events else None
+        lines = [
+            f"**{view.state}** — {view.reason}" if view.reason else f"**{view.state}**",
+            "",
+            f"- cluster: `{view.cluster or '-'}`",
+            f"- queue: `{view.queue or ('waiting' if view.queued and not view.admitted else '-')}`",
+            f"- priority: {view.priority}",
+        ]
+        if view.evicted:
+            lines.append(f"- evicted from: {', '.join(view.evicted)}")
+        if view.pending_purges:
+            lines.append(f"- purge pending on: {', '.join(view.pending_purges)}")
+        if last is not None:
+            lines.append(f"- last event: {last.reason}: {last.message}")
+        details = "\n".join(lines)
+        if details != self._details:
+            self._details = details
+            workflow.set_current_details(details)
+        if self._sa_enabled:
+            wanted: dict[str, Any] = {
+                SA_STATE: view.state,
+                SA_CLUSTER: view.cluster or "",
+                SA_QUEUE: view.queue or "",
+                SA_JOB: f"{view.namespace}/{view.name}",
+                SA_NAMESPACE: view.namespace,
+                SA_PRIORITY: view.priority,
+            }
+            changed = {k: v for k, v in wanted.items() if self._sa_last.get(k) != v}
+            if changed:
+                pairs: list[SearchAttributePair[Any]] = []
+                for k, v in changed.items():
+                    key: Any = (SearchAttributeKey.for_int(k) if k == SA_PRIORITY
+                                else SearchAttributeKey.for_keyword(k))
+                    pairs.append(key.value_set(v))
+                workflow.upsert_search_attributes(pairs)
+                self._sa_last.update(changed)
+
+    # ================================================================== handlers
+    @workflow.signal
+    def admitted(self, grant: Grant) -> None:
+        self._grant = grant
+
+    @workflow.signal
+    def retry_placement(self) -> None:
+        """Capacity changed somewhere: retry a pending placement now."""
+        self._retry_now = True
+
+    @workflow.query
+    def status(self) -> JobView | None:
+        return self._view
+
+    @property
+    def gang(self) -> Gang:
+        return self._gang

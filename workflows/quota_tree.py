@@ -1,0 +1,256 @@
+"""The quota semaphore: one long-lived workflow per ElasticQuotaTree.
+
+It holds the tree, the usage and one priority queue per tree node (all in the pure
+``fleetq.admission.Admission``), takes ``enqueue``/``release``/``cancel`` signals from job
+workflows, and grants admission back by signal. Grants are batched: every workflow task
+runs one scheduling pass and sends all resulting signals concurrently, so a burst of
+thousands of submissions costs a handful of workflow tasks, not one round-trip each.
+History stays bounded by continuing-as-new with the whole admission state; a periodic
+check against Temporal's own view of the holders returns quota held by jobs that no
+longer run (terminated, timed out, deleted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from fleetq.admission import (
+        Admission,
+        AdmissionRequest,
+        AdmissionState,
+        Grant,
+        QueueInfo,
+        QueuePolicy,
+        WaitInfo,
+    )
+    from fleetq.messages import HolderCheck, HolderVerdict
+    from fleetq.models import ManifestErrors, parse_tree
+    from fleetq.resources import format_quantity
+
+
+class QuotaTreeInput(BaseModel):
+    tree: dict[str, Any] | None = None
+    policy: QueuePolicy = QueuePolicy.PRIORITY
+    starvation_seconds: float = 600
+    state: AdmissionState | None = None
+    #: continue-as-new once history passes this many events (Temporal warns at 10,240)
+    max_history_events: int = 4000
+    leak_check_seconds: float = 60
+    generation: int = 0
+
+
+class QuotaView(BaseModel):
+    tree: str | None
+    policy: str
+    holders: int
+    waiting: int
+    queues: list[QueueInfo]
+    generation: int
+    grants_sent: int = 0
+    leaks_recovered: list[str] = Field(default_factory=list)
+
+
+@workflow.defn(name="QuotaTreeWorkflow")
+class QuotaTreeWorkflow:
+    @workflow.init
+    def __init__(self, inp: QuotaTreeInput) -> None:
+        self._input = inp
+        if inp.state is not None:
+            self._admission = Admission.from_state(inp.state)
+        else:
+            tree = parse_tree(inp.tree) if inp.tree else None
+            self._admission = Admission(tree, inp.policy, inp.starvation_seconds)
+        self._tree_doc: dict[str, Any] | None = inp.tree
+        self._dirty = True
+        self._grants_sent = 0
+        self._leaks: list[str] = []
+        self._details = ""
+        self._stop = False
+
+    # ------------------------------------------------------------------ main loop
+    @workflow.run
+    async def run(self, inp: QuotaTreeInput) -> None:
+        last_leak_check = workflow.now()
+        while True:
+            timeout: float | None = None
+            if self._admission.holders():
+                elapsed = (workflow.now() - last_leak_check).total_seconds()
+                timeout = max(1.0, inp.leak_check_seconds - elapsed)
+            try:
+                await workflow.wait_condition(
+                    lambda: self._dirty or self._stop,
+                    timeout=timeout,
+                    timeout_summary="check that quota holders still run",
+                )
+            except asyncio.TimeoutError:
+                await self._recover_leaks()
+                last_leak_check = workflow.now()
+            if self._stop:
+                return
+            while self._dirty:
+                self._dirty = False
+                await self._grant()
+            self._publish_details()
+            info = workflow.info()
+            if (
+                info.is_continue_as_new_suggested()
+                or info.get_current_history_length() > inp.max_history_events
+            ):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                if self._dirty:  # a signal landed while handlers drained: grant first
+                    continue
+                workflow.continue_as_new(
+                    QuotaTreeInput(
+                        tree=self._tree_doc,
+                        policy=inp.policy,
+                        starvation_seconds=inp.starvation_seconds,
+                        state=self._admission.to_state(),
+                        max_history_events=inp.max_history_events,
+                        leak_check_seconds=inp.leak_check_seconds,
+                        generation=inp.generation + 1,
+                    )
+                )
+
+    async def _grant(self) -> None:
+        grants = self._admission.schedule(workflow.now().timestamp())
+        if not grants:
+            return
+        results = await asyncio.gather(
+            *(self._send_grant(g) for g in grants), return_exceptions=True
+        )
+        for grant, result in zip(grants, results, strict=True):
+            if isinstance(result, BaseException):
+                # The job workflow is gone: its quota comes back at once.
+                workflow.logger.info("grant to %s not delivered: %s", grant.job_id, result)
+                self._admission.release(grant.job_id)
+                self._leaks.append(grant.job_id)
+                self._dirty = True
+            else:
+                self._grants_sent += 1
+
+    async def _send_grant(self, grant: Grant) -> None:
+        handle = workflow.get_external_workflow_handle(grant.job_id)
+        await handle.signal("admitted", grant)
+
+    async def _recover_leaks(self) -> None:
+        holders = self._admission.holders()
+        if not holders:
+            return
+        verdict: HolderVerdict = await workflow.execute_activity(
+            "check_holders",
+            HolderCheck(workflow_ids=holders),
+            result_type=HolderVerdict,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=5),
+            summary=f"check {len(holders)} quota holders still run",
+        )
+        for job_id in verdict.gone:
+            if self._admission.release(job_id):
+                workflow.logger.warning("released quota leaked by %s", job_id)
+                self._leaks.append(job_id)
+                self._dirty = True
+        del self._leaks[:-20]
+
+    def _publish_details(self) -> None:
+        lines = [f"**ElasticQuotaTree** `{self._tree_name() or '(none)'}` — policy "
+                 f"{self._admission.policy}, {len(self._admission.holders())} admitted, "
+                 f"{len(self._admission.waiting())} waiting", "",
+                 "| queue | waiting | admitted | usage / max |", "|---|---|---|---|"]
+        for q in self._admission.queues():
+            usage = ", ".join(
+                f"{k} {format_quantity(k, q.usage.get(k, 0))}/{format_quantity(k, v)}"
+                for k, v in sorted(q.max.items())
+            )
+            lines.append(f"| {q.name} | {q.length} | {q.admitted} | {usage or '-'} |")
+        details = "\n".join(lines)
+        if details != self._details:
+            self._details = details
+            workflow.set_current_details(details)
+
+    def _tree_name(self) -> str | None:
+        if not self._tree_doc:
+            return None
+        meta = self._tree_doc.get("metadata") or {}
+        return f"{meta.get('namespace')}/{meta.get('name')}"
+
+    # ------------------------------------------------------------------ handlers
+    @workflow.update
+    def apply_tree(self, manifest: dict[str, Any]) -> str:
+        tree = parse_tree(manifest)
+        unchanged = manifest == self._tree_doc
+        self._admission.replace_tree(tree)
+        self._tree_doc = manifest
+        self._dirty = True
+        return "unchanged" if unchanged else "configured"
+
+    @apply_tree.validator
+    def _validate_tree(self, manifest: dict[str, Any]) -> None:
+        try:
+            tree = parse_tree(manifest)
+        except ManifestErrors as exc:
+            raise ValueError(str(exc)) from None
+        current = self._tree_name()
+        name = f"{tree.metadata.namespace}/{tree.metadata.name}"
+        if current is not None and current != name:
+            raise ValueError(
+                f"ElasticQuotaTree {name}: only one ElasticQuotaTree is supported "
+                f"and {current} exists"
+            )
+
+    @workflow.signal
+    def enqueue(self, req: AdmissionRequest) -> None:
+        try:
+            self._admission.enqueue(req, workflow.now().timestamp())
+        except ValueError as exc:  # e.g. a request the tree can never admit
+            workflow.logger.warning("enqueue of %s refused: %s", req.job_id, exc)
+        self._dirty = True
+
+    @workflow.signal
+    def release(self, job_id: str) -> None:
+        if self._admission.release(job_id):
+            self._dirty = True
+
+    @workflow.signal
+    def cancel(self, job_id: str) -> None:
+        if self._admission.cancel(job_id) or self._admission.release(job_id):
+            self._dirty = True
+
+    @workflow.signal
+    def stop(self) -> None:
+        self._stop = True
+
+    @workflow.query
+    def queues(self) -> list[QueueInfo]:
+        return self._admission.queues()
+
+    @workflow.query
+    def wait_info(self, job_id: str) -> WaitInfo | None:
+        return self._admission.wait_info(job_id)
+
+    @workflow.query
+    def holders(self) -> list[str]:
+        return self._admission.holders()
+
+    @workflow.query
+    def usage(self, node: str) -> dict[str, int]:
+        return self._admission.usage(node)
+
+    @workflow.query
+    def view(self) -> QuotaView:
+        return QuotaView(
+            tree=self._tree_name(),
+            policy=str(self._admission.policy),
+            holders=len(self._admission.holders()),
+            waiting=len(self._admission.waiting()),
+            queues=self._admission.queues(),
+            generation=self._input.generation,
+            grants_sent=self._grants_sent,
+            leaks_recovered=list(self._leaks),
+        )
