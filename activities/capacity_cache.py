@@ -230,6 +230,8 @@ class CapacityCache:
         self._broken_since: dict[str, float] = {}  # kind or "probe" -> monotonic
         self._streams: dict[str, WatchStream] = {}
         self._stop = threading.Event()
+        self._wake = threading.Condition()
+        self._wake_gen = 0
         self._threads: list[threading.Thread] = []
         self._watch_jobs = watch_jobs
         self._subs: dict[tuple[str, str], set[threading.Event]] = {}
@@ -264,6 +266,7 @@ class CapacityCache:
 
     def close(self) -> None:
         self._stop.set()
+        self._kick()
         with self._lock:
             streams = list(self._streams.values())
         for s in streams:
@@ -302,6 +305,11 @@ class CapacityCache:
             snap = self._state.build(self.name, self.labels, self.taints, self.reservation, rv)
             self._built = (self._version, snap)
             return snap
+
+    def invalidate(self) -> None:
+        """Force the next :meth:`snapshot` to rebuild (benchmarks, diagnostics)."""
+        with self._lock:
+            self._version += 1
 
     def snapshot_nowait(self) -> ClusterSnapshot | None:
         """The snapshot if the initial LISTs are done, else None (do not block)."""
@@ -475,6 +483,21 @@ class CapacityCache:
                 need_list = True
                 if exc.status == 410:
                     continue
+                if exc.status == 404 and kind == "reservations":
+                    # The Reservation API is not installed: nothing is reserved. Say so
+                    # once, count the kind as synced (empty), and look again later.
+                    with self._lock:
+                        first = "reservations" not in self._synced
+                        if self._replace(kind, []):
+                            self._version += 1
+                        self._synced.add(kind)
+                        if all(k in self._synced for k in self._kinds):
+                            self._initial.set()
+                    self._mark_ok(kind)
+                    if first:
+                        log.warning("cluster %s: no Reservation API (%s)", self.name, exc)
+                    self._stop.wait(30.0)
+                    continue
                 self._failed(kind, exc, backoff)
                 backoff = min(backoff * 2, self.MAX_BACKOFF_S)
             except Exception as exc:  # connection drops, decode errors: never kill the loop
@@ -488,7 +511,15 @@ class CapacityCache:
         log.debug("cluster %s: %s watch failed: %s", self.name, kind, exc)
         if kind != "jobs":
             self._mark_broken(kind)
-        self._stop.wait(backoff)
+        with self._wake:
+            gen = self._wake_gen
+            self._wake.wait_for(lambda: self._wake_gen != gen, timeout=backoff)
+
+    def _kick(self) -> None:
+        """Cut short every watch loop's backoff (the cluster is back, or we stop)."""
+        with self._wake:
+            self._wake_gen += 1
+            self._wake.notify_all()
 
     def _probe_loop(self) -> None:
         interval = max(1.0, self.ttl_s)
@@ -505,5 +536,6 @@ class CapacityCache:
                         with contextlib.suppress(Exception):
                             s.close()
                     self._mark_ok("probe")
+                    self._kick()
             else:
                 self._mark_broken("probe")

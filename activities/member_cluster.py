@@ -404,7 +404,10 @@ class KubeApi:
                 with contextlib.suppress(Exception):
                     resp.response.release_conn()
             except urllib3.exceptions.NewConnectionError as exc:
+                # Refused: one quick retry (an API server restarting), then give up.
                 failure = ClusterUnreachable(f"cluster {self.name}: {method} {path}: {_short(exc)}")
+                if attempt >= 2:
+                    raise failure from None
             except urllib3.exceptions.TimeoutError as exc:
                 raise ClusterUnreachable(
                     f"cluster {self.name}: {method} {path}: no answer within "
@@ -454,12 +457,12 @@ class KubeApi:
             raise self._fail("POST", path, status, obj)
         return obj  # type: ignore[no-any-return]
 
-    def delete(self, path: str, propagation: str | None = None) -> bool:
+    def delete(self, path: str, propagation: str | None = None, retry: bool = True) -> bool:
         """DELETE; False if it was already gone."""
         body = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if propagation:
             body["propagationPolicy"] = propagation
-        status, obj = self.call("DELETE", path, body=body)
+        status, obj = self.call("DELETE", path, body=body, retry=retry)
         if status == 404:
             return False
         if status >= 300:
@@ -685,6 +688,16 @@ def _copy_dep(kind: str, obj: Mapping[str, Any], job: JobRef) -> dict[str, Any] 
             if key in obj:
                 out[key] = obj[key]
     return out
+
+
+def _drop_none(value: Any) -> Any:
+    """Drop null fields (pydantic dumps unset optionals as None; structural CRD schemas
+    would reject or prune them)."""
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -946,6 +959,10 @@ class KubernetesMemberCluster:
         answering midway the result is ``ok=False`` too; anything the rollback could not
         delete expires with its TTL (and ``release_reservations`` is safe to repeat)."""
         job = req.job
+        if not self.reservation:
+            return ReserveResult(
+                ok=False, reason=f"cluster {self.name} does not support Reservations"
+            )
         names = [reservation_name(job, p.role, p.index) for p in req.pods]
         state: dict[str, tuple[PodReservation, dict[str, Any]]] = {}
         try:
@@ -986,24 +1003,36 @@ class KubernetesMemberCluster:
             self._rollback(names)
             return ReserveResult(ok=False, reason=str(exc))
         except ClusterUnreachable as exc:
+            self._rollback(names, retry=False)
+            return ReserveResult(ok=False, reason=str(exc))
+        except ApiError as exc:  # e.g. the Reservation CRD is not installed
             self._rollback(names)
             return ReserveResult(ok=False, reason=str(exc))
         except ConflictError:
             self._rollback([n for n in names if n in state])
             raise
 
-    def _rollback(self, names: list[str]) -> None:
+    def _rollback(self, names: list[str], retry: bool = True) -> None:
         for n in names:
             try:
-                self.api.delete(self._reservation_path(n))
+                self.api.delete(self._reservation_path(n), retry=retry)
             except (ClusterUnreachable, ApiError) as exc:
+                # It expires with its TTL; release_reservations() can be repeated later.
                 log.warning("cluster %s: could not roll back Reservation %s: %s", self.name, n, exc)
+                if not retry:
+                    return
 
     def release_reservations(self, job: JobRef) -> list[str]:
-        """Delete every reservation of this job (by owner label); names deleted."""
-        items, _ = self.api.list(
-            self._reservation_path(), label_selector=f"{OWNER_LABEL}={job.owner_id}"
-        )
+        """Delete every reservation of this job (by owner label); names deleted.
+        Safe to repeat; raises :class:`ClusterUnreachable` if it cannot be done now."""
+        try:
+            items, _ = self.api.list(
+                self._reservation_path(), label_selector=f"{OWNER_LABEL}={job.owner_id}"
+            )
+        except ApiError as exc:
+            if exc.status == 404:  # no Reservation API on this cluster: nothing to release
+                return []
+            raise
         deleted = []
         for obj in items:
             name = str(_meta(obj).get("name") or "")
@@ -1025,10 +1054,14 @@ class KubernetesMemberCluster:
     def member_manifest(self, req: BindRequest) -> dict[str, Any]:
         """The PyTorchJob we create on the member, from the user's manifest."""
         job = req.job
-        src = json.loads(json.dumps(req.manifest))  # deep copy, JSON-clean
+        src = _drop_none(json.loads(json.dumps(req.manifest)))  # deep, JSON-clean copy
         meta = src.get("metadata") or {}
         labels = {**(meta.get("labels") or {}), **job.labels()}
-        annotations = dict(meta.get("annotations") or {})
+        annotations = {
+            k: v
+            for k, v in (meta.get("annotations") or {}).items()
+            if k != "kubectl.kubernetes.io/last-applied-configuration"
+        }
         spec = src.get("spec") or {}
         replica_specs = spec.get("pytorchReplicaSpecs") or {}
         total = sum(int((rs or {}).get("replicas", 1)) for rs in replica_specs.values())

@@ -21,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.fleet import Fleet
 from activities.member_cluster import (
+    ApiError,
     BindRequest,
     BindResult,
     ClusterUnreachable,
@@ -37,8 +38,8 @@ from fleetq.messages import (
     HolderVerdict,
     PlacementInput,
     PlacementVerdict,
-    ResolveInput,
     Resolution,
+    ResolveInput,
 )
 from fleetq.models import ClusterAffinity, Toleration
 from fleetq.naming import REGISTRY_WORKFLOW_ID
@@ -198,6 +199,8 @@ class SchedulingActivities:
             result: BindResult = self._member(inp.cluster).bind(inp.request)
         except ConflictError as exc:
             raise ApplicationError(str(exc), type="ConflictError", non_retryable=True) from None
+        except ApiError as exc:  # a definite rejection (403, 422): retrying cannot help
+            raise ApplicationError(str(exc), type="ApiError", non_retryable=True) from None
         return result
 
     @activity.defn(name="purge")

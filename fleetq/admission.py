@@ -91,8 +91,8 @@ class QueueInfo(BaseModel):
 class AdmissionState(BaseModel):
     """Everything needed to rebuild an :class:`Admission` (continue-as-new payload).
 
-    Compact on purpose (about 60 bytes per waiting job): request shapes and namespaces are
-    interned and jobs are tuples.
+    Compact on purpose (about 65 bytes per waiting job, 0.66 MB at 10,000): request
+    shapes and namespaces are interned and jobs are tuples.
 
     * ``w``: waiting jobs ``(job_id, ns index, priority, submitted_at, shape index,
       skipped_at or None)`` in enqueue order;

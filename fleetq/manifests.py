@@ -19,7 +19,10 @@ error, because only one tree is supported.
 
 Directories are read recursively in lexical order (like ``kubectl apply -R``), taking
 ``*.yaml``, ``*.yml`` and ``*.json`` and skipping hidden files and directories; a file
-named explicitly is read whatever its extension.
+named explicitly is read whatever its extension. Inside a directory, a file none of whose
+documents has ``apiVersion`` or ``kind`` (a kustomization, Helm values, a ``fleetq sim``
+trace) is skipped with a note rather than failing the whole directory; named explicitly,
+the same file is an error. A directory with no manifest at all is an error.
 """
 
 from __future__ import annotations
@@ -339,43 +342,62 @@ def _check_document(doc: Any, source: Source, errors: list[str]) -> FleetObject 
     return None
 
 
-def _parse_text(text: str, path: str) -> tuple[list[_Entry], list[str]]:
-    entries: list[_Entry] = []
-    errors: list[str] = []
+@dataclass
+class _Parsed:
+    entries: list[_Entry] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skipped: bool = False  # a directory's file that is not a manifest
+
+
+def _is_kubernetes_object(doc: Any) -> bool:
+    return isinstance(doc, dict) and ("apiVersion" in doc or "kind" in doc)
+
+
+def _parse_text(text: str, path: str, found_in_directory: bool = False) -> _Parsed:
+    out = _Parsed()
     if len(text) > MAX_FILE_BYTES:
-        return entries, [f"{path}: is larger than {MAX_FILE_BYTES // MIB} MiB"]
+        out.errors.append(f"{path}: is larger than {MAX_FILE_BYTES // MIB} MiB")
+        return out
     if "\x00" in text:
-        return entries, [f"{path}: is a binary file, not YAML or JSON"]
-    found = 0
+        out.errors.append(f"{path}: is a binary file, not YAML or JSON")
+        return out
     try:
-        for index, doc in _documents(text, path):
-            if doc is None:
-                continue  # an empty document between two `---` lines
-            found += 1
-            items: list[tuple[Any, str]] = [(doc, f"document {index}")]
-            if (
-                isinstance(doc, dict)
-                and doc.get("kind") == "List"
-                and isinstance(doc.get("items"), list)
-            ):  # kubectl's List wrapper, as `kubectl get -o yaml` writes it
-                items = [(it, f"document {index} item {i}") for i, it in enumerate(doc["items"])]
-            source = Source(path, index)
-            for item, where in items:
-                if not isinstance(item, dict):
-                    errors.append(
-                        f"{path}: {where} is not a mapping (a Kubernetes object); "
-                        f"it is {_describe(item)}"
-                    )
-                    continue
-                obj = _check_document(item, source, errors)
-                if obj is not None:
-                    entries.append(_Entry(source, obj, item))
+        docs = [(index, doc) for index, doc in _documents(text, path) if doc is not None]
     except _Problem as exc:
-        errors.append(f"{path}: {exc}")
-        return entries, errors
-    if not found:
-        errors.append(f"{path}: is empty (no manifests)")
-    return entries, errors
+        out.errors.append(f"{path}: {exc}")
+        return out
+    if not docs:
+        out.errors.append(f"{path}: is empty (no manifests)")
+        return out
+    if found_in_directory and all(
+        isinstance(doc, dict) and not _is_kubernetes_object(doc) for _, doc in docs
+    ):
+        # Other YAML that lives beside manifests (kustomization, values, sim traces).
+        out.notes.append(f"{path}: skipped, not a Kubernetes manifest (no apiVersion or kind)")
+        out.skipped = True
+        return out
+    for index, doc in docs:
+        items: list[tuple[Any, str]] = [(doc, f"document {index}")]
+        if (
+            isinstance(doc, dict)
+            and doc.get("kind") == "List"
+            and isinstance(doc.get("items"), list)
+        ):
+            # kubectl's List wrapper, as `kubectl get -o yaml` writes it
+            items = [(it, f"document {index} item {i}") for i, it in enumerate(doc["items"])]
+        source = Source(path, index)
+        for item, where in items:
+            if not isinstance(item, dict):
+                out.errors.append(
+                    f"{path}: {where} is not a mapping (a Kubernetes object); "
+                    f"it is {_describe(item)}"
+                )
+                continue
+            obj = _check_document(item, source, out.errors)
+            if obj is not None:
+                out.entries.append(_Entry(source, obj, item))
+    return out
 
 
 def _describe(value: Any) -> str:
@@ -444,9 +466,10 @@ def _cross_check(entries: list[_Entry]) -> LoadResult:
 def parse_manifest_text(text: str, source: str) -> LoadResult:
     """Validate the manifests in one text (YAML, possibly several documents, or JSON);
     ``source`` names it in messages."""
-    entries, errors = _parse_text(text, source)
-    result = _cross_check(entries)
-    result.errors[:0] = errors
+    parsed = _parse_text(text, source)
+    result = _cross_check(parsed.entries)
+    result.errors[:0] = parsed.errors
+    result.notes[:0] = parsed.notes
     return result
 
 
@@ -498,19 +521,21 @@ def _walk(directory: str) -> list[str]:
     return [full for _, full in sorted(found)]
 
 
-def _sources(paths: Sequence[str], errors: list[str]) -> Iterator[str]:
+def _sources(paths: Sequence[str], errors: list[str]) -> Iterator[tuple[str, str | None]]:
+    """Each file to read once, with the directory argument it was found under (if any)."""
     seen: set[str] = set()
     for path in paths:
         if path == STDIN:
             if STDIN not in seen:
                 seen.add(STDIN)
-                yield STDIN
+                yield STDIN, None
             continue
+        directory: str | None = None
         if os.path.isdir(path):
-            files = _walk(path)
-            if not files:
+            directory = path
+            candidates = _walk(path)
+            if not candidates:
                 errors.append(f"{path}: no *.yaml, *.yml or *.json files in this directory")
-            candidates = files
         elif os.path.lexists(path):
             candidates = [path]
         else:
@@ -520,16 +545,20 @@ def _sources(paths: Sequence[str], errors: list[str]) -> Iterator[str]:
             real = os.path.realpath(file)
             if real not in seen:
                 seen.add(real)
-                yield file
+                yield file, directory
 
 
 def load_manifests(paths: Sequence[str], stdin: TextIO | None = None) -> LoadResult:
     """Load and validate every manifest under ``paths`` (files, directories, or ``-``
     for stdin). Never raises for bad input: problems are in ``.errors``."""
     errors: list[str] = []
+    notes: list[str] = []
     entries: list[_Entry] = []
-    for path in _sources(paths, errors):
+    manifests_in: dict[str, int] = {}  # directory argument -> files not skipped
+    for path, directory in _sources(paths, errors):
         name = STDIN_NAME if path == STDIN else path
+        if directory is not None:
+            manifests_in[directory] = manifests_in.get(directory, 0) + 1
         try:
             text = _read_stdin(stdin or sys.stdin) if path == STDIN else _read_file(path)
         except _Problem as exc:
@@ -538,9 +567,16 @@ def load_manifests(paths: Sequence[str], stdin: TextIO | None = None) -> LoadRes
         except (OSError, io.UnsupportedOperation) as exc:
             errors.append(f"{name}: cannot be read ({exc})")
             continue
-        found, problems = _parse_text(text, name)
-        entries.extend(found)
-        errors.extend(problems)
+        parsed = _parse_text(text, name, found_in_directory=directory is not None)
+        entries.extend(parsed.entries)
+        errors.extend(parsed.errors)
+        notes.extend(parsed.notes)
+        if directory is not None and parsed.skipped:
+            manifests_in[directory] -= 1  # skipped: not a manifest
+    for directory, count in manifests_in.items():
+        if not count:
+            errors.append(f"{directory}: no Kubernetes manifests in this directory")
     result = _cross_check(entries)
     result.errors[:0] = errors
+    result.notes[:0] = notes
     return result

@@ -12,10 +12,10 @@ Heuristic (sound, not complete). Pods with the same shape (requests, nodeSelecto
 tolerations) form a group; groups are placed largest dominant share first (share of the
 cluster's largest node). Within a group every node gets ``k`` = how many copies of the
 pod it can still hold (min over requested resources of ``free // request``, capped by
-free pod slots, 0 when ineligible); nodes are filled in ascending ``k`` (best fit on the
-bottleneck resource, like kube-scheduler's ``MostAllocated``: tight fragments first, large
-holes kept for later), ties by node order in the snapshot. Whatever is returned was
-checked against exact integer free resources; a cluster can be rejected where an exotic
+free pod slots, 0 when ineligible) and nodes are filled most-allocated first (mean
+requested/allocatable, like kube-scheduler's ``MostAllocated``; ties in snapshot order),
+so the gang fills existing fragments and keeps empty nodes free. Everything returned was
+computed with exact integer free resources; a cluster can be rejected where an exotic
 packing would have fitted, never the other way round.
 
 Score (higher is better, in [0, 1]): utilisation of the nodes the gang lands on once it
@@ -33,11 +33,22 @@ Whoever mutates a snapshot in place must change its ``resource_version`` or call
 snapshot objects to every placement (or by calling :func:`columns_of` when it refreshes
 a snapshot). Eligibility masks (nodeSelector x tolerations) are memoised on the view.
 
+:func:`place_gang` does not loop over clusters in numpy: the candidate clusters' views
+are stacked into one fleet view (cached for the last few tuples of view objects, so it
+goes stale exactly when one of its snapshots does) and each pod group is packed on every
+cluster at once -- copies per node over the fleet's eligible nodes, one global cumsum
+with per-cluster bases and one searchsorted find where each cluster's fill stops. This
+computes exactly what the per-cluster greedy (used by :func:`fits_node_by_node`) does;
+clusters it rejects are re-run through that greedy for the precise reason. On 100
+clusters x 1,000 nodes the whole decision costs about 3x one linear numpy pass over the
+same nodes (``python -m bench.placement``).
+
 Pure: no I/O, no clock, no randomness.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +57,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fleetq.capacity import ClusterSnapshot, Taint
+from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
 from fleetq.models import ClusterAffinity, Gang, GangPod, Toleration
 from fleetq.resources import Resources, format_quantity, format_resources
 
@@ -70,9 +81,6 @@ BoolArray = npt.NDArray[np.bool_]
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 #: Quantities above this are clipped when held in int64 columns (sound: free shrinks).
 _INT_CAP = 1 << 62
-#: ``k`` (copies of a pod a node can hold) is capped here unless a group is larger; nodes
-#: that could hold more than this many copies rank equal.
-_K_CAP = 256
 _MEMO_LIMIT = 512
 
 
@@ -180,8 +188,18 @@ def _clip(v: int) -> int:
     return v if v < _INT_CAP else _INT_CAP
 
 
+def _allocated_share(node: NodeCapacity) -> float:
+    """Mean requested/allocatable over the resources a node offers (kube-scheduler's
+    ``MostAllocated`` idea, unweighted)."""
+    shares = [min(1.0, node.requested.get(k, 0) / a) for k, a in node.allocatable.items() if a > 0]
+    return sum(shares) / len(shares) if shares else 0.0
+
+
 class ClusterColumns:
     """A snapshot's nodes as numpy columns, built once and read by every placement.
+
+    Nodes are held most-allocated first (mean requested/allocatable, descending; ties in
+    snapshot order), which is the order placement fills them in.
 
     ``free[r]`` (int64, one row per resource in ``resources``) is
     ``max(0, allocatable - requested)``; ``slots`` the free pod slots; ``schedulable`` is
@@ -191,8 +209,10 @@ class ClusterColumns:
     __slots__ = (
         "alloc",
         "free",
+        "free_alloc",
         "labels",
         "max_alloc",
+        "max_free",
         "memo",
         "names",
         "names_arr",
@@ -227,6 +247,7 @@ class ClusterColumns:
         labels: list[dict[str, str]] = []
         taint_groups: dict[tuple[Taint, ...], list[int]] = {}
         total_slots = 0
+        nodes = sorted(nodes, key=_allocated_share, reverse=True)  # stable: ties keep order
         for i, node in enumerate(nodes):
             names.append(node.name)
             labels.append(node.labels)
@@ -256,12 +277,15 @@ class ClusterColumns:
         self.requested: IntArray = np.array(req_rows, dtype=np.int64).reshape(nres, n)
         self.free: IntArray = np.maximum(self.alloc - self.requested, 0)
         self.free.setflags(write=False)
+        self.free_alloc: IntArray = np.vstack((self.free, self.alloc))
         self.alloc.setflags(write=False)
         self.requested.setflags(write=False)
         self.slots: IntArray = np.array(slots, dtype=np.int64)
         self.slots.setflags(write=False)
         self.schedulable: BoolArray = np.array(sched, dtype=bool)
         self.max_alloc = [int(row.max()) if n else 0 for row in self.alloc]
+        any_sched = bool(self.schedulable.any())
+        self.max_free = [int(row[self.schedulable].max()) if any_sched else 0 for row in self.free]
         self.labels = labels
         self.taint_groups = {k: np.array(v, dtype=np.int64) for k, v in taint_groups.items()}
         untainted = np.ones(n, dtype=bool)
@@ -325,7 +349,7 @@ class ClusterColumns:
         tolerations: tuple[tuple[str, str, str, str], ...],
         key: str | None = None,
     ) -> IntArray:
-        """Free pod slots (capped at ``_K_CAP``) on nodes a pod with this nodeSelector and
+        """Free pod slots on nodes a pod with this nodeSelector and
         these tolerations may use, 0 elsewhere. ``key`` is a caller-computed memo key
         (a string hashes once) that must identify ``(selector, tolerations)``."""
         mk = key if key is not None else repr((selector, tolerations))
@@ -333,7 +357,7 @@ class ClusterColumns:
         if got is None:
             mask = self.schedulable & self.selector_mask(selector)
             mask &= self.toleration_mask(tolerations)
-            got = np.where(mask, np.minimum(self.slots, _K_CAP), 0)
+            got = np.where(mask, self.slots, 0)
             got.setflags(write=False)
             self._remember(mk, got)
         return got  # type: ignore[no-any-return]
@@ -392,7 +416,20 @@ class _Group:
 
 def _groups(gang: Gang) -> list[_Group]:
     out: dict[Any, _Group] = {}
+    prev: GangPod | None = None
+    g: _Group | None = None
     for pos, pod in enumerate(gang.pods):
+        if (
+            g is not None
+            and prev is not None
+            and pod.requests == prev.requests
+            and pod.node_selector == prev.node_selector
+            and pod.tolerations == prev.tolerations
+        ):  # same shape as the pod before (the usual run of workers): same group
+            g.pods.append(pod)
+            g.names.append(pod.name_suffix)
+            continue
+        prev = pod
         req = tuple(sorted((k, int(v)) for k, v in pod.requests.items() if v > 0))
         sel = tuple(sorted((str(k), str(v)) for k, v in pod.node_selector.items()))
         tols = tuple(_tol_fields(t) for t in pod.tolerations)
@@ -415,7 +452,7 @@ def _selector_text(selector: tuple[tuple[str, str], ...]) -> str:
 @dataclass
 class _Packed:
     assignment: dict[str, str]
-    used: list[int]  # distinct node indices the gang lands on
+    used: IntArray  # distinct node indices the gang lands on
 
 
 def _explain_ineligible(cols: ClusterColumns, g: _Group, pod: str) -> str:
@@ -455,9 +492,15 @@ def _explain_short(
     placed_in_group: int,
     placed_before: int,
     total_pods: int,
+    groups: Sequence[_Group] = (),
 ) -> str:
     """Why pod ``placed_in_group`` of ``g`` finds no node once the gang's earlier pods
-    (``placed_before`` of other groups, ``k`` copies of this one) are on their nodes."""
+    (``placed_before`` of other groups, ``k`` copies of this one) are on their nodes.
+    A pod (in gang order) that could use no node at all is reported first."""
+    for other in groups:
+        mask = cols.schedulable & cols.selector_mask(other.selector)
+        if not (mask & cols.toleration_mask(other.tolerations)).any():
+            return _explain_ineligible(cols, other, other.names[0])
     elig = cols.schedulable & cols.selector_mask(g.selector) & cols.toleration_mask(g.tolerations)
     if not elig.any():
         return _explain_ineligible(cols, g, g.names[0])
@@ -485,27 +528,31 @@ def _pack(groups: list[_Group], cols: ClusterColumns, total_pods: int) -> _Packe
     """Assign every pod of ``groups`` to a node of ``cols`` or explain the first pod that
     does not fit. Hot path: a handful of numpy calls per group over the node columns."""
     if total_pods == 0:
-        return _Packed({}, [])
+        return _Packed({}, np.zeros(0, dtype=np.int64))
     if len(cols) == 0:
         return "no nodes"
     res_index = cols.res_index
     max_alloc = cols.max_alloc
+    max_free = cols.max_free
     plans: list[tuple[_Group, list[tuple[int, int]]]] = []
     for g in groups:
         rq: list[tuple[int, int]] = []
         for name, q in g.requests:
             r = res_index.get(name)
             if r is None or max_alloc[r] == 0:
-                pod = g.names[0]
-                return f"{pod} needs {name} {format_quantity(name, q)}, no node has any"
-            if q > max_alloc[r]:
-                pod = g.names[0]
-                return (
-                    f"{pod} needs {name} {format_quantity(name, q)}, "
-                    f"largest node offers {format_quantity(name, max_alloc[r])}"
-                )
+                return f"{g.names[0]} needs {name} {format_quantity(name, q)}, no node has any"
             rq.append((r, q))
         plans.append((g, rq))
+    for g, rq in plans:  # cheap necessary conditions, in gang order
+        for r, q in rq:
+            if q > max_free[r]:
+                if max_free[r] == 0 and not cols.schedulable.any():
+                    return _explain_ineligible(cols, g, g.names[0])
+                name = cols.resources[r]
+                return (
+                    f"{g.names[0]} needs {name} {format_quantity(name, q)}, "
+                    f"largest free node has {format_quantity(name, max_free[r])}"
+                )
     if len(plans) > 1:
         # Largest dominant share (relative to the cluster's largest node) first.
         plans.sort(
@@ -515,20 +562,15 @@ def _pack(groups: list[_Group], cols: ClusterColumns, total_pods: int) -> _Packe
     slots = cols.slots
     writable = False
     assignment: dict[str, str] = {}
-    used: list[int] = []
+    used: list[IntArray] = []
     placed_before = 0
     names = cols.names
-    names_arr = cols.names_arr
     last = len(plans) - 1
     for gi, (g, rq) in enumerate(plans):
         need = len(g.names)
-        eslots = cols.eligible_slots(g.selector, g.tolerations, g.key)
-        if need > _K_CAP:  # eslots are capped at _K_CAP; larger groups need the real slots
-            cap = np.where(eslots > 0, np.minimum(slots, need), 0)
-            key_type: type[np.unsignedinteger[Any]] = np.uint32
-        else:
-            cap = np.minimum(eslots, slots) if writable else eslots
-            key_type = np.uint16
+        cap = cols.eligible_slots(g.selector, g.tolerations, g.key)
+        if writable:
+            cap = np.minimum(cap, slots)
         k: IntArray | None = None
         for r, q in rq:
             if k is None:
@@ -539,66 +581,430 @@ def _pack(groups: list[_Group], cols: ClusterColumns, total_pods: int) -> _Packe
             k = np.array(cap)
         else:
             np.minimum(k, cap, out=k)
-        # Best fit: nodes that can hold the fewest copies first (0 wraps to the end).
-        key = np.subtract(k, 1, dtype=key_type, casting="unsafe")
+        # k[i]: copies of this pod node i can still hold. Nodes are most-allocated first,
+        # so filling them in order packs the gang into the fullest nodes that fit it.
         if need == 1:
-            i = int(key.argmin())
+            i = int((k > 0).argmax())
             if k[i] <= 0:
-                return _explain_short(cols, g, free, slots, k, 0, placed_before, total_pods)
+                return _explain_short(cols, g, free, slots, k, 0, placed_before, total_pods, groups)
             assignment[g.names[0]] = names[i]
-            nodes: IntArray | list[int] = [i]
-            takes: IntArray | list[int] = [1]
-            used.append(i)
+            nodes: IntArray = np.array((i,))
+            takes: IntArray = np.ones(1, dtype=np.int64)
         else:
-            order = np.argsort(key, kind="stable")
-            ks = k[order]
-            cs = np.cumsum(ks)
-            if int(cs[-1]) < need:
+            cs = np.cumsum(k)
+            got = int(cs[-1])
+            if got < need:
                 return _explain_short(
-                    cols, g, free, slots, k, int(cs[-1]), placed_before, total_pods
+                    cols, g, free, slots, k, got, placed_before, total_pods, groups
                 )
-            pos = int(np.searchsorted(cs, need))
-            nodes = order[: pos + 1]
-            takes = ks[: pos + 1]  # a copy (fancy-indexed above)
+            pos = int(cs.searchsorted(need))
+            head = k[: pos + 1]
+            nodes = np.flatnonzero(head)
+            takes = head[nodes]
             takes[-1] -= int(cs[pos]) - need
-            assignment.update(
-                zip(g.names, names_arr[np.repeat(nodes, takes)].tolist(), strict=True)
-            )
-            used.extend(nodes.tolist())
+            picked = nodes.repeat(takes).tolist()
+            assignment.update(zip(g.names, [names[j] for j in picked], strict=True))
         placed_before += need
+        used.append(nodes)
         if gi < last:
             if not writable:
                 free = free.copy()
                 slots = slots.copy()
                 writable = True
-            t = np.asarray(takes)
+            later = {r for _g, rq2 in plans[gi + 1 :] for r, _q in rq2}
             for r, q in rq:
-                free[r, nodes] -= t * q
-            slots[nodes] -= t
-    return _Packed(assignment, sorted(set(used)) if last else used)
+                if r in later:
+                    free[r, nodes] -= takes * q
+            slots[nodes] -= takes
+    return _Packed(assignment, np.unique(np.concatenate(used)) if last else used[0])
 
 
 def _score(
-    gang_total: Mapping[str, int], npods: int, cols: ClusterColumns, used: list[int]
+    gang_total: Mapping[str, int], npods: int, cols: ClusterColumns, used: IntArray
 ) -> float:
     """Mean utilisation, over the resources the gang requests, of the nodes it lands on
     after it is there (pod slots when it requests nothing)."""
-    if not used:
+    if not len(used):
         return 0.0
-    free_used = cols.free[:, used].sum(axis=1).tolist()
-    alloc_used = cols.alloc[:, used].sum(axis=1).tolist()
+    sums = cols.free_alloc[:, used].sum(axis=1).tolist()
+    nres = len(cols.resources)
     total = 0.0
     count = 0
     for name, q in gang_total.items():
         r = cols.res_index.get(name)
-        if q <= 0 or r is None or alloc_used[r] <= 0:
+        if q <= 0 or r is None or sums[nres + r] <= 0:
             continue
-        total += 1.0 - (free_used[r] - q) / alloc_used[r]
+        total += 1.0 - (sums[r] - q) / sums[nres + r]
         count += 1
     if not count:
         cap = int(cols.slots[used].sum())
         return round(npods / cap, 9) if cap else 0.0
     return round(total / count, 9)
+
+
+# --------------------------------------------------------------------------- fleet-wide packing
+#
+# place_gang runs the same greedy as _pack for every candidate cluster at once: the
+# clusters' columns are stacked into one fleet view (cluster-major, so every cluster is a
+# contiguous segment of node indices), and each pod group costs a handful of numpy calls
+# over the fleet's eligible nodes. Per-cluster prefix sums come from one global cumsum
+# (segment base subtracted) and one searchsorted; the assignment is read off the short
+# prefix each cluster fills. Clusters this pass rejects are re-run through _pack, which
+# words the exact rejection reason (should _pack ever find a fit there, that fit is used,
+# so a disagreement could only cost speed, never soundness).
+
+_FLOAT_EXACT = 1 << 53  # integers below this are exact in float64, and so is floor(a / b)
+_FLEET_LIMIT = 4
+
+
+@dataclass(frozen=True)
+class _Eligible:
+    """The fleet's nodes a pod shape (nodeSelector x tolerations) may use, with a free
+    pod slot, and their free resources (gathered once, read-only)."""
+
+    idx: IntArray  # global node indices, ascending (hence cluster-major)
+    bounds: IntArray  # len(clusters) + 1 positions in idx where each cluster starts
+    free: IntArray  # (resources, len(idx)) free per union resource
+    slots: IntArray  # free pod slots
+    ffree: npt.NDArray[np.float64] | None  # float64 copy of free when exact (< 2**53)
+    fslots: npt.NDArray[np.float64]
+
+
+class _Fleet:
+    """Columnar views of several clusters stacked into one, over the union of their
+    resources (a resource a cluster does not offer is 0 on its nodes)."""
+
+    __slots__ = ("classes", "fas", "memo", "names_arr", "nres", "res_index", "starts", "views")
+
+    def __init__(self, views: tuple[ClusterColumns, ...]) -> None:
+        self.views = views
+        sizes = [len(v) for v in views]
+        starts = np.zeros(len(views) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=starts[1:])
+        self.starts = starts
+        res_index: dict[str, int] = {}
+        for v in views:
+            for name in v.resources:
+                res_index.setdefault(name, len(res_index))
+        nres = len(res_index)
+        n = int(starts[-1])
+        # rows: free per resource, allocatable per resource, free pod slots
+        fas = np.zeros((2 * nres + 1, n), dtype=np.int64)
+        for v, s, e in zip(views, starts[:-1].tolist(), starts[1:].tolist(), strict=True):
+            for name, r in v.res_index.items():
+                u = res_index[name]
+                fas[u, s:e] = v.free[r]
+                fas[nres + u, s:e] = v.alloc[r]
+            fas[2 * nres, s:e] = v.slots
+        fas.setflags(write=False)
+        self.fas = fas
+        self.res_index = res_index
+        self.nres = nres
+        names: list[str] = []
+        for v in views:
+            names.extend(v.names)
+        self.names_arr = np.array(names, dtype=object)
+        # clusters with the same largest node per resource share the gang's group order
+        classes: dict[tuple[Any, ...], list[int]] = {}
+        for c, v in enumerate(views):
+            classes.setdefault((v.resources, tuple(v.max_alloc)), []).append(c)
+        self.classes = classes
+        self.memo: dict[str, _Eligible] = {}
+
+    def eligible(self, g: _Group) -> _Eligible:
+        got = self.memo.get(g.key)
+        if got is not None:
+            return got
+        if self.views:
+            caps = np.concatenate(
+                [v.eligible_slots(g.selector, g.tolerations, g.key) for v in self.views]
+            )
+        else:
+            caps = np.zeros(0, dtype=np.int64)
+        idx = np.flatnonzero(caps > 0)
+        free = self.fas[: self.nres, idx]
+        free.setflags(write=False)
+        slots = caps[idx]
+        exact = not free.size or int(free.max()) < _FLOAT_EXACT
+        got = _Eligible(
+            idx=idx,
+            bounds=np.searchsorted(idx, self.starts),
+            free=free,
+            slots=slots,
+            ffree=free.astype(np.float64) if exact else None,
+            fslots=slots.astype(np.float64),
+        )
+        if len(self.memo) >= _MEMO_LIMIT:
+            self.memo.clear()
+        self.memo[g.key] = got
+        return got
+
+
+_FLEETS: dict[tuple[int, ...], _Fleet] = {}
+_FLEETS_LOCK = threading.Lock()
+
+
+def _fleet_of(views: tuple[ClusterColumns, ...], cacheable: bool) -> _Fleet:
+    """The stacked view of ``views``, cached (a few, most recent kept) per tuple of view
+    objects. A view object is only reused by :func:`columns_of` while its snapshot is
+    unchanged, so a fleet view goes stale exactly when one of its snapshots does."""
+    if not cacheable:
+        return _Fleet(views)
+    key = tuple(map(id, views))
+    with _FLEETS_LOCK:
+        fleet = _FLEETS.pop(key, None)
+        if fleet is not None and all(a is b for a, b in zip(fleet.views, views, strict=True)):
+            _FLEETS[key] = fleet  # most recently used last
+            return fleet
+    fleet = _Fleet(views)  # holds the views, so their ids stay unique while cached
+    with _FLEETS_LOCK:
+        _FLEETS[key] = fleet
+        while len(_FLEETS) > _FLEET_LIMIT:
+            del _FLEETS[next(iter(_FLEETS))]
+    return fleet
+
+
+def _plan_order(groups: Sequence[_Group], cols: ClusterColumns) -> tuple[int, ...]:
+    """Group order _pack uses on ``cols``: largest dominant share first. A cluster lacking
+    a requested resource gets gang order (the gang cannot fit there in any order)."""
+    keys: list[tuple[float, int, int]] = []
+    for gi, g in enumerate(groups):
+        share = 0.0
+        for name, q in g.requests:
+            r = cols.res_index.get(name)
+            if r is None or cols.max_alloc[r] == 0:
+                return tuple(range(len(groups)))
+            share = max(share, q / cols.max_alloc[r])
+        keys.append((-share, g.order, gi))
+    if len(keys) > 1:
+        keys.sort()
+    return tuple(gi for _s, _o, gi in keys)
+
+
+def _copies(el: _Eligible, rq: Sequence[tuple[int, int]], need: int) -> IntArray:
+    """Copies of a pod (requests ``rq`` over union rows) each eligible node holds, from
+    the untouched free columns, capped at ``need`` (which changes no fill-in-order pick)."""
+    if el.ffree is not None and all(q < _FLOAT_EXACT for _r, q in rq):
+        # trunc(min(a / q)) == min(a // q) for 0 <= a, q < 2**53: a float64 quotient
+        # never rounds up to the next integer there. Float division is much faster.
+        x: npt.NDArray[np.float64] | None = None
+        for r, q in rq:
+            t = el.ffree[r] / q
+            x = t if x is None else np.minimum(x, t, out=x)
+        if x is None:
+            return np.minimum(el.slots, need)
+        np.minimum(x, need, out=x)
+        k = x.astype(np.int64)
+    else:
+        ki: IntArray | None = None
+        for r, q in rq:
+            t = el.free[r] // q
+            ki = t if ki is None else np.minimum(ki, t, out=ki)
+        if ki is None:
+            return np.minimum(el.slots, need)
+        k = np.minimum(ki, need, out=ki)
+    np.minimum(k, el.slots, out=k)
+    return k
+
+
+def _fits_once(el: _Eligible, rq: Sequence[tuple[int, int]]) -> BoolArray:
+    """Eligible nodes (all have a free slot) with room for one more copy of the pod."""
+    ok: BoolArray | None = None
+    for r, q in rq:
+        t = el.free[r] >= q
+        ok = t if ok is None else np.logical_and(ok, t, out=ok)
+    return np.ones(len(el.idx), dtype=bool) if ok is None else ok
+
+
+@dataclass
+class _Taken:
+    """Copies of one group placed on nodes (global indices) by an earlier step."""
+
+    nodes: IntArray
+    takes: IntArray
+    per_row: dict[int, int]  # union resource row -> request of that group
+
+
+def _refresh(
+    el: _Eligible, rq: Sequence[tuple[int, int]], need: int, taken: Sequence[_Taken]
+) -> tuple[IntArray, IntArray] | None:
+    """Positions in ``el`` of the nodes earlier groups of the gang already use and how
+    many copies of this pod each still holds (at most ``need``)."""
+    if not taken or not len(el.idx):
+        return None
+    tn = np.concatenate([t.nodes for t in taken]) if len(taken) > 1 else taken[0].nodes
+    pos = np.searchsorted(el.idx, tn)
+    np.minimum(pos, len(el.idx) - 1, out=pos)
+    hit = el.idx[pos] == tn
+    if not hit.any():
+        return None
+    where, inv = np.unique(pos[hit], return_inverse=True)
+    takes = np.concatenate([t.takes for t in taken])[hit]
+    used_slots = np.zeros(len(where), dtype=np.int64)
+    np.add.at(used_slots, inv, takes)
+    new = np.minimum(el.slots[where] - used_slots, need)
+    for r, q in rq:
+        per = np.concatenate([t.takes * t.per_row.get(r, 0) for t in taken])[hit]
+        used = np.zeros(len(where), dtype=np.int64)
+        np.add.at(used, inv, per)
+        np.minimum(new, (el.free[r, where] - used) // q, out=new)
+    return where, np.maximum(new, 0)
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _distinct(x: IntArray) -> IntArray:
+    """Sorted distinct values of ``x``, a concatenation of a few ascending runs (a
+    stable sort merges runs in linear time; np.unique does not)."""
+    s = np.sort(x, kind="stable")
+    keep = np.empty(len(s), dtype=bool)
+    keep[:1] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def _pack_class(
+    plan: Sequence[_Group], fleet: _Fleet, alive: BoolArray
+) -> tuple[IntArray, IntArray, IntArray]:
+    """_pack for every cluster where ``alive``, groups in ``plan`` order. Returns the
+    clusters where the whole gang fits (ascending), per such cluster the global node
+    index of each pod in plan order, and the distinct nodes those clusters use."""
+    taken: list[_Taken] = []
+    picks: list[tuple[IntArray, IntArray]] = []
+    none = (_EMPTY, _EMPTY.reshape(0, 0), _EMPTY)
+    for g in plan:
+        need = len(g.names)
+        rq: list[tuple[int, int]] = []
+        for name, q in g.requests:
+            r = fleet.res_index.get(name)
+            if r is None or q > _INT_CAP:  # no node anywhere has it (free is clipped)
+                return none
+            rq.append((r, q))
+        el = fleet.eligible(g)
+        if not len(el.idx):
+            return none
+        lo = el.bounds[:-1]
+        hi = el.bounds[1:]
+        fresh = _refresh(el, rq, need, taken)
+        if need == 1:
+            # First node (in fill order) of each cluster with room for the pod.
+            ok = _fits_once(el, rq)
+            if fresh is not None:
+                ok[fresh[0]] = fresh[1] > 0
+            nz = np.flatnonzero(ok)
+            if not len(nz):
+                return none
+            at = np.searchsorted(nz, lo)
+            first = nz[np.minimum(at, len(nz) - 1)]
+            alive = alive & (first >= lo) & (first < hi)
+            cl = np.flatnonzero(alive)
+            if not len(cl):
+                return none
+            nodes = el.idx[first[cl]]
+            picks.append((cl, nodes.reshape(len(cl), 1)))
+            taken.append(_Taken(nodes, np.ones(len(cl), dtype=np.int64), dict(rq)))
+            continue
+        k = _copies(el, rq, need)
+        if fresh is not None:
+            k[fresh[0]] = fresh[1]
+        # Per-cluster prefix sums from one global cumsum: fill each cluster's nodes in
+        # order (most-allocated first) until `need` copies are placed.
+        cs = np.cumsum(k)
+        base = np.where(lo > 0, cs[lo - 1], 0)
+        pos = np.searchsorted(cs, base + need)
+        alive = alive & (pos < hi)
+        cl = np.flatnonzero(alive)
+        if not len(cl):
+            return none
+        start = lo[cl]
+        stop = pos[cl]
+        length = stop - start + 1
+        ends = np.cumsum(length)
+        span = np.arange(int(ends[-1]), dtype=np.int64)
+        span += np.repeat(start - (ends - length), length)
+        kk = k[span]
+        kk[ends - 1] -= cs[stop] - base[cl] - need
+        nz = np.flatnonzero(kk)
+        nodes = el.idx[span[nz]]
+        takes = kk[nz]
+        picks.append((cl, np.repeat(nodes, takes).reshape(len(cl), need)))
+        taken.append(_Taken(nodes, takes, dict(rq)))
+    final = np.flatnonzero(alive)
+    mats = [m if len(cl) == len(final) else m[np.searchsorted(cl, final)] for cl, m in picks]
+    used = _distinct(np.concatenate([t.nodes for t in taken])) if len(taken) > 1 else taken[0].nodes
+    if len(picks[0][0]) != len(final):  # drop nodes of clusters a later group ruled out
+        used = used[alive[np.searchsorted(fleet.starts, used, side="right") - 1]]
+    return final, np.hstack(mats) if len(mats) > 1 else mats[0], used
+
+
+def _score_rows(
+    gang_total: Mapping[str, int],
+    npods: int,
+    fleet: _Fleet,
+    clusters: IntArray,
+    used: IntArray,
+) -> list[float]:
+    """_score for each of ``clusters`` (ascending), given the distinct global indices of
+    the nodes the gang uses there (ascending)."""
+    bounds = np.searchsorted(used, fleet.starts[clusters])
+    sums = np.add.reduceat(fleet.fas[:, used], bounds, axis=1).T.tolist()
+    nres = fleet.nres
+    req = [
+        (r, q)
+        for name, q in gang_total.items()
+        if q > 0 and (r := fleet.res_index.get(name)) is not None
+    ]
+    out: list[float] = []
+    for row in sums:
+        total = 0.0
+        count = 0
+        for r, q in req:
+            a = row[nres + r]
+            if a > 0:
+                total += 1.0 - (row[r] - q) / a
+                count += 1
+        if count:
+            out.append(round(total / count, 9))
+        else:
+            cap = row[2 * nres]
+            out.append(round(npods / cap, 9) if cap else 0.0)
+    return out
+
+
+def _place_fleet(
+    groups: list[_Group],
+    gang_total: Mapping[str, int],
+    npods: int,
+    fleet: _Fleet,
+    alive: BoolArray,
+    cluster_names: Sequence[str],
+) -> dict[int, ClusterChoice]:
+    """Choices for the clusters (by position in the fleet) where the gang fits, among
+    those where ``alive``."""
+    out: dict[int, ClusterChoice] = {}
+    orders: dict[tuple[int, ...], list[int]] = {}
+    for members in fleet.classes.values():
+        order = _plan_order(groups, fleet.views[members[0]])
+        orders.setdefault(order, []).extend(members)
+    names = fleet.names_arr
+    for order, members in orders.items():
+        mask = alive
+        if len(orders) > 1:
+            mask = np.zeros(len(alive), dtype=bool)
+            mask[members] = True
+            mask &= alive
+        if not mask.any():
+            continue
+        plan = [groups[i] for i in order]
+        clusters, nodes, used = _pack_class(plan, fleet, mask)
+        if not len(clusters):
+            continue
+        scores = _score_rows(gang_total, npods, fleet, clusters, used)
+        pods = [name for g in plan for name in g.names]
+        for c, row, score in zip(clusters.tolist(), names[nodes].tolist(), scores, strict=True):
+            out[c] = ClusterChoice(cluster_names[c], score, dict(zip(pods, row, strict=True)))
+    return out
 
 
 # --------------------------------------------------------------------------- cluster filters
@@ -619,7 +1025,7 @@ def _cluster_reason(
         if affinity.clusterNames and name not in affinity.clusterNames:
             return "not in clusterAffinity.clusterNames"
         return "labels do not match clusterAffinity.labelSelector"
-    bad = untolerated_taints(snap.taints, tolerations)
+    bad = untolerated_taints(snap.taints, tolerations) if snap.taints else None
     if bad:
         return f"cluster taint {_taint_text(bad[0])} not tolerated by clusterTolerations"
     if not snap.reachable:
@@ -652,25 +1058,43 @@ def place_gang(
     groups = _groups(gang)
     total = gang.total
     npods = len(gang.pods)
-    ranked: list[ClusterChoice] = []
-    rejections: dict[str, str] = {}
-    for snap in _ordered(clusters):
+    snaps = _ordered(clusters)
+    reasons: list[str | None] = []
+    cand: list[int] = []  # positions in snaps of clusters passing the cluster filters
+    views: list[ClusterColumns] = []
+    for i, snap in enumerate(snaps):
         reason = _cluster_reason(snap, affinity, cluster_tolerations, exclude)
-        if reason is not None:
-            rejections[snap.name] = reason
-            continue
-        cols = columns_of(snap)
-        quick = _sum_shortfall(total, npods, cols)
-        if quick is not None:
-            rejections[snap.name] = quick
-            continue
-        packed = _pack(groups, cols, npods)
-        if isinstance(packed, str):
-            rejections[snap.name] = packed
-            continue
-        score = _score(total, npods, cols, packed.used)
-        ranked.append(ClusterChoice(snap.name, score, packed.assignment))
-    return PlacementDecision(_rank(ranked), rejections)
+        reasons.append(reason)
+        if reason is None:
+            cand.append(i)
+            views.append(columns_of(snap))
+    choices: dict[int, ClusterChoice] = {}
+    if views:
+        alive = np.ones(len(views), dtype=bool)
+        for c, cols in enumerate(views):
+            quick = _sum_shortfall(total, npods, cols)
+            if quick is not None:
+                reasons[cand[c]] = quick
+                alive[c] = False
+        found: dict[int, ClusterChoice] = {}
+        if npods and alive.any():
+            fleet = _fleet_of(tuple(views), all(snaps[i].resource_version for i in cand))
+            found = _place_fleet(groups, total, npods, fleet, alive, [snaps[i].name for i in cand])
+        for c in np.flatnonzero(alive).tolist():
+            i = cand[c]
+            got = found.get(c)
+            if got is None:  # the exact reason (or, never expected, a fit) from _pack
+                cols = views[c]
+                packed = _pack(groups, cols, npods)
+                if isinstance(packed, str):
+                    reasons[i] = packed
+                    continue
+                got = ClusterChoice(
+                    snaps[i].name, _score(total, npods, cols, packed.used), packed.assignment
+                )
+            choices[i] = got
+    rejections = {s.name: r for s, r in zip(snaps, reasons, strict=True) if r is not None}
+    return PlacementDecision(_rank(list(choices.values())), rejections)
 
 
 def fits_node_by_node(gang: Gang, cluster: ClusterSnapshot) -> dict[str, str] | str:
@@ -685,18 +1109,19 @@ def fits_node_by_node(gang: Gang, cluster: ClusterSnapshot) -> dict[str, str] | 
 
 def _sum_shortfall(total: Resources, npods: int, cols: ClusterColumns) -> str | None:
     """Why the summed free resources of the schedulable nodes cannot hold the gang."""
-    n = int(cols.schedulable.sum())
     for name, q in total.items():
         if q <= 0:
             continue
         r = cols.res_index.get(name)
         have = cols.total_free[r] if r is not None else 0
         if q > have:
+            n = int(cols.schedulable.sum())
             return (
                 f"needs {name} {format_quantity(name, q)} in total, "
                 f"{format_quantity(name, have)} free summed over {n} schedulable nodes"
             )
     if npods > cols.total_slots:
+        n = int(cols.schedulable.sum())
         return f"needs {npods} pod slots, {cols.total_slots} free over {n} schedulable nodes"
     return None
 

@@ -53,7 +53,10 @@ class JobQueue:
         self.skipped_at: dict[Key, float] = {}
         self._skip_heap: list[tuple[float, Key]] = []  # lazily pruned
         self.starving: list[Key] = []
-        self._lower: Resources | None = None
+        # Lower bound: per resource, a lazily pruned min-heap of (quantity, shape) over the
+        # shapes present, and how many present shapes name that resource.
+        self._res_heaps: dict[str, list[tuple[int, int]]] = {}
+        self._res_count: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.order)
@@ -64,7 +67,13 @@ class JobQueue:
         if lst is None:
             self.by_shape[shape] = [key]
             insort(self.heads, (key, shape))
-            self._lower = None
+            for k, v in self._shapes[shape].items():
+                heap = self._res_heaps.setdefault(k, [])
+                heapq.heappush(heap, (v, shape))
+                self._res_count[k] = self._res_count.get(k, 0) + 1
+                if len(heap) > 2 * self._res_count[k] + 16:  # drop stale entries
+                    heap[:] = [e for e in heap if e[1] in self.by_shape]
+                    heapq.heapify(heap)
         else:
             old = lst[0]
             insort(lst, key)
@@ -88,7 +97,8 @@ class JobQueue:
                 insort(self.heads, (lst[0], shape))
             else:
                 del self.by_shape[shape]
-                self._lower = None
+                for k in self._shapes[shape]:
+                    self._res_count[k] -= 1
         if self.skipped_at.pop(key, None) is None:
             _discard(self.fresh, key)
         else:
@@ -102,16 +112,19 @@ class JobQueue:
         return self.order[0] if self.order else None
 
     def lower_bound(self) -> Resources:
-        """Component-wise minimum request of all waiting jobs (absent = 0)."""
-        if self._lower is None:
-            it = iter(self.by_shape)
-            first = next(it, None)
-            lower: Resources = dict(self._shapes[first]) if first is not None else {}
-            for s in it:
-                shape = self._shapes[s]
-                lower = {k: min(v, shape[k]) for k, v in lower.items() if k in shape}
-            self._lower = lower
-        return self._lower
+        """Component-wise minimum request of all waiting jobs (absent = 0): if it does not
+        fit, no job of this queue fits. O(resources) amortized."""
+        shapes = len(self.by_shape)
+        out: Resources = {}
+        if not shapes:
+            return out
+        for k, heap in self._res_heaps.items():
+            if self._res_count[k] != shapes:
+                continue  # some waiting shape does not ask for k at all
+            while heap[0][1] not in self.by_shape:
+                heapq.heappop(heap)
+            out[k] = heap[0][0]
+        return out
 
     # ------------------------------------------------------------------ starvation
 

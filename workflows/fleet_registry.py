@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from fleetq.messages import ResolveInput, Resolution
+    from fleetq.messages import Resolution, ResolveInput
     from fleetq.models import (
         ManifestErrors,
         PriorityClass,

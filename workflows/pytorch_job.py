@@ -15,8 +15,9 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from temporalio import workflow
+from temporalio.workflow import ActivityCancellationType
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -41,8 +42,8 @@ with workflow.unsafe.imports_passed_through():
         JobView,
         PlacementInput,
         PlacementVerdict,
-        ResolveInput,
         Resolution,
+        ResolveInput,
     )
     from fleetq.models import (
         Gang,
@@ -76,12 +77,7 @@ MEMBER_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=8,
-    non_retryable_error_types=["ConflictError", "InvalidRequest"],
-)
-CLEANUP_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=2),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
+    non_retryable_error_types=["ConflictError", "InvalidRequest", "ApiError"],
 )
 
 
@@ -422,18 +418,17 @@ class PyTorchJobWorkflow:
                 start_to_close_timeout=timedelta(seconds=WATCH_SECONDS + 60),
                 heartbeat_timeout=timedelta(seconds=30),
                 retry_policy=MEMBER_RETRY,
+                # A watch is read-only and ends by itself at its window: when a deadline
+                # fires first we abandon it rather than race a cancel against completion.
+                cancellation_type=ActivityCancellationType.ABANDON,
                 summary=f"watch {view.name} on {cluster}",
             )
             timeout, summary, due = self._next_deadline(tolerance)
             try:
                 await workflow.wait_condition(
                     lambda: watch.done(), timeout=timeout, timeout_summary=summary)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 watch.cancel()
-                try:
-                    await watch
-                except (ActivityError, asyncio.CancelledError):
-                    pass
                 if due == "failover":
                     await self._failover(cluster, tolerance or 0)
                     return "failover"
@@ -558,7 +553,7 @@ class PyTorchJobWorkflow:
     async def _purge_or_defer(self, cluster: str) -> None:
         view = self._require_view()
         try:
-            await self._purge(cluster, "purge old copy")
+            await self._purge(cluster, "purge old copy", attempts=2)
         except ActivityError as exc:
             if cluster not in view.pending_purges:
                 view.pending_purges.append(cluster)
@@ -621,15 +616,18 @@ class PyTorchJobWorkflow:
         self._set_state("Deleted", "deleted")
 
     async def _purge_until_done(self, cluster: str, why: str) -> None:
-        await workflow.execute_activity(
-            "purge",
-            PurgeInput(cluster=cluster, job=self._ref),
-            result_type=PurgeResult,
-            start_to_close_timeout=timedelta(seconds=60),
-            schedule_to_close_timeout=timedelta(days=7),
-            retry_policy=CLEANUP_RETRY,
-            summary=f"{why} on {cluster}",
-        )
+        """Purge, retrying on durable timers (not activity retries) so a cluster that is
+        down for hours costs a handful of events and shows up in the UI as a timer."""
+        delay = 5.0
+        while True:
+            try:
+                await self._purge(cluster, why, attempts=2)
+                return
+            except ActivityError as exc:
+                self._set_state(self._require_view().state,
+                                f"waiting to purge copy on {cluster}: {exc.cause or exc}")
+            await workflow.sleep(delay, summary=f"retry purge on {cluster} in {int(delay)}s")
+            delay = min(delay * 2, 300.0)
 
     async def _release_quota(self) -> None:
         tree_id = self._resolution.tree_workflow_id
@@ -648,7 +646,7 @@ class PyTorchJobWorkflow:
         try:
             await workflow.wait_condition(lambda: self._retry_now, timeout=seconds,
                                           timeout_summary=summary)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         self._retry_now = False
 

@@ -69,6 +69,7 @@ class QuotaTreeWorkflow:
             self._admission = Admission(tree, inp.policy, inp.starvation_seconds)
         self._tree_doc: dict[str, Any] | None = inp.tree
         self._dirty = True
+        self._immediate: list[Grant] = []
         self._grants_sent = 0
         self._leaks: list[str] = []
         self._details = ""
@@ -89,7 +90,7 @@ class QuotaTreeWorkflow:
                     timeout=timeout,
                     timeout_summary="check that quota holders still run",
                 )
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await self._recover_leaks()
                 last_leak_check = workflow.now()
             if self._stop:
@@ -104,7 +105,7 @@ class QuotaTreeWorkflow:
                 or info.get_current_history_length() > inp.max_history_events
             ):
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                if self._dirty:  # a signal landed while handlers drained: grant first
+                if self._dirty or self._immediate:  # a signal landed meanwhile: grant first
                     continue
                 workflow.continue_as_new(
                     QuotaTreeInput(
@@ -119,7 +120,8 @@ class QuotaTreeWorkflow:
                 )
 
     async def _grant(self) -> None:
-        grants = self._admission.schedule(workflow.now().timestamp())
+        grants = self._immediate + self._admission.schedule(workflow.now().timestamp())
+        self._immediate = []
         if not grants:
             return
         results = await asyncio.gather(
@@ -207,7 +209,9 @@ class QuotaTreeWorkflow:
     @workflow.signal
     def enqueue(self, req: AdmissionRequest) -> None:
         try:
-            self._admission.enqueue(req, workflow.now().timestamp())
+            result = self._admission.enqueue(req, workflow.now().timestamp())
+            if isinstance(result, Grant):  # admitted at once, or a re-enqueue of a holder
+                self._immediate.append(result)
         except ValueError as exc:  # e.g. a request the tree can never admit
             workflow.logger.warning("enqueue of %s refused: %s", req.job_id, exc)
         self._dirty = True

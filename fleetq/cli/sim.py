@@ -1,13 +1,153 @@
-"""``fleetq sim``: the member-cluster emulator (placeholder; owned by the emulator work)."""
+"""``fleetq sim``: run the member-cluster emulator and inject faults into it.
+
+``fleetq sim serve`` runs emulated clusters in the foreground (Ctrl-C/SIGTERM stops
+them cleanly, saving ``--state``); ``fleetq sim fault`` talks to a running emulator's
+control endpoint, found with ``--control URL`` or the ``emulator.json`` in ``--state-dir``.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
-app = typer.Typer(help="Member-cluster emulator.", no_args_is_help=True)
+from fleetq.emulator.faults import ACTIONS
+from fleetq.emulator.fleet import INFO_FILE, Emulator, EmulatorError
+from fleetq.emulator.topology import TopologyError, default_topology, load_topology
+
+app = typer.Typer(help="Member-cluster emulator (loopback Kubernetes API servers).",
+                  no_args_is_help=True)
+
+DEFAULT_DIR = Path(os.environ.get("FLEETQ_SIM_DIR", "~/.fleetq/sim")).expanduser()
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
 
 
 @app.command()
-def serve() -> None:
-    """Serve emulated member clusters."""
-    raise typer.Exit(2)
+def serve(
+    topology: Annotated[Path | None, typer.Option(help="Topology YAML (default: shipped)")] = None,
+    out_dir: Annotated[
+        Path, typer.Option(help="Where kubeconfig and fleet config go")
+    ] = DEFAULT_DIR,
+    state: Annotated[Path | None, typer.Option(help="Persist objects here across restarts")] = None,
+    host: Annotated[str, typer.Option(help="Address the cluster APIs listen on")] = "127.0.0.1",
+    base_port: Annotated[
+        int | None, typer.Option(help="Cluster i listens on BASE+i; control on BASE+N")
+    ] = None,
+    start_delay: Annotated[float, typer.Option(help="Seconds a bound pod stays Pending")] = 0.2,
+) -> None:
+    """Serve emulated member clusters in the foreground."""
+    try:
+        topo = load_topology(topology) if topology else default_topology()
+    except TopologyError as exc:
+        raise _fail(str(exc)) from None
+    if base_port is not None and not 1 <= base_port <= 65535 - len(topo.clusters):
+        raise _fail("--base-port must leave room for one port per cluster plus one")
+    emu = Emulator(topo, out_dir, state_file=state, host=host, base_port=base_port,
+                   start_delay=start_delay)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        await emu.start()
+        try:
+            for name, c in emu.clusters.items():
+                role = "member" if c.spec.member else "source (hub)"
+                typer.echo(f"cluster {name:<16} {c.url}  {role}, {len(c.controller.nodes)} nodes")
+            typer.echo(f"control      {emu.control_url}")
+            typer.echo(f"kubeconfig   {emu.kubeconfig_path}")
+            typer.echo(f"fleet config {emu.fleet_config_path}")
+            if state:
+                typer.echo(f"state        {state.resolve()}")
+            typer.echo("serving; Ctrl-C to stop", err=True)
+            await emu.run_forever(stop)
+        finally:
+            await emu.stop()
+        typer.echo("stopped", err=True)
+
+    try:
+        asyncio.run(main())
+    except EmulatorError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _control_url(control: str | None, state_dir: Path | None) -> str:
+    if control:
+        return control.rstrip("/")
+    directory = state_dir or DEFAULT_DIR
+    info = directory / INFO_FILE
+    try:
+        data = json.loads(info.read_text())
+        return str(data["controlUrl"]).rstrip("/")
+    except (OSError, ValueError, KeyError):
+        raise _fail(
+            f"no running emulator found ({info} missing); pass --control URL or --state-dir"
+        ) from None
+
+
+@app.command()
+def fault(
+    cluster: Annotated[str, typer.Argument(help="Cluster name")],
+    action: Annotated[str, typer.Argument(help=" | ".join(ACTIONS))],
+    target: Annotated[
+        str | None, typer.Argument(help="NS/NAME for fail-job, NODE for cordon/uncordon")
+    ] = None,
+    control: Annotated[str | None, typer.Option(help="Control URL of the emulator")] = None,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="The emulator's --out-dir (finds the control URL)")
+    ] = None,
+    status: Annotated[int, typer.Option(help="errors: HTTP status to answer")] = 500,
+    rate: Annotated[float, typer.Option(help="errors: fraction of requests that fail")] = 1.0,
+    retry_after: Annotated[float | None, typer.Option(help="errors: Retry-After seconds")] = None,
+    seconds: Annotated[float, typer.Option(help="latency: added seconds per request")] = 0.0,
+) -> None:
+    """Inject or clear a fault in a running emulator."""
+    if action not in ACTIONS:
+        raise _fail(f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
+    body: dict[str, Any] = {"action": action}
+    if action == "fail-job":
+        if not target:
+            raise _fail("fail-job needs NAMESPACE/NAME")
+        body["job"] = target
+    elif action in ("cordon", "uncordon"):
+        if not target:
+            raise _fail(f"{action} needs a NODE")
+        body["node"] = target
+    elif action == "errors":
+        body.update(status=status, rate=rate, retry_after=retry_after)
+    elif action == "latency":
+        body["seconds"] = seconds
+    url = f"{_control_url(control, state_dir)}/clusters/{cluster}/faults"
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            typer.echo(json.loads(resp.read()).get("message", "ok"))
+    except urllib.error.HTTPError as exc:
+        try:
+            msg = json.loads(exc.read()).get("error", str(exc))
+        except ValueError:
+            msg = str(exc)
+        raise _fail(msg) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise _fail(f"cannot reach the emulator at {url}: {exc}") from None
+
+from fleetq.cli import replay as _replay  # noqa: E402
+
+_replay.register(app)

@@ -30,8 +30,8 @@ from fleetq.emulator.store import (
     dumps,
     invalid,
     not_found,
-    now_iso,
 )
+from fleetq.emulator.tables import table, wants_table
 from fleetq.models import DNS1123_LABEL, DNS1123_SUBDOMAIN, pod_requests
 
 if TYPE_CHECKING:
@@ -104,7 +104,9 @@ def _groups(cluster: EmulatedCluster) -> list[dict[str, Any]]:
 
 def _validate_meta(rt: ResourceType, obj: Obj) -> None:
     meta = obj.get("metadata")
-    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        raise invalid(rt, "", "metadata", "Required value")
+    name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise invalid(rt, "", "metadata.name", "Required value: name or generateName is required")
     if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
@@ -120,7 +122,8 @@ def _validate_meta(rt: ResourceType, obj: Obj) -> None:
         if not isinstance(val, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in val.items()
         ):
-            raise invalid(rt, name, f"metadata.{part}", "Invalid value: must map strings to strings")
+            raise invalid(rt, name, f"metadata.{part}",
+                          "Invalid value: must map strings to strings")
 
 
 def _validate_pod_spec(rt: ResourceType, name: str, path: str, spec: Any) -> None:
@@ -132,7 +135,9 @@ def _validate_pod_spec(rt: ResourceType, name: str, path: str, spec: Any) -> Non
     try:
         pod_requests(spec)
     except (R.QuantityError, AttributeError, TypeError) as exc:
-        raise invalid(rt, name, f"{path}.containers[*].resources", f"Invalid value: {exc}") from None
+        raise invalid(
+            rt, name, f"{path}.containers[*].resources", f"Invalid value: {exc}"
+        ) from None
 
 
 def validate(rt: ResourceType, obj: Obj) -> None:
@@ -269,8 +274,8 @@ class Handler:
         self.cluster = cluster
         self.store = cluster.store
 
-    async def __call__(self, request: web.Request) -> web.StreamResponse:
-        path = request.path
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
         if path == "/version":
@@ -338,9 +343,9 @@ class Handler:
             raise _no_route()
         name = rest[1] if len(rest) >= 2 else None
         sub = rest[2] if len(rest) == 3 else None
-        if sub is not None and (sub != "status" or not rt.has_status):
-            if not (rt.plural == "namespaces" and sub == "finalize"):
-                raise _no_route()
+        if (sub is not None and (sub != "status" or not rt.has_status)
+                and not (rt.plural == "namespaces" and sub == "finalize")):
+            raise _no_route()
         if rt.namespaced and name is not None and namespace is None:
             raise _no_route()
         method = request.method
@@ -350,6 +355,10 @@ class Handler:
                 matcher = selector_matcher(q.get("labelSelector"), q.get("fieldSelector"))
                 if q.get("watch") in ("true", "1", "True"):
                     return await self.watch(request, rt, namespace, matcher)
+                if wants_table(request.headers.get("Accept", "")):
+                    objs = [o for o in self.store.items(rt.plural, namespace)
+                            if matcher is None or matcher(o)]
+                    return _json(table(rt.plural, objs, str(self.store.rv)))
                 return _json(self.store.list_json(rt.plural, namespace, matcher))
             if method == "POST":
                 if rt.namespaced and namespace is None:
@@ -364,6 +373,8 @@ class Handler:
             obj = self.store.get(rt.plural, ns, name)
             if obj is None:
                 raise not_found(rt, name)
+            if wants_table(request.headers.get("Accept", "")):
+                return _json(table(rt.plural, [obj], str(self.store.rv)))
             return _json(self.store.cached_json(obj))
         if method == "PUT":
             return self.update(rt, ns, name, sub, await _body(request), q.get("dryRun"))
@@ -372,7 +383,7 @@ class Handler:
             return self.patch(rt, ns, name, sub, body, request.content_type, q.get("dryRun"))
         if method == "DELETE":
             raw = await request.read()
-            opts = {}
+            opts: Any = {}
             if raw:
                 with contextlib.suppress(ValueError):
                     opts = json.loads(raw) or {}
@@ -487,7 +498,8 @@ class Handler:
             raise not_found(rt, name)
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object")
-        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        raw_meta = body.get("metadata")
+        meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
         if meta.get("name") and meta["name"] != name:
             raise bad_request(
                 f'the name of the object ({meta["name"]}) does not match the name on the URL '
@@ -626,8 +638,9 @@ def _success(rt: ResourceType, name: str, uid: str) -> dict[str, Any]:
 
 
 def _no_route() -> ApiError:
+    cause = {"reason": "UnexpectedServerResponse", "message": "404 page not found"}
     return ApiError(404, "NotFound", "the server could not find the requested resource",
-                    {"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]})
+                    {"causes": [cause]})
 
 
 _YAML_TYPES = re.compile(r"yaml", re.I)
@@ -648,6 +661,5 @@ async def _body(request: web.Request) -> Any:
 def build_app(cluster: EmulatedCluster) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     handler = Handler(cluster)
-    app.router.add_route("*", "/{tail:.*}", handler)
-    _ = now_iso  # timestamps are set by the store
+    app.router.add_route("*", "/{tail:.*}", handler.handle)
     return app

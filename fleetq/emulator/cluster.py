@@ -8,6 +8,7 @@ see connection refused/reset rather than a slow answer.
 from __future__ import annotations
 
 import secrets
+import ssl
 
 from aiohttp import web
 
@@ -33,16 +34,19 @@ class EmulatedCluster:
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
+        self.ssl: ssl.SSLContext | None = None
 
     @property
     def url(self) -> str:
         host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        scheme = "https" if self.ssl is not None else "http"
+        return f"{scheme}://{host}:{self.port}"
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> None:
         self.host = host
+        self.ssl = ssl_context
         self._runner = web.AppRunner(
             build_app(self), access_log=None, shutdown_timeout=0.2, handle_signals=False
         )
@@ -52,7 +56,9 @@ class EmulatedCluster:
 
     async def _listen(self) -> None:
         assert self._runner is not None
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner, self.host, self.port, reuse_address=True, ssl_context=self.ssl
+        )
         await site.start()
         self._site = site
         if not self.port:

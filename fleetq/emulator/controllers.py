@@ -23,6 +23,7 @@ import copy
 import json
 import re
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -277,14 +278,14 @@ class ClusterController:
                 self.need_schedule = True
             self.pending.pop(key, None)
             if new is not None:
-                node = (new.get("spec") or {}).get("nodeName")
+                bound = (new.get("spec") or {}).get("nodeName")
                 phase = (new.get("status") or {}).get("phase") or "Pending"
-                if node and phase not in TERMINAL:
+                if bound and phase not in TERMINAL:
                     req = self.requests_of(key, new)
-                    self.pod_usage[key] = (node, req)
-                    R.add_into(self.used.setdefault(node, {}), req)
-                    self.pods_used[node] = self.pods_used.get(node, 0) + 1
-                elif not node and phase == "Pending":
+                    self.pod_usage[key] = (bound, req)
+                    R.add_into(self.used.setdefault(bound, {}), req)
+                    self.pods_used[bound] = self.pods_used.get(bound, 0) + 1
+                elif not bound and phase == "Pending":
                     self.pending[key] = None
                     self.need_schedule = True
             else:
@@ -881,9 +882,12 @@ class ClusterController:
                 continue
             misses = 0
             name = f"{prefix}-{start + len(names)}"
+            uid = str(uuid.uuid4())
+            self._requests[((namespace, name), uid)] = req  # skip re-parsing quantities
             pod = {
                 "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+                "metadata": {"name": name, "namespace": namespace, "labels": dict(labels),
+                             "uid": uid},
                 "spec": {
                     "nodeName": node, "schedulerName": "default-scheduler",
                     "containers": [{"name": "load", "image": "pause",

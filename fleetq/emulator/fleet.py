@@ -16,12 +16,13 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from aiohttp import web
 
+from fleetq.emulator import tls
 from fleetq.emulator.cluster import EmulatedCluster
 from fleetq.emulator.faults import control_app
 from fleetq.emulator.kubeconfig import write_files, write_private
@@ -58,8 +59,11 @@ class Emulator:
         host: str = "127.0.0.1",
         base_port: int | None = None,
         start_delay: float = 0.2,
+        use_tls: bool | None = None,
     ) -> None:
         self.topology = topology
+        self.use_tls = tls.available() if use_tls is None else use_tls
+        self.tls: tls.TlsMaterial | None = None
         self.out_dir = Path(out_dir)
         self.state_file = Path(state_file) if state_file else None
         self.host = host
@@ -87,7 +91,15 @@ class Emulator:
         return data
 
     async def start(self) -> None:
-        state = self._load_state().get("clusters") or {}
+        loaded = self._load_state()
+        state = loaded.get("clusters") or {}
+        ctx = None
+        if self.use_tls:
+            if loaded.get("tls"):
+                self.tls = tls.TlsMaterial.from_dict(loaded["tls"])
+            else:
+                self.tls = tls.make_material([self.host])
+            ctx = tls.server_context(self.tls, self.out_dir)
         for spec in self.topology.clusters:
             saved = state.get(spec.name) or {}
             c = EmulatedCluster(spec, token=saved.get("token"), start_delay=self.start_delay)
@@ -101,7 +113,7 @@ class Emulator:
                 c.controller.resync()
                 c.controller.start()
                 port = self.base_port + i if self.base_port else 0
-                await c.start(self.host, port)
+                await c.start(self.host, port, ctx)
             self._control = web.AppRunner(control_app(self), access_log=None,
                                           shutdown_timeout=0.2, handle_signals=False)
             await self._control.setup()
@@ -115,7 +127,7 @@ class Emulator:
             raise EmulatorError(f"cannot listen: {exc.strerror or exc}") from None
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.kubeconfig_path, self.fleet_config_path = write_files(
-            self.out_dir, list(self.clusters.values())
+            self.out_dir, list(self.clusters.values()), self.tls.ca_pem if self.tls else None
         )
         info = {
             "pid": os.getpid(),
@@ -154,6 +166,7 @@ class Emulator:
     def snapshot(self) -> dict[str, Any]:
         return {
             "version": STATE_VERSION,
+            "tls": self.tls.to_dict() if self.tls else None,
             "clusters": {
                 n: {"token": c.token, "port": c.port, "store": c.store.dump()}
                 for n, c in self.clusters.items()
@@ -223,6 +236,7 @@ class EmulatedFleet:
         base_port: int | None = None,
         *,
         start_delay: float = 0.2,
+        use_tls: bool | None = None,
     ) -> None:
         self.topology = topology or default_topology()
         self.out_dir = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="fleetq-sim-"))
@@ -230,6 +244,7 @@ class EmulatedFleet:
             self.topology, self.out_dir,
             state_file=Path(state_file) if state_file else None,
             host=host, base_port=base_port, start_delay=start_delay,
+            use_tls=use_tls,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -290,13 +305,17 @@ class EmulatedFleet:
 
     def _call(self, fn: Callable[[], T], timeout: float = 30) -> T:
         """Run ``fn`` on the emulator's loop (all state lives there) and return its result."""
+
+        async def run() -> T:
+            return fn()
+
+        return self._run(run, timeout)
+
+    def _run(self, coro_fn: Callable[[], Awaitable[T]], timeout: float = 30) -> T:
         assert self._loop is not None
 
         async def run() -> T:
-            result = fn()
-            if asyncio.iscoroutine(result):
-                return await result  # type: ignore[no-any-return]
-            return result
+            return await coro_fn()
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
 
@@ -340,10 +359,12 @@ class EmulatedFleet:
     # ------------------------------------------------------------------ faults
 
     def set_reachable(self, cluster: str, reachable: bool) -> None:
-        self._call(lambda: self.emulator.set_reachable(cluster, reachable))
+        self._run(lambda: self.emulator.set_reachable(cluster, reachable))
 
     def fail_job(self, cluster: str, namespace: str, name: str) -> bool:
-        return self._call(lambda: self.emulator.cluster(cluster).controller.fail_job(namespace, name))
+        return self._call(
+            lambda: self.emulator.cluster(cluster).controller.fail_job(namespace, name)
+        )
 
     def cordon(self, cluster: str, node: str, on: bool = True) -> bool:
         return self._call(lambda: self.emulator.cluster(cluster).controller.set_cordon(node, on))
@@ -360,7 +381,7 @@ class EmulatedFleet:
         self._call(apply)
 
     def clear_faults(self, cluster: str) -> None:
-        self._call(lambda: self.emulator.clear_faults(cluster))
+        self._run(lambda: self.emulator.clear_faults(cluster))
 
     # ------------------------------------------------------------------ peeks and load
 
@@ -391,4 +412,4 @@ class EmulatedFleet:
 
     def persist(self) -> None:
         """Write the state file now (no-op without one)."""
-        self._call(self.emulator.persist)
+        self._run(self.emulator.persist)

@@ -3,6 +3,7 @@ context name = cluster name) and the fleet config fleetq reads to know its membe
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,14 +14,16 @@ import yaml
 from fleetq.emulator.cluster import EmulatedCluster
 
 
-def kubeconfig_doc(clusters: Sequence[EmulatedCluster]) -> dict[str, Any]:
+def kubeconfig_doc(
+    clusters: Sequence[EmulatedCluster], ca_pem: str | None = None
+) -> dict[str, Any]:
     members = [c for c in clusters if c.spec.member]
     current = (members or list(clusters))[0].name if clusters else ""
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "preferences": {},
-        "clusters": [{"name": c.name, "cluster": {"server": c.url}} for c in clusters],
+        "clusters": [{"name": c.name, "cluster": _server(c.url, ca_pem)} for c in clusters],
         "users": [{"name": f"{c.name}-admin", "user": {"token": c.token}} for c in clusters],
         "contexts": [
             {"name": c.name,
@@ -29,6 +32,13 @@ def kubeconfig_doc(clusters: Sequence[EmulatedCluster]) -> dict[str, Any]:
         ],
         "current-context": current,
     }
+
+
+def _server(url: str, ca_pem: str | None) -> dict[str, str]:
+    out = {"server": url}
+    if ca_pem and url.startswith("https://"):
+        out["certificate-authority-data"] = base64.b64encode(ca_pem.encode()).decode()
+    return out
 
 
 def fleet_config_doc(kubeconfig: Path, clusters: Sequence[EmulatedCluster]) -> dict[str, Any]:
@@ -54,9 +64,11 @@ def write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_files(out_dir: Path, clusters: Sequence[EmulatedCluster]) -> tuple[Path, Path]:
+def write_files(
+    out_dir: Path, clusters: Sequence[EmulatedCluster], ca_pem: str | None = None
+) -> tuple[Path, Path]:
     kubeconfig = out_dir / "kubeconfig"
     fleet = out_dir / "fleet.yaml"
-    write_private(kubeconfig, yaml.safe_dump(kubeconfig_doc(clusters), sort_keys=False))
+    write_private(kubeconfig, yaml.safe_dump(kubeconfig_doc(clusters, ca_pem), sort_keys=False))
     write_private(fleet, yaml.safe_dump(fleet_config_doc(kubeconfig, clusters), sort_keys=False))
     return kubeconfig.resolve(), fleet.resolve()

@@ -384,9 +384,7 @@ def test_without_tree_everything_is_admitted() -> None:
 
 def test_bad_input_is_rejected_with_a_clear_error() -> None:
     with pytest.raises(ValidationError, match="request.cpu"):
-        AdmissionRequest(
-            job_id="j", namespace="default", request={"cpu": -1}, submitted_at=0
-        )
+        AdmissionRequest(job_id="j", namespace="default", request={"cpu": -1}, submitted_at=0)
     with pytest.raises(ValueError, match="starvation_seconds must be >= 0"):
         Admission(None, starvation_seconds=-1)
     with pytest.raises(ValueError, match="not a valid QueuePolicy|Fifo"):

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -57,43 +57,46 @@ SHAPES = [
 
 @st.composite
 def trees(draw: st.DrawFn) -> dict[str, Any]:
-    """Random valid ElasticQuotaTree manifests: up to 3 children, up to 2 grandchildren
-    each, small limits; a limit may be absent (unlimited); namespaces only on leaves."""
+    """Random valid ElasticQuotaTree manifests with tight limits (so that jobs contend):
+    up to 3 children with up to 2 grandchildren each; a limit may be absent (unlimited);
+    mins only under a root min; namespaces only on leaves."""
     counter = iter(range(100))
     free_ns = list(NAMESPACES[:4])
+    guarantee = draw(st.booleans())
 
-    def limits(with_min: bool) -> dict[str, Any]:
-        node: dict[str, Any] = {}
-        mx = {}
-        for res, hi in (("cpu", 8), (GPU, 5), (JOBS, 4)):
-            if draw(st.booleans()):
-                mx[res] = draw(st.integers(0 if res != JOBS else 1, hi))
-        node["max"] = mx
-        if with_min:
-            lo = draw(st.integers(0, 4))
-            if lo and mx.get("cpu", 99) >= lo:
-                node["min"] = {"cpu": lo}
-        return node
+    def limits(lo: dict[str, int], hi: dict[str, int]) -> dict[str, int]:
+        return {
+            res: draw(st.integers(lo.get(res, 0), top))
+            for res, top in hi.items()
+            if res in lo or draw(st.integers(0, 3))
+        }
 
     def leaf(node: dict[str, Any]) -> dict[str, Any]:
         n = draw(st.integers(0, min(2, len(free_ns))))
         node["namespaces"] = [free_ns.pop(0) for _ in range(n)]
         return node
 
-    root: dict[str, Any] = {"name": "root", **limits(False), "min": {"cpu": 12}}
-    if root["max"].get("cpu", 99) < 12:
-        root["max"]["cpu"] = 12 + draw(st.integers(0, 4))
+    small = {"cpu": 6, GPU: 4, JOBS: 5}
+    root: dict[str, Any] = {
+        "name": "root",
+        "max": limits({JOBS: 3, GPU: 2}, {"cpu": 12, GPU: 4, JOBS: 8}),
+    }
+    if guarantee:
+        root["min"] = {"cpu": 6}
+        root["max"]["cpu"] = max(6, root["max"].get("cpu", 6))
     children = []
     for _ in range(draw(st.integers(0, 3))):
-        child: dict[str, Any] = {"name": f"n{next(counter)}", **limits(True)}
+        child: dict[str, Any] = {"name": f"n{next(counter)}", "max": limits({}, small)}
         grand = draw(st.integers(0, 2))
         if grand:
-            child.pop("min", None)
             child["children"] = [
-                leaf({"name": f"n{next(counter)}", **limits(False)}) for _ in range(grand)
+                leaf({"name": f"n{next(counter)}", "max": limits({}, small)}) for _ in range(grand)
             ]
         else:
             leaf(child)
+            if guarantee and draw(st.booleans()):
+                child["min"] = {"cpu": 2}
+                child["max"]["cpu"] = max(2, child["max"].get("cpu", 2))
         children.append(child)
     root["children"] = children
     if not children:
@@ -222,8 +225,14 @@ class Reference:
         node = self.tree.leaf(j.ns)
         if self.policy is QueuePolicy.PRIORITY:
             for o in self.queue(node):
+                if o.key < j.key:
+                    event("overtaken")
                 if o.key < j.key and o.skip is None:
                     o.skip = now
+        if self.below_min(node):
+            event("below min")
+        if any(o.job_id in self.starving for o in self.queue(node)):
+            event("admitted with starving in queue")
         del self.waiting[j.job_id]
         self.starving.discard(j.job_id)
         self.holders[j.job_id] = j
@@ -245,7 +254,9 @@ class Reference:
         self.dirty = False
         for node in self.tree.nodes:
             self.promote(node, now)
-        out = []
+        if self.starving:
+            event("starving job present")
+        out: list[str] = []
         while True:
             best = None
             for node in self.tree.nodes:
@@ -269,18 +280,28 @@ class Reference:
 # --------------------------------------------------------------------------- machine
 
 
-class AdmissionMachine(RuleBasedStateMachine):
+ONE_GPU_LEAF = {
+    "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+    "kind": "ElasticQuotaTree",
+    "metadata": {"name": "gpu", "namespace": "kube-system"},
+    "spec": {
+        "root": {
+            "name": "root",
+            "max": {GPU: 4},
+            "children": [{"name": "team", "max": {JOBS: 6}, "namespaces": NAMESPACES[:4]}],
+        }
+    },
+}
+
+
+class Machine(RuleBasedStateMachine):
+    """Drives an Admission and the Reference side by side; subclasses pick the trees."""
+
     a: Admission
     ref: Reference
-    tree_doc: dict[str, Any]
+    replace_trees = True
 
-    @initialize(
-        tree=trees(),
-        policy=st.sampled_from(list(QueuePolicy)),
-        starve=st.sampled_from([0.0, 40.0, 600.0]),
-    )
-    def setup(self, tree: dict[str, Any], policy: QueuePolicy, starve: float) -> None:
-        self.tree_doc = tree
+    def start(self, tree: dict[str, Any], policy: QueuePolicy, starve: float) -> None:
         self.a = Admission(parse_tree(tree), policy, starve)
         self.ref = Reference(tree, policy, starve)
         self.now = 0.0
@@ -289,6 +310,8 @@ class AdmissionMachine(RuleBasedStateMachine):
 
     def _granted(self, grants: list[Grant], expected: list[str]) -> None:
         assert [g.job_id for g in grants] == expected
+        if grants:
+            event(f"granted {min(len(grants), 3)}")
         for g in grants:
             assert g.job_id not in self.admitted_gen, f"{g.job_id} granted twice"
             assert g.node == self.ref.tree.leaf(self.ref.holders[g.job_id].ns)
@@ -317,6 +340,14 @@ class AdmissionMachine(RuleBasedStateMachine):
             assert out.job_id == job
             assert was_waiting or known is None
 
+    @rule(
+        job=st.sampled_from(JOB_IDS),
+        ns=st.sampled_from(NAMESPACES),
+        shape=st.sampled_from(SHAPES),
+    )
+    def enqueue_more(self, job: str, ns: str, shape: dict[str, int]) -> None:
+        self.enqueue(job, ns, 0, shape)
+
     @rule()
     def schedule(self) -> None:
         expected = self.ref.schedule(self.now)
@@ -331,6 +362,18 @@ class AdmissionMachine(RuleBasedStateMachine):
         assert self.a.release(job) is held
         assert self.a.release(job) is False
 
+    @precondition(lambda self: bool(self.ref.holders))
+    @rule(i=st.integers(0, 20))
+    def release_holder(self, i: int) -> None:
+        holders = list(self.ref.holders)
+        self.release(holders[i % len(holders)])
+
+    @precondition(lambda self: bool(self.ref.holders))
+    @rule(i=st.integers(0, 20))
+    def release_and_schedule(self, i: int) -> None:
+        self.release_holder(i)
+        self.schedule()
+
     @rule(job=st.sampled_from(JOB_IDS))
     def cancel(self, job: str) -> None:
         waiting = self.ref.waiting.pop(job, None) is not None
@@ -339,9 +382,9 @@ class AdmissionMachine(RuleBasedStateMachine):
             self.ref.starving.discard(job)
         assert self.a.cancel(job) is waiting
 
+    @precondition(lambda self: self.replace_trees)
     @rule(tree=trees())
     def replace_tree(self, tree: dict[str, Any]) -> None:
-        self.tree_doc = tree
         self.a.replace_tree(parse_tree(tree))
         self.ref.tree = RefTree.of(tree)
         self.ref.dirty = True
@@ -364,7 +407,6 @@ class AdmissionMachine(RuleBasedStateMachine):
         assert self.a.holders() == list(self.ref.holders)
         assert set(self.a.waiting()) == set(self.ref.waiting)
         assert not set(self.a.holders()) & set(self.a.waiting())
-        tree = self.ref.tree
         positions = self.ref.positions()
         for job in self.a.waiting():
             info = self.a.wait_info(job)
@@ -383,9 +425,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         for name, node in tree.nodes.items():
             use = self.a.usage(name)
             assert use == self.ref.usage(name)
-            subtree = [
-                j for j in self.ref.holders.values() if name in tree.chain(tree.leaf(j.ns))
-            ]
+            subtree = [j for j in self.ref.holders.values() if name in tree.chain(tree.leaf(j.ns))]
             assert use.get(JOBS, 0) == 1000 * len(subtree)
             for r, cap in node.max.items():
                 if use.get(r, 0) > cap:
@@ -396,11 +436,58 @@ class AdmissionMachine(RuleBasedStateMachine):
                     ), f"{name}: {r} {use[r]} > {cap} with a job admitted under this tree"
 
 
-AdmissionMachine.TestCase.settings = settings(
-    max_examples=150,
+class AdmissionMachine(Machine):
+    """Random trees, both policies, tree replacement."""
+
+    @initialize(
+        tree=trees(),
+        policy=st.sampled_from(list(QueuePolicy)),
+        starve=st.sampled_from([0.0, 40.0]),
+    )
+    def setup(self, tree: dict[str, Any], policy: QueuePolicy, starve: float) -> None:
+        self.start(tree, policy, starve)
+
+
+GUARANTEED_AND_BORROWER = {
+    "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+    "kind": "ElasticQuotaTree",
+    "metadata": {"name": "min", "namespace": "kube-system"},
+    "spec": {
+        "root": {
+            "name": "root",
+            "min": {"cpu": 4},
+            "max": {"cpu": 8, JOBS: 3},
+            "children": [
+                {"name": "g", "min": {"cpu": 3}, "namespaces": NAMESPACES[:2]},
+                {"name": "b", "namespaces": NAMESPACES[2:4]},
+            ],
+        }
+    },
+}
+
+
+class FixedTreeMachine(Machine):
+    """Hand-made contended trees: a GPU-bound leaf where big jobs are overtaken and then
+    starve, and a guaranteed leaf next to a borrower sharing a scarce root."""
+
+    replace_trees = False
+
+    @initialize(
+        tree=st.sampled_from([ONE_GPU_LEAF, GUARANTEED_AND_BORROWER]),
+        policy=st.sampled_from(list(QueuePolicy)),
+        starve=st.sampled_from([0.0, 40.0]),
+    )
+    def setup(self, tree: dict[str, Any], policy: QueuePolicy, starve: float) -> None:
+        self.start(tree, policy, starve)
+
+
+SETTINGS = settings(
+    max_examples=100,
     stateful_step_count=40,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+AdmissionMachine.TestCase.settings = SETTINGS
+FixedTreeMachine.TestCase.settings = SETTINGS
 TestAdmissionProperties = AdmissionMachine.TestCase
-
+TestFixedTreeProperties = FixedTreeMachine.TestCase

@@ -416,7 +416,8 @@ def test_cluster_toleration_rules() -> None:
         {"key": "k", "operator": "Exists", "value": "v"}
     ]
     assert errors_of(doc) == [
-        f"{POLICY}: spec.placement.clusterTolerations[0].value must be empty when operator is Exists"
+        f"{POLICY}: spec.placement.clusterTolerations[0].value must be empty when operator is "
+        "Exists"
     ]
 
 

@@ -80,3 +80,17 @@ def test_restored_skip_time_counts_from_the_original_skip() -> None:
     assert q.fresh == [key("new", 0, 1)]
     q.promote(now=611, bound=600)
     assert q.starving == [key("old")]
+
+
+def test_lower_bound_survives_shapes_coming_and_going() -> None:
+    shapes: list[Resources] = [{"cpu": 1000 + i, "kube-queue/max-jobs": 1000} for i in range(50)]
+    q = JobQueue("q", "n", shapes)
+    for round_ in range(5):
+        for i in range(50):
+            q.add(key(f"r{round_}-{i}", 0, i), i)
+        for i in range(49):
+            q.remove(key(f"r{round_}-{i}", 0, i), i)
+        assert q.lower_bound() == shapes[49]
+        q.remove(key(f"r{round_}-49", 0, 49), 49)
+        assert q.lower_bound() == {}
+    assert all(len(h) <= 2 * 50 + 16 for h in q._res_heaps.values())

@@ -66,7 +66,10 @@ def test_walkthrough_queue_names_follow_kube_queue_pattern() -> None:
 
 def test_queue_suffix_is_stable_across_processes_and_depends_on_tree_and_path() -> None:
     here = queue_name("elasticquotatree", ["root", "child-2"])
-    code = "from fleetq.quota import queue_name; print(queue_name('elasticquotatree', ['root', 'child-2']))"
+    code = (
+        "from fleetq.quota import queue_name;"
+        "print(queue_name('elasticquotatree', ['root', 'child-2']))"
+    )
     other = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -25,8 +25,8 @@ from fleetq.messages import (
     HolderVerdict,
     PlacementInput,
     PlacementVerdict,
-    ResolveInput,
     Resolution,
+    ResolveInput,
 )
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "examples"
@@ -69,39 +69,47 @@ def policy(queued: bool = False, toleration: int = 30, purge: str = "Immediately
 
 
 @dataclass
-class ClusterScript:
-    """What a fake member cluster reports for the job bound to it."""
+class JobScript:
+    """What one job's copy on one fake cluster reports."""
 
-    fits: bool = True
-    reservation: bool = False
-    reserve_ok: bool = True
-    reachable: bool = True
+    cluster: ClusterScript
+    timeline: list[tuple[float, str, str, str]]
+    bound_at: Any
     health: str = "Healthy"
-    phase: str = "Running"
+    phase: str = "Created"
     reason: str = ""
-    version: int = 0
-    #: (seconds after bind, health, phase, reason); health "Unreachable"/"Reachable" toggles
-    timeline: list[tuple[float, str, str, str]] = field(default_factory=list)
-    bound_at: Any = None
+    version: int = 1
     applied: int = 0
 
     def advance(self, now: Any) -> None:
-        if self.bound_at is None:
-            return
         elapsed = (now - self.bound_at).total_seconds()
         while self.applied < len(self.timeline) and self.timeline[self.applied][0] <= elapsed:
             _, health, phase, reason = self.timeline[self.applied]
             self.applied += 1
             if health == "Unreachable":
-                self.reachable = False
+                self.cluster.reachable = False
             elif health == "Reachable":
-                self.reachable = True
+                self.cluster.reachable = True
             else:
                 self.set(health, phase, reason)
 
     def set(self, health: str, phase: str, reason: str = "") -> None:
         self.health, self.phase, self.reason = health, phase, reason
         self.version += 1
+
+
+@dataclass
+class ClusterScript:
+    """A fake member cluster; ``timeline`` is what every job bound to it goes through:
+    (seconds after bind, health, phase, reason); health "Unreachable"/"Reachable" toggles
+    the whole cluster."""
+
+    fits: bool = True
+    reservation: bool = False
+    reserve_ok: bool = True
+    reachable: bool = True
+    timeline: list[tuple[float, str, str, str]] = field(default_factory=list)
+    jobs: dict[str, JobScript] = field(default_factory=dict)
 
 
 @dataclass
@@ -156,9 +164,9 @@ class FakeFleet:
         created = inp.cluster not in self.copies
         self.copies.add(inp.cluster)
         c = self.clusters[inp.cluster]
-        if c.bound_at is None:
-            c.bound_at = activity.info().current_attempt_scheduled_time
-            c.set("Healthy", "Created")
+        if inp.request.job.name not in c.jobs:
+            c.jobs[inp.request.job.name] = JobScript(
+                c, list(c.timeline), activity.info().current_attempt_scheduled_time)
         if self.on_bind:
             self.on_bind(inp.cluster)
         return BindResult(created=created, uid=f"uid-{inp.cluster}")
@@ -166,19 +174,21 @@ class FakeFleet:
     @activity.defn(name="watch_status")
     async def watch_status(self, inp: WatchInput) -> JobStatus:
         c = self.clusters[inp.cluster]
-        c.advance(activity.info().current_attempt_scheduled_time)
+        j = c.jobs[inp.job.name]
+        j.advance(activity.info().current_attempt_scheduled_time)
         if not c.reachable:
             return JobStatus(cluster=inp.cluster, health="Unknown", phase="Unknown",
                              reason="connection refused", observed="unknown")
         pods = [PodStatus(name=f"{inp.job.name}-master-0", node=f"{inp.cluster}-node-0",
-                          phase="Running" if c.phase == "Running" else c.phase,
-                          ready=c.health == "Healthy", restarts=0)]
-        return JobStatus(cluster=inp.cluster, health=c.health, phase=c.phase,  # type: ignore[arg-type]
-                         reason=c.reason, pods=pods, observed=f"{c.health}/{c.phase}/{c.version}")
+                          phase=j.phase, ready=j.health == "Healthy", restarts=0)]
+        return JobStatus(cluster=inp.cluster, health=j.health, phase=j.phase,  # type: ignore[arg-type]
+                         reason=j.reason, pods=pods, observed=f"{j.health}/{j.phase}/{j.version}")
 
     @activity.defn(name="purge")
     async def purge(self, inp: PurgeInput) -> PurgeResult:
-        self.clusters[inp.cluster].advance(activity.info().current_attempt_scheduled_time)
+        job = self.clusters[inp.cluster].jobs.get(inp.job.name)
+        if job is not None:
+            job.advance(activity.info().current_attempt_scheduled_time)
         self.calls.append(("purge", inp.cluster))
         if not self.clusters[inp.cluster].reachable:
             raise ApplicationError(f"cluster {inp.cluster}: connection refused")
@@ -205,6 +215,9 @@ class FakeFleet:
     def activities(self) -> list[Callable[..., Any]]:
         return [self.resolve_policy, self.plan_placement, self.reserve, self.bind,
                 self.watch_status, self.purge, self.check_holders]
+
+    def job(self, cluster: str, name: str) -> JobScript:
+        return self.clusters[cluster].jobs[name]
 
     def count(self, name: str, cluster: str | None = None) -> int:
         return sum(1 for n, c in self.calls if n == name and (cluster is None or c == cluster))

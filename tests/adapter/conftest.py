@@ -12,7 +12,9 @@ emulator fault injection take the ``emulator`` fixture and are skipped there.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,26 +49,20 @@ TTL_S = 0.5
 
 
 def _load_topology(doc: dict[str, Any]) -> Any:
-    from fleetq import emulator
+    from fleetq.emulator import parse_topology
 
-    loader = getattr(emulator, "load_topology", None)
-    if loader is not None:
-        return loader(doc)
-    from fleetq.emulator.topology import parse_topology
-
-    return parse_topology(doc)
+    return parse_topology(doc, "adapter test topology")
 
 
 @pytest.fixture(scope="session")
-def emulated() -> Iterator[Any]:
+def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The session's emulated fleet (None against real clusters)."""
     if REAL:
         yield None
         return
     from fleetq.emulator import EmulatedFleet
 
-    out = Path(os.environ.get("PYTEST_TMP", "/tmp")) / f"fleetq-adapter-{uuid.uuid4().hex[:8]}"
-    out.mkdir(parents=True, exist_ok=True)
+    out = tmp_path_factory.mktemp("emulator")
     with EmulatedFleet(_load_topology(TOPOLOGY), out_dir=out) as fleet:
         yield fleet
 
@@ -155,10 +151,19 @@ def job_factory(fleet: Fleet) -> Iterator[Callable[..., JobRef]]:
     yield make
     for ref in made:
         for m in fleet.clusters.values():
-            try:
+            with contextlib.suppress(Exception):  # best effort: it may be unreachable
                 m.purge(ref)
-            except Exception:  # a test may leave a cluster unreachable; best effort
-                pass
+
+
+def eventually(check: Callable[[], Any], timeout_s: float = 10.0, step_s: float = 0.05) -> Any:
+    """Poll ``check`` until it returns something truthy; fail with its last value."""
+    deadline = time.monotonic() + timeout_s
+    value = check()
+    while not value and time.monotonic() < deadline:
+        time.sleep(step_s)
+        value = check()
+    assert value, f"condition not met within {timeout_s}s (last value {value!r})"
+    return value
 
 
 def manifest(

@@ -1,0 +1,198 @@
+"""``fleetq demo``: the walkthrough end to end on a fresh embedded fleet.
+
+It starts its own Temporal dev server, emulator and worker (a temporary state dir and
+free ports, so it never collides with a running ``fleetq up``), applies the
+ElasticQuotaTree, the queued Gang PropagationPolicy and the PyTorchJob, shows what the
+walkthrough shows (queues, job state, the ``ScheduleBindingSucceed`` event, the member
+copy and its pods), and exits 0 only when all pods run on one member cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+from types import FrameType
+
+import typer
+from temporalio.client import Client
+
+from fleetq.cli.apply import apply_objects, load_for_apply
+from fleetq.cli.context import CliError, guarded, is_tty
+from fleetq.cli.describe import describe_job
+from fleetq.cli.get import get_job, show_get
+from fleetq.cli.up import endpoint_lines, progress_printer
+from fleetq.embedded import EmbeddedError, EmbeddedFleet, free_port
+from fleetq.messages import JobView
+from fleetq.temporal_client import connect
+
+WALKTHROUGH = ("elasticquotatree.yaml", "propagationpolicy-gang-queue.yaml", "pytorch-test.yaml")
+JOB_NS, JOB_NAME = "default", "pytorch-test"
+
+
+def walkthrough_dir() -> Path:
+    """The repo's ``examples/`` (editable install), else the copy shipped in the package."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package.parent / "examples", package / "data" / "walkthrough"):
+        if all((candidate / f).is_file() for f in WALKTHROUGH):
+            return candidate
+    raise CliError("error: the walkthrough manifests are missing (examples/ or "
+                   "fleetq/data/walkthrough/)")
+
+
+def job_ready(view: JobView | None) -> bool:
+    """All pods of the job Running on the one cluster it is bound to."""
+    if view is None or view.state != "Running" or not view.cluster:
+        return False
+    if len(view.copies) > 1 or len(view.pods) < 3:
+        return False
+    return all(p.get("phase") == "Running" for p in view.pods)
+
+
+def _say(command: str) -> None:
+    typer.echo("")
+    if is_tty():
+        typer.secho(f"$ {command}", bold=True)
+    else:
+        typer.echo(f"$ {command}")
+
+
+async def _wait_running(client: Client, timeout: float) -> JobView | None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    view: JobView | None = None
+    spinner = None
+    if is_tty():
+        from rich.console import Console
+
+        spinner = Console(stderr=True).status("waiting for pytorch-test")
+        spinner.start()
+    try:
+        while time.monotonic() < deadline:
+            view = await get_job(client, JOB_NS, JOB_NAME)
+            if view is not None:
+                running = sum(1 for p in view.pods if p.get("phase") == "Running")
+                line = (f"pytorch-test: {view.state}"
+                        f"{' on ' + view.cluster if view.cluster else ''}"
+                        f" — {view.reason or '-'} ({running}/3 pods running)")
+                if line != last:
+                    if spinner is not None:
+                        spinner.update(line)
+                    else:
+                        typer.echo(f"  ... {line}", err=True)
+                    last = line
+                if job_ready(view):
+                    return view
+                if view.state in ("Failed", "Deleted", "Succeeded"):
+                    return view
+            await asyncio.sleep(0.3)
+    finally:
+        if spinner is not None:
+            spinner.stop()
+    return view
+
+
+async def run_demo(fleet: EmbeddedFleet, examples: Path, timeout: float) -> bool:
+    client = await connect(fleet.address)
+    shown = examples.relative_to(Path.cwd()) if examples.is_relative_to(Path.cwd()) else examples
+    for file in WALKTHROUGH:
+        objects, classes, _ = load_for_apply([str(examples / file)])
+        _say(f"fleetq apply -f {shown / file}")
+        for r in await apply_objects(client, objects, priority_classes=classes):
+            typer.echo(r.line, err=not r.ok)
+            if not r.ok:
+                return False
+    _say("fleetq get queue -n kube-queue")
+    await show_get(client, "queue", None, namespace="kube-queue", all_namespaces=False,
+                   output=None, all_clusters=False)
+    typer.echo("")
+    view = await _wait_running(client, timeout)
+    _say("fleetq get pytorchjob")
+    await show_get(client, "pytorchjob", None, namespace=None, all_namespaces=False,
+                   output=None, all_clusters=False)
+    _say(f"fleetq describe pytorchjob {JOB_NAME}")
+    for line in await describe_job(client, JOB_NS, JOB_NAME):
+        typer.echo(line)
+    _say("fleetq get pytorchjob -M")
+    await show_get(client, "pytorchjob", None, namespace=None, all_namespaces=False,
+                   output=None, all_clusters=True)
+    _say("fleetq get pod -M")
+    await show_get(client, "pod", None, namespace=None, all_namespaces=False,
+                   output=None, all_clusters=True)
+    typer.echo("")
+    if job_ready(view):
+        assert view is not None
+        typer.echo(f"OK: all {len(view.pods)} pods of {JOB_NS}/{JOB_NAME} are Running on "
+                   f"{view.cluster} (gang-scheduled on one member cluster)")
+        return True
+    state = f"{view.state}: {view.reason}" if view else "not found"
+    typer.echo(f"error: {JOB_NS}/{JOB_NAME} did not get all pods Running on one cluster "
+               f"within {timeout:g}s ({state})", err=True)
+    return False
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def job_url(ui_url: str) -> str:
+    wid = urllib.parse.quote(f"pytorchjob/{JOB_NS}/{JOB_NAME}", safe="")
+    return f"{ui_url}/namespaces/default/workflows/{wid}"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @guarded
+    def demo(
+        state_dir: Path | None = typer.Option(
+            None, "--state-dir", help="Keep the demo's state here (default: a temp dir, "
+                                      "removed afterwards)"),
+        timeout: float = typer.Option(60.0, "--timeout",
+                                      help="Seconds to wait for the pods to run"),
+        keep: bool = typer.Option(False, "--keep",
+                                  help="Keep the fleet running after the demo (Ctrl-C stops)"),
+    ) -> None:
+        """Run the walkthrough end to end on a fresh embedded fleet (exit 0 = it works)."""
+        examples = walkthrough_dir()
+        # Ctrl-C and SIGTERM both end the demo through the cleanup below (even when the
+        # shell started us with SIGINT ignored, as background jobs are).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _interrupt)
+        temp = state_dir is None
+        directory = Path(tempfile.mkdtemp(prefix="fleetq-demo-")) if temp else state_dir
+        assert directory is not None
+        update, finish = progress_printer()
+        fleet = EmbeddedFleet(directory.resolve(), port=free_port(), ui_port=free_port(),
+                              progress=update)  # type: ignore[arg-type]
+        ok = False
+        try:
+            try:
+                fleet.start()
+            except EmbeddedError as exc:
+                raise CliError(f"error: {exc}") from None
+            finally:
+                finish()  # type: ignore[operator]
+            for line in endpoint_lines(fleet):
+                typer.echo(line)
+            ok = asyncio.run(run_demo(fleet, examples, timeout))
+            typer.echo(f"Web UI of the job: {job_url(fleet.ui_url)}")
+            if keep:
+                typer.echo(f"fleet kept running (TEMPORAL_ADDRESS={fleet.address}); "
+                           "Ctrl-C to stop")
+                try:
+                    while fleet.check() is None:
+                        time.sleep(0.5)
+                except KeyboardInterrupt:
+                    pass
+        finally:
+            # The demo's history is thrown away: no need to wait for the worker's graceful
+            # drain of in-flight watch activities.
+            fleet.stop(grace=2.0)
+            if temp:
+                shutil.rmtree(directory, ignore_errors=True)
+        if not ok:
+            raise typer.Exit(1)

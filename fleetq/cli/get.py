@@ -1,0 +1,580 @@
+"""``fleetq get``: list fleet objects like ``kubectl get`` (and ``kubectl amc get -M``).
+
+Jobs are Temporal workflows (``pytorchjob/<ns>/<name>``): the list comes from Temporal
+visibility and each job's state from its ``status`` query (concurrently, bounded); a
+deleted job (cancelled workflow) is gone, a finished one keeps its final state like a
+completed Kubernetes object. Queues come from the quota workflow, policies and
+PriorityClasses from the fleet registry, and ``-m CLUSTER`` reads the member cluster
+itself. The read helpers here are shared by ``describe``, ``delete`` and ``demo``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import typer
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from fleetq.cli.context import CliError, fleet_config_path, get_client, guarded, not_found, run
+from fleetq.cli.output import (
+    age,
+    as_list,
+    check_output,
+    parse_time,
+    print_object,
+    print_table,
+)
+from fleetq.messages import JobView
+from fleetq.naming import (
+    REGISTRY_WORKFLOW_ID,
+    SA_CLUSTER,
+    SA_STATE,
+    job_workflow_id,
+    parse_job_workflow_id,
+    quota_workflow_id,
+)
+
+QUERY_TIMEOUT = timedelta(seconds=15)
+MAX_CONCURRENT_QUERIES = 16
+JOB_RESOURCE = "pytorchjobs.kubeflow.org"
+
+# kubectl-style names and aliases of what `get`/`describe`/`delete` understand.
+ALIASES = {
+    "pytorchjob": "pytorchjob", "pytorchjobs": "pytorchjob",
+    "pytorchjobs.kubeflow.org": "pytorchjob",
+    "pytorchjob.kubeflow.org": "pytorchjob", "pj": "pytorchjob",
+    "pod": "pod", "pods": "pod", "po": "pod",
+    "queue": "queue", "queues": "queue",
+    "propagationpolicy": "propagationpolicy", "propagationpolicies": "propagationpolicy",
+    "pp": "propagationpolicy",
+    "elasticquotatree": "elasticquotatree", "elasticquotatrees": "elasticquotatree",
+    "eqt": "elasticquotatree",
+    "priorityclass": "priorityclass", "priorityclasses": "priorityclass", "pc": "priorityclass",
+}
+
+
+def resource_kind(name: str) -> str:
+    kind = ALIASES.get(name.lower())
+    if kind is None:
+        raise CliError(
+            f'error: the server doesn\'t have a resource type "{name}" (fleetq knows: '
+            "pytorchjob, pod, queue, propagationpolicy, elasticquotatree, priorityclass)"
+        )
+    return kind
+
+
+# --------------------------------------------------------------------------- job reads
+
+
+def _fallback_view(ns: str, name: str, state: str, reason: str,
+                   started: datetime | None, cluster: str | None = None) -> JobView:
+    return JobView(namespace=ns, name=name, state=state,  # type: ignore[arg-type]
+                   reason=reason, created_at=started, cluster=cluster or None)
+
+
+def _sa(execution: Any, key: str) -> str | None:
+    attrs = getattr(execution, "search_attributes", None) or {}
+    value = attrs.get(key)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return str(value) if value else None
+
+
+async def _view_of(client: Client, workflow_id: str, status: WorkflowExecutionStatus | None,
+                   started: datetime | None, execution: Any = None) -> JobView | None:
+    """The job's view for one execution, or None when it was deleted (cancelled)."""
+    parsed = parse_job_workflow_id(workflow_id)
+    if parsed is None:
+        return None
+    ns, name = parsed
+    handle = client.get_workflow_handle(workflow_id)
+    if status == WorkflowExecutionStatus.CANCELED:
+        return None
+    if status == WorkflowExecutionStatus.RUNNING:
+        try:
+            view = await handle.query("status", result_type=JobView, rpc_timeout=QUERY_TIMEOUT)
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None
+            state = _sa(execution, SA_STATE) or "Validating"
+            return _fallback_view(ns, name, state, f"status unavailable (is a worker running?): "
+                                  f"{exc.message}", started, _sa(execution, SA_CLUSTER))
+        except Exception as exc:  # query failed inside the worker
+            return _fallback_view(ns, name, "Validating", f"status query failed: {exc}", started)
+        if view is None:
+            return _fallback_view(ns, name, "Validating", "starting", started)
+        return view
+    if status == WorkflowExecutionStatus.COMPLETED:
+        try:
+            typed = client.get_workflow_handle(workflow_id, result_type=JobView)
+            result: JobView = await typed.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
+            return result
+        except Exception as exc:
+            return _fallback_view(ns, name, "Failed", f"result unreadable: {exc}", started)
+    if status == WorkflowExecutionStatus.FAILED:
+        reason = "failed"
+        try:
+            await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
+        except WorkflowFailureError as exc:
+            cause = exc.cause
+            reason = getattr(cause, "message", None) or str(cause or exc)
+        except Exception as exc:
+            reason = str(exc)
+        return _fallback_view(ns, name, "Failed", reason, started)
+    if status == WorkflowExecutionStatus.TERMINATED:
+        return _fallback_view(ns, name, "Failed", "workflow terminated", started)
+    if status == WorkflowExecutionStatus.TIMED_OUT:
+        return _fallback_view(ns, name, "Failed", "workflow timed out", started)
+    return None
+
+
+async def get_job(client: Client, namespace: str, name: str) -> JobView | None:
+    """One job's view; None when it does not exist (never applied, or deleted)."""
+    handle = client.get_workflow_handle(job_workflow_id(namespace, name))
+    try:
+        desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return await _view_of(client, desc.id, desc.status, desc.start_time, desc)
+
+
+async def require_job(client: Client, namespace: str, name: str) -> JobView:
+    view = await get_job(client, namespace, name)
+    if view is None:
+        raise not_found(JOB_RESOURCE, name)
+    return view
+
+
+async def list_jobs(client: Client, namespace: str | None) -> list[JobView]:
+    """Every existing job (latest run per id), optionally in one namespace, sorted by
+    namespace and name."""
+    latest: dict[str, WorkflowExecution] = {}
+    async for ex in client.list_workflows('WorkflowType = "PyTorchJobWorkflow"'):
+        parsed = parse_job_workflow_id(ex.id)
+        if parsed is None or (namespace is not None and parsed[0] != namespace):
+            continue
+        seen = latest.get(ex.id)
+        if seen is None or (ex.start_time or datetime.min.replace(tzinfo=UTC)) > (
+                seen.start_time or datetime.min.replace(tzinfo=UTC)):
+            latest[ex.id] = ex
+    gate = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
+
+    async def one(ex: WorkflowExecution) -> JobView | None:
+        async with gate:
+            return await _view_of(client, ex.id, ex.status, ex.start_time, ex)
+
+    views = await asyncio.gather(*(one(ex) for ex in latest.values()))
+    return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
+
+
+def job_object(view: JobView) -> dict[str, Any]:
+    """A job view shaped like a Kubernetes object, for ``-o yaml|json``."""
+    status = view.model_dump(mode="json", exclude={"namespace", "name"})
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": view.name,
+            "namespace": view.namespace,
+            "creationTimestamp": status.get("created_at"),
+            "annotations": {"fleetq.io/workflow-id": job_workflow_id(view.namespace, view.name)},
+        },
+        "status": status,
+    }
+
+
+# --------------------------------------------------------------------------- registry / quota
+
+
+@dataclass
+class Registry:
+    policies: dict[str, dict[str, Any]]
+    priority_classes: dict[str, int]
+    tree: str | None
+    started: datetime | None
+
+
+async def get_registry(client: Client) -> Registry | None:
+    from workflows.fleet_registry import RegistryState
+
+    handle = client.get_workflow_handle(REGISTRY_WORKFLOW_ID)
+    try:
+        desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return None
+        state = await handle.query("state", result_type=RegistryState, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return Registry(dict(state.policies), dict(state.priority_classes), state.tree,
+                    desc.start_time)
+
+
+def tree_workflow_id(tree: str) -> str:
+    ns, name = tree.split("/", 1)
+    return quota_workflow_id(ns, name)
+
+
+async def quota_view(client: Client) -> tuple[str, Any, datetime | None] | None:
+    """``(tree "ns/name", QuotaView, started)`` of the fleet's quota tree, or None."""
+    from workflows.quota_tree import QuotaView
+
+    reg = await get_registry(client)
+    if reg is None or reg.tree is None:
+        return None
+    handle = client.get_workflow_handle(tree_workflow_id(reg.tree))
+    try:
+        desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return None
+        view = await handle.query("view", result_type=QuotaView, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return reg.tree, view, desc.start_time
+
+
+# --------------------------------------------------------------------------- member reads
+
+
+def member_api(cluster: str) -> Any:
+    """A :class:`KubeApi` for one member cluster of the fleet config."""
+    from activities.member_cluster import KubeApi
+    from fleetq.fleet_config import FleetConfigError, load_fleet_config
+
+    path = fleet_config_path()
+    try:
+        config = load_fleet_config(path)
+    except FleetConfigError as exc:
+        raise CliError(f"error: {exc}") from None
+    for c in config.clusters:
+        if c.name == cluster:
+            try:
+                return KubeApi.from_kubeconfig(
+                    c.name, config.cluster_kubeconfig(c), c.context_name,
+                    config.timeouts.connectSeconds, config.timeouts.readSeconds)
+            except FleetConfigError as exc:
+                raise CliError(f"error: {exc}") from None
+    known = ", ".join(c.name for c in config.clusters) or "none"
+    raise CliError(f"error: member cluster {cluster!r} is not in the fleet (clusters: {known})")
+
+
+def _member_jobs(cluster: str, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
+    from activities.member_cluster import ApiError, ClusterUnreachable
+
+    api = member_api(cluster)
+    base = "/apis/kubeflow.org/v1"
+    try:
+        if name is not None:
+            obj = api.get(f"{base}/namespaces/{namespace or 'default'}/pytorchjobs/{name}")
+            if obj is None:
+                raise not_found(JOB_RESOURCE, name)
+            return [obj]
+        path = f"{base}/namespaces/{namespace}/pytorchjobs" if namespace else f"{base}/pytorchjobs"
+        items, _ = api.list(path)
+        return items
+    except (ApiError, ClusterUnreachable) as exc:
+        raise CliError(f"error: {exc}") from None
+    finally:
+        api.close()
+
+
+# --------------------------------------------------------------------------- printers
+
+
+def _no_resources(namespace: str | None) -> None:
+    where = f" in {namespace} namespace" if namespace else ""
+    typer.echo(f"No resources found{where}.", err=True)
+
+
+def print_jobs(views: list[JobView], *, output: str | None, all_namespaces: bool,
+               namespace: str | None, single: bool = False) -> None:
+    if output in ("yaml", "json"):
+        objs = [job_object(v) for v in views]
+        print_object(objs[0] if single and objs else as_list(objs), output)
+        return
+    if not views:
+        _no_resources(None if all_namespaces else namespace)
+        return
+    headers = ["NAME", "STATE", "AGE"]
+    if output == "wide":
+        headers += ["CLUSTER", "QUEUE", "PRIORITY", "REASON"]
+    rows: list[list[Any]] = []
+    for v in views:
+        row: list[Any] = [v.name, v.state, age(v.created_at)]
+        if output == "wide":
+            row += [v.cluster or "<none>", v.queue or "<none>", v.priority, v.reason or "-"]
+        rows.append(row)
+    if all_namespaces:
+        headers.insert(0, "NAMESPACE")
+        for v, r in zip(views, rows, strict=True):
+            r.insert(0, v.namespace)
+    print_table(headers, rows)
+
+
+def copy_rows(views: list[JobView], all_namespaces: bool) -> tuple[list[str], list[list[Any]]]:
+    """``get pytorchjob -M``: one row per member copy (``ADOPTION Y`` = the fleet owns it)."""
+    headers = ["NAME", "CLUSTER", "STATE", "AGE", "ADOPTION"]
+    rows: list[list[Any]] = []
+    for v in views:
+        clusters = ([v.cluster] if v.cluster else []) + [c for c in v.copies if c != v.cluster]
+        for c in clusters:
+            state = v.state if c == v.cluster else "Evicted"
+            row: list[Any] = [v.name, c, state, age(v.bound_at or v.created_at), "Y"]
+            if all_namespaces:
+                row.insert(0, v.namespace)
+            rows.append(row)
+    if all_namespaces:
+        headers.insert(0, "NAMESPACE")
+    return headers, rows
+
+
+def pod_rows(views: list[JobView], all_namespaces: bool, wide: bool = False,
+             ) -> tuple[list[str], list[list[Any]]]:
+    """``get pod -M``: the pods of every job on its member cluster."""
+    headers = ["NAME", "CLUSTER", "READY", "STATUS", "RESTARTS", "AGE"]
+    if wide:
+        headers.append("NODE")
+    rows: list[list[Any]] = []
+    for v in views:
+        if not v.cluster:
+            continue
+        for p in sorted(v.pods, key=lambda p: str(p.get("name"))):
+            row: list[Any] = [
+                p.get("name", "?"), v.cluster, "1/1" if p.get("ready") else "0/1",
+                p.get("phase", "Unknown"), p.get("restarts", 0),
+                age(parse_time(p.get("start_time")) or v.bound_at),
+            ]
+            if wide:
+                row.append(p.get("node") or "<none>")
+            if all_namespaces:
+                row.insert(0, v.namespace)
+            rows.append(row)
+    if all_namespaces:
+        headers.insert(0, "NAMESPACE")
+    return headers, rows
+
+
+def queue_rows(view: Any, started: datetime | None,
+               wide: bool) -> tuple[list[str], list[list[Any]]]:
+    from fleetq.resources import format_quantity
+
+    headers = ["NAME", "AGE"]
+    if wide:
+        headers += ["LENGTH", "ADMITTED", "POLICY", "USAGE"]
+    rows: list[list[Any]] = []
+    for q in sorted(view.queues, key=lambda q: q.name):
+        row: list[Any] = [q.name, age(started)]
+        if wide:
+            usage = ", ".join(
+                f"{k} {format_quantity(k, q.usage.get(k, 0))}/{format_quantity(k, v)}"
+                for k, v in sorted(q.max.items())
+            )
+            row += [q.length, q.admitted, q.policy, usage or "-"]
+        rows.append(row)
+    return headers, rows
+
+
+async def show_get(
+    client: Client, kind: str, name: str | None, *, namespace: str | None,
+    all_namespaces: bool, output: str | None, all_clusters: bool,
+) -> None:
+    """Print what ``fleetq get KIND [NAME]`` prints (member reads excluded)."""
+    ns = None if all_namespaces else (namespace or "default")
+    if kind == "pytorchjob":
+        if name is not None:
+            views = [await require_job(client, ns or "default", name)]
+        else:
+            views = await list_jobs(client, ns)
+        if all_clusters and output not in ("yaml", "json"):
+            headers, rows = copy_rows(views, all_namespaces)
+            if rows:
+                print_table(headers, rows)
+            else:
+                _no_resources(ns)
+            return
+        print_jobs(views, output=output, all_namespaces=all_namespaces, namespace=ns,
+                   single=name is not None)
+        return
+    if kind == "pod":
+        views = await list_jobs(client, ns)
+        headers, rows = pod_rows(views, all_namespaces, wide=output == "wide")
+        if name is not None:
+            rows = [r for r in rows if r[1 if all_namespaces else 0] == name]
+            if not rows:
+                raise not_found("pods", name)
+        if output in ("yaml", "json"):
+            pods = [dict(p, cluster=v.cluster, namespace=v.namespace)
+                    for v in views for p in v.pods if name is None or p.get("name") == name]
+            print_object(as_list(pods), output)
+        elif rows:
+            print_table(headers, rows)
+        else:
+            _no_resources(ns)
+        return
+    if kind == "queue":
+        qns = namespace or "kube-queue"
+        found = await quota_view(client)
+        if qns != "kube-queue" and not all_namespaces:
+            found = None
+        if found is None:
+            if output in ("yaml", "json"):
+                print_object(as_list([]), output)
+            else:
+                _no_resources(qns)
+            return
+        _, view, started = found
+        if name is not None:
+            view.queues = [q for q in view.queues if q.name == name]
+            if not view.queues:
+                raise not_found("queues.scheduling.x-k8s.io", name)
+        if output in ("yaml", "json"):
+            print_object(as_list([
+                {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "Queue",
+                 "metadata": {"name": q.name, "namespace": "kube-queue"},
+                 "spec": {"quota": q.node, "queuePolicy": q.policy},
+                 "status": q.model_dump(mode="json", exclude={"name"})}
+                for q in view.queues]), output)
+            return
+        headers, rows = queue_rows(view, started, output == "wide")
+        print_table(headers, rows)
+        return
+    reg = await get_registry(client)
+    if kind == "propagationpolicy":
+        items = []
+        for key, doc in sorted((reg.policies if reg else {}).items()):
+            p_ns, p_name = key.split("/", 1)
+            if (ns is None or p_ns == ns) and (name is None or p_name == name):
+                items.append((p_ns, p_name, doc))
+        if name is not None and not items:
+            raise not_found("propagationpolicies.policy.one.alibabacloud.com", name)
+        if output in ("yaml", "json"):
+            docs = [d for _, _, d in items]
+            print_object(docs[0] if name is not None else as_list(docs), output)
+        elif not items:
+            _no_resources(ns)
+        else:
+            headers = ["NAME", "SCHEDULING", "QUEUED", "AGE"]
+            rows = []
+            for p_ns, p_name, doc in items:
+                spec = doc.get("spec") or {}
+                sched = ((spec.get("placement") or {}).get("replicaScheduling") or {}).get(
+                    "customSchedulingType") or "-"
+                queued = bool((spec.get("suspension") or {}).get("scheduling"))
+                row: list[Any] = [p_name, sched, str(queued).lower(),
+                                  age(reg.started if reg else None)]
+                if all_namespaces:
+                    row.insert(0, p_ns)
+                rows.append(row)
+            if all_namespaces:
+                headers.insert(0, "NAMESPACE")
+            print_table(headers, rows)
+        return
+    if kind == "priorityclass":
+        pcs = sorted((reg.priority_classes if reg else {}).items())
+        if name is not None:
+            pcs = [(n, v) for n, v in pcs if n == name]
+            if not pcs:
+                raise not_found("priorityclasses.scheduling.k8s.io", name)
+        if output in ("yaml", "json"):
+            objs = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                     "metadata": {"name": n}, "value": v} for n, v in pcs]
+            print_object(objs[0] if name is not None else as_list(objs), output)
+        elif pcs:
+            print_table(["NAME", "VALUE"], [[n, v] for n, v in pcs])
+        else:
+            _no_resources(None)
+        return
+    if kind == "elasticquotatree":
+        found = await quota_view(client)
+        tree = found[0] if found else (reg.tree if reg else None)
+        if tree is None or (name is not None and tree.split("/", 1)[1] != name):
+            if name is not None:
+                raise not_found("elasticquotatrees.scheduling.sigs.k8s.io", name)
+            _no_resources(namespace or "kube-system")
+            return
+        t_ns, t_name = tree.split("/", 1)
+        if output in ("yaml", "json"):
+            status = found[1].model_dump(mode="json") if found else {}
+            print_object({"apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+                          "kind": "ElasticQuotaTree",
+                          "metadata": {"name": t_name, "namespace": t_ns},
+                          "status": status}, output)
+            return
+        headers = ["NAME", "QUEUES", "ADMITTED", "WAITING", "AGE"]
+        if found:
+            _, qv, started = found
+            row = [t_name, len(qv.queues), qv.holders, qv.waiting, age(started)]
+        else:
+            row = [t_name, "-", "-", "-", "<unknown>"]
+        print_table(headers, [row])
+        return
+    raise CliError(f'error: fleetq cannot get "{kind}"')
+
+
+def show_member(kind: str, name: str | None, cluster: str, namespace: str | None,
+                output: str | None) -> None:
+    """``get pytorchjob [NAME] -m CLUSTER``: the member cluster's own object(s)."""
+    from activities.member_cluster import job_phase
+
+    if kind != "pytorchjob":
+        raise CliError("error: -m/--member-cluster is supported for pytorchjob only")
+    items = _member_jobs(cluster, namespace, name)
+    if output in ("yaml", "json"):
+        print_object(items[0] if name is not None else as_list(items), output)
+        return
+    if not items:
+        _no_resources(namespace)
+        return
+    rows = []
+    for obj in items:
+        meta = obj.get("metadata") or {}
+        phase, _ = job_phase(obj)
+        rows.append([meta.get("name", "?"), phase, age(meta.get("creationTimestamp"))])
+    print_table(["NAME", "STATE", "AGE"], rows)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @guarded
+    def get(
+        resource: str = typer.Argument(..., help="pytorchjob | pod | queue | propagationpolicy "
+                                                 "| elasticquotatree | priorityclass"),
+        name: str | None = typer.Argument(None, help="Object name (all when omitted)"),
+        namespace: str | None = typer.Option(None, "-n", "--namespace",
+                                             help="Namespace (default: default)"),
+        all_namespaces: bool = typer.Option(False, "-A", "--all-namespaces",
+                                            help="List across all namespaces"),
+        output: str | None = typer.Option(None, "-o", "--output", help="wide | yaml | json"),
+        all_clusters: bool = typer.Option(False, "-M", "--all-clusters",
+                                          help="Show the copies on member clusters"),
+        member_cluster: str | None = typer.Option(
+            None, "-m", "--member-cluster", help="Read the object from this member cluster"),
+    ) -> None:
+        """Display fleet objects (PyTorchJobs, their pods and copies, queues, policies)."""
+        kind = resource_kind(resource)
+        fmt = check_output(output)
+        if member_cluster is not None:
+            show_member(kind, name, member_cluster,
+                        None if all_namespaces else (namespace or "default"), fmt)
+            return
+
+        async def body() -> None:
+            client = await get_client()
+            await show_get(client, kind, name, namespace=namespace,
+                           all_namespaces=all_namespaces, output=fmt, all_clusters=all_clusters)
+
+        run(body)

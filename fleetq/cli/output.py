@@ -1,0 +1,123 @@
+"""Printing like kubectl: aligned tables, human ages, ``-o yaml|json``.
+
+On a terminal tables are drawn with rich (bold headers); otherwise they are plain
+columns separated by three spaces, exactly like kubectl's tabwriter output, so scripts
+and tests can split them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+import yaml
+
+from fleetq.cli.context import CliError, is_tty
+
+OUTPUT_FORMATS = ("wide", "yaml", "json")
+
+
+def check_output(fmt: str | None) -> str | None:
+    if fmt is None or fmt == "":
+        return None
+    if fmt not in OUTPUT_FORMATS:
+        raise CliError(
+            f'error: unable to match a printer suitable for the output format "{fmt}", '
+            f"allowed formats are: {','.join(OUTPUT_FORMATS)}"
+        )
+    return fmt
+
+
+def human_duration(seconds: float) -> str:
+    """kubectl's ``duration.HumanDuration``: 45s, 3m44s, 15m, 5h2m, 15d, 2y10d."""
+    s = int(max(seconds, 0))
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        rest = s % 60
+        return f"{minutes}m" if rest == 0 else f"{minutes}m{rest}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h" if rest == 0 else f"{hours}h{rest}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        rest = hours % 24
+        return f"{hours // 24}d" if rest == 0 else f"{hours // 24}d{rest}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    years, days = hours // (24 * 365), (hours // 24) % 365
+    if hours < 24 * 365 * 8 and days:
+        return f"{years}y{days}d"
+    return f"{years}y"
+
+
+def parse_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, str) and value:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
+
+
+def age(since: Any, now: datetime | None = None) -> str:
+    """Age of a timestamp (datetime or RFC 3339 text); ``<unknown>`` when absent."""
+    t = parse_time(since)
+    if t is None:
+        return "<unknown>"
+    return human_duration(((now or datetime.now(UTC)) - t).total_seconds())
+
+
+def plain_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    cells = [list(headers)] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for r in cells:
+        parts = [c.ljust(w) for c, w in zip(r, widths, strict=True)]
+        lines.append("   ".join(parts).rstrip())
+    return lines
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    if is_tty():
+        from rich.console import Console
+        from rich.table import Table, box
+
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                      header_style="bold")
+        for h in headers:
+            table.add_column(h, no_wrap=h in ("NAME", "AGE", "CLUSTER"))
+        for r in rows:
+            table.add_row(*(str(c) for c in r))
+        Console().print(table)
+        return
+    for line in plain_table(headers, rows):
+        typer.echo(line)
+
+
+def dump(obj: Any, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(obj, indent=2, default=str)
+    return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+
+
+def print_object(obj: Any, fmt: str) -> None:
+    text = dump(obj, fmt)
+    typer.echo(text.rstrip("\n"))
+
+
+def as_list(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """kubectl's ``kind: List`` wrapper for several objects."""
+    return {"apiVersion": "v1", "kind": "List", "items": items,
+            "metadata": {"resourceVersion": ""}}

@@ -1,0 +1,388 @@
+"""The embedded fleet behind ``fleetq up`` and ``fleetq demo``: a Temporal dev server,
+the member-cluster emulator and a worker, as child processes this process owns.
+
+Why a supervisor of processes rather than threads: each piece is the same program a user
+would run by hand (``temporal server start-dev``, ``fleetq sim serve``, ``fleetq
+worker``), logs to its own file under the state dir, and is stopped in order (worker,
+emulator, Temporal) with SIGTERM and a deadline, then SIGKILL. Children die with us even
+on SIGKILL (Linux parent-death signal). A flock on ``<state>/fleetq.lock`` makes a second
+``fleetq up`` on the same state dir refuse instead of fighting over ports, and a port
+probe catches anything else already listening.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from fleetq.naming import (
+    INT_ATTRIBUTES,
+    KEYWORD_ATTRIBUTES,
+    REGISTRY_WORKFLOW_ID,
+    TASK_QUEUE,
+)
+from fleetq.temporal_client import connect, ensure_search_attributes, temporal_cli_path
+
+Progress = Callable[[str], None]
+STATE_DIR_ENV = "FLEETQ_STATE_DIR"
+INFO_FILE = "fleetq.json"
+LOCK_FILE = "fleetq.lock"
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get(STATE_DIR_ENV) or "~/.fleetq").expanduser()
+
+FLEETQ_CLI = "from fleetq.cli import main; main()"
+
+
+@dataclass
+class FleetInfo:
+    """What ``fleetq up`` publishes in ``<state-dir>/fleetq.json``."""
+
+    pid: int
+    address: str
+    ui_url: str = ""
+    kubeconfig: str = ""
+    fleet_config: str = ""
+    state_dir: str = ""
+    children: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_info(state_dir: Path | None = None) -> FleetInfo | None:
+    """The running embedded fleet's info, or None (missing file or dead pid)."""
+    path = (state_dir or default_state_dir()) / INFO_FILE
+    try:
+        data = json.loads(path.read_text())
+        info = FleetInfo(**{k: v for k, v in data.items() if k in FleetInfo.__dataclass_fields__})
+    except (OSError, ValueError, TypeError):
+        return None
+    return info if pid_alive(info.pid) else None
+
+
+def write_info(info: FleetInfo, state_dir: Path) -> Path:
+    path = state_dir / INFO_FILE
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(info.to_json())
+    os.replace(tmp, path)
+    return path
+
+
+class EmbeddedError(RuntimeError):
+    """The embedded fleet could not start; the message is one line for the user."""
+
+
+class AlreadyRunning(EmbeddedError):
+    def __init__(self, info: FleetInfo | None, state_dir: Path) -> None:
+        self.info = info
+        if info is not None:
+            msg = (f"fleetq is already running (pid {info.pid}) — gRPC {info.address}, "
+                   f"Web UI {info.ui_url}; stop it with Ctrl-C in its terminal or "
+                   f"`kill {info.pid}`")
+        else:
+            msg = (f"fleetq is already running with state dir {state_dir} (lock held); "
+                   "use another --state-dir")
+        super().__init__(msg)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.3)
+        return s.connect_ex((host, port)) == 0
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: deliver SIGTERM to the child when this process dies (even by SIGKILL)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    _fh: IO[bytes] | None = None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(line.strip() for line in text[-lines:])
+
+
+@dataclass
+class EmbeddedFleet:
+    """Start with :meth:`start`, stop with :meth:`stop` (or use as a context manager)."""
+
+    state_dir: Path
+    topology: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 7233
+    ui_port: int = 8233
+    emulator_base_port: int | None = None
+    worker: bool = True
+    progress: Progress = field(default=lambda _msg: None)
+    children: list[Child] = field(default_factory=list)
+    kubeconfig: str = ""
+    fleet_config: str = ""
+    _lock_fd: int | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://{self.host}:{self.ui_port}"
+
+    @property
+    def logs(self) -> Path:
+        return self.state_dir / "logs"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float = 60.0) -> FleetInfo:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        self._lock()
+        try:
+            for port, what in ((self.port, "--port"), (self.ui_port, "--ui-port")):
+                if port_in_use(self.host, port):
+                    raise EmbeddedError(
+                        f"port {self.host}:{port} is already in use (another Temporal or "
+                        f"fleetq up?); choose another with {what}")
+            deadline = time.monotonic() + timeout
+            # Temporal and the emulator do not depend on each other: start both at once.
+            temporal = self._spawn_temporal()
+            emulator, info_file = self._spawn_emulator()
+            self._wait_temporal(temporal, deadline)
+            self._wait_emulator(emulator, info_file, deadline)
+            if self.worker:
+                self._start_worker(deadline)
+            info = FleetInfo(
+                pid=os.getpid(), address=self.address, ui_url=self.ui_url,
+                kubeconfig=self.kubeconfig, fleet_config=self.fleet_config,
+                state_dir=str(self.state_dir),
+                children={c.name: c.proc.pid for c in self.children},
+            )
+            write_info(info, self.state_dir)
+            return info
+        except BaseException:
+            self.stop()
+            raise
+
+    def _lock(self) -> None:
+        path = self.state_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise AlreadyRunning(read_info(self.state_dir), self.state_dir) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Child:
+        log = self.logs / f"{name}.log"
+        fh = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})}, start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        child = Child(name, proc, log, fh)
+        self.children.append(child)
+        return child
+
+    def _wait(self, child: Child, what: str, ready: Callable[[], bool], deadline: float) -> None:
+        while True:
+            if not child.alive():
+                raise EmbeddedError(f"{what} exited with code {child.proc.returncode}: "
+                                    f"{child.tail() or 'no output'} (log: {child.log})")
+            if ready():
+                return
+            if time.monotonic() > deadline:
+                raise EmbeddedError(f"{what} did not become ready in time (log: {child.log})")
+            time.sleep(0.1)
+
+    def _spawn_temporal(self) -> Child:
+        self.progress(f"starting Temporal dev server on {self.address}")
+        argv = [
+            str(temporal_cli_path()), "server", "start-dev",
+            "--ip", self.host, "--port", str(self.port), "--ui-port", str(self.ui_port),
+            "--db-filename", str(self.state_dir / "temporal.db"),
+            "--log-level", "warn",
+        ]
+        for key in KEYWORD_ATTRIBUTES:
+            argv += ["--search-attribute", f"{key}=Keyword"]
+        for key in INT_ATTRIBUTES:
+            argv += ["--search-attribute", f"{key}=Int"]
+        return self._spawn("temporal", argv)
+
+    def _wait_temporal(self, child: Child, deadline: float) -> None:
+        def ready() -> bool:
+            try:
+                return asyncio.run(self._temporal_ready())
+            except Exception:
+                return False
+
+        self._wait(child, "Temporal dev server", ready, deadline)
+        self._wait(child, "Temporal Web UI", lambda: port_in_use(self.host, self.ui_port),
+                   deadline)
+
+    async def _temporal_ready(self) -> bool:
+        client = await connect(self.address)
+        await ensure_search_attributes(client)
+        return True
+
+    def _spawn_emulator(self) -> tuple[Child, Path]:
+        self.progress("starting the member-cluster emulator")
+        out_dir = self.state_dir / "sim"
+        info_file = out_dir / "emulator.json"
+        with contextlib.suppress(OSError):
+            info_file.unlink()
+        argv = [sys.executable, "-c", FLEETQ_CLI, "sim", "serve",
+                "--state", str(self.state_dir / "emulator.json"), "--out-dir", str(out_dir),
+                "--host", self.host]
+        if self.topology is not None:
+            argv += ["--topology", str(self.topology)]
+        if self.emulator_base_port is not None:
+            argv += ["--base-port", str(self.emulator_base_port)]
+        return self._spawn("emulator", argv), info_file
+
+    def _wait_emulator(self, child: Child, info_file: Path, deadline: float) -> None:
+        out_dir = info_file.parent
+        self._wait(child, "member-cluster emulator", info_file.exists, deadline)
+        data: dict[str, Any] = {}
+        for _ in range(20):
+            try:
+                data = json.loads(info_file.read_text())
+                break
+            except (OSError, ValueError):
+                time.sleep(0.05)
+        self.kubeconfig = str(data.get("kubeconfig") or out_dir / "kubeconfig")
+        self.fleet_config = str(data.get("fleetConfig") or out_dir / "fleet.yaml")
+
+    def _start_worker(self, deadline: float) -> None:
+        self.progress("starting the fleetq worker")
+        child = self._spawn(
+            "worker", [sys.executable, "-c", FLEETQ_CLI, "worker"],
+            env={"TEMPORAL_ADDRESS": self.address, "FLEETQ_CONFIG": self.fleet_config},
+        )
+
+        def ready() -> bool:
+            try:
+                return asyncio.run(self._worker_polling())
+            except Exception:
+                return False
+
+        self._wait(child, "fleetq worker", ready, deadline)
+
+    async def _worker_polling(self) -> bool:
+        from temporalio.api.enums.v1 import TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+        from workflows.fleet_registry import RegistryState
+
+        client = await connect(self.address)
+        resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+            namespace=client.namespace, task_queue=TaskQueue(name=TASK_QUEUE),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+        if not resp.pollers:
+            await asyncio.sleep(0.2)
+            return False
+        from temporalio.common import WorkflowIDConflictPolicy
+
+        await client.start_workflow(
+            "FleetRegistryWorkflow", RegistryState(), id=REGISTRY_WORKFLOW_ID,
+            task_queue=TASK_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary="fleetq registry: PropagationPolicies, PriorityClasses, quota tree")
+        return True
+
+    def check(self) -> Child | None:
+        """The first child that died on its own, if any."""
+        for c in self.children:
+            if not c.alive():
+                return c
+        return None
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop the worker, then the emulator, then Temporal; remove fleetq.json."""
+        for child in reversed(self.children):
+            if child.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.send_signal(signal.SIGTERM)
+                try:
+                    child.proc.wait(grace)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        child.proc.kill()
+                    child.proc.wait(5)
+            if child._fh is not None:
+                child._fh.close()
+                child._fh = None
+        self.children.clear()
+        if self._lock_fd is not None:
+            info = self.state_dir / INFO_FILE
+            with contextlib.suppress(OSError):
+                if read_info(self.state_dir) is None or _info_pid(info) == os.getpid():
+                    info.unlink()
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> EmbeddedFleet:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _info_pid(path: Path) -> int | None:
+    try:
+        return int(json.loads(path.read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,174 @@
+"""Which PropagationPolicy governs a resource, by Karmada's precedence rules.
+
+A user may have several policies in a namespace whose selectors all match a job; the
+fleet must pick exactly one, the same one every time, and be able to say why. Rules
+(Karmada ``GetHigherPriorityPropagationPolicy`` / ``ResourceMatchSelectorsPriority``):
+
+1. A policy only applies to resources in its own namespace.
+2. A resourceSelector matches when apiVersion and kind are equal, ``namespace`` (if set)
+   equals, and ``name`` (if set) equals — when ``name`` is set the labelSelector is
+   ignored; otherwise the labelSelector (if set) must match the resource's labels.
+3. Among matching policies: higher ``spec.priority`` wins; then the policy whose best
+   selector match is more specific (name > labelSelector > kind only); then the
+   alphabetically lower policy name.
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+from fleetq.models import PropagationPolicy, ResourceSelector
+
+__all__ = [
+    "MatchKind",
+    "PolicyMatch",
+    "best_match",
+    "explain_match",
+    "match_policy",
+    "selector_match",
+]
+
+
+class MatchKind(IntEnum):
+    """How specifically a selector matched (higher wins)."""
+
+    NONE = 0
+    KIND = 1  # apiVersion + kind (and namespace) only
+    LABEL = 2  # labelSelector matched
+    NAME = 3  # name matched
+
+    @property
+    def text(self) -> str:
+        return {0: "no match", 1: "kind match", 2: "labelSelector match", 3: "name match"}[
+            int(self)
+        ]
+
+
+def selector_match(
+    selector: ResourceSelector,
+    *,
+    api_version: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    labels: Mapping[str, str],
+) -> MatchKind:
+    """How ``selector`` matches the resource (``MatchKind.NONE`` when it does not)."""
+    if selector.apiVersion != api_version or selector.kind != kind:
+        return MatchKind.NONE
+    if selector.namespace and selector.namespace != namespace:
+        return MatchKind.NONE
+    if selector.name:
+        return MatchKind.NAME if selector.name == name else MatchKind.NONE
+    if selector.labelSelector is not None:
+        return MatchKind.LABEL if selector.labelSelector.matches(labels) else MatchKind.NONE
+    return MatchKind.KIND
+
+
+@dataclass(frozen=True)
+class PolicyMatch:
+    policy: PropagationPolicy
+    how: MatchKind
+    selector_index: int  # which resourceSelector gave the best match
+    candidates: int  # how many policies matched at all
+
+    @property
+    def reason(self) -> str:
+        p = self.policy
+        others = self.candidates - 1
+        tail = (
+            f"; chosen over {others} other matching polic{'y' if others == 1 else 'ies'}"
+            if others
+            else ""
+        )
+        return (
+            f"PropagationPolicy {p.metadata.namespace}/{p.metadata.name} "
+            f"(priority {p.spec.priority}, {self.how.text} by "
+            f"resourceSelectors[{self.selector_index}]){tail}"
+        )
+
+
+def _best_selector(
+    policy: PropagationPolicy,
+    api_version: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    labels: Mapping[str, str],
+) -> tuple[MatchKind, int]:
+    best, index = MatchKind.NONE, -1
+    for i, sel in enumerate(policy.spec.resourceSelectors):
+        how = selector_match(
+            sel, api_version=api_version, kind=kind, namespace=namespace, name=name, labels=labels
+        )
+        if how > best:
+            best, index = how, i
+    return best, index
+
+
+def best_match(
+    policies: Sequence[PropagationPolicy],
+    *,
+    api_version: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    labels: Mapping[str, str],
+) -> PolicyMatch | None:
+    """The winning policy with how and why it matched, or None."""
+    found: list[tuple[int, int, str, PropagationPolicy, MatchKind, int]] = []
+    for policy in policies:
+        if policy.metadata.namespace != namespace:
+            continue
+        how, index = _best_selector(policy, api_version, kind, namespace, name, labels)
+        if how is MatchKind.NONE:
+            continue
+        found.append((-policy.spec.priority, -int(how), policy.metadata.name, policy, how, index))
+    if not found:
+        return None
+    found.sort(key=lambda t: (t[0], t[1], t[2]))
+    _p, _h, _n, policy, how, index = found[0]
+    return PolicyMatch(policy, how, index, len(found))
+
+
+def match_policy(
+    policies: Sequence[PropagationPolicy],
+    *,
+    api_version: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    labels: Mapping[str, str],
+) -> PropagationPolicy | None:
+    """The PropagationPolicy that governs the resource, or None when none matches."""
+    m = best_match(
+        policies, api_version=api_version, kind=kind, namespace=namespace, name=name, labels=labels
+    )
+    return m.policy if m else None
+
+
+def explain_match(
+    policies: Sequence[PropagationPolicy],
+    *,
+    api_version: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    labels: Mapping[str, str],
+) -> str:
+    """One line: which policy applies and why, or why none does."""
+    m = best_match(
+        policies, api_version=api_version, kind=kind, namespace=namespace, name=name, labels=labels
+    )
+    if m is not None:
+        return m.reason
+    in_ns = sum(1 for p in policies if p.metadata.namespace == namespace)
+    return (
+        f"no PropagationPolicy in namespace {namespace} selects {kind} {namespace}/{name} "
+        f"({in_ns} polic{'y' if in_ns == 1 else 'ies'} in that namespace, "
+        f"{len(policies) - in_ns} elsewhere)"
+    )

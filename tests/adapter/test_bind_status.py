@@ -1,0 +1,234 @@
+"""Binding a job to a member, reading its status back, waiting for changes, purging."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from activities.fleet import Fleet
+from activities.member_cluster import (
+    BindRequest,
+    ConflictError,
+    JobRef,
+    KubernetesMemberCluster,
+    PodReservation,
+    ReserveRequest,
+)
+from fleetq.resources import CPU
+
+from .conftest import eventually, manifest, member
+
+WALKTHROUGH = Path(__file__).resolve().parents[2] / "examples" / "pytorch-test.yaml"
+
+
+@pytest.fixture
+def ma(fleet: Fleet, names: dict[str, str]) -> KubernetesMemberCluster:
+    return member(fleet, names["a"])
+
+
+def job_pods(m: KubernetesMemberCluster, job: JobRef) -> list[dict[str, Any]]:
+    items, _ = m.api.list(
+        m._core_path(job.namespace, "pods"),
+        label_selector=f"training.kubeflow.org/job-name={job.name}",
+    )
+    return items
+
+
+def test_bind_is_idempotent_and_marks_the_job_as_ours(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    job = job_factory("bind")  # its namespace does not exist yet on the member
+    req = BindRequest(job=job, manifest=manifest(job, workers=2), reserved=True, run_seconds=30)
+    first = ma.bind(req)
+    assert first.created and first.uid
+    retry = ma.bind(req)
+    assert not retry.created and retry.uid == first.uid
+
+    obj = ma.api.get(ma._job_path(job.namespace, job.name))
+    assert obj is not None
+    meta = obj["metadata"]
+    assert meta["labels"]["fleetq.io/owner"] == job.owner_id
+    assert meta["labels"]["fleetq.io/managed-by"] == "fleetq"
+    assert meta["labels"]["fleetq.io/job"] == f"{job.namespace}.{job.name}"
+    assert meta["annotations"]["fleetq.io/workflow-id"] == job.workflow_id
+    assert meta["annotations"]["scheduling.k8s.io/group-name"] == job.name
+    assert meta["annotations"]["fleetq.io/min-member"] == "3"
+    assert meta["annotations"]["fleetq.io/run-seconds"] == "30"
+    assert obj["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 3
+    for role in ("Master", "Worker"):
+        tmeta = obj["spec"]["pytorchReplicaSpecs"][role]["template"]["metadata"]
+        affinity = json.loads(
+            tmeta["annotations"]["scheduling.koordinator.sh/reservation-affinity"]
+        )
+        assert affinity == {"reservationSelector": {"fleetq.io/owner": job.owner_id}}
+
+
+def test_users_run_seconds_annotation_wins(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    job = job_factory("runsec")
+    m = manifest(job, annotations={"fleetq.io/run-seconds": "7"})
+    ma.bind(BindRequest(job=job, manifest=m, run_seconds=99))
+    obj = ma.api.get(ma._job_path(job.namespace, job.name))
+    assert obj is not None
+    assert obj["metadata"]["annotations"]["fleetq.io/run-seconds"] == "7"
+    tmeta = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"].get("metadata") or {}
+    assert "scheduling.koordinator.sh/reservation-affinity" not in (tmeta.get("annotations") or {})
+
+
+def test_same_name_owned_by_another_workflow_is_a_conflict(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    job = job_factory("owned")
+    ma.bind(BindRequest(job=job, manifest=manifest(job)))
+    intruder = job.model_copy(update={"workflow_id": "someone-else"})
+    with pytest.raises(ConflictError, match=f"PyTorchJob {job.namespace}/{job.name}"):
+        ma.bind(BindRequest(job=intruder, manifest=manifest(intruder)))
+    # ... and the intruder can neither see it as its own nor purge it.
+    assert ma.status(intruder).phase == "Missing"
+    assert ma.purge(intruder).deleted == []
+    assert ma.status(job).phase != "Missing"
+
+
+def test_status_follows_the_job_to_success(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    job = job_factory("life")
+    ma.bind(BindRequest(job=job, manifest=manifest(job, workers=2), run_seconds=1))
+    first = ma.status(job)
+    assert first.health == "Healthy"  # a just-created job is not unhealthy
+    assert first.phase in ("Created", "Running")
+
+    def succeeded() -> Any:
+        st = ma.status(job)
+        return st if st.phase == "Succeeded" else None
+
+    st = eventually(succeeded, timeout_s=15)
+    assert st.health == "Healthy"
+    assert sorted(p.name for p in st.pods) == [
+        f"{job.name}-master-0", f"{job.name}-worker-0", f"{job.name}-worker-1"]
+    assert all(p.phase == "Succeeded" and p.node for p in st.pods)
+    assert st.replica_statuses.get("Worker", {}).get("succeeded") == 2
+
+
+def test_missing_job_is_reported_missing(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    st = ma.status(job_factory("ghost"))
+    assert (st.phase, st.health) == ("Missing", "Unhealthy")
+    assert "not found" in st.reason
+
+
+def test_failed_job_is_unhealthy(
+    emulator: Any, ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    job = job_factory("boom")
+    ma.bind(BindRequest(job=job, manifest=manifest(job)))
+    eventually(lambda: ma.status(job).phase == "Running")
+    assert emulator.fail_job(ma.name, job.namespace, job.name)
+    st = eventually(lambda: (s := ma.status(job)).phase == "Failed" and s)
+    assert st.health == "Unhealthy" and st.reason
+
+
+def test_wait_for_change_returns_promptly_on_a_pod_phase_change(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    job = job_factory("wait")
+    ma.bind(BindRequest(job=job, manifest=manifest(job), run_seconds=2))
+    running = eventually(
+        lambda: (s := ma.status(job)).pods and all(p.phase == "Running" for p in s.pods) and s
+    )
+    beats: list[float] = []
+    start = time.monotonic()
+    changed = running
+    while changed.phase != "Succeeded" and time.monotonic() - start < 10:
+        changed = ma.wait_for_change(job, changed.observed, timeout_s=10,
+                                     heartbeat=lambda: beats.append(time.monotonic()))
+    elapsed = time.monotonic() - start
+    assert changed.phase == "Succeeded"
+    assert changed.observed != running.observed
+    assert elapsed < 4.0, f"took {elapsed:.1f}s for a change due after ~2s"
+
+
+def test_wait_for_change_times_out_with_the_same_token(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    job = job_factory("idle")
+    ma.bind(BindRequest(job=job, manifest=manifest(job)))
+    st = eventually(
+        lambda: (s := ma.status(job)).pods and all(p.phase == "Running" for p in s.pods)
+        and s.phase == "Running" and s
+    )
+    beats: list[float] = []
+    start = time.monotonic()
+    same = ma.wait_for_change(job, st.observed, timeout_s=1.0, heartbeat=lambda: beats.append(1))
+    assert 0.9 <= time.monotonic() - start < 2.5
+    assert same.observed == st.observed
+    assert beats  # the activity heartbeats while waiting
+
+
+def test_purge_leaves_nothing_and_can_be_repeated(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    job = job_factory("purge")
+    node = ma.capacity().nodes[0].name
+    if ma.reservation:
+        r = ma.reserve(ReserveRequest(job=job, pods=[
+            PodReservation(role="master", index=0, node=node, requests={CPU: 100}),
+            PodReservation(role="worker", index=0, node=node, requests={CPU: 100}),
+        ]))
+        assert r.ok, r.reason
+    ma.bind(BindRequest(job=job, manifest=manifest(job), reserved=ma.reservation))
+    eventually(lambda: len(job_pods(ma, job)) == 2)
+
+    result = ma.purge(job)
+    assert f"PyTorchJob {job.namespace}/{job.name}" in result.deleted
+    if ma.reservation:
+        assert sum(d.startswith("Reservation ") for d in result.deleted) == 2
+    assert ma.api.get(ma._job_path(job.namespace, job.name)) is None
+    eventually(lambda: job_pods(ma, job) == [])
+    items, _ = ma.api.list(ma._reservation_path(),
+                           label_selector=f"fleetq.io/owner={job.owner_id}") if ma.reservation \
+        else ([], "")
+    assert items == []
+    assert ma.purge(job).deleted == []
+    assert ma.status(job).phase == "Missing"
+
+
+def test_walkthrough_job_lands_on_its_reserved_nodes(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    """The walkthrough's PyTorchJob, validated like the fleet does, placed node by node,
+    reserved, then bound with reservation affinity: each pod runs where it was reserved."""
+    from fleetq.models import gang_of, parse_job
+    from fleetq.placement import place_gang
+
+    if not ma.reservation:
+        pytest.skip("the cluster does not support Reservations")
+    doc = yaml.safe_load(WALKTHROUGH.read_text())
+    job = job_factory("pytorch-test")
+    doc["metadata"].update(name=job.name, namespace=job.namespace)
+    parsed = parse_job(doc)
+    gang = gang_of(parsed)
+    choice = place_gang(gang, [ma.capacity()]).best
+    assert choice is not None
+    res = ma.reserve(ReserveRequest(job=job, pods=[
+        PodReservation(role=p.role, index=p.index, node=choice.assignment[p.name_suffix],
+                       requests=p.requests)
+        for p in gang.pods
+    ]))
+    assert res.ok, res.reason
+    ma.bind(BindRequest(job=job, manifest=parsed.model_dump(), reserved=True))
+
+    st = eventually(lambda: (s := ma.status(job)).phase == "Running" and len(s.pods) == 3
+                    and all(p.phase == "Running" for p in s.pods) and s)
+    placed = {p.name.removeprefix(f"{job.name}-"): p.node for p in st.pods}
+    assert placed == choice.assignment
+    assert st.health == "Healthy"
+    assert st.replica_statuses["Worker"].get("active") == 2

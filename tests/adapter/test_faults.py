@@ -1,0 +1,119 @@
+"""Members that stop answering or fail requests (emulator fault injection only)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from activities.fleet import Fleet
+from activities.member_cluster import (
+    BindRequest,
+    ClusterUnreachable,
+    JobRef,
+    KubernetesMemberCluster,
+    PodReservation,
+    ReserveRequest,
+)
+from fleetq.resources import CPU
+
+from .conftest import CONNECT_S, READ_S, TTL_S, eventually, manifest, member
+
+
+@pytest.fixture
+def faulty(emulator: Any, fleet: Fleet, names: dict[str, str]) -> Iterator[KubernetesMemberCluster]:
+    m = member(fleet, names["b"])
+    try:
+        yield m
+    finally:
+        emulator.clear_faults(m.name)
+        eventually(lambda: m.capacity().reachable, timeout_s=15)
+
+
+def later(seconds: float, fn: Callable[[], Any]) -> threading.Timer:
+    t = threading.Timer(seconds, fn)
+    t.start()
+    return t
+
+
+def test_unreachable_member_is_unknown_within_the_timeout_and_recovers(
+    emulator: Any, faulty: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    m = faulty
+    job = job_factory("dark")
+    m.bind(BindRequest(job=job, manifest=manifest(job)))
+    assert m.status(job).health == "Healthy"
+
+    emulator.set_reachable(m.name, False)
+    start = time.monotonic()
+    st = m.status(job)
+    assert (st.health, st.phase) == ("Unknown", "Unknown")
+    assert time.monotonic() - start <= CONNECT_S + READ_S + 2.0
+    assert m.name in st.reason
+
+    snap = eventually(lambda: not (s := m.capacity()).reachable and s,
+                      timeout_s=TTL_S + CONNECT_S + READ_S + 3)
+    assert snap.nodes == [] and snap.name == m.name
+
+    with pytest.raises(ClusterUnreachable):
+        m.purge(job)
+    res = m.reserve(ReserveRequest(job=job, pods=[
+        PodReservation(role="master", index=0, node="any", requests={CPU: 1})]))
+    assert not res.ok and m.name in res.reason
+
+    # wait_for_change answers at once: Unknown is a change from Healthy.
+    healthy_token = "Healthy/Running/0/x"
+    start = time.monotonic()
+    assert m.wait_for_change(job, healthy_token, timeout_s=30).health == "Unknown"
+    assert time.monotonic() - start <= CONNECT_S + READ_S + 2.0
+
+    emulator.set_reachable(m.name, True)
+    eventually(lambda: m.capacity().reachable, timeout_s=15)
+    eventually(lambda: m.status(job).health == "Healthy", timeout_s=10)
+
+
+def test_5xx_is_retried_with_backoff_until_it_clears(
+    emulator: Any, faulty: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    m = faulty
+    job = job_factory("flaky")
+    emulator.inject_errors(m.name, status=500, rate=1.0)
+    timer = later(0.4, lambda: emulator.clear_faults(m.name))
+    start = time.monotonic()
+    result = m.bind(BindRequest(job=job, manifest=manifest(job)))
+    timer.join()
+    assert result.created
+    assert time.monotonic() - start >= 0.3  # it waited for the fault to clear
+
+
+def test_429_honours_retry_after(
+    emulator: Any, faulty: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    m = faulty
+    job = job_factory("busy")
+    emulator.inject_errors(m.name, status=429, rate=1.0, retry_after=1)
+    timer = later(0.2, lambda: emulator.clear_faults(m.name))
+    start = time.monotonic()
+    st = m.status(job)
+    timer.join()
+    assert st.phase == "Missing"  # a real answer, not Unknown
+    assert time.monotonic() - start >= 0.95  # slept for Retry-After: 1
+
+
+def test_persistent_errors_give_up_in_bounded_time(
+    emulator: Any, faulty: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    m = faulty
+    job = job_factory("down")
+    emulator.inject_errors(m.name, status=503, rate=1.0)
+    start = time.monotonic()
+    st = m.status(job)
+    elapsed = time.monotonic() - start
+    assert (st.health, st.phase) == ("Unknown", "Unknown")
+    assert "503" in st.reason
+    assert 0.3 <= elapsed <= m.api.retry.budget_s  # backed off, then gave up
+    with pytest.raises(ClusterUnreachable, match="503"):
+        m.release_reservations(job)

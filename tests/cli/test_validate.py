@@ -1,0 +1,261 @@
+"""``fleetq validate``: what a user sees for good and bad manifests, and the exit code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from fleetq.cli import app
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+JOB_YAML = (EXAMPLES / "pytorch-test.yaml").read_text()
+TREE_YAML = (EXAMPLES / "elasticquotatree.yaml").read_text()
+POLICY_YAML = (EXAMPLES / "propagationpolicy-gang-queue.yaml").read_text()
+
+runner = CliRunner()
+
+TREE = "ElasticQuotaTree kube-system/elasticquotatree"
+JOB = "PyTorchJob default/pytorch-test"
+POLICY = "PropagationPolicy default/example-policy"
+
+
+def validate(*args: str, stdin: str | bytes | None = None) -> tuple[int, list[str]]:
+    result = runner.invoke(app, ["validate", *args], input=stdin)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    return result.exit_code, result.output.splitlines()
+
+
+def write(tmp_path: Path, name: str, content: str | bytes) -> str:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return str(path)
+
+
+def test_examples_directory_passes() -> None:
+    code, lines = validate("-f", str(EXAMPLES))
+    assert code == 0
+    assert lines[:3] == [
+        "OK ElasticQuotaTree kube-system/elasticquotatree",
+        "OK PropagationPolicy default/example-policy",
+        "OK PyTorchJob default/pytorch-test",
+    ]
+    assert all(line.startswith("note: ") for line in lines[3:])
+
+
+def test_repeatable_files_and_stdin() -> None:
+    code, lines = validate(
+        "-f", str(EXAMPLES / "elasticquotatree.yaml"), "--filename", "-", stdin=JOB_YAML
+    )
+    assert (code, lines) == (0, [f"OK {TREE}", f"OK {JOB}"])
+
+
+def _mutated(text: str, edit: str, replacement: str) -> str:
+    assert edit in text
+    return text.replace(edit, replacement)
+
+
+# Each case: (file content, the exact line a user sees after "<file>: " or as is).
+CASES = {
+    "tree outside kube-system": (
+        _mutated(TREE_YAML, "namespace: kube-system", "namespace: default"),
+        "ElasticQuotaTree default/elasticquotatree: metadata.namespace must be kube-system "
+        "(ElasticQuotaTree is only read there), got 'default'",
+    ),
+    "duplicate node names": (
+        _mutated(TREE_YAML, "- name: child-2", "- name: root"),
+        f"{TREE}: spec.root.children[0].name 'root' is used twice (also at spec.root)",
+    ),
+    "namespace on a non-leaf": (
+        _mutated(TREE_YAML, "    children:\n", "    namespaces: [team]\n    children:\n"),
+        f"{TREE}: spec.root.namespaces namespaces attach to leaves only; 'root' has children",
+    ),
+    "namespace on two leaves": (
+        TREE_YAML + "    - name: child-3\n      namespaces: [default]\n",
+        f"{TREE}: spec.root.children[1].namespaces namespace 'default' is already on leaf "
+        "'child-2'",
+    ),
+    "children min exceeds parent min": (
+        _mutated(TREE_YAML, "      namespaces:", "      min: {cpu: 1}\n      namespaces:")
+        + "    - name: child-3\n      min: {cpu: 999900}\n",
+        f"{TREE}: spec.root.children the children's min cpu 999901 exceeds 'root' min cpu 999900",
+    ),
+    "negative quantity": (
+        _mutated(TREE_YAML, "cpu: 10000", "cpu: -4"),
+        f"{TREE}: spec.root.children[0].max.cpu '-4' must not be negative",
+    ),
+    "malformed quantity": (
+        _mutated(TREE_YAML, "memory: 10000Gi", "memory: 10000 GB"),
+        f"{TREE}: spec.root.children[0].max.memory '10000 GB' is not a quantity",
+    ),
+    "min greater than max": (
+        _mutated(TREE_YAML, "      namespaces:", "      min: {cpu: 20000}\n      namespaces:"),
+        f"{TREE}: spec.root.children[0].min.cpu 20000 exceeds max.cpu 10000",
+    ),
+    "negative replicas": (
+        _mutated(JOB_YAML, "replicas: 2", "replicas: -1"),
+        f"{JOB}: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0",
+    ),
+    "no Master": (
+        _mutated(JOB_YAML, "    Master:", "    Launcher:"),
+        f"{JOB}: spec.pytorchReplicaSpecs 'Launcher' is not a PyTorchJob replica type "
+        "(Master, Worker)",
+    ),
+    "no Worker": (
+        JOB_YAML[: JOB_YAML.index("    Worker:")],
+        f"{JOB}: spec.pytorchReplicaSpecs.Worker is required (a PyTorchJob needs Master and "
+        "Worker)",
+    ),
+    "policy without resourceSelectors": (
+        POLICY_YAML[: POLICY_YAML.index("  resourceSelectors:")],
+        f"{POLICY}: spec.resourceSelectors is required",
+    ),
+    "negative tolerationSeconds": (
+        _mutated(POLICY_YAML, "tolerationSeconds: 30", "tolerationSeconds: -30"),
+        f"{POLICY}: spec.failover.application.decisionConditions.tolerationSeconds must be >= 0",
+    ),
+    "unknown purgeMode": (
+        _mutated(POLICY_YAML, "purgeMode: Immediately", "purgeMode: Eventually"),
+        f"{POLICY}: spec.failover.application.purgeMode 'Eventually' is not a purgeMode "
+        "(Immediately|Graciously|Never or Directly|Gracefully|Never)",
+    ),
+    "unknown scheduling field": (
+        _mutated(POLICY_YAML, "  propagateDeps: true", "  propagateDependencies: true"),
+        f"{POLICY}: spec.propagateDependencies is not a known field",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_rejection_is_one_line_naming_object_and_field(tmp_path: Path, case: str) -> None:
+    content, expected = CASES[case]
+    path = write(tmp_path, "m.yaml", content)
+    code, lines = validate("-f", path)
+    assert code == 1
+    assert lines == [expected]
+
+
+def test_second_tree_names_both(tmp_path: Path) -> None:
+    first = write(tmp_path, "a.yaml", TREE_YAML)
+    second = write(tmp_path, "b.yaml", TREE_YAML.replace("name: elasticquotatree", "name: two"))
+    code, lines = validate("-f", first, "-f", second)
+    assert code == 1
+    assert lines == [
+        f"OK {TREE}",
+        "ElasticQuotaTree kube-system/two: is a second ElasticQuotaTree; only one is supported "
+        f"and {TREE} ({first}) is already defined",
+    ]
+
+
+def test_good_and_bad_objects_together(tmp_path: Path) -> None:
+    bad = JOB_YAML.replace("name: pytorch-test\n  namespace", "name: bad-job\n  namespace")
+    bad = bad.replace("replicas: 2", "replicas: -2")
+    path = write(tmp_path, "jobs.yaml", f"{JOB_YAML}---\n{bad}")
+    code, lines = validate("-f", path)
+    assert code == 1
+    assert lines == [
+        f"OK {JOB}",
+        "PyTorchJob default/bad-job: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "is empty (no manifests)"),
+        (
+            "just some text\n",
+            "document 1 is not a mapping (a Kubernetes object); it is the text 'just some text'",
+        ),
+        (
+            "kind: [\n",
+            "line 2, column 1: did not find expected node content while parsing a "
+            "flow node (not valid YAML)",
+        ),
+        (b"\x7fELF\x02\x01\x01\x00\x00\x00", "is a binary file, not YAML or JSON"),
+        (b"\xc3\x28", "is not UTF-8 text (byte 0xc3 at offset 0)"),
+        ("a: 1\na: 2\n", "line 2: duplicate key 'a' (first at line 1)"),
+    ],
+)
+def test_files_that_are_not_manifests(tmp_path: Path, content: str | bytes, message: str) -> None:
+    path = write(tmp_path, "x.yaml", content)
+    code, lines = validate("-f", path)
+    assert (code, lines) == (1, [f"{path}: {message}"])
+
+
+def test_paths_that_cannot_be_read(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    code, lines = validate("-f", str(tmp_path / "missing.yaml"), "-f", str(tmp_path / "empty"))
+    assert code == 1
+    assert lines == [
+        f"{tmp_path}/missing.yaml: no such file or directory",
+        f"{tmp_path}/empty: no *.yaml, *.yml or *.json files in this directory",
+    ]
+
+
+def test_yaml_bomb_on_stdin() -> None:
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x","x"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 10) + "]")
+    code, out = validate("-f", "-", stdin="\n".join(lines))
+    assert code == 1
+    assert out == [
+        "<stdin>: document 1: line 6: expands to more than 200000 nodes through aliases "
+        "(a YAML bomb?)"
+    ]
+
+
+def test_round_trip_of_pod_template_fields_is_not_validated_away(tmp_path: Path) -> None:
+    doc = yaml.safe_load(JOB_YAML)
+    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["shareProcessNamespace"] = True
+    path = write(tmp_path, "job.yaml", yaml.safe_dump(doc))
+    assert validate("-f", path) == (0, [f"OK {JOB}"])
+
+
+def test_missing_filename_option_is_a_usage_error() -> None:
+    result = runner.invoke(app, ["validate"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+def test_real_process_plain_output_and_exit_code(tmp_path: Path) -> None:
+    bad = write(tmp_path, "bad.yaml", JOB_YAML.replace("replicas: 2", "replicas: -1"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from fleetq.cli import main; main()",
+            "validate",
+            "-f",
+            str(EXAMPLES / "pytorch-test.yaml"),
+            "-f",
+            bad,
+            "-f",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "\x1b[" not in proc.stdout  # no colour codes when not a terminal
+    assert proc.stdout.splitlines() == [
+        f"OK {JOB}",
+        f"{JOB}: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0",
+    ]
+    assert proc.stderr == ""
+
+
+def test_dangling_symlink_is_reported_not_raised(tmp_path: Path) -> None:
+    link = tmp_path / "gone.yaml"
+    link.symlink_to(tmp_path / "nowhere.yaml")
+    code, lines = validate("-f", str(tmp_path))
+    assert (code, lines) == (1, [f"{link}: cannot be read (No such file or directory)"])

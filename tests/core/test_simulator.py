@@ -1,0 +1,367 @@
+"""The what-if simulator: hand-computable traces, determinism, validation, speed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fleetq import simulator
+from fleetq.simulator import TraceError, load_trace, normalise_reason, parse_trace, simulate
+
+TRACES = Path(__file__).resolve().parents[2] / "examples" / "traces"
+
+ONE_NODE = {
+    "clusters": [{"name": "c1", "nodeGroups": [{"count": 1, "cpu": "8", "memory": "32Gi"}]}]
+}
+TWO_NODES = {
+    "clusters": [{"name": "c1", "nodeGroups": [{"count": 2, "cpu": "8", "memory": "32Gi"}]}]
+}
+
+
+def tree(root_max: dict[str, Any], children: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+        "kind": "ElasticQuotaTree",
+        "metadata": {"name": "t", "namespace": "kube-system"},
+        "spec": {
+            "root": {
+                "name": "root",
+                "max": root_max,
+                "children": children or [{"name": "team", "namespaces": ["team"]}],
+            }
+        },
+    }
+
+
+def group(name: str, **kw: Any) -> dict[str, Any]:
+    g: dict[str, Any] = {
+        "name": name, "namespace": "team", "count": 1, "start": 0, "interval": 0,
+        "master": 1, "workers": 0, "requests": {"cpu": "4"}, "runSeconds": 10,
+    }
+    g.update(kw)
+    return g
+
+
+def run(doc: dict[str, Any], policy: str | None = None) -> dict[str, Any]:
+    return simulate(parse_trace(doc), policy).summary(timeline_points=20)
+
+
+def by_group(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {g["group"]: g for g in summary["groups"]}
+
+
+# --------------------------------------------------------------------------- semantics
+
+
+def test_max_jobs_one_serialises_jobs() -> None:
+    doc = {
+        "topology": TWO_NODES,
+        "quota": tree({"kube-queue/max-jobs": 1}),
+        "jobs": [group("j", count=3, workers=1, requests={"cpu": "2"})],
+    }
+    s = run(doc)
+    assert s["makespan"] == 30.0
+    assert s["jobs"]["completed"] == 3
+    adm = by_group(s)["j"]["timeToAdmission"]
+    assert (adm["count"], adm["mean"], adm["p50"], adm["max"]) == (3, 10.0, 10.0, 20.0)
+    assert by_group(s)["j"]["timeToStart"]["mean"] == 10.0
+    team = next(q for q in s["queues"] if q["node"] == "team")
+    assert team["maxLength"] == 2
+    jobs_quota = next(n for n in s["quota"] if n["node"] == "root")["resources"]
+    assert jobs_quota["kube-queue/max-jobs"]["averageUtilisation"] == 1.0
+
+
+def test_time_weighted_utilisation() -> None:
+    # A: 4 cpu for 0..10; B: 8 cpu for 0..20 -> 12 then 8 of 16 cpu: average 10/16.
+    doc = {
+        "topology": TWO_NODES,
+        "quota": tree({"cpu": 20}),
+        "jobs": [group("a"), group("b", requests={"cpu": "8"}, runSeconds=20)],
+    }
+    s = run(doc)
+    assert s["makespan"] == 20.0
+    cpu = s["clusters"][0]["resources"]["cpu"]
+    assert cpu["averageUtilisation"] == pytest.approx(10 / 16)
+    assert cpu["peakUtilisation"] == pytest.approx(12 / 16)
+    root = next(n for n in s["quota"] if n["node"] == "root")["resources"]["cpu"]
+    assert root["averageUsage"] == pytest.approx(10.0)
+    assert root["averageUtilisation"] == pytest.approx(10 / 20)
+
+
+def test_gang_too_big_for_any_node_holds_quota_and_is_counted() -> None:
+    # 2 x 8-cpu nodes: 12 cpu fits in the cluster's sum but on no single node.
+    doc = {
+        "topology": TWO_NODES,
+        "quota": tree({"kube-queue/max-jobs": 1}),
+        "jobs": [
+            group("huge", requests={"cpu": "12"}),
+            group("later", start=5),
+        ],
+    }
+    s = run(doc)
+    assert s["jobs"] == {
+        "submitted": 2, "admitted": 1, "started": 0, "completed": 0,
+        "waitingForQuotaAtEnd": 1, "unplacedAtEnd": 1,
+    }
+    failures = s["placementFailures"]
+    assert failures["delayedJobs"] == 1
+    assert [(r["reason"], r["jobs"], r["clusters"]) for r in failures["reasons"]] == [
+        ("needs cpu; no node has enough free", 1, ["c1"])
+    ]
+    assert "needs cpu 12, largest free node has 8" in failures["reasons"][0]["example"]
+    assert by_group(s)["huge"]["timeToStart"]["count"] == 0
+
+
+def test_unplaced_job_retries_when_capacity_is_freed() -> None:
+    # One 8-cpu node; "first" takes 4 cpu for 10 s; "whole" needs all 8 and holds quota
+    # meanwhile, then starts when "first" finishes.
+    doc = {
+        "topology": ONE_NODE,
+        "jobs": [group("first"), group("whole", start=1, requests={"cpu": "8"})],
+    }
+    s = run(doc)
+    whole = by_group(s)["whole"]
+    assert whole["timeToAdmission"]["mean"] == 0.0
+    assert whole["timeToStart"]["mean"] == 9.0
+    assert s["makespan"] == 20.0
+    reasons = s["placementFailures"]["reasons"]
+    assert [r["reason"] for r in reasons] == ["needs cpu; not enough free in the whole cluster"]
+
+
+def _policy_trace(starvation: float = 600) -> dict[str, Any]:
+    return {
+        "topology": ONE_NODE,
+        "quota": tree({"cpu": 8}),
+        "starvationSeconds": starvation,
+        "jobs": [
+            group("first"),
+            group("big", start=1, requests={"cpu": "8"}),
+            group("small", count=2, start=2, interval=1),
+        ],
+    }
+
+
+def test_priority_lets_small_jobs_overtake_a_big_head() -> None:
+    s = run(_policy_trace())
+    g = by_group(s)
+    assert g["big"]["timeToAdmission"]["mean"] == 19.0  # admitted at 20
+    assert g["small"]["timeToAdmission"]["max"] == 7.0  # small-0 at 2, small-1 at 10
+    assert g["small"]["timeToAdmission"]["p50"] == 3.5
+    assert s["makespan"] == 30.0
+
+
+def test_block_makes_the_head_block_its_queue() -> None:
+    s = run(_policy_trace(), policy="Block")
+    assert s["policy"] == "Block"
+    g = by_group(s)
+    assert g["big"]["timeToAdmission"]["mean"] == 9.0  # admitted at 10
+    assert sorted([g["small"]["timeToAdmission"]["p50"], g["small"]["timeToAdmission"]["max"]]) == [
+        17.5, 18.0
+    ]  # both admitted at 20
+    assert s["makespan"] == 30.0
+
+
+def test_starvation_bound_stops_overtaking() -> None:
+    # big is skipped at t=2; at t=10 it has starved for more than 5 s, so small-1 may
+    # no longer pass it: big starts at 12 (when small-0 finishes), small-1 at 22.
+    s = run(_policy_trace(starvation=5))
+    g = by_group(s)
+    assert g["big"]["timeToAdmission"]["mean"] == 11.0
+    assert g["small"]["timeToAdmission"]["max"] == 19.0
+    assert s["makespan"] == 32.0
+
+
+def test_gpu_job_without_toleration_reports_taints() -> None:
+    doc: dict[str, Any] = {
+        "topology": "default",
+        "jobs": [group("gpu", requests={"cpu": "1", "nvidia.com/gpu": 1},
+                       nodeSelector={"pool": "gpu"})],
+    }
+    s = run(doc)
+    reasons = {r["reason"] for r in s["placementFailures"]["reasons"]}
+    assert "does not tolerate the taints of any node it could use" in reasons
+    assert s["jobs"]["started"] == 0
+    doc["jobs"][0]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    s = run(doc)
+    assert s["jobs"]["completed"] == 1
+    assert s["placementFailures"]["reasons"] == []
+
+
+def test_cluster_affinity_limits_clusters() -> None:
+    doc = {
+        "topology": "default",
+        "jobs": [group("a", count=4, clusterAffinity={"clusterNames": ["cluster-a"]},
+                       requests={"cpu": "8"})],
+    }
+    s = run(doc)
+    # cluster-a has three 8-cpu nodes: three run at once, the fourth waits 10 s.
+    assert by_group(s)["a"]["timeToStart"]["max"] == 10.0
+    used = {c["cluster"]: c["resources"]["cpu"]["peakAllocated"] for c in s["clusters"]}
+    assert used == {"cluster-a": 24.0, "cluster-b": 0.0, "cluster-c": 0.0}
+
+
+def test_run_seconds_range_is_seeded() -> None:
+    doc = {
+        "topology": TWO_NODES,
+        "seed": 3,
+        "jobs": [group("r", count=20, interval=1, runSeconds={"min": 5, "max": 50})],
+    }
+    a, b = run(doc), run(copy.deepcopy(doc))
+    assert json.dumps(a) == json.dumps(b)
+    doc["seed"] = 4
+    assert run(doc)["makespan"] != a["makespan"]
+
+
+def test_example_trace_is_deterministic() -> None:
+    trace = load_trace(TRACES / "gang-starvation.yaml")
+    first = json.dumps(simulate(trace).summary())
+    second = json.dumps(simulate(load_trace(TRACES / "gang-starvation.yaml")).summary())
+    assert first == second
+
+
+def test_gang_starvation_example_shows_the_policies() -> None:
+    trace = load_trace(TRACES / "gang-starvation.yaml")
+    prio = by_group(simulate(trace, "Priority").summary())
+    block = by_group(simulate(trace, "Block").summary())
+    # Block serves gangs sooner and small jobs later than Priority.
+    assert block["gang"]["timeToAdmission"]["mean"] < prio["gang"]["timeToAdmission"]["mean"]
+    assert block["small"]["timeToAdmission"]["mean"] > prio["small"]["timeToAdmission"]["mean"]
+    # Priority's starvation bound (600 s) caps how long a gang is overtaken.
+    assert 600 < prio["gang"]["timeToAdmission"]["max"] < 600 + 400
+
+
+def test_mixed_teams_2000_jobs() -> None:
+    trace = load_trace(TRACES / "mixed-teams.yaml")
+    assert trace.job_count == 2000
+    t = time.process_time()
+    s = simulate(trace).summary()
+    assert time.process_time() - t < 15
+    assert s["jobs"]["completed"] == 2000
+    assert s["makespan"] > 0
+    for node in s["quota"]:
+        for r in node["resources"].values():
+            if r["averageUtilisation"] is not None:
+                assert 0 <= r["averageUtilisation"] <= r["peakUtilisation"] <= 1
+    for c in s["clusters"]:
+        for r in c["resources"].values():
+            assert 0 <= r["averageUtilisation"] <= r["peakUtilisation"] <= 1
+    # team-b's sweep arrives later and is below its min: it is served before team-a
+    # borrows further, so both teams get quota over the run.
+    usage = {n["node"]: n["resources"]["cpu"]["averageUsage"] for n in s["quota"]}
+    assert usage["team-a"] > 0 and usage["team-b"] > 0
+    assert usage["root"] == pytest.approx(usage["team-a"] + usage["team-b"], rel=1e-6)
+    assert len(s["timeline"]["t"]) == 200
+
+
+def test_fast_paths_do_not_change_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The pre-check that skips clusters which cannot fit must only save time.
+    doc = yaml.safe_load((TRACES / "mixed-teams.yaml").read_text())
+    for g in doc["jobs"]:
+        g["count"] //= 8
+    gpu = {"count": 1, "cpu": "32", "memory": "128Gi", "nvidia.com/gpu": 4,
+           "labels": {"pool": "gpu"}, "taints": [{"key": "nvidia.com/gpu", "value": "true"}]}
+    doc["topology"] = {"clusters": [
+        {"name": "x", "nodeGroups": [{"count": 2, "cpu": "16", "memory": "64Gi"}]},
+        {"name": "y", "nodeGroups": [{"count": 2, "cpu": "8", "memory": "32Gi"}, gpu]},
+    ]}
+    trace = parse_trace(doc)
+    fast = simulate(trace).summary()
+    monkeypatch.setattr(simulator._Simulator, "_may_fit", lambda self, gid, ci: True)
+    slow = simulate(trace).summary()
+    assert fast["placementFailures"]["delayedJobs"] > 0
+    assert json.dumps(fast) == json.dumps(slow)
+
+
+@pytest.mark.slow
+def test_15000_jobs_simulate_quickly() -> None:
+    doc = yaml.safe_load((TRACES / "mixed-teams.yaml").read_text())
+    for g in doc["jobs"]:
+        g["count"] = int(g["count"] * 7.5)
+    trace = parse_trace(doc)
+    assert trace.job_count == 15000
+    t = time.process_time()
+    s = simulate(trace).summary()
+    elapsed = time.process_time() - t
+    print(f"15000 jobs simulated in {elapsed:.1f}s CPU")
+    assert s["jobs"]["completed"] == 15000
+    assert elapsed < 30
+
+
+# --------------------------------------------------------------------------- reasons
+
+
+@pytest.mark.parametrize(
+    ("raw", "normalised"),
+    [
+        ("worker-3 needs cpu 4, largest free node has 2 (1 of 4 pods placed)",
+         "needs cpu; no node has enough free"),
+        ("needs memory 64Gi in total, 12Gi free summed over 3 schedulable nodes",
+         "needs memory; not enough free in the whole cluster"),
+        ("master-0 needs nvidia.com/gpu 1, no node has any",
+         "needs nvidia.com/gpu; no node has any"),
+        ("no node matches nodeSelector pool=gpu for master-0",
+         "no node matches nodeSelector pool=gpu"),
+        ("not in clusterAffinity.clusterNames", "not in clusterAffinity.clusterNames"),
+        ("something new 12 with 3 numbers (detail)", "something new with numbers"),
+    ],
+)
+def test_normalise_reason(raw: str, normalised: str) -> None:
+    assert normalise_reason(raw) == normalised
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _base() -> dict[str, Any]:
+    return {"topology": ONE_NODE, "jobs": [group("a"), group("b")]}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["jobs"][1].update(count=-1), "trace jobs[1].count must be >= 0"),
+        (lambda d: d.update(queuePolicy="Fifo"), "trace queuePolicy must be one of"),
+        (lambda d: d.update(jobz=[]), "trace jobz is not a known field"),
+        (lambda d: d["jobs"][0].update(requests={"cpu": "lots"}),
+         "trace jobs[0].requests.cpu 'lots' is not a quantity"),
+        (lambda d: d["jobs"][0].update(runSeconds={"min": 9, "max": 3}),
+         "trace jobs[0].runSeconds.min 9 exceeds max 3"),
+        (lambda d: d["jobs"][0].update(runSeconds=-2),
+         "trace jobs[0].runSeconds must be a finite number >= 0"),
+        (lambda d: d["jobs"][1].update(name="a"), "trace jobs[1].name 'a' is used twice"),
+        (lambda d: d["jobs"][0].update(master=2), "trace jobs[0].master must be <= 1"),
+        (lambda d: d.pop("jobs"), "trace jobs is required"),
+        (lambda d: d.update(topology={"clusters": [{"name": "Bad_Name"}]}),
+         "trace topology.clusters[0].name"),
+        (lambda d: d.update(quota={"kind": "ElasticQuotaTree"}), "trace quota: ElasticQuotaTree"),
+        (lambda d: d.update(starvationSeconds=-1), "trace starvationSeconds must be >= 0"),
+    ],
+)
+def test_bad_trace_is_one_line_naming_the_field(mutate: Any, message: str) -> None:
+    doc = _base()
+    mutate(doc)
+    with pytest.raises(TraceError) as err:
+        parse_trace(doc)
+    text = str(err.value)
+    assert text.startswith(message), text
+    assert "\n" not in text
+
+
+def test_load_trace_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="cannot read"):
+        load_trace(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("jobs: [\n")
+    with pytest.raises(TraceError, match="not valid YAML"):
+        load_trace(bad)
+    topo = tmp_path / "topo.yaml"
+    topo.write_text(yaml.safe_dump(ONE_NODE))
+    trace = tmp_path / "t.yaml"
+    trace.write_text(yaml.safe_dump({"topology": "topo.yaml", "jobs": [group("a")]}))
+    assert simulate(load_trace(trace)).summary()["jobs"]["completed"] == 1

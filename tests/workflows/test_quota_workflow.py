@@ -1,0 +1,255 @@
+"""QuotaTreeWorkflow: the semaphore. Serialising by max-jobs, priority order, borrowing and
+min guarantees, continue-as-new under load, leak recovery, bad tree updates."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from fleetq.admission import AdmissionRequest, Grant
+from fleetq.messages import JobView
+from fleetq.naming import job_workflow_id
+from tests.workflows.fakes import ClusterScript, FakeFleet, load, policy, walkthrough_job
+from workflows import ALL_WORKFLOWS
+from workflows.pytorch_job import PyTorchJobWorkflow
+from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
+
+
+class HolderInput(BaseModel):
+    tree_id: str
+    namespace: str
+    request: dict[str, int]
+    priority: int = 0
+    hold: bool = False  # wait for a "done" signal before releasing
+
+
+@workflow.defn(name="QuotaHolder", sandboxed=False)
+class QuotaHolder:
+    """A minimal job: enqueue, wait for the grant, (optionally hold), release."""
+
+    def __init__(self) -> None:
+        self.grants: list[Grant] = []
+        self.done = False
+
+    @workflow.run
+    async def run(self, inp: HolderInput) -> int:
+        quota = workflow.get_external_workflow_handle(inp.tree_id)
+        await quota.signal("enqueue", AdmissionRequest(
+            job_id=workflow.info().workflow_id, namespace=inp.namespace, priority=inp.priority,
+            request=inp.request, submitted_at=workflow.now().timestamp()))
+        await workflow.wait_condition(lambda: bool(self.grants))
+        if inp.hold:
+            await workflow.wait_condition(lambda: self.done)
+        await quota.signal("release", workflow.info().workflow_id)
+        await asyncio.sleep(0.5)  # late duplicate grants would be counted
+        return len(self.grants)
+
+    @workflow.signal
+    def admitted(self, grant: Grant) -> None:
+        self.grants.append(grant)
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.done = True
+
+    @workflow.query
+    def granted(self) -> bool:
+        return bool(self.grants)
+
+
+def tree(children: list[dict[str, Any]], root_max: dict[str, Any] | None = None) -> dict[str, Any]:
+    doc = copy.deepcopy(load("elasticquotatree.yaml"))
+    doc["spec"]["root"]["children"] = children
+    if root_max is not None:
+        doc["spec"]["root"]["max"] = root_max
+        doc["spec"]["root"]["min"] = root_max
+    return doc
+
+
+class Env:
+    def __init__(self, env: WorkflowEnvironment, tq: str, fleet: FakeFleet) -> None:
+        self.env, self.tq, self.fleet = env, tq, fleet
+
+    async def start_tree(self, doc: dict[str, Any], **kw: Any) -> WorkflowHandle[Any, Any]:
+        wid = f"quota/kube-system/{uuid.uuid4().hex[:8]}"
+        self.fleet.tree_workflow_id = wid
+        return await self.env.client.start_workflow(
+            QuotaTreeWorkflow.run, QuotaTreeInput(tree=doc, **kw), id=wid, task_queue=self.tq)
+
+    async def holder(self, tree_id: str, name: str, namespace: str = "default",
+                     request: dict[str, int] | None = None, **kw: Any) -> WorkflowHandle[Any, Any]:
+        return await self.env.client.start_workflow(
+            QuotaHolder.run,
+            HolderInput(tree_id=tree_id, namespace=namespace,
+                        request=request or {"kube-queue/max-jobs": 1000}, **kw),
+            id=f"holder/{name}-{uuid.uuid4().hex[:6]}", task_queue=self.tq)
+
+
+@pytest_asyncio.fixture
+async def qenv(dev_env: WorkflowEnvironment) -> AsyncIterator[Env]:
+    fleet = FakeFleet(clusters={"cluster-a": ClusterScript()}, policy_doc=policy(queued=True),
+                      client=dev_env.client)
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with Worker(dev_env.client, task_queue=tq, workflows=[*ALL_WORKFLOWS, QuotaHolder],
+                      activities=fleet.activities()):
+        yield Env(dev_env, tq, fleet)
+
+
+@pytest_asyncio.fixture
+async def tsq(ts_env: WorkflowEnvironment) -> AsyncIterator[Env]:
+    fleet = FakeFleet(clusters={"cluster-a": ClusterScript()}, policy_doc=policy(queued=True),
+                      client=ts_env.client)
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with Worker(ts_env.client, task_queue=tq, workflows=[*ALL_WORKFLOWS, QuotaHolder],
+                      activities=fleet.activities()):
+        yield Env(ts_env, tq, fleet)
+
+
+async def wait_for(pred: Any, timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await pred():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_max_jobs_one_serialises_three_jobs(tsq: Env) -> None:
+    qh = await tsq.start_tree(load("elasticquotatree.yaml"))
+    tsq.fleet.clusters["cluster-a"].timeline = [(1, "Healthy", "Running", "")]
+    handles = []
+    for i in range(3):
+        handles.append(await tsq.env.client.start_workflow(
+            PyTorchJobWorkflow.run, walkthrough_job(f"job-{i}"),
+            id=job_workflow_id("default", f"job-{i}"), task_queue=tsq.tq))
+
+    # the fake cluster never finishes a job by itself: finish them one by one
+    views: list[JobView] = []
+    for _ in range(3):
+        async def one_running() -> bool:
+            states = [JobView.model_validate(await h.query("status")).state for h in handles]
+            return states.count("Running") + states.count("Created") == 1
+        await wait_for(one_running)
+        running = [h for h in handles
+                   if JobView.model_validate(await h.query("status")).state in ("Running", "Created")]
+        assert len(running) == 1  # max-jobs 1: never two at once
+        name = running[0].id.rsplit("/", 1)[1]
+        tsq.fleet.job("cluster-a", name).set("Healthy", "Succeeded")
+        views.append(JobView.model_validate(await running[0].result()))
+        handles.remove(running[0])
+    for earlier, later in zip(views, views[1:], strict=False):
+        assert later.bound_at is not None and earlier.finished_at is not None
+        assert later.bound_at >= earlier.finished_at
+    view = QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view))
+    assert view.holders == 0 and view.waiting == 0
+    assert all(not any(q.usage.values()) for q in view.queues)
+
+
+async def test_high_priority_submitted_last_runs_before_earlier_low_ones(qenv: Env) -> None:
+    qh = await qenv.start_tree(load("elasticquotatree.yaml"))
+    first = await qenv.holder(qh.id, "first", hold=True)
+    await wait_for(lambda: first.query(QuotaHolder.granted))
+    lows = [await qenv.holder(qh.id, f"low-{i}", priority=0, hold=True) for i in range(2)]
+    high = await qenv.holder(qh.id, "high", priority=1000, hold=True)
+    await wait_for(lambda: _waiting(qh, 3))
+    await first.signal(QuotaHolder.finish)
+    await wait_for(lambda: high.query(QuotaHolder.granted))
+    assert not await lows[0].query(QuotaHolder.granted)
+    assert not await lows[1].query(QuotaHolder.granted)
+    for h in [high, *lows]:
+        await wait_for(lambda h=h: h.query(QuotaHolder.granted))
+        await h.signal(QuotaHolder.finish)
+        assert await h.result() == 1
+
+
+async def _waiting(qh: WorkflowHandle[Any, Any], n: int) -> bool:
+    return QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view)).waiting == n
+
+
+async def test_borrowing_up_to_max_and_min_guarantee(qenv: Env) -> None:
+    doc = tree(
+        [
+            {"name": "team-a", "min": {"cpu": 4}, "max": {"cpu": 8}, "namespaces": ["team-a"]},
+            {"name": "team-b", "min": {"cpu": 4}, "max": {"cpu": 8}, "namespaces": ["team-b"]},
+        ],
+        root_max={"cpu": 8, "memory": "1Ti", "kube-queue/max-jobs": 100},
+    )
+    qh = await qenv.start_tree(doc)
+    two_cpu = {"cpu": 2000, "kube-queue/max-jobs": 1000}
+    # team-a borrows team-b's idle min: 4 jobs x 2 cpu = 8 cpu (its max), a 5th waits
+    a = [await qenv.holder(qh.id, f"a{i}", "team-a", two_cpu, hold=True) for i in range(5)]
+    await wait_for(lambda: _granted_count(a, 4))
+    info = await qh.query(QuotaTreeWorkflow.wait_info, a[4].id)
+    assert info is not None and "cpu" in info.reason
+    # team-b (below its min) is served before team-a's waiting borrower when room frees
+    b = await qenv.holder(qh.id, "b0", "team-b", two_cpu, hold=True)
+    await wait_for(lambda: _waiting(qh, 2))
+    await a[0].signal(QuotaHolder.finish)
+    await wait_for(lambda: b.query(QuotaHolder.granted))
+    assert not await a[4].query(QuotaHolder.granted)
+    for h in [*a[1:], b]:
+        await wait_for(lambda h=h: h.query(QuotaHolder.granted))
+        await h.signal(QuotaHolder.finish)
+    await wait_for(lambda: _waiting(qh, 0))
+    view = QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view))
+    await wait_for(lambda: _holders(qh, 0))
+    assert view.waiting == 0
+
+
+async def _granted_count(handles: list[WorkflowHandle[Any, Any]], n: int) -> bool:
+    got = [await h.query(QuotaHolder.granted) for h in handles]
+    return sum(got) == n
+
+
+async def _holders(qh: WorkflowHandle[Any, Any], n: int) -> bool:
+    return QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view)).holders == n
+
+
+async def test_continue_as_new_under_load_loses_no_signal(qenv: Env) -> None:
+    doc = tree([{"name": "busy", "max": {"kube-queue/max-jobs": 10}, "namespaces": ["default"]}])
+    qh = await qenv.start_tree(doc, max_history_events=300)
+    handles = await asyncio.gather(*(qenv.holder(qh.id, f"h{i}") for i in range(200)))
+    counts = await asyncio.gather(*(h.result() for h in handles))
+    assert counts == [1] * 200  # every job admitted exactly once
+    view = QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view))
+    assert view.generation >= 2, "the quota workflow should have continued-as-new"
+    await wait_for(lambda: _holders(qh, 0))
+
+
+async def test_quota_of_a_terminated_holder_comes_back(qenv: Env) -> None:
+    qh = await qenv.start_tree(load("elasticquotatree.yaml"), leak_check_seconds=1)
+    h1 = await qenv.holder(qh.id, "leaky", hold=True)
+    await wait_for(lambda: h1.query(QuotaHolder.granted))
+    h2 = await qenv.holder(qh.id, "next", hold=True)
+    await h1.terminate("simulated crash without release")
+    await wait_for(lambda: h2.query(QuotaHolder.granted), timeout=30)
+    view = QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view))
+    assert h1.id in view.leaks_recovered
+    await h2.signal(QuotaHolder.finish)
+    assert await h2.result() == 1
+
+
+async def test_bad_tree_update_is_rejected_and_running_tree_untouched(qenv: Env) -> None:
+    qh = await qenv.start_tree(load("elasticquotatree.yaml"))
+    bad = load("elasticquotatree.yaml")
+    bad["spec"]["root"]["children"][0]["max"]["cpu"] = "-5"
+    with pytest.raises(WorkflowUpdateFailedError) as info:
+        await qh.execute_update(QuotaTreeWorkflow.apply_tree, bad)
+    assert "spec.root.children[0].max.cpu" in str(info.value.cause)
+    view = QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view))
+    assert [q.name.rsplit("-", 1)[0] for q in view.queues] == ["root", "root-child-2"]
+    child = next(q for q in view.queues if q.node == "child-2")
+    assert child.max["cpu"] == 10000 * 1000
+    assert await qh.execute_update(QuotaTreeWorkflow.apply_tree, load("elasticquotatree.yaml")) \
+        == "unchanged"
+    _ = timedelta
