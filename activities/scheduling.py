@@ -217,6 +217,9 @@ class SchedulingActivities:
             activity.heartbeat()
             if activity.is_cancelled():
                 raise asyncio.CancelledError()
+            if activity.is_worker_shutdown():
+                # Hand the watch to another worker now instead of holding shutdown up.
+                raise ApplicationError("worker shutting down; the watch resumes elsewhere")
 
         status: JobStatus = member.wait_for_change(
             inp.job, inp.since, inp.timeout_seconds, heartbeat=heartbeat

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.workflow import ActivityCancellationType
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -168,7 +168,7 @@ class PyTorchJobWorkflow:
             self._policy = await self._resolve_policy(inp)
             self._gang = gang_of(job, self._resolution.priority_classes)
             self._view.priority = self._gang.priority
-            self._view.queued = self._policy.queued
+            self._view.queued = self._pol.queued
             self._view.summary = self._summary_line()
         self._publish()
 
@@ -181,7 +181,7 @@ class PyTorchJobWorkflow:
     # ================================================================== phases
     async def _lifecycle(self) -> JobView:
         view = self._require_view()
-        if self._policy.queued and self._grant is None and view.state not in TERMINAL_STATES:
+        if self._pol.queued and self._grant is None and view.state not in TERMINAL_STATES:
             await self._wait_for_admission()
         while view.state not in TERMINAL_STATES:
             if view.cluster is None:
@@ -298,7 +298,7 @@ class PyTorchJobWorkflow:
         view = self._require_view()
         affinity = None
         tolerations: list[dict[str, Any]] = []
-        placement = self._policy.spec.placement
+        placement = self._pol.spec.placement
         if placement.clusterAffinity is not None:
             affinity = placement.clusterAffinity.model_dump(exclude_none=True)
         tolerations = [t.model_dump(exclude_none=True) for t in placement.clusterTolerations]
@@ -338,7 +338,7 @@ class PyTorchJobWorkflow:
                                 job=self._ref,
                                 manifest=self._input.manifest,
                                 reserved=reserved,
-                                propagate_deps=self._policy.spec.propagateDeps,
+                                propagate_deps=self._pol.spec.propagateDeps,
                                 run_seconds=self._input.run_seconds,
                             ),
                         ),
@@ -404,7 +404,7 @@ class PyTorchJobWorkflow:
         """Watch the bound copy until the job ends, fails over or history asks for
         continue-as-new. Returns "done" | "failover" | "continue"."""
         view = self._require_view()
-        fo = self._policy.application_failover
+        fo = self._pol.application_failover
         tolerance = fo.decisionConditions.tolerationSeconds if fo else None
         iterations = 0
         while True:
@@ -516,7 +516,7 @@ class PyTorchJobWorkflow:
     # ================================================================== failover
     async def _failover(self, old: str, tolerance: int) -> None:
         view = self._require_view()
-        fo = self._policy.application_failover
+        fo = self._pol.application_failover
         mode = fo.purgeMode if fo else PurgeMode.DIRECTLY
         self._set_state("FailingOver", f"unhealthy on {old} for {tolerance}s")
         self._event("Warning", "FailoverStarted",
@@ -650,6 +650,11 @@ class PyTorchJobWorkflow:
             pass
         self._retry_now = False
 
+    @property
+    def _pol(self) -> PropagationPolicy:
+        assert self._policy is not None, "policy is resolved before any phase runs"
+        return self._policy
+
     def _require_view(self) -> JobView:
         assert self._view is not None
         return self._view
@@ -710,7 +715,7 @@ class PyTorchJobWorkflow:
             }
             changed = {k: v for k, v in wanted.items() if self._sa_last.get(k) != v}
             if changed:
-                pairs: list[SearchAttributePair[Any]] = []
+                pairs: list[SearchAttributeUpdate[Any]] = []
                 for k, v in changed.items():
                     key: Any = (SearchAttributeKey.for_int(k) if k == SA_PRIORITY
                                 else SearchAttributeKey.for_keyword(k))

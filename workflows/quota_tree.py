@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from fleetq.admission import (
@@ -95,18 +96,17 @@ class QuotaTreeWorkflow:
                 last_leak_check = workflow.now()
             if self._stop:
                 return
-            while self._dirty:
+            while self._dirty and not self._should_continue(inp):
                 self._dirty = False
                 await self._grant()
             self._publish_details()
-            info = workflow.info()
-            if (
-                info.is_continue_as_new_suggested()
-                or info.get_current_history_length() > inp.max_history_events
-            ):
+            if self._should_continue(inp):
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                if self._dirty or self._immediate:  # a signal landed meanwhile: grant first
-                    continue
+                # Grants decided but not yet sent must go out before this run ends; a
+                # pending scheduling pass is not lost: the next run starts with one.
+                while self._immediate:
+                    await self._send(self._immediate)
+                    self._immediate = []
                 workflow.continue_as_new(
                     QuotaTreeInput(
                         tree=self._tree_doc,
@@ -119,9 +119,18 @@ class QuotaTreeWorkflow:
                     )
                 )
 
+    @staticmethod
+    def _should_continue(inp: QuotaTreeInput) -> bool:
+        info = workflow.info()
+        return (info.is_continue_as_new_suggested()
+                or info.get_current_history_length() > inp.max_history_events)
+
     async def _grant(self) -> None:
         grants = self._immediate + self._admission.schedule(workflow.now().timestamp())
         self._immediate = []
+        await self._send(grants)
+
+    async def _send(self, grants: list[Grant]) -> None:
         if not grants:
             return
         results = await asyncio.gather(
@@ -145,14 +154,19 @@ class QuotaTreeWorkflow:
         holders = self._admission.holders()
         if not holders:
             return
-        verdict: HolderVerdict = await workflow.execute_activity(
-            "check_holders",
-            HolderCheck(workflow_ids=holders),
-            result_type=HolderVerdict,
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=5),
-            summary=f"check {len(holders)} quota holders still run",
-        )
+        try:
+            verdict: HolderVerdict = await workflow.execute_activity(
+                "check_holders",
+                HolderCheck(workflow_ids=holders),
+                result_type=HolderVerdict,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10),
+                                         maximum_attempts=3),
+                summary=f"check {len(holders)} quota holders still run",
+            )
+        except ActivityError as exc:  # never let a failed check take the semaphore down
+            workflow.logger.warning("holder check failed, retrying next period: %s", exc)
+            return
         for job_id in verdict.gone:
             if self._admission.release(job_id):
                 workflow.logger.warning("released quota leaked by %s", job_id)

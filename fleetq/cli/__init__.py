@@ -13,6 +13,7 @@ import sys
 import typer
 
 from fleetq.cli import apply, delete, demo, describe, get, setup, sim, up, validate, worker
+from fleetq.cli import bench as bench_cmd
 
 app = typer.Typer(
     name="fleetq",
@@ -29,6 +30,7 @@ describe.register(app)
 delete.register(app)
 validate.register(app)
 worker.register(app)
+bench_cmd.register(app)
 setup.register(app)
 app.add_typer(sim.app, name="sim")
 

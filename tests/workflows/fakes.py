@@ -91,11 +91,16 @@ class JobScript:
             elif health == "Reachable":
                 self.cluster.reachable = True
             else:
-                self.set(health, phase, reason)
+                self._apply(health, phase, reason)
 
-    def set(self, health: str, phase: str, reason: str = "") -> None:
+    def _apply(self, health: str, phase: str, reason: str = "") -> None:
         self.health, self.phase, self.reason = health, phase, reason
         self.version += 1
+
+    def set(self, health: str, phase: str, reason: str = "") -> None:
+        """Set the state by hand; it supersedes what is left of the scripted timeline."""
+        self.applied = len(self.timeline)
+        self._apply(health, phase, reason)
 
 
 @dataclass

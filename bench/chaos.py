@@ -1,0 +1,694 @@
+"""Crash matrix: SIGKILL the fleetq worker at every phase of a job, restart it, and check
+that nothing was lost, duplicated or leaked; then restart the Temporal dev server and the
+member-cluster emulator mid-run.
+
+Why a separate rig rather than the usual in-process test worker: a crash must be a real
+process dying without cleanup, so the worker runs as ``python -m worker`` (the program
+users run) and is killed with SIGKILL; the Temporal dev server runs as its own process
+on a SQLite file so it can be killed and restarted with its history intact; the emulator
+runs in this process with a state file and fixed ports so it can be stopped and started
+again with the same objects and tokens. Everything binds to 127.0.0.1.
+
+Each kill point gets its own Kubernetes namespace (its own quota leaf and policy) and
+its own worker process on its own task queue, so the points run concurrently and a kill
+only hits its own job. The fleet registry and the quota workflow run on a separate
+"control" worker on the ``fleetq`` task queue.
+
+``python -m bench.chaos`` (or ``fleetq bench chaos``) runs the full matrix and prints
+``kill points tried / survived`` and ``RESULT chaos <survived/tried> (target 1.0)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError
+
+from fleetq.emulator import EmulatedFleet
+from fleetq.messages import JobView
+from fleetq.naming import (
+    INT_ATTRIBUTES,
+    KEYWORD_ATTRIBUTES,
+    TASK_QUEUE,
+    job_workflow_id,
+    owner_id,
+)
+from fleetq.temporal_client import connect, temporal_cli_path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the phases of a job at which the worker is killed, in lifecycle order
+KILL_POINTS = ("queued", "admitted", "capacity", "reserving", "binding", "created", "running",
+               "failing-over", "releasing")
+#: whole-component restarts (run after the kill points, one at a time)
+RESTARTS = ("temporal-restart", "emulator-restart")
+#: members the chaos jobs may use (both support Reservations, so every phase happens)
+MEMBERS = ("cluster-a", "cluster-b")
+TREE_NAME = "chaos-tree"
+OWNER_LABEL = "fleetq.io/owner"
+HOLDING_PHASES = ("Available", "Pending")
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def free_port_range(count: int) -> int:
+    """A base port with ``count`` consecutive free loopback ports."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 40000)
+        ok = True
+        for p in range(base, base + count):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
+
+
+@dataclass
+class Proc:
+    """A child process logging to a file; killed with SIGKILL on request."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.log, "ab")  # noqa: SIM115 - the child owns it; closed after wait
+        self.proc = subprocess.Popen(
+            self.argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env}, cwd=str(ROOT), start_new_session=True)
+        fh.close()
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL, wait: float = 10.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(sig)
+        try:
+            self.proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            self.proc.wait(5)
+
+
+class TemporalServer:
+    """``temporal server start-dev`` on a SQLite file, loopback only; restartable."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.db = workdir / "temporal.db"
+        self.port = free_port()
+        self.log = workdir / "logs" / "temporal.log"
+        self.proc: Proc | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def argv(self) -> list[str]:
+        argv = [str(temporal_cli_path()), "server", "start-dev", "--ip", "127.0.0.1",
+                "--port", str(self.port), "--headless", "--db-filename", str(self.db),
+                "--log-level", "error"]
+        for key in KEYWORD_ATTRIBUTES:
+            argv += ["--search-attribute", f"{key}=Keyword"]
+        for key in INT_ATTRIBUTES:
+            argv += ["--search-attribute", f"{key}=Int"]
+        return argv
+
+    async def start(self, timeout: float = 60.0) -> None:
+        self.proc = Proc("temporal", self.argv(), self.log).start()
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.proc.alive():
+                raise RuntimeError(f"temporal dev server exited; see {self.log}")
+            try:
+                client = await connect(self.address)
+                await client.workflow_service.get_system_info(GetSystemInfoRequest())
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"temporal dev server not ready; see {self.log}") from None
+                await asyncio.sleep(0.2)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None:
+            self.proc.kill(sig)
+
+
+def worker_proc(workdir: Path, address: str, task_queue: str, fleet_config: Path,
+                generation: int) -> Proc:
+    return Proc(
+        f"worker-{task_queue}-{generation}",
+        [sys.executable, "-m", "worker", "--address", address, "--task-queue", task_queue,
+         "--fleet-config", str(fleet_config)],
+        workdir / "logs" / f"worker-{task_queue}.log",
+        env={"FLEETQ_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"},
+    )
+
+
+# --------------------------------------------------------------------------- manifests
+
+
+def job_manifest(namespace: str, name: str, *, cpu: str = "100m",
+                 workers: int = 1) -> dict[str, Any]:
+    def template() -> dict[str, Any]:
+        return {"spec": {"containers": [{
+            "name": "pytorch", "image": "registry.example/pytorch:1.0",
+            "resources": {"requests": {"cpu": cpu, "memory": "128Mi"},
+                          "limits": {"cpu": cpu, "memory": "128Mi"}}}]}}
+
+    return {
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"pytorchReplicaSpecs": {
+            "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template()},
+            "Worker": {"replicas": workers, "restartPolicy": "OnFailure",
+                       "template": template()},
+        }},
+    }
+
+
+def policy_manifest(namespace: str, *, toleration: int = 2, purge: str = "Immediately",
+                    clusters: Sequence[str] = MEMBERS, queued: bool = True,
+                    propagate_deps: bool = False, name: str = "chaos") -> dict[str, Any]:
+    return {
+        "apiVersion": "policy.one.alibabacloud.com/v1alpha1", "kind": "PropagationPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "suspension": {"scheduling": queued},
+            "propagateDeps": propagate_deps,
+            "failover": {"application": {
+                "decisionConditions": {"tolerationSeconds": toleration},
+                "purgeMode": purge}},
+            "placement": {
+                "clusterAffinity": {"clusterNames": list(clusters)},
+                "replicaScheduling": {"replicaSchedulingType": "Divided",
+                                      "customSchedulingType": "Gang"}},
+            "resourceSelectors": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}],
+        },
+    }
+
+
+def tree_manifest(leaves: dict[str, list[str]], *, max_jobs: int = 1,
+                  name: str = TREE_NAME, cpu: str = "1000") -> dict[str, Any]:
+    """One leaf per entry (leaf name -> namespaces), each with ``max_jobs``."""
+    big = {"cpu": cpu, "memory": "100000Gi", "kube-queue/max-jobs": 100000}
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {"root": {
+            "name": "root", "max": big, "min": big,
+            "children": [
+                {"name": leaf, "namespaces": nss,
+                 "max": {"cpu": "100", "memory": "1000Gi", "kube-queue/max-jobs": max_jobs}}
+                for leaf, nss in leaves.items()
+            ]}},
+    }
+
+
+# --------------------------------------------------------------------------- observation
+
+
+async def job_view(handle: WorkflowHandle[Any, Any]) -> JobView | None:
+    try:
+        return await handle.query("status", result_type=JobView)  # type: ignore[no-any-return]
+    except (RPCError, Exception):
+        return None
+
+
+async def history_events(handle: WorkflowHandle[Any, Any]) -> list[Any]:
+    try:
+        return list((await handle.fetch_history()).events)
+    except (RPCError, Exception):
+        return []
+
+
+def activity_scheduled(events: list[Any], name: str, after: int = 0) -> bool:
+    return any(
+        e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == name
+        and e.event_id > after
+        for e in events)
+
+
+def signalled(events: list[Any], name: str) -> bool:
+    return any(
+        e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        and e.workflow_execution_signaled_event_attributes.signal_name == name
+        for e in events)
+
+
+def workflow_task_failures(events: list[Any]) -> int:
+    return sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+
+
+async def poll(check: Callable[[], Awaitable[Any]], timeout: float, step: float = 0.03) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(step)
+
+
+def member_copies(fleet: EmulatedFleet, namespace: str, name: str,
+                  members: Sequence[str] = MEMBERS) -> dict[str, int]:
+    """``{cluster: number of PyTorchJobs <ns>/<name>}`` over the members (0s dropped)."""
+    out: dict[str, int] = {}
+    for c in members:
+        n = sum(1 for o in fleet.objects(c, "pytorchjobs")
+                if o["metadata"]["name"] == name and o["metadata"].get("namespace") == namespace)
+        if n:
+            out[c] = n
+    return out
+
+
+def job_reservations(fleet: EmulatedFleet, workflow_id: str,
+                     members: Sequence[str] = MEMBERS) -> list[tuple[str, str, str]]:
+    """``(cluster, name, phase)`` of every Reservation owned by the job."""
+    owner = owner_id(workflow_id)
+    out = []
+    for c in members:
+        with contextlib.suppress(KeyError):
+            for o in fleet.objects(c, "reservations"):
+                if (o["metadata"].get("labels") or {}).get(OWNER_LABEL) == owner:
+                    out.append((c, o["metadata"]["name"],
+                                str((o.get("status") or {}).get("phase") or "Pending")))
+    return out
+
+
+async def quota_leaks(client: Client, tree: str = TREE_NAME) -> list[str]:
+    """Problems with the quota workflow once every job has ended: usage must be exactly
+    zero on every node, nobody holds or waits."""
+    from workflows.quota_tree import QuotaView
+
+    handle = client.get_workflow_handle(f"quota/kube-system/{tree}")
+    view: QuotaView = await handle.query("view", result_type=QuotaView)
+    problems = []
+    if view.holders or view.waiting:
+        problems.append(f"quota: {view.holders} holders and {view.waiting} waiting after all "
+                        "jobs ended")
+    for q in view.queues:
+        used = {k: v for k, v in q.usage.items() if v}
+        if used:
+            problems.append(f"quota node {q.node}: usage {used} after all jobs ended")
+    return problems
+
+
+# --------------------------------------------------------------------------- the rig
+
+
+@dataclass
+class PointResult:
+    point: str
+    survived: bool
+    hit: str
+    problems: list[str]
+    seconds: float
+    state: str = ""
+
+    def line(self) -> str:
+        verdict = "survived" if self.survived else "FAILED"
+        text = (f"{self.point:<17} {verdict:<9} killed at: {self.hit:<34} "
+                f"final: {self.state or '-':<10} {self.seconds:5.1f}s")
+        return text + "".join(f"\n    - {p}" for p in self.problems)
+
+
+class ChaosRig:
+    """Temporal dev server (process, SQLite) + emulator (this process, state file, fixed
+    ports) + a control worker (process) for the registry and quota workflows."""
+
+    def __init__(self, workdir: Path, *, latency: float = 0.15, run_seconds: int = 4,
+                 log: Callable[[str], None] = lambda _m: None) -> None:
+        self.workdir = workdir
+        self.latency = latency
+        self.run_seconds = run_seconds
+        self.log = log
+        self.temporal = TemporalServer(workdir)
+        self.state_file = workdir / "emulator-state.json"
+        self.emu_dir = workdir / "sim"
+        self.base_port = free_port_range(6)
+        self.emulator: EmulatedFleet | None = None
+        self.fleet_config = workdir / "fleet.yaml"
+        self.control: Proc | None = None
+        self.workers: dict[str, Proc] = {}
+        self._generation = 0
+        self.client: Client | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+    async def start(self, points: Sequence[str]) -> None:
+        self.log("starting Temporal dev server (SQLite) and the emulator")
+        self.start_emulator()
+        await self.temporal.start()
+        self.client = await connect(self.temporal.address)
+        self.control = worker_proc(self.workdir, self.temporal.address, TASK_QUEUE,
+                                   self.fleet_config, 0).start()
+        await self.apply_fleet(points)
+
+    def start_emulator(self) -> None:
+        self.emulator = EmulatedFleet(out_dir=self.emu_dir, state_file=self.state_file,
+                                      base_port=self.base_port, start_delay=1.0).start()
+        for c in MEMBERS:
+            self.emulator.set_latency(c, self.latency)
+        doc = yaml.safe_load(self.emulator.fleet_config_path.read_text())
+        doc["timeouts"] = {"connectSeconds": 1.0, "readSeconds": 3.0}
+        doc["cacheTTLSeconds"] = 0.5
+        self.fleet_config.write_text(yaml.safe_dump(doc))
+
+    def stop_emulator(self) -> None:
+        if self.emulator is not None:
+            self.emulator.stop()
+            self.emulator = None
+
+    async def apply_fleet(self, points: Sequence[str]) -> None:
+        from fleetq.cli.apply import apply_registry_object, apply_tree
+        from fleetq.models import parse_tree
+
+        assert self.client is not None
+        leaves = {f"leaf-{p}": [f"chaos-{p}"] for p in points}
+        tree = tree_manifest(leaves)
+        await asyncio.wait_for(apply_tree(self.client, parse_tree(tree), tree), 60)
+        for p in points:
+            await apply_registry_object(self.client, policy_manifest(f"chaos-{p}"))
+
+    async def close(self) -> None:
+        for w in self.workers.values():
+            w.kill(signal.SIGTERM)
+        if self.control is not None:
+            self.control.kill(signal.SIGTERM)
+        self.temporal.kill(signal.SIGTERM)
+        self.stop_emulator()
+
+    # ---------------------------------------------------------------- workers
+    def start_worker(self, task_queue: str) -> Proc:
+        self._generation += 1
+        w = worker_proc(self.workdir, self.temporal.address, task_queue, self.fleet_config,
+                        self._generation).start()
+        self.workers[task_queue] = w
+        return w
+
+    def kill_worker(self, task_queue: str) -> None:
+        self.workers[task_queue].kill(signal.SIGKILL)
+
+    async def start_job(self, namespace: str, name: str, task_queue: str,
+                        run_seconds: int | None = None) -> WorkflowHandle[Any, Any]:
+        assert self.client is not None
+        return await self.client.start_workflow(
+            "PyTorchJobWorkflow",
+            {"manifest": job_manifest(namespace, name),
+             "run_seconds": run_seconds or self.run_seconds, "rewatch_seconds": 1.0},
+            id=job_workflow_id(namespace, name), task_queue=task_queue)
+
+    # ---------------------------------------------------------------- one kill point
+    async def _trigger(self, point: str, handle: WorkflowHandle[Any, Any]) -> str:
+        """Drive the job to ``point`` (injecting what that needs) and say what was seen
+        when it got there; empty when it never did."""
+
+        async def state_is(*states: str) -> str:
+            v = await job_view(handle)
+            return f"state {v.state}" if v is not None and v.state in states else ""
+
+        async def scheduled(activity: str, after_cancel: bool = False) -> str:
+            events = await history_events(handle)
+            start = 0
+            if after_cancel:
+                marks = [e.event_id for e in events if e.event_type
+                         == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED]
+                if not marks:
+                    return ""
+                start = marks[0]
+            return f"{activity} scheduled" if activity_scheduled(events, activity, start) else ""
+
+        async def admitted() -> str:
+            return "admitted signal" if signalled(await history_events(handle), "admitted") else ""
+
+        t = 60.0
+        if point == "queued":
+            return str(await poll(lambda: state_is("Queued"), t))
+        if point == "admitted":
+            return str(await poll(admitted, t, 0.01))
+        if point == "capacity":
+            return str(await poll(lambda: scheduled("plan_placement"), t, 0.01))
+        if point == "reserving":
+            return str(await poll(lambda: scheduled("reserve"), t, 0.01))
+        if point == "binding":
+            return str(await poll(lambda: scheduled("bind"), t, 0.01))
+        if point == "created":
+            return str(await poll(lambda: state_is("Created"), t, 0.01))
+        if point == "running":
+            return str(await poll(lambda: state_is("Running"), t))
+        if point == "failing-over":
+            if not await poll(lambda: state_is("Running"), t):
+                return ""
+            view = await job_view(handle)
+            assert view is not None and view.cluster is not None and self.emulator is not None
+            self.emulator.fail_job(view.cluster, view.namespace, view.name)
+            return str(await poll(lambda: state_is("FailingOver"), t, 0.01))
+        if point == "releasing":
+            if not await poll(lambda: state_is("Running"), t):
+                return ""
+            await handle.cancel()
+            return str(await poll(lambda: scheduled("purge", after_cancel=True), t, 0.01))
+        raise ValueError(f"unknown kill point {point!r}")
+
+    async def run_point(self, point: str, timeout: float = 240.0) -> PointResult:
+        assert self.client is not None
+        started = time.monotonic()
+        ns, tq = f"chaos-{point}", f"chaos-{point}"
+        self.start_worker(tq)
+        handles = []
+        if point == "queued":  # hold the leaf (max-jobs 1) so the job waits in its queue
+            blocker = await self.start_job(ns, "blocker", tq, run_seconds=self.run_seconds + 4)
+            handles.append(blocker)
+            await poll(lambda: _admitted(blocker), 60)
+        handle = await self.start_job(ns, "job", tq)
+        handles.append(handle)
+        hit = await self._trigger(point, handle)
+        self.kill_worker(tq)
+        await asyncio.sleep(0.5)
+        self.start_worker(tq)
+        problems: list[str] = []
+        if not hit:
+            problems.append(f"the job never reached phase {point!r}")
+        expect = "Deleted" if point == "releasing" else "Succeeded"
+        state = ""
+        for h in handles:
+            st, probs = await self.check_job(h, expect, timeout,
+                                             failed_over=(point == "failing-over"
+                                                          and h is handle))
+            problems += probs
+            if h is handle:
+                state = st
+        return PointResult(point, not problems, hit or "(phase not reached)", problems,
+                           time.monotonic() - started, state)
+
+    async def check_job(self, handle: WorkflowHandle[Any, Any], expect: str, timeout: float,
+                        failed_over: bool = False) -> tuple[str, list[str]]:
+        """Wait for the job to end and check it against what it should have reached."""
+        assert self.client is not None and self.emulator is not None
+        problems: list[str] = []
+        wid = handle.id
+        ns, name = wid.split("/")[1:]
+
+        async def closed() -> bool:
+            try:
+                d = await handle.describe()
+            except RPCError:
+                return False
+            return d.status != WorkflowExecutionStatus.RUNNING
+
+        if not await poll(closed, timeout, 0.3):
+            v = await job_view(handle)
+            return (v.state if v else "?"), [f"{wid}: still running after {timeout:.0f}s "
+                                             f"({v.state if v else '?'}: {v.reason if v else ''})"]
+        desc = await handle.describe()
+        view = await job_view(handle)
+        state = view.state if view is not None else "?"
+        if view is None:
+            problems.append(f"{wid}: status query failed after it ended")
+        elif state != expect:
+            problems.append(f"{wid}: ended {state} ({view.reason}), expected {expect}")
+        want_status = (WorkflowExecutionStatus.CANCELED if expect == "Deleted"
+                       else WorkflowExecutionStatus.COMPLETED)
+        if desc.status != want_status:
+            problems.append(f"{wid}: workflow {desc.status.name if desc.status else '?'}, "
+                            f"expected {want_status.name}")
+        events = await history_events(handle)
+        if n := workflow_task_failures(events):
+            problems.append(f"{wid}: {n} WorkflowTaskFailed events (non-determinism?)")
+        copies = member_copies(self.emulator, ns, name)
+        if expect == "Deleted":
+            if copies:
+                problems.append(f"{wid}: deleted but copies remain on {copies}")
+        else:
+            if sorted(copies.values()) != [1]:
+                problems.append(f"{wid}: member copies {copies}, expected exactly one copy on "
+                                "exactly one member")
+            elif view is not None and list(copies) != [view.cluster]:
+                problems.append(f"{wid}: copy on {list(copies)} but the job says "
+                                f"{view.cluster}")
+            if failed_over and view is not None and not view.evicted:
+                problems.append(f"{wid}: never failed over")
+        for cluster, rname, phase in job_reservations(self.emulator, wid):
+            if phase in HOLDING_PHASES or expect == "Deleted":
+                problems.append(f"{wid}: Reservation {rname} left on {cluster} ({phase})")
+        return state, problems
+
+    # ---------------------------------------------------------------- restarts
+    async def run_restart(self, what: str, timeout: float = 180.0) -> PointResult:
+        started = time.monotonic()
+        ns, tq = f"chaos-{what}", f"chaos-{what}"
+        self.start_worker(tq)
+        handle = await self.start_job(ns, "job", tq, run_seconds=self.run_seconds + 4)
+        hit = str(await poll(lambda: _state(handle, "Running"), 60))
+        if what == "temporal-restart":
+            self.temporal.kill(signal.SIGKILL)
+            await asyncio.sleep(1.0)
+            await self.temporal.start()
+        else:
+            self.stop_emulator()
+            await asyncio.sleep(1.0)
+            self.start_emulator()
+        problems = [] if hit else [f"the job never reached Running before the {what}"]
+        state, probs = await self.check_job(handle, "Succeeded", timeout)
+        return PointResult(what, not (problems + probs), hit or "(not reached)",
+                           problems + probs, time.monotonic() - started, state)
+
+
+async def _admitted(handle: WorkflowHandle[Any, Any]) -> bool:
+    v = await job_view(handle)
+    return v is not None and v.admitted
+
+
+async def _state(handle: WorkflowHandle[Any, Any], state: str) -> str:
+    v = await job_view(handle)
+    return f"state {v.state}" if v is not None and v.state == state else ""
+
+
+@dataclass
+class MatrixResult:
+    results: list[PointResult]
+    quota_problems: list[str]
+
+    @property
+    def tried(self) -> int:
+        return len(self.results)
+
+    @property
+    def survived(self) -> int:
+        return sum(1 for r in self.results if r.survived)
+
+    @property
+    def ok(self) -> bool:
+        return self.tried > 0 and self.survived == self.tried and not self.quota_problems
+
+
+async def run_matrix(points: Sequence[str] = KILL_POINTS, restarts: Sequence[str] = RESTARTS,
+                     *, workdir: Path | None = None,
+                     log: Callable[[str], None] = lambda _m: None) -> MatrixResult:
+    """Run the kill points concurrently, then the restarts one at a time; finally check
+    that the quota tree holds nothing."""
+    own = workdir is None
+    wd = Path(tempfile.mkdtemp(prefix="fleetq-chaos-")) if workdir is None else workdir
+    rig = ChaosRig(wd, log=log)
+    try:
+        await rig.start([*points, *restarts])
+        results: list[PointResult] = []
+        if points:
+            log(f"killing the worker at {len(points)} phases: {', '.join(points)}")
+            results += await asyncio.gather(*(rig.run_point(p) for p in points))
+        for what in restarts:
+            log(f"{what}: restarting mid-run")
+            results.append(await rig.run_restart(what))
+        assert rig.client is not None
+        quota = await quota_leaks(rig.client)
+        return MatrixResult(results, quota)
+    finally:
+        await rig.close()
+        if own and not os.environ.get("FLEETQ_CHAOS_KEEP"):
+            import shutil
+
+            shutil.rmtree(wd, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="fleetq crash matrix (kill points and "
+                                                 "restarts); loopback only")
+    parser.add_argument("--points", default=",".join(KILL_POINTS),
+                        help=f"comma-separated kill points (default all: {','.join(KILL_POINTS)})")
+    parser.add_argument("--restarts", default=",".join(RESTARTS),
+                        help="comma-separated restarts, or '' for none")
+    parser.add_argument("--workdir", default=None, help="keep logs and state here")
+    parser.add_argument("--json", action="store_true", help="print results as JSON too")
+    args = parser.parse_args(argv)
+    points = [p for p in args.points.split(",") if p]
+    restarts = [r for r in args.restarts.split(",") if r]
+    unknown = [p for p in points if p not in KILL_POINTS] + [
+        r for r in restarts if r not in RESTARTS]
+    if unknown:
+        print(f"error: unknown kill point(s) {', '.join(unknown)} (have: "
+              f"{', '.join(KILL_POINTS + RESTARTS)})", file=sys.stderr)
+        return 2
+    workdir = Path(args.workdir) if args.workdir else None
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    result = asyncio.run(run_matrix(points, restarts, workdir=workdir,
+                                    log=lambda m: print(f"chaos: {m}", flush=True)))
+    for r in result.results:
+        print(r.line())
+    for p in result.quota_problems:
+        print(f"quota: {p}")
+    print(f"kill points tried / survived: {result.tried} / {result.survived}"
+          f"{'' if not result.quota_problems else ' (quota leaked)'}"
+          f" in {time.monotonic() - started:.0f}s")
+    if args.json:
+        print(json.dumps([r.__dict__ for r in result.results], indent=2))
+    ratio = result.survived / result.tried if result.tried else 0.0
+    if result.quota_problems:
+        ratio = 0.0
+    print(f"RESULT chaos {ratio:.3f} (target 1.0)")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,289 @@
+"""Shared plumbing of the Temporal benchmarks (``bench.e2e``, ``bench.queue``,
+``bench.history``): the embedded stack with an in-process worker, history walking,
+process CPU and memory, percentiles and the ``RESULT`` line.
+
+Why in-process: every figure is a ratio against a baseline measured on the *same* server
+and the *same* worker, so the baseline's workflows and activities are registered on the
+fleetq worker itself, and the worker's CPU is this process's CPU (Temporal and the
+member-cluster emulator run as child processes and are not counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import math
+import os
+import resource
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
+
+from activities.fleet import Fleet
+from activities.scheduling import SchedulingActivities
+from fleetq.embedded import EmbeddedFleet, free_port
+from fleetq.naming import REGISTRY_WORKFLOW_ID, TASK_QUEUE
+from fleetq.temporal_client import connect
+from workflows import ALL_WORKFLOWS
+from workflows.fleet_registry import RegistryState
+
+#: Temporal's history-length warning; a run above it is a failed benchmark.
+HISTORY_WARN_EVENTS = 10_240
+
+
+def result_line(name: str, ratio: float, target: float) -> str:
+    """The last line every benchmark prints: ``RESULT <name> <ratio> (target <t>)``."""
+    return f"RESULT {name} {ratio:.2f} (target {target})"
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (``p`` in 0..100); NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process (all threads: Python, Rust core, pool)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of another process (Linux /proc), 0 when unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@dataclass
+class Phase:
+    """Wall time and process CPU of one measured phase."""
+
+    name: str
+    count: int = 0
+    wall: float = 0.0
+    cpu: float = 0.0
+    #: other processes to account (e.g. the Temporal server): name -> pid
+    others: dict[str, int] = field(default_factory=dict)
+    other_cpu: dict[str, float] = field(default_factory=dict)
+    _t0: float = 0.0
+    _c0: float = 0.0
+
+    def start(self) -> Phase:
+        self._t0, self._c0 = time.perf_counter(), cpu_seconds()
+        self.other_cpu = {n: proc_cpu_seconds(p) for n, p in self.others.items()}
+        return self
+
+    def stop(self, count: int) -> Phase:
+        self.wall = time.perf_counter() - self._t0
+        self.cpu = cpu_seconds() - self._c0
+        self.other_cpu = {n: proc_cpu_seconds(p) - self.other_cpu.get(n, 0.0)
+                          for n, p in self.others.items()}
+        self.count = count
+        return self
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.wall if self.wall > 0 else math.nan
+
+    def line(self, unit: str) -> str:
+        per = self.cpu / self.count * 1000 if self.count else math.nan
+        return (f"{self.name:<10} {self.count:6d} {unit} in {self.wall:7.2f} s = "
+                f"{self.rate:8.1f} {unit}/s; process CPU {self.cpu:6.1f} s "
+                f"({self.cpu / self.wall * 100 if self.wall else 0:4.0f}% of one core, "
+                f"{per:.1f} ms per {unit.rstrip('s')})"
+                + "".join(f"; {n} CPU {c:.1f} s" for n, c in self.other_cpu.items()))
+
+
+async def bounded_gather(
+    factories: Iterable[Callable[[], Awaitable[Any]]], concurrency: int
+) -> list[Any]:
+    """Run coroutine factories with at most ``concurrency`` in flight; results in order."""
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(f: Callable[[], Awaitable[Any]]) -> Any:
+        async with sem:
+            return await f()
+
+    return await asyncio.gather(*(one(f) for f in factories))
+
+
+# ---------------------------------------------------------------------- history
+
+
+@dataclass
+class RunStats:
+    """One run of a workflow (between continue-as-new boundaries)."""
+
+    run_id: str
+    events: int
+    largest_payload: int  # bytes, largest single event's payloads
+    continue_as_new_input: int  # bytes of the continue-as-new input, 0 for the last run
+    event_counts: dict[str, int] = field(default_factory=dict)
+
+
+def payload_bytes(event: HistoryEvent) -> int:
+    attrs_name = event.WhichOneof("attributes")
+    if attrs_name is None:
+        return 0
+    attrs = getattr(event, attrs_name)
+    total = 0
+    for fname in ("input", "result", "details", "heartbeat_details", "last_completion_result"):
+        if not hasattr(attrs, fname) or not attrs.HasField(fname):
+            continue
+        payloads = getattr(attrs, fname)
+        total += sum(len(p.data) + sum(len(v) for v in p.metadata.values())
+                     for p in payloads.payloads)
+    return total
+
+
+def event_type_name(event: HistoryEvent) -> str:
+    name = event.WhichOneof("attributes") or "unknown"
+    return name.removesuffix("_event_attributes")
+
+
+async def run_chain(client: Client, workflow_id: str, run_id: str | None = None,
+                    *, keep_events: bool = False) -> tuple[list[RunStats], list[HistoryEvent]]:
+    """Every run of a workflow from ``run_id`` (default: the first run of the current
+    chain is not known to the server, so pass the first run id) following the
+    continue-as-new links; returns per-run stats (and all events if ``keep_events``)."""
+    runs: list[RunStats] = []
+    kept: list[HistoryEvent] = []
+    rid = run_id
+    while True:
+        hist = await client.get_workflow_handle(workflow_id, run_id=rid).fetch_history()
+        counts: dict[str, int] = {}
+        largest = 0
+        for ev in hist.events:
+            name = event_type_name(ev)
+            counts[name] = counts.get(name, 0) + 1
+            largest = max(largest, payload_bytes(ev))
+        last = hist.events[-1]
+        can_input = 0
+        next_rid: str | None = None
+        if last.HasField("workflow_execution_continued_as_new_event_attributes"):
+            attrs = last.workflow_execution_continued_as_new_event_attributes
+            can_input = sum(len(p.data) for p in attrs.input.payloads)
+            next_rid = attrs.new_execution_run_id
+        runs.append(RunStats(hist.run_id, len(hist.events), largest, can_input, counts))
+        if keep_events:
+            kept.extend(hist.events)
+        if next_rid is None:
+            return runs, kept
+        rid = next_rid
+
+
+def decode_json_payloads(payloads: Any) -> list[Any]:
+    """Decode JSON payloads (the pydantic converter's encoding) without a type."""
+    return [json.loads(p.data) if p.data else None for p in payloads.payloads]
+
+
+# ---------------------------------------------------------------------- the stack
+
+
+def write_topology(doc: dict[str, Any], directory: Path) -> Path:
+    path = directory / "topology.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@dataclass
+class Stack:
+    """A running embedded stack: Temporal dev server + emulator (child processes) and a
+    client of this process."""
+
+    embedded: EmbeddedFleet
+    client: Client
+    fleet_config: str
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """The child processes (temporal, emulator) by name."""
+        return {c.name: c.proc.pid for c in self.embedded.children}
+
+
+@contextlib.asynccontextmanager
+async def embedded_stack(topology: dict[str, Any] | None = None,
+                         progress: Callable[[str], None] | None = None
+                         ) -> AsyncIterator[Stack]:
+    """Start a Temporal dev server and the member-cluster emulator on free ports in a
+    temporary state dir (``fleetq up`` without its worker); stop both afterwards."""
+    # tmpfs when there is one: the dev server's SQLite file should not wait on fsync of
+    # a shared disk (that would measure the disk, not Temporal or fleetq)
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="fleetq-bench-", dir=shm) as tmp:
+        state = Path(tmp)
+        topo = write_topology(topology, state) if topology is not None else None
+        emb = EmbeddedFleet(state_dir=state, topology=topo, port=free_port(),
+                            ui_port=free_port(), worker=False,
+                            progress=progress or (lambda _m: None))
+        await asyncio.to_thread(emb.start, 120.0)
+        try:
+            client = await connect(emb.address)
+            await client.start_workflow(
+                "FleetRegistryWorkflow", RegistryState(), id=REGISTRY_WORKFLOW_ID,
+                task_queue=TASK_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+            yield Stack(emb, client, emb.fleet_config)
+        finally:
+            await asyncio.to_thread(emb.stop)
+
+
+def fleetq_worker(
+    client: Client,
+    activities: SchedulingActivities,
+    *,
+    extra_workflows: Sequence[type] = (),
+    extra_activities: Sequence[Callable[..., Any]] = (),
+    task_queue: str = TASK_QUEUE,
+    max_concurrent_activities: int = 200,
+    **kwargs: Any,
+) -> Worker:
+    """The fleetq worker exactly as ``worker.build_worker`` configures it, plus the
+    benchmark's baseline workflows and activities on the same worker."""
+    executor = concurrent.futures.ThreadPoolExecutor(
+        max_workers=max_concurrent_activities, thread_name_prefix="fleetq-activity")
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[*ALL_WORKFLOWS, *extra_workflows],
+        activities=[*activities.all(), *extra_activities],
+        activity_executor=executor,
+        max_concurrent_activities=max_concurrent_activities,
+        graceful_shutdown_timeout=timedelta(seconds=10),
+        **kwargs,
+    )
+
+
+def real_activities(client: Client, fleet_config: str | None) -> SchedulingActivities:
+    """The worker's real activities; without a fleet config, only the ones that need no
+    member cluster (``check_holders``, ``resolve_policy``) can run."""
+    if fleet_config:
+        return SchedulingActivities(client, Fleet.from_config(fleet_config),
+                                    search_attributes=True)
+
+    def no_fleet() -> Fleet:
+        raise RuntimeError("this benchmark runs without member clusters")
+
+    return SchedulingActivities(client, no_fleet)

@@ -1,0 +1,365 @@
+"""Benchmark: end-to-end job throughput against the engine's own ceiling.
+
+N small PyTorchJobs (1 master + 1 worker, pods run 1 s) go through the whole pipeline on
+the embedded stack — a real Temporal dev server and the member-cluster emulator (3 member
+clusters, one with Reservations) as child processes, and the fleetq worker in this
+process: apply → queue (every job goes through the quota workflow; the leaf's max-jobs is
+high enough never to be the limit) → admit → capacity → reserve (on the reservation
+cluster) → bind → Succeeded → release.
+
+Baseline, same run, same server, same worker: N plain workflows that each run as many
+no-op activities as one job runs (counted from the warm-up jobs' histories). The ratio is
+jobs/s ÷ baseline workflows/s; 1.0 would mean fleetq costs no more than the bare engine
+running the same number of activities. Target 0.7.
+
+Run: ``fleetq bench e2e [--jobs 500] [--concurrency 50]``.
+Last line: ``RESULT e2e <ratio> (target 0.7)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import activity, workflow
+from temporalio.worker import UnsandboxedWorkflowRunner
+
+with workflow.unsafe.imports_passed_through():
+    from temporalio.client import Client
+
+    from bench.common import (
+        Phase,
+        embedded_stack,
+        fleetq_worker,
+        payload_bytes,
+        percentile,
+        real_activities,
+        result_line,
+        run_chain,
+    )
+    from fleetq.cli.apply import apply_objects, start_job
+    from fleetq.messages import JobView
+    from fleetq.models import parse_job, parse_policy, parse_tree
+    from fleetq.naming import TASK_QUEUE, job_workflow_id
+
+T = TypeVar("T")
+TARGET = 0.7
+NAMESPACE = "bench"
+RESERVATION_CLUSTER = "bench-res"
+
+
+def topology(nodes: int = 60) -> dict[str, Any]:
+    """Three members with room for thousands of small pods; the reservation cluster has
+    the smallest nodes, so bin-packing prefers it and jobs take the reserve path."""
+    return {"clusters": [
+        {"name": "hub", "member": False, "labels": {"role": "hub"}},
+        {"name": RESERVATION_CLUSTER, "reservation": True, "labels": {"region": "east"},
+         "nodeGroups": [{"count": nodes, "cpu": "16", "memory": "64Gi", "pods": 110}]},
+        {"name": "bench-b", "labels": {"region": "west"},
+         "nodeGroups": [{"count": nodes // 2, "cpu": "32", "memory": "128Gi", "pods": 110}]},
+        {"name": "bench-c", "labels": {"region": "east"},
+         "nodeGroups": [{"count": nodes // 2, "cpu": "64", "memory": "256Gi", "pods": 110}]},
+    ]}
+
+
+def quota_tree(max_jobs: int) -> dict[str, Any]:
+    big = {"cpu": 100000, "memory": "100000Gi", "nvidia.com/gpu": 10000,
+           "kube-queue/max-jobs": max_jobs}
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
+        "spec": {"root": {"name": "root", "max": big, "min": big, "children": [
+            {"name": "bench", "max": big, "namespaces": [NAMESPACE]}]}},
+    }
+
+
+def queued_policy() -> dict[str, Any]:
+    return {
+        "apiVersion": "policy.one.alibabacloud.com/v1alpha1", "kind": "PropagationPolicy",
+        "metadata": {"name": "bench-policy", "namespace": NAMESPACE},
+        "spec": {
+            "suspension": {"scheduling": True},
+            "propagateDeps": False,
+            "failover": {"application": {"decisionConditions": {"tolerationSeconds": 30},
+                                         "purgeMode": "Immediately"}},
+            "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided",
+                                                "customSchedulingType": "Gang"}},
+            "resourceSelectors": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}],
+        },
+    }
+
+
+def small_job(name: str) -> dict[str, Any]:
+    def replica(restart: str) -> dict[str, Any]:
+        return {"replicas": 1, "restartPolicy": restart, "template": {"spec": {"containers": [
+            {"name": "pytorch", "image": "busybox", "command": ["sleep", "1"],
+             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}}
+
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"pytorchReplicaSpecs": {"Master": replica("Never"),
+                                             "Worker": replica("OnFailure")}}}
+
+
+# ---------------------------------------------------------------------- baseline
+
+
+@activity.defn(name="bench_noop")
+def bench_noop(i: int) -> int:
+    """A no-op activity, on the same thread pool as the worker's member-cluster calls."""
+    return i
+
+
+@workflow.defn(name="BenchActivityChain")
+class ActivityChain:
+    """The baseline: ``n`` sequential no-op activities (sandboxed like fleetq's
+    workflows, so both pay the same per-run sandbox cost)."""
+
+    @workflow.run
+    async def run(self, n: int) -> int:
+        for i in range(n):
+            await workflow.execute_activity(
+                bench_noop, i, start_to_close_timeout=timedelta(seconds=60))
+        return n
+
+
+# ---------------------------------------------------------------------- phases
+
+
+async def submit_then_wait(names: Sequence[str], concurrency: int,
+                           start: Callable[[str], Awaitable[None]],
+                           wait: Callable[[str], Awaitable[T]]) -> list[T]:
+    """Start every item with at most ``concurrency`` start calls in flight, each waited
+    for as soon as it is started; results in order (the same for jobs and baseline)."""
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(name: str) -> T:
+        async with sem:
+            await start(name)
+        return await wait(name)
+
+    return list(await asyncio.gather(*(one(n) for n in names)))
+
+
+async def run_jobs(client: Client, names: Sequence[str], concurrency: int,
+                   run_seconds: int) -> tuple[list[JobView], list[float]]:
+    """Submit jobs as ``fleetq apply`` does and wait for all; returns the final views and
+    each job's submit wall time."""
+    submitted: dict[str, float] = {}
+
+    async def start(name: str) -> None:
+        manifest = small_job(name)
+        submitted[name] = time.time()
+        await start_job(client, parse_job(manifest), manifest, run_seconds=run_seconds)
+
+    async def wait(name: str) -> JobView:
+        h = client.get_workflow_handle(job_workflow_id(NAMESPACE, name), result_type=JobView)
+        view: JobView = await h.result()
+        return view
+
+    views = await submit_then_wait(names, concurrency, start, wait)
+    return views, [submitted[n] for n in names]
+
+
+async def run_baseline(client: Client, n: int, activities: int, concurrency: int) -> None:
+    async def start(wid: str) -> None:
+        await client.start_workflow(ActivityChain.run, activities, id=wid,
+                                    task_queue=TASK_QUEUE)
+
+    async def wait(wid: str) -> int:
+        got: int = await client.get_workflow_handle(wid, result_type=int).result()
+        return got
+
+    await submit_then_wait([f"bench-chain-{i:05d}" for i in range(n)], concurrency,
+                           start, wait)
+
+
+def _t(ev: Any) -> float:
+    return float(ev.event_time.seconds) + ev.event_time.nanos / 1e9
+
+
+def timings(events: Sequence[Any]) -> dict[str, list[float]]:
+    """Where one job's time goes, from its history: per activity type the queueing
+    (scheduled → started) and running (started → completed) time, workflow tasks the
+    same way, and the wait for the quota grant (enqueue sent → admitted received)."""
+    out: dict[str, list[float]] = {}
+    scheduled: dict[int, tuple[str, float]] = {}
+    started: dict[int, float] = {}
+    enqueued: float | None = None
+
+    def add(key: str, value: float) -> None:
+        out.setdefault(key, []).append(value)
+
+    for ev in events:
+        kind = ev.WhichOneof("attributes") or ""
+        if kind == "activity_task_scheduled_event_attributes":
+            name = ev.activity_task_scheduled_event_attributes.activity_type.name
+            scheduled[ev.event_id] = (name, _t(ev))
+        elif kind == "activity_task_started_event_attributes":
+            sid = ev.activity_task_started_event_attributes.scheduled_event_id
+            name, t0 = scheduled[sid]
+            started[sid] = _t(ev)
+            add(f"{name} queued", _t(ev) - t0)
+        elif kind == "activity_task_completed_event_attributes":
+            sid = ev.activity_task_completed_event_attributes.scheduled_event_id
+            name, _t0 = scheduled[sid]
+            add(f"{name} ran", _t(ev) - started.get(sid, _t0))
+        elif kind == "workflow_task_scheduled_event_attributes":
+            scheduled[ev.event_id] = ("workflow task", _t(ev))
+        elif kind == "workflow_task_started_event_attributes":
+            sid = ev.workflow_task_started_event_attributes.scheduled_event_id
+            started[sid] = _t(ev)
+            add("workflow task queued", _t(ev) - scheduled[sid][1])
+        elif kind == "workflow_task_completed_event_attributes":
+            sid = ev.workflow_task_completed_event_attributes.scheduled_event_id
+            add("workflow task ran", _t(ev) - started[sid])
+        elif kind == "signal_external_workflow_execution_initiated_event_attributes":
+            sent = ev.signal_external_workflow_execution_initiated_event_attributes
+            if sent.signal_name == "enqueue":
+                enqueued = _t(ev)
+        elif kind == "workflow_execution_signaled_event_attributes":
+            got = ev.workflow_execution_signaled_event_attributes
+            if got.signal_name == "admitted" and enqueued is not None:
+                add("enqueue -> admitted", _t(ev) - enqueued)
+    return out
+
+
+async def job_profile(client: Client, names: Sequence[str]) -> dict[str, Any]:
+    """Per-job history facts, averaged over ``names``: events, activities by type,
+    signals, timers, payload sizes, and where the time went."""
+    activities: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    times: dict[str, list[float]] = {}
+    runs = events = 0
+    largest = 0
+    total_payload = 0
+    for name in names:
+        chain, evs = await run_chain(client, job_workflow_id(NAMESPACE, name), None,
+                                     keep_events=True)
+        runs += len(chain)
+        events += sum(r.events for r in chain)
+        largest = max(largest, max(r.largest_payload for r in chain))
+        for ev in evs:
+            kind = ev.WhichOneof("attributes") or ""
+            kinds[kind.removesuffix("_event_attributes")] += 1
+            if ev.HasField("activity_task_scheduled_event_attributes"):
+                activities[ev.activity_task_scheduled_event_attributes.activity_type.name] += 1
+            total_payload += payload_bytes(ev)
+        for k, v in timings(evs).items():
+            times.setdefault(k, []).extend(v)
+    n = max(1, len(names))
+    return {
+        "jobs": len(names),
+        "runs": runs / n,
+        "events": events / n,
+        "activities": sum(activities.values()) / n,
+        "by_activity": {k: v / n for k, v in sorted(activities.items())},
+        "by_event": {k: v / n for k, v in kinds.most_common()},
+        "largest_payload": largest,
+        "payload_bytes": total_payload / n,
+        "times": {k: (sum(v) / len(v), max(v)) for k, v in sorted(times.items())},
+    }
+
+
+def print_profile(p: dict[str, Any]) -> None:
+    print(f"per job (mean of {p['jobs']} histories): {p['events']:.1f} events in "
+          f"{p['runs']:.1f} run(s), {p['activities']:.2f} activities, "
+          f"{p['payload_bytes'] / 1024:.1f} KiB of payloads, largest "
+          f"{p['largest_payload'] / 1024:.1f} KiB")
+    print("  activities: " + ", ".join(f"{k} {v:.2f}" for k, v in p["by_activity"].items()))
+    print("  events:     " + ", ".join(f"{k} {v:.1f}" for k, v in p["by_event"].items()))
+    print("  time (mean/max s): " + ", ".join(
+        f"{k} {m:.2f}/{x:.2f}" for k, (m, x) in p["times"].items()))
+
+
+async def run(args: argparse.Namespace) -> int:
+    def say(msg: str) -> None:
+        print(msg, flush=True)
+
+    async with embedded_stack(topology(), progress=say) as stack:
+        client = stack.client
+        acts = real_activities(client, stack.fleet_config)
+        extra: dict[str, Any] = {}
+        if args.unsandboxed:  # experiment: what the workflow sandbox costs
+            extra["workflow_runner"] = UnsandboxedWorkflowRunner()
+        worker = fleetq_worker(client, acts, extra_workflows=[ActivityChain],
+                               extra_activities=[bench_noop], **extra)
+        try:
+            async with worker:
+                tree, pol = quota_tree(args.jobs * 10 + 1000), queued_policy()
+                for line in await apply_objects(
+                        client, [(parse_tree(tree), tree), (parse_policy(pol), pol)]):
+                    say(line.line)
+                # warm-up: caches, sandbox, and the per-job activity count for the baseline
+                warm = [f"warm-{i:03d}" for i in range(args.warmup)]
+                await run_jobs(client, warm, args.concurrency, args.run_seconds)
+                prof = await job_profile(client, warm)
+                print_profile(prof)
+                k = max(1, round(prof["activities"]))
+                say(f"baseline: {args.jobs} workflows x {k} no-op activities")
+
+                base = Phase("baseline", others=stack.pids).start()
+                await run_baseline(client, args.jobs, k, args.concurrency)
+                base.stop(args.jobs)
+
+                names = [f"job-{i:05d}" for i in range(args.jobs)]
+                jobs = Phase("jobs", others=stack.pids).start()
+                views, submitted = await run_jobs(client, names, args.concurrency,
+                                                  args.run_seconds)
+                jobs.stop(args.jobs)
+                sample = names[:: max(1, len(names) // 20)]
+                prof_main = await job_profile(client, sample)
+        finally:
+            if acts._fleet is not None:
+                acts._fleet.close()
+
+    states = Counter(v.state for v in views)
+    clusters = Counter(v.cluster or "-" for v in views)
+    lat = [
+        v.bound_at.timestamp() - t for v, t in zip(views, submitted, strict=True)
+        if v.bound_at is not None
+    ]
+    ratio = jobs.rate / base.rate
+    print()
+    print(f"jobs: {args.jobs}, concurrency {args.concurrency}, run_seconds {args.run_seconds}")
+    print(base.line("workflows"))
+    print(jobs.line("jobs"))
+    print(f"states: {dict(states)}; clusters: {dict(clusters)}")
+    print(f"submit-to-bound latency: p50 {percentile(lat, 50):.2f} s, "
+          f"p99 {percentile(lat, 99):.2f} s, max {max(lat, default=float('nan')):.2f} s")
+    print_profile(prof_main)
+    print(f"CPU per job / CPU per baseline workflow: "
+          f"{(jobs.cpu / jobs.count) / (base.cpu / base.count):.2f}")
+    print(result_line("e2e", ratio, TARGET))
+    ok = states.get("Succeeded", 0) == args.jobs
+    if not ok:
+        print(f"error: only {states.get('Succeeded', 0)} of {args.jobs} jobs succeeded",
+              file=sys.stderr)
+    return 0 if ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="fleetq bench e2e", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=500, help="jobs (and baseline workflows)")
+    ap.add_argument("--concurrency", type=int, default=50,
+                    help="start requests in flight at once (jobs and baseline alike)")
+    ap.add_argument("--warmup", type=int, default=5, help="warm-up jobs (not measured)")
+    ap.add_argument("--run-seconds", type=int, default=1, help="how long each job's pods run")
+    ap.add_argument("--unsandboxed", action="store_true",
+                    help="experiment: run every workflow (jobs and baseline) without the "
+                         "Python SDK's sandbox")
+    args = ap.parse_args(argv)
+    if args.jobs < 1 or args.concurrency < 1 or args.warmup < 1:
+        ap.error("--jobs, --concurrency and --warmup must be at least 1")
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,252 @@
+"""Benchmark: how much workflow history one job costs.
+
+1. The walkthrough (``examples/``: the ElasticQuotaTree, the queued PropagationPolicy and
+   PyTorchJob ``default/pytorch-test``, pods running a few seconds) on the real stack —
+   Temporal dev server and member-cluster emulator as child processes, the fleetq worker
+   in this process: the job workflow's history events from submit to Succeeded, by type.
+2. A job that runs for 7 simulated days, on Temporal's time-skipping test server with
+   scripted activities (a member cluster that reports Running after 5 s and Succeeded
+   after 7 days; every watch window ends quietly and the workflow pauses
+   ``--rewatch-seconds`` on a durable timer before the next one). The workflow continues
+   as new with its progress, so every run stays below a constant; each run's length is
+   printed.
+
+The RESULT ratio is Temporal's history warning (10,240 events) ÷ the longest run of the
+7-day job: how many times over the longest run fits under the warning. Target 1.0 (no
+run may reach the warning); the continue-as-new threshold keeps it near 10.
+
+Run: ``fleetq bench history [--days 7] [--run-seconds 3]``.
+Last line: ``RESULT history <ratio> (target 1.0)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.member_cluster import BindResult, JobStatus, PodStatus, PurgeResult, ReserveResult
+from activities.scheduling import BindInput, PurgeInput, ReserveInput, WatchInput
+from bench.common import (
+    HISTORY_WARN_EVENTS,
+    RunStats,
+    embedded_stack,
+    fleetq_worker,
+    real_activities,
+    result_line,
+    run_chain,
+)
+from fleetq.cli.apply import apply_objects, load_for_apply
+from fleetq.messages import (
+    Candidate,
+    HolderCheck,
+    HolderVerdict,
+    JobView,
+    PlacementInput,
+    PlacementVerdict,
+    Resolution,
+    ResolveInput,
+)
+from fleetq.naming import job_workflow_id
+from fleetq.temporal_client import test_server_path
+from workflows import ALL_WORKFLOWS
+from workflows.pytorch_job import MAX_HISTORY_EVENTS
+
+TARGET = 1.0
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+WALKTHROUGH = ("elasticquotatree.yaml", "propagationpolicy-gang-queue.yaml", "pytorch-test.yaml")
+RUNNING_AFTER = 5.0
+
+
+def print_runs(title: str, runs: Sequence[RunStats]) -> None:
+    total = sum(r.events for r in runs)
+    print(f"{title}: {total} events in {len(runs)} run(s); per run {[r.events for r in runs]}")
+
+
+def by_type(runs: Sequence[RunStats]) -> str:
+    counts: dict[str, int] = {}
+    for r in runs:
+        for k, v in r.event_counts.items():
+            counts[k] = counts.get(k, 0) + v
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+# ---------------------------------------------------------------------- 1. real stack
+
+
+async def walkthrough(run_seconds: int) -> list[RunStats]:
+    objects, classes, _notes = load_for_apply([str(EXAMPLES / f) for f in WALKTHROUGH])
+    async with embedded_stack() as stack:
+        client = stack.client
+        acts = real_activities(client, stack.fleet_config)
+        try:
+            async with fleetq_worker(client, acts):
+                for line in await apply_objects(client, objects, run_seconds=run_seconds,
+                                                priority_classes=classes):
+                    print(line.line)
+                job = next(o for o, _m in objects if o.kind == "PyTorchJob")
+                wid = job_workflow_id(job.metadata.namespace, job.metadata.name)
+                handle = client.get_workflow_handle(wid, result_type=JobView)
+                desc = await handle.describe()
+                view: JobView = await handle.result()
+                runs, _ = await run_chain(client, wid, desc.run_id)
+        finally:
+            if acts._fleet is not None:
+                acts._fleet.close()
+    print(f"walkthrough job {wid}: {view.state} on {view.cluster} "
+          f"(pods ran {run_seconds} s)")
+    return runs
+
+
+# ---------------------------------------------------------------------- 2. a week
+
+
+def gang_policy() -> dict[str, Any]:
+    return {
+        "apiVersion": "policy.one.alibabacloud.com/v1alpha1", "kind": "PropagationPolicy",
+        "metadata": {"name": "week-policy", "namespace": "default"},
+        "spec": {
+            "failover": {"application": {"decisionConditions": {"tolerationSeconds": 30},
+                                         "purgeMode": "Immediately"}},
+            "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided",
+                                                "customSchedulingType": "Gang"}},
+            "resourceSelectors": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}],
+        },
+    }
+
+
+class ScriptedCluster:
+    """Stand-ins for the worker's activities (same names): one member cluster ``sim-a``
+    on which a bound job is Created, then Running after 5 s, then Succeeded after
+    ``run_for`` (virtual time of the time-skipping server)."""
+
+    def __init__(self, run_for: timedelta) -> None:
+        self.run_for = run_for
+        self.bound_at: datetime | None = None
+
+    @activity.defn(name="resolve_policy")
+    async def resolve_policy(self, inp: ResolveInput) -> Resolution:
+        return Resolution(policy=gang_policy(), policy_reason="scripted")
+
+    @activity.defn(name="plan_placement")
+    async def plan_placement(self, inp: PlacementInput) -> PlacementVerdict:
+        assignment = {f"{g.role}-{i}": "sim-a-node-0"
+                      for g in inp.gang.groups for i in range(g.count)}
+        return PlacementVerdict(
+            candidates=[Candidate(cluster="sim-a", score=1.0, reservation=False,
+                                  assignment=assignment)],
+            rejections={}, eligible=["sim-a"])
+
+    @activity.defn(name="reserve")
+    async def reserve(self, inp: ReserveInput) -> ReserveResult:
+        return ReserveResult(ok=True)
+
+    @activity.defn(name="bind")
+    async def bind(self, inp: BindInput) -> BindResult:
+        self.bound_at = activity.info().current_attempt_scheduled_time
+        return BindResult(created=True, uid="uid-sim-a")
+
+    @activity.defn(name="watch_status")
+    async def watch_status(self, inp: WatchInput) -> JobStatus:
+        assert self.bound_at is not None
+        elapsed = (activity.info().current_attempt_scheduled_time - self.bound_at)
+        if elapsed >= self.run_for:
+            phase = "Succeeded"
+        elif elapsed.total_seconds() >= RUNNING_AFTER:
+            phase = "Running"
+        else:
+            phase = "Created"
+        pods = [PodStatus(name=f"{inp.job.name}-master-0", node="sim-a-node-0", phase=phase,
+                          ready=phase == "Running", restarts=0)]
+        return JobStatus(cluster=inp.cluster, health="Healthy", phase=phase,  # type: ignore[arg-type]
+                         pods=pods, observed=phase)
+
+    @activity.defn(name="purge")
+    async def purge(self, inp: PurgeInput) -> PurgeResult:
+        return PurgeResult(deleted=[])
+
+    @activity.defn(name="check_holders")
+    async def check_holders(self, inp: HolderCheck) -> HolderVerdict:
+        return HolderVerdict()
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.resolve_policy, self.plan_placement, self.reserve, self.bind,
+                self.watch_status, self.purge, self.check_holders]
+
+
+async def long_job(days: float, rewatch_seconds: float) -> tuple[JobView, list[RunStats]]:
+    manifest, _classes, _notes = load_for_apply([str(EXAMPLES / "pytorch-test.yaml")])
+    doc = manifest[0][1]
+    doc["metadata"]["name"] = "week"
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(test_server_path()),
+        data_converter=pydantic_data_converter)
+    try:
+        tq = f"bench-history-{uuid.uuid4().hex[:6]}"
+        script = ScriptedCluster(timedelta(days=days))
+        async with Worker(env.client, task_queue=tq, workflows=ALL_WORKFLOWS,
+                          activities=script.all()):
+            wid = job_workflow_id("default", "week")
+            handle = await env.client.start_workflow(
+                "PyTorchJobWorkflow",
+                {"manifest": doc, "rewatch_seconds": rewatch_seconds},
+                id=wid, task_queue=tq, execution_timeout=timedelta(days=days + 30),
+                result_type=JobView)
+            view: JobView = await handle.result()
+            runs, _ = await run_chain(env.client, wid, handle.first_execution_run_id)
+    finally:
+        await env.shutdown()
+    return view, runs
+
+
+async def run(args: argparse.Namespace) -> int:
+    problems: list[str] = []
+    walk = await walkthrough(args.run_seconds)
+    print_runs("walkthrough job history", walk)
+    print(f"  by type: {by_type(walk)}")
+
+    view, runs = await long_job(args.days, args.rewatch_seconds)
+    longest = max(r.events for r in runs)
+    print(f"{args.days:g}-day job (time-skipping, rewatch every {args.rewatch_seconds:g} s): "
+          f"{view.state}")
+    print_runs(f"{args.days:g}-day job history", runs)
+    print(f"  longest run {longest} events; continue-as-new threshold "
+          f"{MAX_HISTORY_EVENTS}; Temporal's warning {HISTORY_WARN_EVENTS}")
+    print(f"  largest continue-as-new input "
+          f"{max(r.continue_as_new_input for r in runs) / 1024:.1f} KiB")
+    if view.state != "Succeeded":
+        problems.append(f"the {args.days:g}-day job ended {view.state}")
+    if walk and walk[-1].event_counts.get("workflow_execution_completed", 0) != 1:
+        problems.append("the walkthrough job did not complete")
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    print(result_line("history", HISTORY_WARN_EVENTS / longest, TARGET))
+    return 0 if not problems and longest < HISTORY_WARN_EVENTS else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="fleetq bench history", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--days", type=float, default=7.0, help="simulated run time of the long job")
+    ap.add_argument("--rewatch-seconds", type=float, default=600.0,
+                    help="the long job's pause between quiet watch windows")
+    ap.add_argument("--run-seconds", type=int, default=3,
+                    help="how long the walkthrough job's pods run on the emulator")
+    args = ap.parse_args(argv)
+    if args.days <= 0 or args.rewatch_seconds <= 0 or args.run_seconds < 0:
+        ap.error("--days and --rewatch-seconds must be positive, --run-seconds >= 0")
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,296 @@
+"""Benchmark: a deep queue behind one quota leaf (``kube-queue/max-jobs: 100``).
+
+What is measured is the semaphore itself: the real ``QuotaTreeWorkflow`` against light
+"holder" workflows that stand in for jobs (signal ``enqueue`` → wait for ``admitted`` →
+signal ``release``). 100 "plug" holders first fill the leaf; then N holders with mixed
+priorities are started in a burst and all wait; then the plugs release and the quota
+workflow drains the queue 100 at a time. Because everything waits before the first
+grant, the grant order is fully determined: it must be priority-then-FIFO (the order of
+``(-priority, submitted_at, job_id)``). It is read back from the quota workflow's own
+history (the ``admitted`` signals it sent, across every continue-as-new run), which also
+shows that every holder got exactly one grant.
+
+Baseline, same run, same server, same worker: N light workflows each sending one signal
+into one counting workflow, started the same way — the rate of plain signals into one
+workflow. The ratio is admissions/s (burst start → last grant, so it includes starting
+the holders) ÷ that signal rate. Target 0.5; also, no run of the quota workflow may
+exceed 10,240 history events.
+
+Run: ``fleetq bench queue [--jobs 10000] [--concurrency 200]``.
+Last line: ``RESULT queue <ratio> (target 0.5)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from bench.common import (
+    HISTORY_WARN_EVENTS,
+    Phase,
+    decode_json_payloads,
+    fleetq_worker,
+    peak_rss_mb,
+    real_activities,
+    result_line,
+    run_chain,
+)
+from fleetq.admission import AdmissionRequest, Grant
+from fleetq.temporal_client import temporal_cli_path
+from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
+
+TARGET = 0.5
+NAMESPACE = "bench"
+MAX_JOBS = 100
+PRIORITIES = (0, 10, 100)
+ONE_JOB = {"kube-queue/max-jobs": 1000}  # one job, in milli-units
+
+
+class HolderInput(BaseModel):
+    tree_id: str
+    priority: int = 0
+    hold: bool = False  # wait for ``finish`` before releasing (the plugs)
+
+
+@workflow.defn(name="BenchQueueHolder", sandboxed=False)
+class QueueHolder:
+    """A job reduced to its quota traffic: enqueue, wait for the grant, release."""
+
+    def __init__(self) -> None:
+        self.grants: list[Grant] = []
+        self.done = False
+
+    @workflow.run
+    async def run(self, inp: HolderInput) -> int:
+        quota = workflow.get_external_workflow_handle(inp.tree_id)
+        wid = workflow.info().workflow_id
+        await quota.signal("enqueue", AdmissionRequest(
+            job_id=wid, namespace=NAMESPACE, priority=inp.priority, request=ONE_JOB,
+            submitted_at=workflow.now().timestamp()))
+        await workflow.wait_condition(lambda: bool(self.grants))
+        if inp.hold:
+            await workflow.wait_condition(lambda: self.done)
+        await quota.signal("release", wid)
+        return len(self.grants)
+
+    @workflow.signal
+    def admitted(self, grant: Grant) -> None:
+        self.grants.append(grant)
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.done = True
+
+
+@workflow.defn(name="BenchSignalCounter", sandboxed=False)
+class SignalCounter:
+    """The baseline's target: counts ``hit`` signals until it has ``n``."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @workflow.run
+    async def run(self, n: int) -> int:
+        await workflow.wait_condition(lambda: self.count >= n)
+        return self.count
+
+    @workflow.signal
+    def hit(self) -> None:
+        self.count += 1
+
+
+@workflow.defn(name="BenchSignaller", sandboxed=False)
+class Signaller:
+    """The baseline's sender: one plain signal into the counter."""
+
+    @workflow.run
+    async def run(self, counter_id: str) -> None:
+        await workflow.get_external_workflow_handle(counter_id).signal("hit")
+
+
+def quota_tree() -> dict[str, Any]:
+    big = {"cpu": 100000, "memory": "100000Gi", "kube-queue/max-jobs": 10_000_000}
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
+        "spec": {"root": {"name": "root", "max": big, "min": big, "children": [
+            {"name": "deep", "max": {"cpu": 100000, "memory": "100000Gi",
+                                     "kube-queue/max-jobs": MAX_JOBS},
+             "namespaces": [NAMESPACE]}]}},
+    }
+
+
+async def start_all(client: Client, workflow_ids: Sequence[str], concurrency: int,
+                    start: Any) -> None:
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(wid: str) -> None:
+        async with sem:
+            await start(wid)
+
+    await asyncio.gather(*(one(w) for w in workflow_ids))
+
+
+async def view(handle: WorkflowHandle[Any, Any]) -> QuotaView:
+    got: QuotaView = await handle.query(QuotaTreeWorkflow.view)
+    return got
+
+
+async def wait_view(handle: WorkflowHandle[Any, Any], pred: Any, what: str,
+                    timeout: float) -> QuotaView:
+    deadline = time.monotonic() + timeout
+    while True:
+        v = await view(handle)
+        if pred(v):
+            return v
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"quota workflow: {what} not reached in {timeout:.0f} s "
+                               f"(holders {v.holders}, waiting {v.waiting})")
+        await asyncio.sleep(0.5)
+
+
+def check_order(events: Sequence[Any], burst: set[str]) -> tuple[list[str], list[str]]:
+    """Read the quota workflow's history: returns (problems, grant order of the burst)."""
+    keys: dict[str, tuple[int, float, str]] = {}
+    grants: list[str] = []
+    for ev in events:
+        if ev.HasField("workflow_execution_signaled_event_attributes"):
+            a = ev.workflow_execution_signaled_event_attributes
+            if a.signal_name == "enqueue":
+                req = AdmissionRequest.model_validate(decode_json_payloads(a.input)[0])
+                keys.setdefault(req.job_id, (-req.priority, req.submitted_at, req.job_id))
+        elif ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
+            s = ev.signal_external_workflow_execution_initiated_event_attributes
+            if s.signal_name == "admitted":
+                grants.append(s.workflow_execution.workflow_id)
+    problems: list[str] = []
+    counts = Counter(grants)
+    dup = [j for j, c in counts.items() if c > 1]
+    if dup:
+        problems.append(f"{len(dup)} holders granted more than once, e.g. {dup[0]}")
+    lost = burst - set(counts)
+    if lost:
+        problems.append(f"{len(lost)} holders never granted, e.g. {sorted(lost)[0]}")
+    order = [j for j in grants if j in burst]
+    expected = sorted(order, key=lambda j: keys[j])
+    if order != expected:
+        first = next(i for i, (a, b) in enumerate(zip(order, expected, strict=True)) if a != b)
+        problems.append(f"grant #{first} went to {order[first]} {keys[order[first]]}, "
+                        f"expected {expected[first]} {keys[expected[first]]}")
+    return problems, order
+
+
+async def run(args: argparse.Namespace) -> int:
+    n, conc = args.jobs, args.concurrency
+    tq = f"bench-queue-{uuid.uuid4().hex[:6]}"
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()),
+        data_converter=pydantic_data_converter, ui=False)
+    try:
+        client = env.client
+        worker = fleetq_worker(client, real_activities(client, None), task_queue=tq,
+                               extra_workflows=[QueueHolder, SignalCounter, Signaller])
+        async with worker:
+            # ---- baseline: N plain signals into one workflow
+            counter = await client.start_workflow(SignalCounter.run, n, id="bench-counter",
+                                                  task_queue=tq)
+            base = Phase("signals").start()
+            await start_all(client, [f"bench-signaller-{i:05d}" for i in range(n)], conc,
+                            lambda wid: client.start_workflow(
+                                Signaller.run, counter.id, id=wid, task_queue=tq))
+            await counter.result()
+            base.stop(n)
+            print(base.line("signals"), flush=True)
+
+            # ---- the quota workflow, filled by the plugs
+            qh = await client.start_workflow(
+                QuotaTreeWorkflow.run, QuotaTreeInput(tree=quota_tree()),
+                id="quota/kube-system/elasticquotatree", task_queue=tq)
+            first_run = qh.result_run_id
+            plugs = [f"bench-plug-{i:03d}" for i in range(MAX_JOBS)]
+            await start_all(client, plugs, conc, lambda wid: client.start_workflow(
+                QueueHolder.run, HolderInput(tree_id=qh.id, priority=1000, hold=True),
+                id=wid, task_queue=tq))
+            await wait_view(qh, lambda v: v.holders == MAX_JOBS, "plugs admitted", 120)
+
+            # ---- the burst
+            rng = random.Random(42)
+            burst = [f"bench-holder-{i:05d}" for i in range(n)]
+            prio = {wid: rng.choice(PRIORITIES) for wid in burst}
+            total = Phase("admissions").start()
+            enq = Phase("enqueued").start()
+            await start_all(client, burst, conc, lambda wid: client.start_workflow(
+                QueueHolder.run, HolderInput(tree_id=qh.id, priority=prio[wid]),
+                id=wid, task_queue=tq))
+            await wait_view(qh, lambda v: v.waiting == n, "burst enqueued", 3600)
+            enq.stop(n)
+            print(enq.line("jobs"), flush=True)
+            drain = Phase("drain").start()
+            await asyncio.gather(*(client.get_workflow_handle(wid).signal(QueueHolder.finish)
+                                   for wid in plugs))
+            final = await wait_view(qh, lambda v: v.holders == 0 and v.waiting == 0,
+                                    "queue drained", 3600)
+            drain.stop(n)
+            total.stop(n)
+            peak = peak_rss_mb()
+            await qh.signal(QuotaTreeWorkflow.stop)
+            await qh.result()
+            runs, events = await run_chain(client, qh.id, first_run, keep_events=True)
+    finally:
+        await env.shutdown()
+
+    problems, order = check_order(events, set(burst))
+    longest = max(r.events for r in runs)
+    biggest_can = max(r.continue_as_new_input for r in runs)
+    biggest = max(r.largest_payload for r in runs)
+    if longest > HISTORY_WARN_EVENTS:
+        problems.append(f"a quota workflow run has {longest} events (> {HISTORY_WARN_EVENTS})")
+    ratio = total.rate / base.rate
+    print()
+    print(f"jobs: {n} into one leaf with kube-queue/max-jobs {MAX_JOBS}, "
+          f"priorities {PRIORITIES}, start concurrency {conc}")
+    print(base.line("signals"))
+    print(enq.line("jobs") + "  (holders started and queued)")
+    print(drain.line("jobs") + "  (admitted after the plugs released)")
+    print(total.line("jobs") + "  (burst start to last grant)")
+    print(f"grants sent by the quota workflow: {final.grants_sent} "
+          f"(= {n} + {MAX_JOBS} plugs: {final.grants_sent == n + MAX_JOBS}); "
+          f"grant order priority-then-FIFO: {not problems}")
+    print(f"quota workflow: {len(runs)} runs, events per run {[r.events for r in runs]}")
+    print(f"  largest run {longest} events (limit {HISTORY_WARN_EVENTS}); largest "
+          f"continue-as-new input {biggest_can / 1024:.1f} KiB; largest event payload "
+          f"{biggest / 1024:.1f} KiB")
+    print(f"worker process peak RSS: {peak:.0f} MiB")
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    print(result_line("queue", ratio, TARGET))
+    return 0 if not problems and final.grants_sent == n + MAX_JOBS else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="fleetq bench queue", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=10_000, help="holders in the burst")
+    ap.add_argument("--concurrency", type=int, default=200,
+                    help="start requests in flight at once (holders and baseline alike)")
+    args = ap.parse_args(argv)
+    if args.jobs < 1 or args.concurrency < 1:
+        ap.error("--jobs and --concurrency must be at least 1")
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

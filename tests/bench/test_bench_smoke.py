@@ -1,0 +1,142 @@
+"""Smoke tests of every benchmark at a tiny size: each runs to the end through ``fleetq
+bench NAME`` or its ``main(argv)`` and prints a well-formed ``RESULT`` line. No timing is
+asserted (the machines are shared); what is asserted is what would break a benchmark
+run: a crash, a job that does not succeed, a lost or out-of-order grant, a missing line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetq.cli import app
+from fleetq.cli.bench import BENCHMARKS, BenchError, resolve
+
+RESULT = re.compile(r"^RESULT (?P<name>[a-z0-9]+) (?P<ratio>\d+\.\d+) \(target (?P<t>[\d.]+)\)$")
+
+
+def run_main(main: Callable[[Sequence[str]], int], argv: list[str],
+             capsys: pytest.CaptureFixture[str]) -> tuple[int, str, re.Match[str]]:
+    code = main(argv)
+    out = capsys.readouterr().out
+    last = out.strip().splitlines()[-1]
+    match = RESULT.match(last)
+    assert match, f"last line is not a RESULT line: {last!r}"
+    return code, out, match
+
+
+def test_placement_at_a_tiny_size_prints_its_result(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import placement
+
+    code, _out, m = run_main(placement.main, ["--clusters", "3", "--nodes", "40",
+                                              "--workers", "3", "--repeat", "2"], capsys)
+    assert code == 0
+    assert m["name"] == "placement" and float(m["t"]) == 5.0
+
+
+def test_capacity_at_a_tiny_size_prints_its_result(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import capacity
+
+    # the exit code encodes the timing target, which a tiny fleet need not meet
+    _code, out, m = run_main(capacity.main, ["--clusters", "2", "--nodes", "5",
+                                             "--pods", "20", "--repeat", "2"], capsys)
+    assert m["name"] == "capacity"
+    assert "cached == listed: True" in out
+
+
+def test_queue_admits_every_holder_once_in_priority_then_fifo_order(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import queue
+
+    code, out, m = run_main(queue.main, ["--jobs", "60", "--concurrency", "30"], capsys)
+    assert code == 0, out
+    assert m["name"] == "queue" and float(m["t"]) == 0.5
+    assert "grant order priority-then-FIFO: True" in out
+    assert "grants sent by the quota workflow: 160 (= 60 + 100 plugs: True)" in out
+
+
+def test_queue_order_check_catches_a_reordered_grant() -> None:
+    """The checker the queue benchmark relies on fails on a wrong order, a duplicate and
+    a lost grant (built from synthetic history events)."""
+    from temporalio.api.common.v1 import Payload, Payloads
+    from temporalio.api.history.v1 import HistoryEvent
+
+    from bench.queue import check_order
+
+    def enqueue(job: str, prio: int, at: float) -> HistoryEvent:
+        ev = HistoryEvent()
+        a = ev.workflow_execution_signaled_event_attributes
+        a.signal_name = "enqueue"
+        data = (f'{{"job_id":"{job}","namespace":"bench","priority":{prio},'
+                f'"request":{{"kube-queue/max-jobs":1000}},"submitted_at":{at}}}')
+        a.input.CopyFrom(Payloads(payloads=[Payload(data=data.encode())]))
+        return ev
+
+    def grant(job: str) -> HistoryEvent:
+        ev = HistoryEvent()
+        s = ev.signal_external_workflow_execution_initiated_event_attributes
+        s.signal_name = "admitted"
+        s.workflow_execution.workflow_id = job
+        return ev
+
+    queued = [enqueue("a", 0, 1.0), enqueue("b", 10, 2.0), enqueue("c", 0, 3.0)]
+    ok, order = check_order([*queued, grant("b"), grant("a"), grant("c")], {"a", "b", "c"})
+    assert ok == [] and order == ["b", "a", "c"]
+    bad, _ = check_order([*queued, grant("a"), grant("b"), grant("c")], {"a", "b", "c"})
+    assert len(bad) == 1 and "grant #0 went to a" in bad[0]
+    dup, _ = check_order([*queued, grant("b"), grant("b"), grant("a")], {"a", "b", "c"})
+    assert any("more than once" in p for p in dup) and any("never granted" in p for p in dup)
+
+
+@pytest.mark.slow
+def test_e2e_runs_tiny_jobs_through_the_whole_pipeline(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import e2e
+
+    code, out, m = run_main(e2e.main, ["--jobs", "4", "--warmup", "1",
+                                       "--concurrency", "4"], capsys)
+    assert code == 0, out
+    assert m["name"] == "e2e" and float(m["t"]) == 0.7
+    assert "states: {'Succeeded': 4}" in out
+    assert "reserve 1.00" in out  # every job took the reservation cluster's reserve path
+
+
+@pytest.mark.slow
+def test_history_counts_the_walkthrough_and_a_long_job(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import history
+
+    code, out, m = run_main(history.main, ["--days", "1", "--run-seconds", "1"], capsys)
+    assert code == 0, out
+    assert m["name"] == "history" and float(m["ratio"]) > 1.0
+    assert "walkthrough job pytorchjob/default/pytorch-test: Succeeded" in out
+
+
+def test_cli_lists_benchmarks_and_dispatches_by_name() -> None:
+    runner = CliRunner()
+    listed = runner.invoke(app, ["bench", "--help"])
+    assert listed.exit_code == 0
+    for name in BENCHMARKS:
+        assert name in listed.output
+    got = runner.invoke(app, ["bench", "placement", "--clusters", "2", "--nodes", "20",
+                              "--workers", "2", "--repeat", "1"])
+    assert got.exit_code == 0, got.output
+    assert RESULT.match(got.output.strip().splitlines()[-1])
+
+
+def test_cli_rejects_an_unknown_benchmark_in_one_line() -> None:
+    got = CliRunner().invoke(app, ["bench", "nope"])
+    assert got.exit_code == 2
+    assert "unknown benchmark 'nope'; choose one of: e2e, queue" in got.output
+    assert "Traceback" not in got.output
+
+
+def test_a_missing_benchmark_module_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "bench.chaos" else real(name, *a))
+    with pytest.raises(BenchError, match=r"benchmark 'chaos' is not available .*bench/chaos.py"):
+        resolve("chaos")

@@ -1,0 +1,222 @@
+"""Invariants under load: many concurrent submits, deletes, policy and quota-tree changes
+and failovers on the dev server + emulator + in-process worker (loopback only, bounded
+in count and time). At every sampling step:
+
+* usage <= max on every quota node, for every resource (``kube-queue/max-jobs`` too);
+* usage of every leaf = the sum of the quota requests of the jobs holding it;
+* no job has a copy on two member clusters.
+
+Tree changes add and remove an unrelated leaf and move the root's cpu ceiling, both far
+above what the soak can use: shrinking a limit below current usage is excluded on purpose
+(admitted jobs are not preempted, so usage may legitimately stay above a lowered max).
+Policy changes flip tolerationSeconds with purgeMode Immediately (Gracefully keeps the
+old copy until the new one is healthy, so two copies are legitimate there).
+At the end every job has ended, quota usage is exactly zero and no Reservation holds room.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHandle
+
+from bench.chaos import (
+    job_manifest,
+    job_reservations,
+    policy_manifest,
+    quota_leaks,
+    tree_manifest,
+    workflow_task_failures,
+    history_events,
+)
+from fleetq.models import gang_of, parse_job, quota_request
+from fleetq.resources import MAX_JOBS
+from workflows.quota_tree import QuotaView
+from tests.reliability.conftest import LEAVES, REL_TREE, Stack
+
+SOAK_NS = ["soak-a", "soak-b", "soak-c"]
+MEMBERS = ["cluster-a", "cluster-b", "cluster-c"]
+LEAF_MAX_JOBS = 4
+
+
+@dataclass
+class Soak:
+    stack: Stack
+    rng: random.Random
+    handles: dict[str, WorkflowHandle[Any, Any]] = field(default_factory=dict)
+    requests: dict[str, dict[str, int]] = field(default_factory=dict)
+    namespaces: dict[str, str] = field(default_factory=dict)
+    deleted: set[str] = field(default_factory=set)
+    failed_over: set[str] = field(default_factory=set)
+    violations: list[str] = field(default_factory=list)
+    samples: int = 0
+    tree_changes: int = 0
+    policy_changes: int = 0
+    peak_holders: int = 0
+
+    # ---------------------------------------------------------------- drivers
+    def tree(self, generation: int) -> dict[str, Any]:
+        leaves = dict(LEAVES)
+        if generation % 2:
+            leaves["soak-extra"] = ["soak-extra"]
+        doc = tree_manifest(leaves, max_jobs=100, name=REL_TREE,
+                            cpu="1000" if generation % 2 else "1200")
+        for child in doc["spec"]["root"]["children"]:
+            if child["name"] in SOAK_NS:
+                child["max"]["kube-queue/max-jobs"] = LEAF_MAX_JOBS
+        return doc
+
+    async def submit(self, i: int) -> None:
+        ns = SOAK_NS[i % len(SOAK_NS)]
+        name = f"s{i}-{self.rng.randrange(10**6):06d}"
+        manifest = job_manifest(ns, name, workers=self.rng.randint(0, 2))
+        handle = await self.stack.start_job(manifest, run_seconds=self.rng.randint(1, 3))
+        self.handles[handle.id] = handle
+        self.namespaces[handle.id] = ns
+        self.requests[handle.id] = quota_request(gang_of(parse_job(manifest)))
+
+    async def chaos(self, stop: asyncio.Event) -> None:
+        """Deletes, failovers, policy and tree changes while jobs come and go."""
+        gen = 0
+        while not stop.is_set():
+            await asyncio.sleep(self.rng.uniform(0.3, 0.8))
+            roll = self.rng.random()
+            live = [w for w in self.handles if w not in self.deleted]
+            if roll < 0.35 and live:
+                wid = self.rng.choice(live)
+                self.deleted.add(wid)
+                await self.handles[wid].cancel()
+            elif roll < 0.6 and live:
+                wid = self.rng.choice(live)
+                view = await self.stack.view(self.handles[wid])
+                if view.cluster and view.state == "Running":
+                    self.stack.emulated.fail_job(view.cluster, view.namespace, view.name)
+                    self.failed_over.add(wid)
+            elif roll < 0.8:
+                gen += 1
+                await self.stack.apply_tree(self.tree(gen))
+                self.tree_changes += 1
+            else:
+                tol = self.rng.choice([1, 2])
+                for ns in SOAK_NS:
+                    await self.stack.apply(policy_manifest(ns, toleration=tol,
+                                                           clusters=MEMBERS))
+                self.policy_changes += 1
+
+    # ---------------------------------------------------------------- invariants
+    async def sample(self) -> None:
+        quota = self.stack.client.get_workflow_handle(f"quota/kube-system/{REL_TREE}")
+        before = await quota.query("holders", result_type=list[str])
+        view = await quota.query("view", result_type=QuotaView)
+        after = await quota.query("holders", result_type=list[str])
+        self.samples += 1
+        self.peak_holders = max(self.peak_holders, len(after))
+        for q in view.queues:
+            for k, limit in q.max.items():
+                if q.usage.get(k, 0) > limit:
+                    self.violations.append(f"{q.node}: {k} usage {q.usage.get(k)} > max {limit}")
+        if sorted(before) == sorted(after):
+            for ns in SOAK_NS:
+                (leaf,) = [q for q in view.queues if q.node == ns]
+                want: dict[str, int] = {}
+                for wid in after:
+                    if self.namespaces.get(wid) == ns:
+                        for k, v in self.requests[wid].items():
+                            want[k] = want.get(k, 0) + v
+                got = {k: v for k, v in leaf.usage.items() if v}
+                if got != {k: v for k, v in want.items() if v}:
+                    self.violations.append(f"{ns}: usage {got} != sum of admitted gangs {want}")
+                if leaf.usage.get(MAX_JOBS, 0) > LEAF_MAX_JOBS * 1000:
+                    self.violations.append(f"{ns}: more than {LEAF_MAX_JOBS} jobs admitted")
+        seen: dict[tuple[str, str], list[str]] = {}
+        for c in MEMBERS:
+            for o in self.stack.emulated.objects(c, "pytorchjobs"):
+                meta = o["metadata"]
+                if meta.get("namespace") in SOAK_NS:
+                    seen.setdefault((meta["namespace"], meta["name"]), []).append(c)
+        for (ns, name), clusters in seen.items():
+            if len(clusters) > 1:
+                self.violations.append(f"{ns}/{name} on {clusters} at once")
+
+
+async def soak(stack: Stack, *, jobs: int, seconds: float, seed: int) -> Soak:
+    s = Soak(stack, random.Random(seed))
+    await stack.apply_tree(s.tree(0))
+    for ns in SOAK_NS:
+        await stack.apply(policy_manifest(ns, toleration=1, clusters=MEMBERS))
+    stop = asyncio.Event()
+    chaos = asyncio.create_task(s.chaos(stop))
+    deadline = time.monotonic() + seconds
+    try:
+        i = 0
+        while i < jobs:
+            burst = min(jobs - i, s.rng.randint(5, 25))
+            await asyncio.gather(*(s.submit(i + k) for k in range(burst)))
+            i += burst
+            await s.sample()
+            await asyncio.sleep(s.rng.uniform(0.1, 0.6))
+        while time.monotonic() < deadline:
+            await s.sample()
+            open_ = 0
+            for h in s.handles.values():
+                desc = await h.describe()
+                open_ += desc.status is not None and desc.status.name == "RUNNING"
+            if not open_:
+                break
+            await asyncio.sleep(0.3)
+    finally:
+        stop.set()
+        await chaos
+    return s
+
+
+async def check_end(stack: Stack, s: Soak) -> list[str]:
+    problems = list(s.violations)
+    still = []
+    for wid, h in s.handles.items():
+        desc = await h.describe()
+        if desc.status is not None and desc.status.name == "RUNNING":
+            still.append(wid)
+            continue
+        if workflow_task_failures(await history_events(h)):
+            problems.append(f"{wid}: WorkflowTaskFailed in history")
+        held = [r for r in job_reservations(stack.emulated, wid, MEMBERS)
+                if r[2] in ("Available", "Pending")]
+        if held:
+            v = await stack.view(h)
+            problems.append(f"{wid} ended {v.state} ({v.reason}); copies {v.copies}; events "
+                            f"{[e.reason for e in v.events]}: Reservations still hold room: "
+                            f"{held}")
+    if still:
+        problems.append(f"{len(still)} jobs still running at the end: {still[:5]}")
+    else:
+        problems += await quota_leaks(stack.client, REL_TREE)
+    return problems
+
+
+async def run_and_check(stack: Stack, jobs: int, seconds: float, seed: int) -> Soak:
+    try:
+        s = await soak(stack, jobs=jobs, seconds=seconds, seed=seed)
+        problems = await check_end(stack, s)
+    finally:
+        await stack.apply_tree(tree_manifest(LEAVES, max_jobs=100, name=REL_TREE))
+    assert not problems, "\n".join(problems[:30])
+    assert s.samples >= 10 and s.peak_holders >= 2
+    assert s.tree_changes and s.policy_changes and s.deleted and s.failed_over
+    return s
+
+
+@pytest.mark.timeout(150)
+async def test_soak_short_keeps_every_invariant(stack: Stack) -> None:
+    await run_and_check(stack, jobs=90, seconds=60, seed=7)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_soak_long_keeps_every_invariant(stack: Stack) -> None:
+    await run_and_check(stack, jobs=500, seconds=600, seed=11)
