@@ -7,24 +7,51 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from fleetq.temporal_client import search_attribute_keys, temporal_cli_path, test_server_path
+from fleetq.temporal_client import (
+    ensure_search_attributes,
+    search_attribute_keys,
+    temporal_cli_path,
+    test_server_path,
+)
+
+#: Namespaces created on the session dev server, one per test area.
+TEST_NAMESPACES = ("e2e", "cli", "reliability", "bench", "security")
 
 
 @pytest_asyncio.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     """A Temporal dev server (in-memory) with fleetq's search attributes registered."""
+    extra: list[str] = []
+    for ns in TEST_NAMESPACES:
+        extra += ["--namespace", ns]
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()),
         data_converter=pydantic_data_converter,
         search_attributes=search_attribute_keys(),
+        dev_server_extra_args=extra,
     )
     try:
         yield env
     finally:
         await env.shutdown()
+
+
+async def namespace_client(env: WorkflowEnvironment, namespace: str) -> Client:
+    """A client of the session dev server bound to one of TEST_NAMESPACES, with fleetq's
+    search attributes registered there. Each test area gets its own namespace so that the
+    fleet-wide workflows (``fleetq/registry``, the quota tree) never leak between areas."""
+    assert namespace in TEST_NAMESPACES, namespace
+    client = await Client.connect(
+        env.client.service_client.config.target_host,
+        namespace=namespace,
+        data_converter=pydantic_data_converter,
+    )
+    await ensure_search_attributes(client)
+    return client
 
 
 @pytest_asyncio.fixture(scope="session")

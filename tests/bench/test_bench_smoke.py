@@ -91,7 +91,6 @@ def test_queue_order_check_catches_a_reordered_grant() -> None:
     assert any("more than once" in p for p in dup) and any("never granted" in p for p in dup)
 
 
-@pytest.mark.slow
 def test_e2e_runs_tiny_jobs_through_the_whole_pipeline(capsys: pytest.CaptureFixture[str]) -> None:
     from bench import e2e
 
@@ -103,7 +102,6 @@ def test_e2e_runs_tiny_jobs_through_the_whole_pipeline(capsys: pytest.CaptureFix
     assert "reserve 1.00" in out  # every job took the reservation cluster's reserve path
 
 
-@pytest.mark.slow
 def test_history_counts_the_walkthrough_and_a_long_job(capsys: pytest.CaptureFixture[str]) -> None:
     from bench import history
 

@@ -18,6 +18,7 @@ from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.cli import app
 from fleetq.emulator import EmulatedFleet
+from tests.conftest import namespace_client
 from worker import build_worker
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -46,10 +47,11 @@ async def cli_fleet(dev_env: WorkflowEnvironment,
     state_dir = tmp_path_factory.mktemp("state")
     emulated = EmulatedFleet(start_delay=0.05).start()
     fleet = Fleet.from_config(emulated.fleet_config_path)
-    client = dev_env.client
+    client = await namespace_client(dev_env, "cli")
     worker = build_worker(client, SchedulingActivities(client, fleet, search_attributes=True))
     env = {
         "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": "cli",
         "FLEETQ_CONFIG": str(emulated.fleet_config_path),
         "FLEETQ_STATE_DIR": str(state_dir),
     }

@@ -9,6 +9,8 @@ in count and time). At every sampling step:
 Tree changes add and remove an unrelated leaf and move the root's cpu ceiling, both far
 above what the soak can use: shrinking a limit below current usage is excluded on purpose
 (admitted jobs are not preempted, so usage may legitimately stay above a lowered max).
+Deletes hit queued and running jobs (a delete in the middle of reserve/bind is a known
+bug with its own strict-xfail tests in ``test_delete_races.py``).
 Policy changes flip tolerationSeconds with purgeMode Immediately (Gracefully keeps the
 old copy until the new one is healthy, so two copies are legitimate there).
 At the end every job has ended, quota usage is exactly zero and no Reservation holds room.
@@ -26,18 +28,18 @@ import pytest
 from temporalio.client import WorkflowHandle
 
 from bench.chaos import (
+    history_events,
     job_manifest,
     job_reservations,
     policy_manifest,
     quota_leaks,
     tree_manifest,
     workflow_task_failures,
-    history_events,
 )
 from fleetq.models import gang_of, parse_job, quota_request
 from fleetq.resources import MAX_JOBS
-from workflows.quota_tree import QuotaView
 from tests.reliability.conftest import LEAVES, REL_TREE, Stack
+from workflows.quota_tree import QuotaView
 
 SOAK_NS = ["soak-a", "soak-b", "soak-c"]
 MEMBERS = ["cluster-a", "cluster-b", "cluster-c"]
@@ -88,9 +90,13 @@ class Soak:
             roll = self.rng.random()
             live = [w for w in self.handles if w not in self.deleted]
             if roll < 0.35 and live:
+                # Deleted while queued or running; a delete in the middle of reserve/bind
+                # is a known bug, pinned by tests/reliability/test_delete_races.py.
                 wid = self.rng.choice(live)
-                self.deleted.add(wid)
-                await self.handles[wid].cancel()
+                view = await self.stack.view(self.handles[wid])
+                if view.state in ("Queued", "Running"):
+                    self.deleted.add(wid)
+                    await self.handles[wid].cancel()
             elif roll < 0.6 and live:
                 wid = self.rng.choice(live)
                 view = await self.stack.view(self.handles[wid])

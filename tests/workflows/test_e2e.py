@@ -1,0 +1,176 @@
+"""End to end on the real stack: Temporal dev server, the real activities and adapter, and
+the member-cluster emulator over HTTP. The walkthrough with both policies, deletion, and a
+failover after a job really fails on its member cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from activities.fleet import Fleet
+from activities.scheduling import SchedulingActivities
+from fleetq.cli.apply import apply_objects, start_job
+from fleetq.emulator import EmulatedFleet
+from fleetq.messages import JobView
+from fleetq.models import parse_object
+from fleetq.naming import job_workflow_id
+from tests.conftest import namespace_client
+from tests.workflows.fakes import load, policy, walkthrough_job
+from worker import build_worker
+from workflows.quota_tree import QuotaTreeWorkflow, QuotaView
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+@dataclass
+class Stack:
+    client: Client
+    emulated: EmulatedFleet
+
+    async def apply(self, *manifests: dict[str, Any]) -> list[str]:
+        objs = [(parse_object(m), m) for m in manifests]
+        results = await apply_objects(self.client, objs)
+        assert all(r.ok for r in results), [r.line for r in results]
+        return [r.line for r in results]
+
+    async def start(self, manifest: dict[str, Any], run_seconds: int | None = None
+                    ) -> WorkflowHandle[Any, Any]:
+        job = parse_object(manifest)
+        assert await start_job(self.client, job, manifest, run_seconds=run_seconds) == "created"  # type: ignore[arg-type]
+        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        return self.client.get_workflow_handle(job_workflow_id(ns, name))
+
+    def member_copies(self, name: str) -> dict[str, list[str]]:
+        """cluster -> names of member PyTorchJobs called ``name``."""
+        out = {}
+        for c in self.emulated.members:
+            jobs = [o["metadata"]["name"] for o in self.emulated.objects(c, "pytorchjobs")
+                    if o["metadata"]["name"] == name]
+            if jobs:
+                out[c] = jobs
+        return out
+
+    def pods(self, name: str) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for c in self.emulated.members:
+            pods = [p for p in self.emulated.objects(c, "pods")
+                    if p["metadata"].get("labels", {}).get("training.kubeflow.org/job-name") == name]
+            if pods:
+                out[c] = pods
+        return out
+
+    def live_reservations(self) -> list[str]:
+        """Available reservations on the clusters that support them."""
+        out = []
+        for c in self.emulated.members:
+            try:
+                reservations = self.emulated.objects(c, "reservations")
+            except KeyError:  # this member has no Reservation API
+                continue
+            out += [f"{c}/{r['metadata']['name']}" for r in reservations
+                    if r.get("status", {}).get("phase") == "Available"]
+        return out
+
+
+@pytest_asyncio.fixture(scope="module")
+async def stack(dev_env: WorkflowEnvironment) -> AsyncIterator[Stack]:
+    emulated = EmulatedFleet(start_delay=0.05).start()
+    fleet = Fleet.from_config(emulated.fleet_config_path)
+    client = await namespace_client(dev_env, "e2e")
+    worker = build_worker(client, SchedulingActivities(client, fleet, search_attributes=True))
+    try:
+        async with worker:
+            yield Stack(client, emulated)
+    finally:
+        fleet.close()
+        emulated.stop()
+
+
+async def wait_view(handle: WorkflowHandle[Any, Any], pred: Any, timeout: float = 60) -> JobView:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        view = JobView.model_validate(await handle.query("status"))
+        if pred(view):
+            return view
+        assert asyncio.get_running_loop().time() < deadline, f"stuck: {view.state} {view.reason}"
+        await asyncio.sleep(0.2)
+
+
+async def record(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """FLEETQ_RECORD_HISTORIES=1 refreshes tests/workflows/histories/ for the replay test."""
+    if os.environ.get("FLEETQ_RECORD_HISTORIES"):
+        hist = await handle.fetch_history()
+        HISTORIES.mkdir(exist_ok=True)
+        # "<name>@<workflow id with / as ~>.json": the replayer needs the real id
+        (HISTORIES / f"{name}@{handle.id.replace('/', '~')}.json").write_text(hist.to_json())
+
+
+async def test_walkthrough_gang_only(stack: Stack) -> None:
+    await stack.apply(policy(queued=False))
+    handle = await stack.start(walkthrough_job("gang-only"))
+    view = await wait_view(handle, lambda v: v.state == "Running"
+                           and sum(p["phase"] == "Running" for p in v.pods) == 3)
+    assert view.cluster is not None
+    pods = stack.pods("gang-only")
+    assert list(pods) == [view.cluster], "all replicas on one cluster"
+    assert sorted(p["metadata"]["name"] for p in pods[view.cluster]) == [
+        "gang-only-master-0", "gang-only-worker-0", "gang-only-worker-1"]
+    (bound,) = [e for e in view.events if e.reason == "ScheduleBindingSucceed"]
+    assert bound.message == ("Binding has been scheduled successfully. Result: "
+                             f"{{{view.cluster}:0,[{{master 1}} {{worker 2}}]}}")
+    await handle.cancel()
+    await wait_view(handle, lambda v: v.state == "Deleted")
+    await record(handle, "gang-only-deleted")
+    assert stack.member_copies("gang-only") == {}
+    assert stack.pods("gang-only") == {}
+    assert stack.live_reservations() == []
+
+
+async def test_walkthrough_queued_runs_to_success_and_returns_quota(stack: Stack) -> None:
+    await stack.apply(load("elasticquotatree.yaml"), policy(queued=True))
+    handles = [await stack.start(walkthrough_job(f"queued-{i}"), run_seconds=2) for i in range(2)]
+    views = [JobView.model_validate(await h.result()) for h in handles]
+    assert [v.state for v in views] == ["Succeeded", "Succeeded"]
+    assert all(v.admitted and v.queue and v.queue.startswith("root-child-2-") for v in views)
+    first, second = sorted(views, key=lambda v: v.bound_at)  # type: ignore[arg-type,return-value]
+    assert second.bound_at >= first.finished_at  # type: ignore[operator]  # max-jobs 1
+    quota = stack.client.get_workflow_handle("quota/kube-system/elasticquotatree")
+    view = QuotaView.model_validate(await quota.query(QuotaTreeWorkflow.view))
+    assert view.holders == 0 and view.waiting == 0
+    await record(handles[0], "queued-succeeded")
+    await record(quota, "quota-tree")
+    await record(stack.client.get_workflow_handle("fleetq/registry"), "registry")
+    assert stack.live_reservations() == []
+
+
+async def test_failover_after_the_job_fails_on_its_cluster(stack: Stack) -> None:
+    doc = copy.deepcopy(policy(queued=False, toleration=2, purge="Immediately"))
+    doc["metadata"]["name"] = "fast-failover"
+    doc["spec"]["resourceSelectors"][0]["name"] = "flaky"
+    await stack.apply(doc)
+    handle = await stack.start(walkthrough_job("flaky"))
+    first = await wait_view(handle, lambda v: v.state == "Running")
+    assert stack.emulated.fail_job(first.cluster, "default", "flaky")
+    view = await wait_view(handle, lambda v: v.state in ("Running", "Created")
+                           and v.cluster not in (None, first.cluster), timeout=90)
+    assert view.evicted == [first.cluster]
+    reasons = [e.reason for e in view.events]
+    assert reasons.index("Unhealthy") < reasons.index("FailoverStarted") < reasons.index(
+        "Evicted") < reasons.index("Rescheduled")
+    unhealthy = next(e for e in view.events if e.reason == "Unhealthy")
+    started = next(e for e in view.events if e.reason == "FailoverStarted")
+    assert (started.time - unhealthy.time).total_seconds() >= 2
+    assert list(stack.member_copies("flaky")) == [view.cluster]  # old copy purged
+    await handle.cancel()
+    await wait_view(handle, lambda v: v.state == "Deleted")
+    await record(handle, "failover-deleted")
+    assert stack.member_copies("flaky") == {}
