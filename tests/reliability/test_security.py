@@ -128,6 +128,18 @@ async def test_a_policy_applies_only_to_its_own_namespace(stack: Stack) -> None:
         assert view.policy is None and view.cluster is None
     finally:
         await handle.cancel()
+    await stack.wait_end(handle)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert member_copies(stack.emulated, "iso-c", view.name, MEMBERS) == {}
+
+
+@pytest.mark.xfail(strict=True, reason="run() resolves the policy outside its "
+                   "try/except CancelledError, so a job deleted while it waits for a policy "
+                   "never runs _on_deleted and its final status says Pending (see report)")
+async def test_a_job_deleted_while_waiting_for_a_policy_ends_deleted(stack: Stack) -> None:
+    handle = await stack.job("iso-c", "no-policy-del")
+    await stack.wait_state(handle, "Pending", timeout=20)
+    await handle.cancel()
     assert (await stack.wait_end(handle)).state == "Deleted"
 
 
