@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from activities.fleet import Fleet
@@ -29,6 +29,21 @@ from fleetq.temporal_client import connect, has_search_attributes
 from workflows import ALL_WORKFLOWS
 
 log = logging.getLogger("fleetq.worker")
+
+
+def metrics_runtime(prometheus_port: int | None = None) -> Runtime | None:
+    """Temporal's worker metrics and fleetq's scheduler metrics (jobs by state, queue
+    lengths, admission latency, placement failures, failovers): Prometheus on
+    127.0.0.1:PORT/metrics, or OpenTelemetry when OTEL_EXPORTER_OTLP_METRICS_ENDPOINT /
+    OTEL_EXPORTER_OTLP_ENDPOINT is set; none by default."""
+    if prometheus_port:
+        return Runtime(telemetry=TelemetryConfig(
+            metrics=PrometheusConfig(bind_address=f"127.0.0.1:{prometheus_port}")))
+    url = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+           or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    if url and os.environ.get("OTEL_METRICS_EXPORTER", "otlp") != "none":
+        return Runtime(telemetry=TelemetryConfig(metrics=OpenTelemetryConfig(url=url)))
+    return None
 
 
 def build_worker(
@@ -65,12 +80,9 @@ async def run_worker(
     ready: asyncio.Event | None = None,
 ) -> None:
     kwargs: dict[str, Any] = {}
-    if prometheus_port:
-        kwargs["runtime"] = Runtime(
-            telemetry=TelemetryConfig(
-                metrics=PrometheusConfig(bind_address=f"127.0.0.1:{prometheus_port}")
-            )
-        )
+    runtime = metrics_runtime(prometheus_port)
+    if runtime is not None:
+        kwargs["runtime"] = runtime
     client = await connect(address, namespace, **kwargs)
     path = fleet_config or os.environ.get("FLEETQ_CONFIG")
     fleet_source = (lambda: Fleet.from_config(path)) if path else Fleet.from_env

@@ -9,6 +9,7 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 from temporalio.testing import WorkflowEnvironment
 
 from fleetq.temporal_client import (
@@ -40,7 +41,8 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         await env.shutdown()
 
 
-async def namespace_client(env: WorkflowEnvironment, namespace: str) -> Client:
+async def namespace_client(env: WorkflowEnvironment, namespace: str,
+                           runtime: Runtime | None = None) -> Client:
     """A client of the session dev server bound to one of TEST_NAMESPACES, with fleetq's
     search attributes registered there. Each test area gets its own namespace so that the
     fleet-wide workflows (``fleetq/registry``, the quota tree) never leak between areas."""
@@ -49,6 +51,7 @@ async def namespace_client(env: WorkflowEnvironment, namespace: str) -> Client:
         env.client.service_client.config.target_host,
         namespace=namespace,
         data_converter=pydantic_data_converter,
+        runtime=runtime,
     )
     await ensure_search_attributes(client)
     return client

@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         job_workflow_id,
     )
     from fleetq.resources import format_resources
+    from workflows import metrics
 
 MAX_EVENTS = 30
 #: continue-as-new once a run's history passes this many events
@@ -274,6 +275,9 @@ class PyTorchJobWorkflow:
             self._event("Normal", "Queued", f"enqueued in quota tree {tree_id}")
             await workflow.wait_condition(lambda: self._grant is not None)
         grant = self._grant
+        if view.created_at is not None:
+            metrics.admission_latency((workflow.now() - view.created_at).total_seconds(),
+                                      grant.queue)
         view.admitted = True
         view.queue = grant.queue
         self._event("Normal", "Admitted", f"admitted by queue {grant.queue} (quota {grant.node})")
@@ -377,6 +381,8 @@ class PyTorchJobWorkflow:
                 return False
             reason = "; ".join(f"{c}: {r}" for c, r in sorted(rejections.items())) or (
                 "no member cluster has room")
+            for r in rejections.values():
+                metrics.placement_failure(metrics.reason_kind(r))
             if reason != last_reason:
                 self._event("Warning", "FailedScheduling", reason)
                 last_reason = reason
@@ -518,6 +524,7 @@ class PyTorchJobWorkflow:
         view = self._require_view()
         fo = self._pol.application_failover
         mode = fo.purgeMode if fo else PurgeMode.DIRECTLY
+        metrics.failover(old, mode.value)
         self._set_state("FailingOver", f"unhealthy on {old} for {tolerance}s")
         self._event("Warning", "FailoverStarted",
                     f"job unhealthy on {old} for {tolerance}s; purgeMode {mode.value}")
@@ -680,6 +687,8 @@ class PyTorchJobWorkflow:
 
     def _set_state(self, state: JobState, reason: str) -> None:
         view = self._require_view()
+        if state != view.state:
+            metrics.job_state(state)
         view.state = state
         view.reason = reason
         self._publish()

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.messages import HolderCheck, HolderVerdict
     from fleetq.models import ManifestErrors, parse_tree
     from fleetq.resources import format_quantity
+    from workflows import metrics
 
 
 class QuotaTreeInput(BaseModel):
@@ -186,6 +187,8 @@ class QuotaTreeWorkflow:
             )
             lines.append(f"| {q.name} | {q.length} | {q.admitted} | {usage or '-'} |")
         details = "\n".join(lines)
+        metrics.queue_lengths({q.name: q.length for q in self._admission.queues()},
+                              len(self._admission.holders()))
         if details != self._details:
             self._details = details
             workflow.set_current_details(details)

@@ -48,7 +48,7 @@ RUNNER = CliRunner()
 
 # ----------------------------------------------------------------------------- generators
 
-FIELDS: dict[str, tuple[str, ...]] = {
+FIELDS: dict[str, tuple[str | int, ...]] = {
     "metadata.name": ("metadata", "name"),
     "metadata.namespace": ("metadata", "namespace"),
     "metadata": ("metadata",),
@@ -126,7 +126,8 @@ HOSTILE_TEXTS = {
                      '{"name": "x"}, "spec": {"n": ' + "9" * 5000 + "}}",
 }
 
-LINE = re.compile(r"^(PyTorchJob |ElasticQuotaTree |PropagationPolicy |PriorityClass |\S+\.(yaml|json)\b|<stdin>|error: )")
+LINE = re.compile(r"^(PyTorchJob |ElasticQuotaTree |PropagationPolicy |PriorityClass "
+                  r"|\S+\.(yaml|json)\b|<stdin>|error: )")
 
 
 def check_rejection(output: str, exit_code: int) -> list[str]:
@@ -245,7 +246,8 @@ def raw_cases() -> dict[str, tuple[str, Any]]:
     }
 
 
-def temporal_start(stack: Stack, wid: str, payload: Any, tmp: Path) -> subprocess.CompletedProcess[str]:
+def temporal_start(stack: Stack, wid: str, payload: Any,
+                   tmp: Path) -> subprocess.CompletedProcess[str]:
     inp = tmp / f"input-{uuid.uuid4().hex[:6]}.json"
     inp.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
     return subprocess.run(

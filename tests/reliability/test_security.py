@@ -26,8 +26,8 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from bench.chaos import job_manifest, member_copies, policy_manifest
 from fleetq.embedded import EmbeddedFleet, free_port
 from fleetq.resources import MAX_JOBS
-from workflows.quota_tree import QuotaView
 from tests.reliability.conftest import REL_TREE, Stack
+from workflows.quota_tree import QuotaView
 
 MEMBERS = ["cluster-a", "cluster-b", "cluster-c"]
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
+import socket
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +26,10 @@ from fleetq.emulator import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.models import parse_object
 from fleetq.naming import job_workflow_id
+from fleetq.temporal_client import temporal_cli_path
 from tests.conftest import namespace_client
 from tests.workflows.fakes import load, policy, walkthrough_job
-from worker import build_worker
+from worker import build_worker, metrics_runtime
 from workflows.quota_tree import QuotaTreeWorkflow, QuotaView
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -35,6 +39,7 @@ HISTORIES = Path(__file__).parent / "histories"
 class Stack:
     client: Client
     emulated: EmulatedFleet
+    metrics_url: str
 
     async def apply(self, *manifests: dict[str, Any]) -> list[str]:
         objs = [(parse_object(m), m) for m in manifests]
@@ -85,11 +90,15 @@ class Stack:
 async def stack(dev_env: WorkflowEnvironment) -> AsyncIterator[Stack]:
     emulated = EmulatedFleet(start_delay=0.05).start()
     fleet = Fleet.from_config(emulated.fleet_config_path)
-    client = await namespace_client(dev_env, "e2e")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    runtime = metrics_runtime(port)
+    client = await namespace_client(dev_env, "e2e", runtime=runtime)
     worker = build_worker(client, SchedulingActivities(client, fleet, search_attributes=True))
     try:
         async with worker:
-            yield Stack(client, emulated)
+            yield Stack(client, emulated, f"http://127.0.0.1:{port}/metrics")
     finally:
         fleet.close()
         emulated.stop()
@@ -174,3 +183,49 @@ async def test_failover_after_the_job_fails_on_its_cluster(stack: Stack) -> None
     await wait_view(handle, lambda v: v.state == "Deleted")
     await record(handle, "failover-deleted")
     assert stack.member_copies("flaky") == {}
+
+
+async def test_plain_temporal_cli_starts_a_job_and_queries_readable_json(stack: Stack) -> None:
+    """`temporal workflow start --input-file examples/pytorch-test.json`: the policy comes
+    from the fleet, and `temporal workflow query --name status` prints readable JSON."""
+    await stack.apply(policy(queued=False))
+    doc = json.loads((Path(__file__).resolve().parents[2] / "examples" / "pytorch-test.json")
+                     .read_text())
+    doc["metadata"]["name"] = "from-temporal-cli"
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"fleetq-e2e-{os.getpid()}.json"
+    tmp.write_text(json.dumps(doc))
+    address = stack.client.service_client.config.target_host
+    wid = "pytorchjob/default/from-temporal-cli"
+    base = [str(temporal_cli_path()), "workflow"]
+    common = ["--address", address, "--namespace", "e2e"]
+    start = await asyncio.create_subprocess_exec(
+        *base, "start", *common, "--task-queue", "fleetq", "--type", "PyTorchJobWorkflow",
+        "--workflow-id", wid, "--input-file", str(tmp),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await start.communicate()
+    assert start.returncode == 0, out.decode()
+    handle = stack.client.get_workflow_handle(wid)
+    await wait_view(handle, lambda v: v.state == "Running")
+    query = await asyncio.create_subprocess_exec(
+        *base, "query", *common, "--workflow-id", wid, "--name", "status", "--output", "json",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await query.communicate()
+    assert query.returncode == 0, out.decode()
+    result = json.loads(out)
+    view = result["queryResult"][0] if "queryResult" in result else result
+    assert view["state"] == "Running" and view["name"] == "from-temporal-cli"
+    assert view["policy"] == "default/example-policy"
+    await handle.cancel()
+    await wait_view(handle, lambda v: v.state == "Deleted")
+    tmp.unlink()
+
+
+async def test_scheduler_metrics_are_exported(stack: Stack) -> None:
+    """Jobs by state, queue lengths, admission latency and failovers reach the worker's
+    Prometheus endpoint (runs after the tests above in this module)."""
+    text = await asyncio.to_thread(
+        lambda: urllib.request.urlopen(stack.metrics_url, timeout=5).read().decode())
+    assert 'fleetq_job_state_transitions{' in text and 'state="Running"' in text
+    assert 'fleetq_queue_length{' in text and 'queue="root-child-2-' in text
+    assert "fleetq_admission_latency_seconds" in text
+    assert 'fleetq_failovers{' in text and 'purge_mode="Directly"' in text

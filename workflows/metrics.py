@@ -1,0 +1,55 @@
+"""Scheduler metrics recorded from workflow code through Temporal's replay-safe meter.
+
+They leave the worker the way Temporal's own worker metrics do: a Prometheus endpoint
+(``python worker.py --prometheus-port``) or OpenTelemetry (``OTEL_EXPORTER_OTLP_*``), see
+``worker.py``. Replays never double-count: the SDK drops metric updates during replay.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+PREFIX = "fleetq_"
+
+
+def job_state(state: str) -> None:
+    """One job entered ``state`` (jobs by state = rate of entries per state)."""
+    workflow.metric_meter().create_counter(
+        PREFIX + "job_state_transitions", "PyTorchJob state transitions", "1"
+    ).add(1, {"state": state})
+
+
+def admission_latency(seconds: float, queue: str) -> None:
+    workflow.metric_meter().create_histogram_float(
+        PREFIX + "admission_latency_seconds", "submit to quota admission", "s"
+    ).record(max(seconds, 0.0), {"queue": queue})
+
+
+def placement_failure(reason: str) -> None:
+    workflow.metric_meter().create_counter(
+        PREFIX + "placement_failures", "placement attempts that found no cluster", "1"
+    ).add(1, {"reason": reason})
+
+
+def failover(cluster: str, purge_mode: str) -> None:
+    workflow.metric_meter().create_counter(
+        PREFIX + "failovers", "jobs evicted from a member cluster", "1"
+    ).add(1, {"cluster": cluster, "purge_mode": purge_mode})
+
+
+def queue_lengths(lengths: dict[str, int], holders: int) -> None:
+    meter = workflow.metric_meter()
+    gauge = meter.create_gauge(PREFIX + "queue_length", "jobs waiting per queue", "1")
+    for queue, n in lengths.items():
+        gauge.set(n, {"queue": queue})
+    meter.create_gauge(PREFIX + "quota_holders", "jobs holding quota", "1").set(holders)
+
+
+def reason_kind(reason: str) -> str:
+    """A low-cardinality label from a one-line rejection reason."""
+    text = reason.split(": ", 1)[-1]
+    for kind in ("needs", "no node matches", "excluded", "unreachable", "taint",
+                 "reservation lost", "binding failed", "not selected"):
+        if kind in text:
+            return kind.replace(" ", "_")
+    return "other"
