@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import signal
@@ -37,10 +38,14 @@ def metrics_runtime(prometheus_port: int | None = None) -> Runtime | None:
     127.0.0.1:PORT/metrics, or OpenTelemetry when OTEL_EXPORTER_OTLP_METRICS_ENDPOINT /
     OTEL_EXPORTER_OTLP_ENDPOINT is set; none by default."""
     if prometheus_port:
-        return Runtime(telemetry=TelemetryConfig(
-            metrics=PrometheusConfig(bind_address=f"127.0.0.1:{prometheus_port}")))
-    url = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-           or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+        return Runtime(
+            telemetry=TelemetryConfig(
+                metrics=PrometheusConfig(bind_address=f"127.0.0.1:{prometheus_port}")
+            )
+        )
+    url = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
     if url and os.environ.get("OTEL_METRICS_EXPORTER", "otlp") != "none":
         return Runtime(telemetry=TelemetryConfig(metrics=OpenTelemetryConfig(url=url)))
     return None
@@ -93,12 +98,14 @@ async def run_worker(
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
             loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # not the main thread
-            pass
-    log.info("fleetq worker polling %s on %s (namespace %s)", task_queue,
-             client.service_client.config.target_host, client.namespace)
+    log.info(
+        "fleetq worker polling %s on %s (namespace %s)",
+        task_queue,
+        client.service_client.config.target_host,
+        client.namespace,
+    )
     async with worker:
         if ready is not None:
             ready.set()
@@ -114,14 +121,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--namespace", help="Temporal namespace (default: TEMPORAL_NAMESPACE)")
     parser.add_argument("--task-queue", default=TASK_QUEUE)
     parser.add_argument("--fleet-config", help="fleet config file (default: FLEETQ_CONFIG)")
-    parser.add_argument("--prometheus-port", type=int, default=None,
-                        help="serve Temporal worker metrics on 127.0.0.1:PORT/metrics")
+    parser.add_argument(
+        "--prometheus-port",
+        type=int,
+        default=None,
+        help="serve Temporal worker metrics on 127.0.0.1:PORT/metrics",
+    )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("FLEETQ_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(run_worker(address=args.address, namespace=args.namespace,
-                           task_queue=args.task_queue, fleet_config=args.fleet_config,
-                           prometheus_port=args.prometheus_port))
+    logging.basicConfig(
+        level=os.environ.get("FLEETQ_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    asyncio.run(
+        run_worker(
+            address=args.address,
+            namespace=args.namespace,
+            task_queue=args.task_queue,
+            fleet_config=args.fleet_config,
+            prometheus_port=args.prometheus_port,
+        )
+    )
     return 0
 
 

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
 
     from bench.common import (
         Phase,
+        RunStats,
         embedded_stack,
         fleetq_worker,
         payload_bytes,
@@ -46,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.cli.apply import apply_objects, start_job
     from fleetq.messages import JobView
     from fleetq.models import parse_job, parse_policy, parse_tree
-    from fleetq.naming import TASK_QUEUE, job_workflow_id
+    from fleetq.naming import TASK_QUEUE, job_workflow_id, quota_workflow_id
 
 T = TypeVar("T")
 TARGET = 0.7
@@ -267,6 +268,15 @@ async def job_profile(client: Client, names: Sequence[str]) -> dict[str, Any]:
     }
 
 
+async def quota_profile(client: Client) -> tuple[list[RunStats], dict[str, list[float]]]:
+    """The quota workflow's runs and workflow-task timings over the whole benchmark."""
+    wid = quota_workflow_id("kube-system", "elasticquotatree")
+    desc = await client.get_workflow_handle(wid).describe()
+    first = desc.raw_description.workflow_execution_info.first_run_id or None
+    runs, events = await run_chain(client, wid, first, keep_events=True)
+    return runs, timings(events)
+
+
 def print_profile(p: dict[str, Any]) -> None:
     print(f"per job (mean of {p['jobs']} histories): {p['events']:.1f} events in "
           f"{p['runs']:.1f} run(s), {p['activities']:.2f} activities, "
@@ -315,6 +325,7 @@ async def run(args: argparse.Namespace) -> int:
                 jobs.stop(args.jobs)
                 sample = names[:: max(1, len(names) // 20)]
                 prof_main = await job_profile(client, sample)
+                quota = await quota_profile(client)
         finally:
             if acts._fleet is not None:
                 acts._fleet.close()
@@ -334,6 +345,11 @@ async def run(args: argparse.Namespace) -> int:
     print(f"submit-to-bound latency: p50 {percentile(lat, 50):.2f} s, "
           f"p99 {percentile(lat, 99):.2f} s, max {max(lat, default=float('nan')):.2f} s")
     print_profile(prof_main)
+    print(f"quota workflow: {len(quota[0])} run(s), events per run "
+          f"{[r.events for r in quota[0]]}")
+    print("  time (mean/max s): " + ", ".join(
+        f"{k} {sum(v) / len(v):.2f}/{max(v):.2f} (x{len(v)})" for k, v in quota[1].items()
+        if v))
     print(f"CPU per job / CPU per baseline workflow: "
           f"{(jobs.cpu / jobs.count) / (base.cpu / base.count):.2f}")
     print(result_line("e2e", ratio, TARGET))

@@ -66,7 +66,9 @@ class GangShape(BaseModel):
                 i = index.get(g.role, 0)
                 index[g.role] = i + 1
                 pods.append(
-                    GangPod(g.role, i, dict(g.requests), dict(g.node_selector), tuple(g.tolerations))
+                    GangPod(
+                        g.role, i, dict(g.requests), dict(g.node_selector), tuple(g.tolerations)
+                    )
                 )
         return Gang(tuple(pods), self.priority)
 
@@ -118,8 +120,10 @@ class PlacementVerdict(BaseModel):
     def reason(self) -> str:
         if not self.rejections:
             return "no member cluster is eligible"
-        return "; ".join(f"{c}: {r}" if not r.startswith(f"{c}:") else r
-                         for c, r in sorted(self.rejections.items()))
+        return "; ".join(
+            f"{c}: {r}" if not r.startswith(f"{c}:") else r
+            for c, r in sorted(self.rejections.items())
+        )
 
 
 class HolderCheck(BaseModel):

@@ -30,17 +30,25 @@ DEFAULT_ADDRESS = "127.0.0.1:7233"
 
 
 def search_attribute_keys() -> list[SearchAttributeKey[Any]]:
-    keys: list[SearchAttributeKey[Any]] = [SearchAttributeKey.for_keyword(k) for k in KEYWORD_ATTRIBUTES]
+    keys: list[SearchAttributeKey[Any]] = [
+        SearchAttributeKey.for_keyword(k) for k in KEYWORD_ATTRIBUTES
+    ]
     keys += [SearchAttributeKey.for_int(k) for k in INT_ATTRIBUTES]
     return keys
 
 
 def tracing_enabled() -> bool:
-    return any(
-        os.environ.get(k)
-        for k in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
-                  "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    ) and os.environ.get("OTEL_SDK_DISABLED", "").lower() != "true"
+    return (
+        any(
+            os.environ.get(k)
+            for k in (
+                "OTEL_TRACES_EXPORTER",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            )
+        )
+        and os.environ.get("OTEL_SDK_DISABLED", "").lower() != "true"
+    )
 
 
 def setup_tracing() -> list[Interceptor]:
@@ -86,8 +94,9 @@ def connect_config(address: str | None = None, namespace: str | None = None) -> 
     return config
 
 
-async def connect(address: str | None = None, namespace: str | None = None,
-                  **kwargs: Any) -> Client:
+async def connect(
+    address: str | None = None, namespace: str | None = None, **kwargs: Any
+) -> Client:
     config = connect_config(address, namespace)
     config.update(kwargs)
     interceptors = list(config.pop("interceptors", [])) + setup_tracing()

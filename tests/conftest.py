@@ -41,8 +41,9 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         await env.shutdown()
 
 
-async def namespace_client(env: WorkflowEnvironment, namespace: str,
-                           runtime: Runtime | None = None) -> Client:
+async def namespace_client(
+    env: WorkflowEnvironment, namespace: str, runtime: Runtime | None = None
+) -> Client:
     """A client of the session dev server bound to one of TEST_NAMESPACES, with fleetq's
     search attributes registered there. Each test area gets its own namespace so that the
     fleet-wide workflows (``fleetq/registry``, the quota tree) never leak between areas."""
@@ -72,5 +73,8 @@ async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if "dev_env" in getattr(item, "fixturenames", ()) and item.get_closest_marker("timeout") is None:
+        if (
+            "dev_env" in getattr(item, "fixturenames", ())
+            and item.get_closest_marker("timeout") is None
+        ):
             item.add_marker(pytest.mark.timeout(240))

@@ -52,8 +52,10 @@ class FleetRegistryWorkflow:
     @workflow.run
     async def run(self, state: RegistryState) -> None:
         await workflow.wait_condition(
-            lambda: workflow.info().is_continue_as_new_suggested()
-            or workflow.info().get_current_history_length() > self._s.max_history_events
+            lambda: (
+                workflow.info().is_continue_as_new_suggested()
+                or workflow.info().get_current_history_length() > self._s.max_history_events
+            )
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(self._s)
@@ -67,11 +69,19 @@ class FleetRegistryWorkflow:
             before = self._s.policies.get(key)
             self._s.policies[key] = manifest
             self._policies[key] = obj
-            return "created" if before is None else ("unchanged" if before == manifest else "configured")
+            return (
+                "created"
+                if before is None
+                else ("unchanged" if before == manifest else "configured")
+            )
         if isinstance(obj, PriorityClass):
             before_v = self._s.priority_classes.get(obj.metadata.name)
             self._s.priority_classes[obj.metadata.name] = obj.value
-            return "created" if before_v is None else ("unchanged" if before_v == obj.value else "configured")
+            return (
+                "created"
+                if before_v is None
+                else ("unchanged" if before_v == obj.value else "configured")
+            )
         tree = parse_tree(manifest)
         name = f"{tree.metadata.namespace}/{tree.metadata.name}"
         before_t = self._s.tree
@@ -128,8 +138,11 @@ class FleetRegistryWorkflow:
                 f"no PropagationPolicy in namespace {inp.namespace} selects "
                 f"{inp.kind} {inp.namespace}/{inp.name}"
             )
-            return Resolution(policy_reason=reason, tree_workflow_id=tree_id,
-                              priority_classes=dict(self._s.priority_classes))
+            return Resolution(
+                policy_reason=reason,
+                tree_workflow_id=tree_id,
+                priority_classes=dict(self._s.priority_classes),
+            )
         key = f"{policy.metadata.namespace}/{policy.metadata.name}"
         return Resolution(
             policy=self._s.policies[key],

@@ -48,8 +48,16 @@ def queue_lengths(lengths: dict[str, int], holders: int) -> None:
 def reason_kind(reason: str) -> str:
     """A low-cardinality label from a one-line rejection reason."""
     text = reason.split(": ", 1)[-1]
-    for kind in ("needs", "no node matches", "excluded", "unreachable", "taint",
-                 "reservation lost", "binding failed", "not selected"):
+    for kind in (
+        "needs",
+        "no node matches",
+        "excluded",
+        "unreachable",
+        "taint",
+        "reservation lost",
+        "binding failed",
+        "not selected",
+    ):
         if kind in text:
             return kind.replace(" ", "_")
     return "other"

@@ -12,14 +12,15 @@ progress, so a job that runs for a week keeps a bounded history.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.workflow import ActivityCancellationType
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.member_cluster import (
@@ -154,7 +155,10 @@ class PyTorchJobWorkflow:
             p = inp.progress
             self._view, self._resolution, self._grant = p.view, p.resolution, p.grant
             self._since, self._graceful_old, self._grace_deadline = (
-                p.since, p.graceful_old, p.grace_deadline)
+                p.since,
+                p.graceful_old,
+                p.grace_deadline,
+            )
             self._sa_enabled = self._resolution.search_attributes
             policy = parse_policy(self._resolution.policy) if self._resolution.policy else None
             if policy is None:
@@ -162,8 +166,9 @@ class PyTorchJobWorkflow:
             self._policy = policy
             self._gang = gang_of(job, self._resolution.priority_classes)
         else:
-            self._view = JobView(namespace=ns, name=name, state="Validating",
-                                 created_at=workflow.now())
+            self._view = JobView(
+                namespace=ns, name=name, state="Validating", created_at=workflow.now()
+            )
             self._since, self._graceful_old, self._grace_deadline = "", None, None
             self._resolution = Resolution()
             self._policy = await self._resolve_policy(inp)
@@ -216,8 +221,11 @@ class PyTorchJobWorkflow:
         while True:
             self._resolution = await workflow.execute_activity(
                 "resolve_policy",
-                ResolveInput(namespace=self._job.metadata.namespace, name=self._job.metadata.name,
-                             labels=self._job.metadata.labels),
+                ResolveInput(
+                    namespace=self._job.metadata.namespace,
+                    name=self._job.metadata.name,
+                    labels=self._job.metadata.labels,
+                ),
                 result_type=Resolution,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=MEMBER_RETRY,
@@ -238,8 +246,7 @@ class PyTorchJobWorkflow:
                     )
                 if inp.policy is not None:
                     self._resolution.policy = doc
-                self._require_view().policy = (
-                    f"{policy.metadata.namespace}/{policy.metadata.name}")
+                self._require_view().policy = f"{policy.metadata.namespace}/{policy.metadata.name}"
                 return policy
             self._set_state("Pending", self._resolution.policy_reason)
             await self._sleep_or_retry(delay, "wait for a matching PropagationPolicy")
@@ -276,8 +283,9 @@ class PyTorchJobWorkflow:
             await workflow.wait_condition(lambda: self._grant is not None)
         grant = self._grant
         if view.created_at is not None:
-            metrics.admission_latency((workflow.now() - view.created_at).total_seconds(),
-                                      grant.queue)
+            metrics.admission_latency(
+                (workflow.now() - view.created_at).total_seconds(), grant.queue
+            )
         view.admitted = True
         view.queue = grant.queue
         self._event("Normal", "Admitted", f"admitted by queue {grant.queue} (quota {grant.node})")
@@ -286,8 +294,11 @@ class PyTorchJobWorkflow:
     async def _refresh_resolution(self) -> Resolution:
         res: Resolution = await workflow.execute_activity(
             "resolve_policy",
-            ResolveInput(namespace=self._job.metadata.namespace, name=self._job.metadata.name,
-                         labels=self._job.metadata.labels),
+            ResolveInput(
+                namespace=self._job.metadata.namespace,
+                name=self._job.metadata.name,
+                labels=self._job.metadata.labels,
+            ),
             result_type=Resolution,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=MEMBER_RETRY,
@@ -353,8 +364,11 @@ class PyTorchJobWorkflow:
                     )
                 except ActivityError as exc:
                     msg = str(exc.cause or exc)
-                    self._event("Warning", "ScheduleBindingFailed",
-                                f"Binding on {cand.cluster} failed: {msg}")
+                    self._event(
+                        "Warning",
+                        "ScheduleBindingFailed",
+                        f"Binding on {cand.cluster} failed: {msg}",
+                    )
                     rejections[cand.cluster] = f"binding failed: {msg}"
                     if reserved:
                         await self._purge(cand.cluster, "release reservations")
@@ -380,7 +394,8 @@ class PyTorchJobWorkflow:
                 self._set_state("Failed", reason)
                 return False
             reason = "; ".join(f"{c}: {r}" for c, r in sorted(rejections.items())) or (
-                "no member cluster has room")
+                "no member cluster has room"
+            )
             for r in rejections.values():
                 metrics.placement_failure(metrics.reason_kind(r))
             if reason != last_reason:
@@ -392,9 +407,14 @@ class PyTorchJobWorkflow:
 
     async def _reserve(self, cluster: str, assignment: dict[str, str]) -> ReserveResult:
         pods = [
-            PodReservation(role=p.role, index=p.index, node=assignment.get(p.name_suffix, ""),
-                           requests=p.requests, node_selector=p.node_selector,
-                           tolerations=list(p.tolerations))
+            PodReservation(
+                role=p.role,
+                index=p.index,
+                node=assignment.get(p.name_suffix, ""),
+                requests=p.requests,
+                node_selector=p.node_selector,
+                tolerations=list(p.tolerations),
+            )
             for p in self._gang.pods
         ]
         return await workflow.execute_activity(
@@ -418,8 +438,9 @@ class PyTorchJobWorkflow:
             assert cluster is not None
             watch = workflow.start_activity(
                 "watch_status",
-                WatchInput(cluster=cluster, job=self._ref, since=self._since,
-                           timeout_seconds=WATCH_SECONDS),
+                WatchInput(
+                    cluster=cluster, job=self._ref, since=self._since, timeout_seconds=WATCH_SECONDS
+                ),
                 result_type=JobStatus,
                 start_to_close_timeout=timedelta(seconds=WATCH_SECONDS + 60),
                 heartbeat_timeout=timedelta(seconds=30),
@@ -432,7 +453,8 @@ class PyTorchJobWorkflow:
             timeout, summary, due = self._next_deadline(tolerance)
             try:
                 await workflow.wait_condition(
-                    lambda: watch.done(), timeout=timeout, timeout_summary=summary)
+                    watch.done, timeout=timeout, timeout_summary=summary
+                )
             except TimeoutError:
                 watch.cancel()
                 if due == "failover":
@@ -444,9 +466,13 @@ class PyTorchJobWorkflow:
             try:
                 status = watch.result()
             except ActivityError as exc:
-                status = JobStatus(cluster=cluster, health="Unknown", phase="Unknown",
-                                   reason=f"watch failed: {exc.cause or exc}",
-                                   observed="watch-failed")
+                status = JobStatus(
+                    cluster=cluster,
+                    health="Unknown",
+                    phase="Unknown",
+                    reason=f"watch failed: {exc.cause or exc}",
+                    observed="watch-failed",
+                )
             changed = status.observed != self._since or not status.observed
             self._apply_status(status, tolerance)
             if status.phase == "Succeeded":
@@ -455,8 +481,11 @@ class PyTorchJobWorkflow:
             if status.phase == "Failed" and fo is None:
                 self._set_state("Failed", status.reason or f"failed on {cluster}")
                 return "done"
-            if (self._graceful_old and status.health == "Healthy"
-                    and status.phase in ("Running", "Succeeded")):
+            if (
+                self._graceful_old
+                and status.health == "Healthy"
+                and status.phase in ("Running", "Succeeded")
+            ):
                 await self._purge_graceful_old(f"new copy on {cluster} is healthy")
             if view.pending_purges:
                 await self._retry_pending_purges()
@@ -472,8 +501,10 @@ class PyTorchJobWorkflow:
                 await self._sleep_or_retry(idle, summary or f"re-watch {view.name} on {cluster}")
             iterations += 1
             info = workflow.info()
-            if (info.get_current_history_length() > MAX_HISTORY_EVENTS
-                    or info.is_continue_as_new_suggested()):
+            if (
+                info.get_current_history_length() > MAX_HISTORY_EVENTS
+                or info.is_continue_as_new_suggested()
+            ):
                 return "continue"
 
     def _next_deadline(self, tolerance: int | None) -> tuple[float | None, str | None, str]:
@@ -482,13 +513,19 @@ class PyTorchJobWorkflow:
         best: tuple[float | None, str | None, str] = (None, None, "")
         if tolerance is not None and view.unhealthy_since is not None:
             remaining = (view.unhealthy_since + timedelta(seconds=tolerance) - now).total_seconds()
-            best = (max(remaining, 0.001),
-                    f"failover tolerance {tolerance}s on {view.cluster}", "failover")
+            best = (
+                max(remaining, 0.001),
+                f"failover tolerance {tolerance}s on {view.cluster}",
+                "failover",
+            )
         if self._graceful_old and self._grace_deadline is not None:
             remaining = (self._grace_deadline - now).total_seconds()
             if best[0] is None or remaining < best[0]:
-                best = (max(remaining, 0.001),
-                        f"grace period before purging {self._graceful_old}", "grace")
+                best = (
+                    max(remaining, 0.001),
+                    f"grace period before purging {self._graceful_old}",
+                    "grace",
+                )
         return best
 
     def _apply_status(self, status: JobStatus, tolerance: int | None) -> None:
@@ -498,8 +535,11 @@ class PyTorchJobWorkflow:
         if status.health == "Unhealthy":
             if view.unhealthy_since is None:
                 view.unhealthy_since = workflow.now()
-                self._event("Warning", "Unhealthy",
-                            f"job unhealthy on {status.cluster}: {status.reason or status.phase}")
+                self._event(
+                    "Warning",
+                    "Unhealthy",
+                    f"job unhealthy on {status.cluster}: {status.reason or status.phase}",
+                )
         elif status.health == "Healthy":
             if view.unhealthy_since is not None:
                 self._event("Normal", "Recovered", f"job healthy again on {status.cluster}")
@@ -514,8 +554,10 @@ class PyTorchJobWorkflow:
         elif status.health == "Unknown":
             self._set_state(view.state, f"{status.cluster} unreachable: {status.reason}")
         elif status.phase == "Failed":
-            self._set_state(view.state if view.state != "Created" else "Running",
-                            f"failed on {status.cluster}: {status.reason}")
+            self._set_state(
+                view.state if view.state != "Created" else "Running",
+                f"failed on {status.cluster}: {status.reason}",
+            )
         else:
             self._publish()
 
@@ -526,8 +568,11 @@ class PyTorchJobWorkflow:
         mode = fo.purgeMode if fo else PurgeMode.DIRECTLY
         metrics.failover(old, mode.value)
         self._set_state("FailingOver", f"unhealthy on {old} for {tolerance}s")
-        self._event("Warning", "FailoverStarted",
-                    f"job unhealthy on {old} for {tolerance}s; purgeMode {mode.value}")
+        self._event(
+            "Warning",
+            "FailoverStarted",
+            f"job unhealthy on {old} for {tolerance}s; purgeMode {mode.value}",
+        )
         view.evicted.append(old)
         view.cluster = None
         view.unhealthy_since = None
@@ -539,9 +584,12 @@ class PyTorchJobWorkflow:
             grace = fo.grace_seconds if fo else 600
             self._graceful_old = old
             self._grace_deadline = workflow.now() + timedelta(seconds=grace)
-            self._event("Normal", "Evicted",
-                        f"evicted from {old}; old copy purged once the new one is healthy "
-                        f"or after {grace}s")
+            self._event(
+                "Normal",
+                "Evicted",
+                f"evicted from {old}; old copy purged once the new one is healthy "
+                f"or after {grace}s",
+            )
         else:
             if old in view.copies:
                 view.copies.remove(old)
@@ -564,9 +612,12 @@ class PyTorchJobWorkflow:
         except ActivityError as exc:
             if cluster not in view.pending_purges:
                 view.pending_purges.append(cluster)
-            self._event("Warning", "PurgeDeferred",
-                        f"could not purge {cluster} now ({exc.cause or exc}); "
-                        "will purge when it is reachable")
+            self._event(
+                "Warning",
+                "PurgeDeferred",
+                f"could not purge {cluster} now ({exc.cause or exc}); "
+                "will purge when it is reachable",
+            )
             return
         if cluster in view.copies:
             view.copies.remove(cluster)
@@ -589,9 +640,11 @@ class PyTorchJobWorkflow:
             PurgeInput(cluster=cluster, job=self._ref),
             result_type=PurgeResult,
             start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                     maximum_interval=timedelta(seconds=10),
-                                     maximum_attempts=attempts),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                maximum_interval=timedelta(seconds=10),
+                maximum_attempts=attempts,
+            ),
             summary=f"{why} on {cluster}",
         )
 
@@ -612,9 +665,13 @@ class PyTorchJobWorkflow:
     async def _on_deleted(self) -> None:
         view = self._require_view()
         self._event("Normal", "Deleted", "job deleted from the fleet; purging member copies")
-        clusters = list(dict.fromkeys(
-            view.copies + view.pending_purges + ([self._graceful_old] if self._graceful_old else [])
-        ))
+        clusters = list(
+            dict.fromkeys(
+                view.copies
+                + view.pending_purges
+                + ([self._graceful_old] if self._graceful_old else [])
+            )
+        )
         for cluster in clusters:
             await self._purge_until_done(cluster, "purge on delete")
         view.copies, view.pending_purges, view.cluster = [], [], None
@@ -631,8 +688,10 @@ class PyTorchJobWorkflow:
                 await self._purge(cluster, why, attempts=2)
                 return
             except ActivityError as exc:
-                self._set_state(self._require_view().state,
-                                f"waiting to purge copy on {cluster}: {exc.cause or exc}")
+                self._set_state(
+                    self._require_view().state,
+                    f"waiting to purge copy on {cluster}: {exc.cause or exc}",
+                )
             await workflow.sleep(delay, summary=f"retry purge on {cluster} in {int(delay)}s")
             delay = min(delay * 2, 300.0)
 
@@ -642,7 +701,9 @@ class PyTorchJobWorkflow:
             return
         signal = "release" if self._grant is not None else "cancel"
         try:
-            await workflow.get_external_workflow_handle(tree_id).signal(signal, self._ref.workflow_id)
+            await workflow.get_external_workflow_handle(tree_id).signal(
+                signal, self._ref.workflow_id
+            )
         except Exception as exc:  # quota workflow gone: nothing is held there
             workflow.logger.info("could not signal %s to %s: %s", signal, tree_id, exc)
         self._grant = None
@@ -650,11 +711,10 @@ class PyTorchJobWorkflow:
     # ================================================================== helpers
     async def _sleep_or_retry(self, seconds: float, summary: str) -> None:
         self._retry_now = False
-        try:
-            await workflow.wait_condition(lambda: self._retry_now, timeout=seconds,
-                                          timeout_summary=summary)
-        except TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: self._retry_now, timeout=seconds, timeout_summary=summary
+            )
         self._retry_now = False
 
     @property
@@ -671,17 +731,25 @@ class PyTorchJobWorkflow:
         roles = " + ".join(
             f"{n} {role}{'s' if n != 1 and role == 'worker' else ''}" for role, n in counts.items()
         )
-        return (f"PyTorchJob {self._job.metadata.namespace}/{self._job.metadata.name}: {roles}, "
-                f"{format_resources(self._gang.total)}")
+        return (
+            f"PyTorchJob {self._job.metadata.namespace}/{self._job.metadata.name}: {roles}, "
+            f"{format_resources(self._gang.total)}"
+        )
 
-    def _event(self, kind: str, reason: str, message: str) -> None:
+    def _event(self, kind: Literal["Normal", "Warning"], reason: str, message: str) -> None:
         view = self._require_view()
         if view.events and view.events[-1].reason == reason and view.events[-1].message == message:
             view.events[-1].count += 1
             view.events[-1].time = workflow.now()
         else:
-            view.events.append(JobEvent(type=kind, reason=reason, message=message,  # type: ignore[arg-type]
-                                        time=workflow.now()))
+            view.events.append(
+                JobEvent(
+                    type=kind,
+                    reason=reason,
+                    message=message,
+                    time=workflow.now(),
+                )
+            )
         del view.events[:-MAX_EVENTS]
         self._publish()
 
@@ -726,8 +794,11 @@ class PyTorchJobWorkflow:
             if changed:
                 pairs: list[SearchAttributeUpdate[Any]] = []
                 for k, v in changed.items():
-                    key: Any = (SearchAttributeKey.for_int(k) if k == SA_PRIORITY
-                                else SearchAttributeKey.for_keyword(k))
+                    key: Any = (
+                        SearchAttributeKey.for_int(k)
+                        if k == SA_PRIORITY
+                        else SearchAttributeKey.for_keyword(k)
+                    )
                     pairs.append(key.value_set(v))
                 workflow.upsert_search_attributes(pairs)
                 self._sa_last.update(changed)

@@ -123,8 +123,10 @@ class QuotaTreeWorkflow:
     @staticmethod
     def _should_continue(inp: QuotaTreeInput) -> bool:
         info = workflow.info()
-        return (info.is_continue_as_new_suggested()
-                or info.get_current_history_length() > inp.max_history_events)
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() > inp.max_history_events
+        )
 
     async def _grant(self) -> None:
         grants = self._immediate + self._admission.schedule(workflow.now().timestamp())
@@ -161,8 +163,9 @@ class QuotaTreeWorkflow:
                 HolderCheck(workflow_ids=holders),
                 result_type=HolderVerdict,
                 start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10),
-                                         maximum_attempts=3),
+                retry_policy=RetryPolicy(
+                    maximum_interval=timedelta(seconds=10), maximum_attempts=3
+                ),
                 summary=f"check {len(holders)} quota holders still run",
             )
         except ActivityError as exc:  # never let a failed check take the semaphore down
@@ -176,10 +179,14 @@ class QuotaTreeWorkflow:
         del self._leaks[:-20]
 
     def _publish_details(self) -> None:
-        lines = [f"**ElasticQuotaTree** `{self._tree_name() or '(none)'}` — policy "
-                 f"{self._admission.policy}, {len(self._admission.holders())} admitted, "
-                 f"{len(self._admission.waiting())} waiting", "",
-                 "| queue | waiting | admitted | usage / max |", "|---|---|---|---|"]
+        lines = [
+            f"**ElasticQuotaTree** `{self._tree_name() or '(none)'}` — policy "
+            f"{self._admission.policy}, {len(self._admission.holders())} admitted, "
+            f"{len(self._admission.waiting())} waiting",
+            "",
+            "| queue | waiting | admitted | usage / max |",
+            "|---|---|---|---|",
+        ]
         for q in self._admission.queues():
             usage = ", ".join(
                 f"{k} {format_quantity(k, q.usage.get(k, 0))}/{format_quantity(k, v)}"
@@ -187,8 +194,9 @@ class QuotaTreeWorkflow:
             )
             lines.append(f"| {q.name} | {q.length} | {q.admitted} | {usage or '-'} |")
         details = "\n".join(lines)
-        metrics.queue_lengths({q.name: q.length for q in self._admission.queues()},
-                              len(self._admission.holders()))
+        metrics.queue_lengths(
+            {q.name: q.length for q in self._admission.queues()}, len(self._admission.holders())
+        )
         if details != self._details:
             self._details = details
             workflow.set_current_details(details)

@@ -41,7 +41,9 @@ def load(name: str) -> dict[str, Any]:
     raise FileNotFoundError(name)
 
 
-def walkthrough_job(name: str = "pytorch-test", namespace: str = "default", **spec: Any) -> dict[str, Any]:
+def walkthrough_job(
+    name: str = "pytorch-test", namespace: str = "default", **spec: Any
+) -> dict[str, Any]:
     doc = copy.deepcopy(load_job())
     doc["metadata"]["name"] = name
     doc["metadata"]["namespace"] = namespace
@@ -51,13 +53,23 @@ def walkthrough_job(name: str = "pytorch-test", namespace: str = "default", **sp
 
 
 def load_job() -> dict[str, Any]:
-    return load("pytorchjob.yaml") if (SHARED / "pytorchjob.yaml").exists() else load("pytorch-test.yaml")
+    return (
+        load("pytorchjob.yaml")
+        if (SHARED / "pytorchjob.yaml").exists()
+        else load("pytorch-test.yaml")
+    )
 
 
-def policy(queued: bool = False, toleration: int = 30, purge: str = "Immediately",
-           grace: int | None = None, **placement: Any) -> dict[str, Any]:
-    doc = copy.deepcopy(load("propagationpolicy-gang-queue.yaml" if queued
-                             else "propagationpolicy-gang.yaml"))
+def policy(
+    queued: bool = False,
+    toleration: int = 30,
+    purge: str = "Immediately",
+    grace: int | None = None,
+    **placement: Any,
+) -> dict[str, Any]:
+    doc = copy.deepcopy(
+        load("propagationpolicy-gang-queue.yaml" if queued else "propagationpolicy-gang.yaml")
+    )
     app = doc["spec"]["failover"]["application"]
     app["decisionConditions"]["tolerationSeconds"] = toleration
     app["purgeMode"] = purge
@@ -134,8 +146,9 @@ class FakeFleet:
     @activity.defn(name="resolve_policy")
     async def resolve_policy(self, inp: ResolveInput) -> Resolution:
         self.calls.append(("resolve_policy", inp.name))
-        return Resolution(policy=self.policy_doc, policy_reason="fake",
-                          tree_workflow_id=self.tree_workflow_id)
+        return Resolution(
+            policy=self.policy_doc, policy_reason="fake", tree_workflow_id=self.tree_workflow_id
+        )
 
     @activity.defn(name="plan_placement")
     async def plan_placement(self, inp: PlacementInput) -> PlacementVerdict:
@@ -149,10 +162,16 @@ class FakeFleet:
             elif not c.fits:
                 rej[name] = f"{name}: worker-1 needs cpu 2, largest free node has 1.5"
             else:
-                assignment = {f"{g.role}-{i}": f"{name}-node-0"
-                              for g in inp.gang.groups for i in range(g.count)}
-                cands.append(Candidate(cluster=name, score=1.0, reservation=c.reservation,
-                                       assignment=assignment))
+                assignment = {
+                    f"{g.role}-{i}": f"{name}-node-0"
+                    for g in inp.gang.groups
+                    for i in range(g.count)
+                }
+                cands.append(
+                    Candidate(
+                        cluster=name, score=1.0, reservation=c.reservation, assignment=assignment
+                    )
+                )
         return PlacementVerdict(candidates=cands, rejections=rej, eligible=eligible)
 
     @activity.defn(name="reserve")
@@ -160,8 +179,12 @@ class FakeFleet:
         self.calls.append(("reserve", inp.cluster))
         c = self.clusters[inp.cluster]
         if not c.reserve_ok:
-            return ReserveResult(ok=False, reason="reservation master-0 on node x: Failed: insufficient cpu")
-        return ReserveResult(ok=True, reservations=[f"r-{p.role}-{p.index}" for p in inp.request.pods])
+            return ReserveResult(
+                ok=False, reason="reservation master-0 on node x: Failed: insufficient cpu"
+            )
+        return ReserveResult(
+            ok=True, reservations=[f"r-{p.role}-{p.index}" for p in inp.request.pods]
+        )
 
     @activity.defn(name="bind")
     async def bind(self, inp: BindInput) -> BindResult:
@@ -171,7 +194,8 @@ class FakeFleet:
         c = self.clusters[inp.cluster]
         if inp.request.job.name not in c.jobs:
             c.jobs[inp.request.job.name] = JobScript(
-                c, list(c.timeline), activity.info().current_attempt_scheduled_time)
+                c, list(c.timeline), activity.info().current_attempt_scheduled_time
+            )
         if self.on_bind:
             self.on_bind(inp.cluster)
         return BindResult(created=created, uid=f"uid-{inp.cluster}")
@@ -182,12 +206,30 @@ class FakeFleet:
         j = c.jobs[inp.job.name]
         j.advance(activity.info().current_attempt_scheduled_time)
         if not c.reachable:
-            return JobStatus(cluster=inp.cluster, health="Unknown", phase="Unknown",
-                             reason="connection refused", observed="unknown")
-        pods = [PodStatus(name=f"{inp.job.name}-master-0", node=f"{inp.cluster}-node-0",
-                          phase=j.phase, ready=j.health == "Healthy", restarts=0)]
-        return JobStatus(cluster=inp.cluster, health=j.health, phase=j.phase,  # type: ignore[arg-type]
-                         reason=j.reason, pods=pods, observed=f"{j.health}/{j.phase}/{j.version}")
+            return JobStatus(
+                cluster=inp.cluster,
+                health="Unknown",
+                phase="Unknown",
+                reason="connection refused",
+                observed="unknown",
+            )
+        pods = [
+            PodStatus(
+                name=f"{inp.job.name}-master-0",
+                node=f"{inp.cluster}-node-0",
+                phase=j.phase,
+                ready=j.health == "Healthy",
+                restarts=0,
+            )
+        ]
+        return JobStatus(
+            cluster=inp.cluster,
+            health=j.health,
+            phase=j.phase,  # type: ignore[arg-type]
+            reason=j.reason,
+            pods=pods,
+            observed=f"{j.health}/{j.phase}/{j.version}",
+        )
 
     @activity.defn(name="purge")
     async def purge(self, inp: PurgeInput) -> PurgeResult:
@@ -199,7 +241,9 @@ class FakeFleet:
             raise ApplicationError(f"cluster {inp.cluster}: connection refused")
         existed = inp.cluster in self.copies
         self.copies.discard(inp.cluster)
-        return PurgeResult(deleted=[f"PyTorchJob {inp.job.namespace}/{inp.job.name}"] if existed else [])
+        return PurgeResult(
+            deleted=[f"PyTorchJob {inp.job.namespace}/{inp.job.name}"] if existed else []
+        )
 
     @activity.defn(name="check_holders")
     async def check_holders(self, inp: HolderCheck) -> HolderVerdict:
@@ -218,8 +262,15 @@ class FakeFleet:
         return HolderVerdict(gone=gone)
 
     def activities(self) -> list[Callable[..., Any]]:
-        return [self.resolve_policy, self.plan_placement, self.reserve, self.bind,
-                self.watch_status, self.purge, self.check_holders]
+        return [
+            self.resolve_policy,
+            self.plan_placement,
+            self.reserve,
+            self.bind,
+            self.watch_status,
+            self.purge,
+            self.check_holders,
+        ]
 
     def job(self, cluster: str, name: str) -> JobScript:
         return self.clusters[cluster].jobs[name]

@@ -47,8 +47,9 @@ class Stack:
         assert all(r.ok for r in results), [r.line for r in results]
         return [r.line for r in results]
 
-    async def start(self, manifest: dict[str, Any], run_seconds: int | None = None
-                    ) -> WorkflowHandle[Any, Any]:
+    async def start(
+        self, manifest: dict[str, Any], run_seconds: int | None = None
+    ) -> WorkflowHandle[Any, Any]:
         job = parse_object(manifest)
         assert await start_job(self.client, job, manifest, run_seconds=run_seconds) == "created"  # type: ignore[arg-type]
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
@@ -58,8 +59,11 @@ class Stack:
         """cluster -> names of member PyTorchJobs called ``name``."""
         out = {}
         for c in self.emulated.members:
-            jobs = [o["metadata"]["name"] for o in self.emulated.objects(c, "pytorchjobs")
-                    if o["metadata"]["name"] == name]
+            jobs = [
+                o["metadata"]["name"]
+                for o in self.emulated.objects(c, "pytorchjobs")
+                if o["metadata"]["name"] == name
+            ]
             if jobs:
                 out[c] = jobs
         return out
@@ -67,8 +71,11 @@ class Stack:
     def pods(self, name: str) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {}
         for c in self.emulated.members:
-            pods = [p for p in self.emulated.objects(c, "pods")
-                    if p["metadata"].get("labels", {}).get("training.kubeflow.org/job-name") == name]
+            pods = [
+                p
+                for p in self.emulated.objects(c, "pods")
+                if p["metadata"].get("labels", {}).get("training.kubeflow.org/job-name") == name
+            ]
             if pods:
                 out[c] = pods
         return out
@@ -81,8 +88,11 @@ class Stack:
                 reservations = self.emulated.objects(c, "reservations")
             except KeyError:  # this member has no Reservation API
                 continue
-            out += [f"{c}/{r['metadata']['name']}" for r in reservations
-                    if r.get("status", {}).get("phase") == "Available"]
+            out += [
+                f"{c}/{r['metadata']['name']}"
+                for r in reservations
+                if r.get("status", {}).get("phase") == "Available"
+            ]
         return out
 
 
@@ -126,16 +136,22 @@ async def record(handle: WorkflowHandle[Any, Any], name: str) -> None:
 async def test_walkthrough_gang_only(stack: Stack) -> None:
     await stack.apply(policy(queued=False))
     handle = await stack.start(walkthrough_job("gang-only"))
-    view = await wait_view(handle, lambda v: v.state == "Running"
-                           and sum(p["phase"] == "Running" for p in v.pods) == 3)
+    view = await wait_view(
+        handle, lambda v: v.state == "Running" and sum(p["phase"] == "Running" for p in v.pods) == 3
+    )
     assert view.cluster is not None
     pods = stack.pods("gang-only")
     assert list(pods) == [view.cluster], "all replicas on one cluster"
     assert sorted(p["metadata"]["name"] for p in pods[view.cluster]) == [
-        "gang-only-master-0", "gang-only-worker-0", "gang-only-worker-1"]
+        "gang-only-master-0",
+        "gang-only-worker-0",
+        "gang-only-worker-1",
+    ]
     (bound,) = [e for e in view.events if e.reason == "ScheduleBindingSucceed"]
-    assert bound.message == ("Binding has been scheduled successfully. Result: "
-                             f"{{{view.cluster}:0,[{{master 1}} {{worker 2}}]}}")
+    assert bound.message == (
+        "Binding has been scheduled successfully. Result: "
+        f"{{{view.cluster}:0,[{{master 1}} {{worker 2}}]}}"
+    )
     await handle.cancel()
     await wait_view(handle, lambda v: v.state == "Deleted")
     await record(handle, "gang-only-deleted")
@@ -169,12 +185,19 @@ async def test_failover_after_the_job_fails_on_its_cluster(stack: Stack) -> None
     handle = await stack.start(walkthrough_job("flaky"))
     first = await wait_view(handle, lambda v: v.state == "Running")
     assert stack.emulated.fail_job(first.cluster, "default", "flaky")
-    view = await wait_view(handle, lambda v: v.state in ("Running", "Created")
-                           and v.cluster not in (None, first.cluster), timeout=90)
+    view = await wait_view(
+        handle,
+        lambda v: v.state in ("Running", "Created") and v.cluster not in (None, first.cluster),
+        timeout=90,
+    )
     assert view.evicted == [first.cluster]
     reasons = [e.reason for e in view.events]
-    assert reasons.index("Unhealthy") < reasons.index("FailoverStarted") < reasons.index(
-        "Evicted") < reasons.index("Rescheduled")
+    assert (
+        reasons.index("Unhealthy")
+        < reasons.index("FailoverStarted")
+        < reasons.index("Evicted")
+        < reasons.index("Rescheduled")
+    )
     unhealthy = next(e for e in view.events if e.reason == "Unhealthy")
     started = next(e for e in view.events if e.reason == "FailoverStarted")
     assert (started.time - unhealthy.time).total_seconds() >= 2
@@ -189,8 +212,9 @@ async def test_plain_temporal_cli_starts_a_job_and_queries_readable_json(stack: 
     """`temporal workflow start --input-file examples/pytorch-test.json`: the policy comes
     from the fleet, and `temporal workflow query --name status` prints readable JSON."""
     await stack.apply(policy(queued=False))
-    doc = json.loads((Path(__file__).resolve().parents[2] / "examples" / "pytorch-test.json")
-                     .read_text())
+    doc = json.loads(
+        (Path(__file__).resolve().parents[2] / "examples" / "pytorch-test.json").read_text()
+    )
     doc["metadata"]["name"] = "from-temporal-cli"
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"fleetq-e2e-{os.getpid()}.json"
     tmp.write_text(json.dumps(doc))
@@ -199,16 +223,37 @@ async def test_plain_temporal_cli_starts_a_job_and_queries_readable_json(stack: 
     base = [str(temporal_cli_path()), "workflow"]
     common = ["--address", address, "--namespace", "e2e"]
     start = await asyncio.create_subprocess_exec(
-        *base, "start", *common, "--task-queue", "fleetq", "--type", "PyTorchJobWorkflow",
-        "--workflow-id", wid, "--input-file", str(tmp),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        *base,
+        "start",
+        *common,
+        "--task-queue",
+        "fleetq",
+        "--type",
+        "PyTorchJobWorkflow",
+        "--workflow-id",
+        wid,
+        "--input-file",
+        str(tmp),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     out, _ = await start.communicate()
     assert start.returncode == 0, out.decode()
     handle = stack.client.get_workflow_handle(wid)
     await wait_view(handle, lambda v: v.state == "Running")
     query = await asyncio.create_subprocess_exec(
-        *base, "query", *common, "--workflow-id", wid, "--name", "status", "--output", "json",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        *base,
+        "query",
+        *common,
+        "--workflow-id",
+        wid,
+        "--name",
+        "status",
+        "--output",
+        "json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     out, _ = await query.communicate()
     assert query.returncode == 0, out.decode()
     result = json.loads(out)
@@ -224,8 +269,9 @@ async def test_scheduler_metrics_are_exported(stack: Stack) -> None:
     """Jobs by state, queue lengths, admission latency and failovers reach the worker's
     Prometheus endpoint (runs after the tests above in this module)."""
     text = await asyncio.to_thread(
-        lambda: urllib.request.urlopen(stack.metrics_url, timeout=5).read().decode())
-    assert 'fleetq_job_state_transitions{' in text and 'state="Running"' in text
-    assert 'fleetq_queue_length{' in text and 'queue="root-child-2-' in text
+        lambda: urllib.request.urlopen(stack.metrics_url, timeout=5).read().decode()
+    )
+    assert "fleetq_job_state_transitions{" in text and 'state="Running"' in text
+    assert "fleetq_queue_length{" in text and 'queue="root-child-2-' in text
     assert "fleetq_admission_latency_seconds" in text
-    assert 'fleetq_failovers{' in text and 'purge_mode="Directly"' in text
+    assert "fleetq_failovers{" in text and 'purge_mode="Directly"' in text

@@ -30,8 +30,11 @@ class Harness:
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         arg = {"manifest": manifest, **extra} if extra else manifest
         return await self.env.client.start_workflow(
-            PyTorchJobWorkflow.run, arg, id=job_workflow_id(ns, name),
-            task_queue=self.task_queue, execution_timeout=timedelta(days=30),
+            PyTorchJobWorkflow.run,
+            arg,
+            id=job_workflow_id(ns, name),
+            task_queue=self.task_queue,
+            execution_timeout=timedelta(days=30),
         )
 
     async def run(self, manifest: dict[str, Any], **extra: Any) -> JobView:
@@ -41,12 +44,19 @@ class Harness:
 
 @pytest_asyncio.fixture
 async def harness(ts_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
-    fleet = FakeFleet(clusters={"cluster-a": ClusterScript(), "cluster-b": ClusterScript(),
-                                "cluster-c": ClusterScript(fits=False)},
-                      policy_doc=policy(), client=ts_env.client)
+    fleet = FakeFleet(
+        clusters={
+            "cluster-a": ClusterScript(),
+            "cluster-b": ClusterScript(),
+            "cluster-c": ClusterScript(fits=False),
+        },
+        policy_doc=policy(),
+        client=ts_env.client,
+    )
     tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(ts_env.client, task_queue=tq, workflows=ALL_WORKFLOWS,
-                      activities=fleet.activities()):
+    async with Worker(
+        ts_env.client, task_queue=tq, workflows=ALL_WORKFLOWS, activities=fleet.activities()
+    ):
         yield Harness(ts_env, fleet, tq)
 
 
@@ -58,8 +68,11 @@ async def run_history_lengths(env: WorkflowEnvironment, wid: str, run_id: str | 
         lengths.append(len(hist.events))
         last = hist.events[-1]
         attrs = last.workflow_execution_continued_as_new_event_attributes
-        run_id = attrs.new_execution_run_id if last.HasField(
-            "workflow_execution_continued_as_new_event_attributes") else None
+        run_id = (
+            attrs.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else None
+        )
     return lengths
 
 
@@ -68,26 +81,36 @@ def events(view: JobView, reason: str) -> list[Any]:
 
 
 async def test_gang_walkthrough_binds_all_replicas_on_one_cluster(harness: Harness) -> None:
-    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
-                                                    (60, "Healthy", "Succeeded", "")]
+    harness.fleet.clusters["cluster-a"].timeline = [
+        (5, "Healthy", "Running", ""),
+        (60, "Healthy", "Succeeded", ""),
+    ]
     view = await harness.run(walkthrough_job())
     assert view.state == "Succeeded"
     assert view.cluster == "cluster-a"
     (bound,) = events(view, "ScheduleBindingSucceed")
-    assert bound.message == ("Binding has been scheduled successfully. Result: "
-                             "{cluster-a:0,[{master 1} {worker 2}]}")
+    assert bound.message == (
+        "Binding has been scheduled successfully. Result: {cluster-a:0,[{master 1} {worker 2}]}"
+    )
     assert harness.fleet.count("bind") == 1
-    assert view.summary == "PyTorchJob default/pytorch-test: 1 master + 2 workers, cpu 4.01, memory 4Gi"
+    assert (
+        view.summary
+        == "PyTorchJob default/pytorch-test: 1 master + 2 workers, cpu 4.01, memory 4Gi"
+    )
 
 
-async def test_invalid_manifest_fails_with_field_message_and_touches_nothing(harness: Harness) -> None:
+async def test_invalid_manifest_fails_with_field_message_and_touches_nothing(
+    harness: Harness,
+) -> None:
     bad = walkthrough_job("bad-job")
     bad["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = -1
     handle = await harness.start(bad)
     with pytest.raises(WorkflowFailureError) as info:
         await handle.result()
-    assert "PyTorchJob default/bad-job: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0" in str(
-        info.value.cause)
+    assert (
+        "PyTorchJob default/bad-job: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0"
+        in str(info.value.cause)
+    )
     assert harness.fleet.calls == []
 
 
@@ -122,10 +145,14 @@ async def test_lost_reservation_falls_through_to_next_candidate(harness: Harness
 
 
 async def test_failover_directly_after_toleration_purges_old_copy_first(harness: Harness) -> None:
-    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
-                                                    (20, "Unhealthy", "Failed", "pods failed")]
-    harness.fleet.clusters["cluster-b"].timeline = [(5, "Healthy", "Running", ""),
-                                                    (50, "Healthy", "Succeeded", "")]
+    harness.fleet.clusters["cluster-a"].timeline = [
+        (5, "Healthy", "Running", ""),
+        (20, "Unhealthy", "Failed", "pods failed"),
+    ]
+    harness.fleet.clusters["cluster-b"].timeline = [
+        (5, "Healthy", "Running", ""),
+        (50, "Healthy", "Succeeded", ""),
+    ]
     view = await harness.run(walkthrough_job("fo-direct"))
     assert view.state == "Succeeded" and view.cluster == "cluster-b"
     assert view.evicted == ["cluster-a"]
@@ -136,16 +163,22 @@ async def test_failover_directly_after_toleration_purges_old_copy_first(harness:
     order = [(n, c) for n, c in harness.fleet.calls if n in ("purge", "bind")]
     assert order.index(("purge", "cluster-a")) < order.index(("bind", "cluster-b"))
     assert harness.fleet.copies == {"cluster-b"}
-    assert [e.reason for e in view.events if e.reason in ("FailoverStarted", "Evicted", "Rescheduled")] \
-        == ["FailoverStarted", "Evicted", "Rescheduled"]
-    assert "cluster-a" in harness.fleet.calls[[n for n, _ in harness.fleet.calls].index("plan_placement", 2)][1]
+    assert [
+        e.reason for e in view.events if e.reason in ("FailoverStarted", "Evicted", "Rescheduled")
+    ] == ["FailoverStarted", "Evicted", "Rescheduled"]
+    assert (
+        "cluster-a"
+        in harness.fleet.calls[[n for n, _ in harness.fleet.calls].index("plan_placement", 2)][1]
+    )
 
 
 async def test_recovery_inside_toleration_does_not_fail_over(harness: Harness) -> None:
-    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
-                                                    (20, "Unhealthy", "Running", "pod restarting"),
-                                                    (40, "Healthy", "Running", ""),
-                                                    (100, "Healthy", "Succeeded", "")]
+    harness.fleet.clusters["cluster-a"].timeline = [
+        (5, "Healthy", "Running", ""),
+        (20, "Unhealthy", "Running", "pod restarting"),
+        (40, "Healthy", "Running", ""),
+        (100, "Healthy", "Succeeded", ""),
+    ]
     view = await harness.run(walkthrough_job("recovers"))
     assert view.state == "Succeeded" and view.cluster == "cluster-a"
     assert not events(view, "FailoverStarted")
@@ -154,10 +187,12 @@ async def test_recovery_inside_toleration_does_not_fail_over(harness: Harness) -
 
 
 async def test_unknown_health_does_not_reset_the_failover_timer(harness: Harness) -> None:
-    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
-                                                    (20, "Unhealthy", "Failed", "pods failed"),
-                                                    (25, "Unreachable", "", ""),
-                                                    (200, "Reachable", "", "")]
+    harness.fleet.clusters["cluster-a"].timeline = [
+        (5, "Healthy", "Running", ""),
+        (20, "Unhealthy", "Failed", "pods failed"),
+        (25, "Unreachable", "", ""),
+        (200, "Reachable", "", ""),
+    ]
     harness.fleet.clusters["cluster-b"].timeline = [(30, "Healthy", "Succeeded", "")]
     view = await harness.run(walkthrough_job("unknown"))
     (unhealthy,) = events(view, "Unhealthy")
@@ -171,10 +206,14 @@ async def test_unknown_health_does_not_reset_the_failover_timer(harness: Harness
 
 async def test_graceful_purges_old_copy_once_new_copy_is_healthy(harness: Harness) -> None:
     harness.fleet.policy_doc = policy(purge="Graciously")
-    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
-                                                    (20, "Unhealthy", "Failed", "pods failed")]
-    harness.fleet.clusters["cluster-b"].timeline = [(15, "Healthy", "Running", ""),
-                                                    (300, "Healthy", "Succeeded", "")]
+    harness.fleet.clusters["cluster-a"].timeline = [
+        (5, "Healthy", "Running", ""),
+        (20, "Unhealthy", "Failed", "pods failed"),
+    ]
+    harness.fleet.clusters["cluster-b"].timeline = [
+        (15, "Healthy", "Running", ""),
+        (300, "Healthy", "Succeeded", ""),
+    ]
     view = await harness.run(walkthrough_job("fo-graceful"))
     order = [(n, c) for n, c in harness.fleet.calls if n in ("purge", "bind")]
     assert order.index(("bind", "cluster-b")) < order.index(("purge", "cluster-a"))
@@ -187,9 +226,13 @@ async def test_graceful_purges_old_copy_once_new_copy_is_healthy(harness: Harnes
 
 async def test_graceful_purges_old_copy_after_grace_period(harness: Harness) -> None:
     harness.fleet.policy_doc = policy(purge="Gracefully", grace=600)
-    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
-                                                    (20, "Unhealthy", "Failed", "pods failed")]
-    harness.fleet.clusters["cluster-b"].timeline = [(2000, "Healthy", "Succeeded", "")]  # stays Created
+    harness.fleet.clusters["cluster-a"].timeline = [
+        (5, "Healthy", "Running", ""),
+        (20, "Unhealthy", "Failed", "pods failed"),
+    ]
+    harness.fleet.clusters["cluster-b"].timeline = [
+        (2000, "Healthy", "Succeeded", "")
+    ]  # stays Created
     view = await harness.run(walkthrough_job("fo-grace"))
     (evicted,) = events(view, "Evicted")
     (purged,) = events(view, "Purged")
@@ -233,8 +276,10 @@ async def test_delete_purges_member_copy(harness: Harness) -> None:
 
 
 async def test_week_long_job_keeps_each_run_history_bounded(harness: Harness) -> None:
-    harness.fleet.clusters["cluster-a"].timeline = [(5, "Healthy", "Running", ""),
-                                                    (7 * 86400, "Healthy", "Succeeded", "")]
+    harness.fleet.clusters["cluster-a"].timeline = [
+        (5, "Healthy", "Running", ""),
+        (7 * 86400, "Healthy", "Succeeded", ""),
+    ]
     handle = await harness.start(walkthrough_job("week"), rewatch_seconds=600)
     view = JobView.model_validate(await handle.result())
     assert view.state == "Succeeded"

@@ -46,9 +46,16 @@ class QuotaHolder:
     @workflow.run
     async def run(self, inp: HolderInput) -> int:
         quota = workflow.get_external_workflow_handle(inp.tree_id)
-        await quota.signal("enqueue", AdmissionRequest(
-            job_id=workflow.info().workflow_id, namespace=inp.namespace, priority=inp.priority,
-            request=inp.request, submitted_at=workflow.now().timestamp()))
+        await quota.signal(
+            "enqueue",
+            AdmissionRequest(
+                job_id=workflow.info().workflow_id,
+                namespace=inp.namespace,
+                priority=inp.priority,
+                request=inp.request,
+                submitted_at=workflow.now().timestamp(),
+            ),
+        )
         await workflow.wait_condition(lambda: bool(self.grants))
         if inp.hold:
             await workflow.wait_condition(lambda: self.done)
@@ -86,34 +93,61 @@ class Env:
         wid = f"quota/kube-system/{uuid.uuid4().hex[:8]}"
         self.fleet.tree_workflow_id = wid
         return await self.env.client.start_workflow(
-            QuotaTreeWorkflow.run, QuotaTreeInput(tree=doc, **kw), id=wid, task_queue=self.tq)
+            QuotaTreeWorkflow.run, QuotaTreeInput(tree=doc, **kw), id=wid, task_queue=self.tq
+        )
 
-    async def holder(self, tree_id: str, name: str, namespace: str = "default",
-                     request: dict[str, int] | None = None, **kw: Any) -> WorkflowHandle[Any, Any]:
+    async def holder(
+        self,
+        tree_id: str,
+        name: str,
+        namespace: str = "default",
+        request: dict[str, int] | None = None,
+        **kw: Any,
+    ) -> WorkflowHandle[Any, Any]:
         return await self.env.client.start_workflow(
             QuotaHolder.run,
-            HolderInput(tree_id=tree_id, namespace=namespace,
-                        request=request or {"kube-queue/max-jobs": 1000}, **kw),
-            id=f"holder/{name}-{uuid.uuid4().hex[:6]}", task_queue=self.tq)
+            HolderInput(
+                tree_id=tree_id,
+                namespace=namespace,
+                request=request or {"kube-queue/max-jobs": 1000},
+                **kw,
+            ),
+            id=f"holder/{name}-{uuid.uuid4().hex[:6]}",
+            task_queue=self.tq,
+        )
 
 
 @pytest_asyncio.fixture
 async def qenv(dev_env: WorkflowEnvironment) -> AsyncIterator[Env]:
-    fleet = FakeFleet(clusters={"cluster-a": ClusterScript()}, policy_doc=policy(queued=True),
-                      client=dev_env.client)
+    fleet = FakeFleet(
+        clusters={"cluster-a": ClusterScript()},
+        policy_doc=policy(queued=True),
+        client=dev_env.client,
+    )
     tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(dev_env.client, task_queue=tq, workflows=[*ALL_WORKFLOWS, QuotaHolder],
-                      activities=fleet.activities()):
+    async with Worker(
+        dev_env.client,
+        task_queue=tq,
+        workflows=[*ALL_WORKFLOWS, QuotaHolder],
+        activities=fleet.activities(),
+    ):
         yield Env(dev_env, tq, fleet)
 
 
 @pytest_asyncio.fixture
 async def tsq(ts_env: WorkflowEnvironment) -> AsyncIterator[Env]:
-    fleet = FakeFleet(clusters={"cluster-a": ClusterScript()}, policy_doc=policy(queued=True),
-                      client=ts_env.client)
+    fleet = FakeFleet(
+        clusters={"cluster-a": ClusterScript()},
+        policy_doc=policy(queued=True),
+        client=ts_env.client,
+    )
     tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(ts_env.client, task_queue=tq, workflows=[*ALL_WORKFLOWS, QuotaHolder],
-                      activities=fleet.activities()):
+    async with Worker(
+        ts_env.client,
+        task_queue=tq,
+        workflows=[*ALL_WORKFLOWS, QuotaHolder],
+        activities=fleet.activities(),
+    ):
         yield Env(ts_env, tq, fleet)
 
 
@@ -129,19 +163,29 @@ async def test_max_jobs_one_serialises_three_jobs(tsq: Env) -> None:
     tsq.fleet.clusters["cluster-a"].timeline = [(1, "Healthy", "Running", "")]
     handles = []
     for i in range(3):
-        handles.append(await tsq.env.client.start_workflow(
-            PyTorchJobWorkflow.run, walkthrough_job(f"job-{i}"),
-            id=job_workflow_id("default", f"job-{i}"), task_queue=tsq.tq))
+        handles.append(
+            await tsq.env.client.start_workflow(
+                PyTorchJobWorkflow.run,
+                walkthrough_job(f"job-{i}"),
+                id=job_workflow_id("default", f"job-{i}"),
+                task_queue=tsq.tq,
+            )
+        )
 
     # the fake cluster never finishes a job by itself: finish them one by one
     views: list[JobView] = []
     for _ in range(3):
+
         async def one_running() -> bool:
             states = [JobView.model_validate(await h.query("status")).state for h in handles]
             return states.count("Running") + states.count("Created") == 1
+
         await wait_for(one_running)
-        running = [h for h in handles
-                   if JobView.model_validate(await h.query("status")).state in ("Running", "Created")]
+        running = [
+            h
+            for h in handles
+            if JobView.model_validate(await h.query("status")).state in ("Running", "Created")
+        ]
         assert len(running) == 1  # max-jobs 1: never two at once
         name = running[0].id.rsplit("/", 1)[1]
         tsq.fleet.job("cluster-a", name).set("Healthy", "Succeeded")
@@ -250,6 +294,8 @@ async def test_bad_tree_update_is_rejected_and_running_tree_untouched(qenv: Env)
     assert [q.name.rsplit("-", 1)[0] for q in view.queues] == ["root", "root-child-2"]
     child = next(q for q in view.queues if q.node == "child-2")
     assert child.max["cpu"] == 10000 * 1000
-    assert await qh.execute_update(QuotaTreeWorkflow.apply_tree, load("elasticquotatree.yaml")) \
+    assert (
+        await qh.execute_update(QuotaTreeWorkflow.apply_tree, load("elasticquotatree.yaml"))
         == "unchanged"
+    )
     _ = timedelta

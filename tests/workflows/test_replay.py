@@ -19,8 +19,13 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 def test_recorded_histories_exist() -> None:
     names = {p.stem.split("@")[0] for p in HISTORIES}
-    assert {"gang-only-deleted", "queued-succeeded", "failover-deleted", "quota-tree",
-            "registry"} <= names
+    assert {
+        "gang-only-deleted",
+        "queued-succeeded",
+        "failover-deleted",
+        "quota-tree",
+        "registry",
+    } <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem.split("@")[0] for p in HISTORIES])
