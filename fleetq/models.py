@@ -307,6 +307,12 @@ class ElasticQuotaTreeSpec(Strict):
     root: QuotaNodeSpec
 
 
+#: Queue policy of every queue of the tree (Kube Queue configures it per deployment; we
+#: keep it with the tree so it is applied, versioned and reviewed like the quotas).
+QUEUE_POLICY_ANNOTATION = "fleetq.io/queue-policy"
+STARVATION_ANNOTATION = "fleetq.io/starvation-seconds"
+
+
 class ElasticQuotaTree(Strict):
     apiVersion: Literal["scheduling.sigs.k8s.io/v1beta1"]
     kind: Literal["ElasticQuotaTree"]
@@ -322,7 +328,34 @@ class ElasticQuotaTree(Strict):
                 f"@namespace must be kube-system (ElasticQuotaTree is only read there), "
                 f"got {m.namespace!r}"
             )
+        policy = m.annotations.get(QUEUE_POLICY_ANNOTATION)
+        if policy is not None and policy not in ("Priority", "Block"):
+            raise ValueError(
+                f"@annotations.{QUEUE_POLICY_ANNOTATION} must be Priority or Block, "
+                f"got {policy[:32]!r}"
+            )
+        starve = m.annotations.get(STARVATION_ANNOTATION)
+        if starve is not None:
+            try:
+                value = float(starve)
+            except ValueError:
+                value = -1.0
+            if not (0 <= value <= 31_536_000):
+                raise ValueError(
+                    f"@annotations.{STARVATION_ANNOTATION} must be a number of seconds "
+                    f"between 0 and 31536000, got {starve[:32]!r}"
+                )
         return m
+
+    @property
+    def queue_policy(self) -> str:
+        """``Priority`` (default) or ``Block``, from ``fleetq.io/queue-policy``."""
+        return self.metadata.annotations.get(QUEUE_POLICY_ANNOTATION, "Priority")
+
+    @property
+    def starvation_seconds(self) -> float:
+        """How long a skipped head may be overtaken (``fleetq.io/starvation-seconds``)."""
+        return float(self.metadata.annotations.get(STARVATION_ANNOTATION, 600))
 
     @model_validator(mode="after")
     def _tree_rules(self) -> ElasticQuotaTree:

@@ -32,7 +32,12 @@ with workflow.unsafe.imports_passed_through():
         WaitInfo,
     )
     from fleetq.messages import HolderCheck, HolderVerdict
-    from fleetq.models import ManifestErrors, parse_tree
+    from fleetq.models import (
+        QUEUE_POLICY_ANNOTATION,
+        STARVATION_ANNOTATION,
+        ManifestErrors,
+        parse_tree,
+    )
     from fleetq.resources import format_quantity
     from workflows import metrics
 
@@ -68,7 +73,8 @@ class QuotaTreeWorkflow:
             self._admission = Admission.from_state(inp.state)
         else:
             tree = parse_tree(inp.tree) if inp.tree else None
-            self._admission = Admission(tree, inp.policy, inp.starvation_seconds)
+            policy, starve = self._queue_settings(tree, inp)
+            self._admission = Admission(tree, policy, starve)
         self._tree_doc: dict[str, Any] | None = inp.tree
         self._dirty = True
         self._immediate: list[Grant] = []
@@ -76,6 +82,19 @@ class QuotaTreeWorkflow:
         self._leaks: list[str] = []
         self._details = ""
         self._stop = False
+
+    @staticmethod
+    def _queue_settings(tree: Any, inp: QuotaTreeInput) -> tuple[QueuePolicy, float]:
+        """The tree's ``fleetq.io/queue-policy`` / ``fleetq.io/starvation-seconds``
+        annotations win over the workflow input's defaults."""
+        if tree is None:
+            return inp.policy, inp.starvation_seconds
+        notes = tree.metadata.annotations
+        policy = QueuePolicy(notes[QUEUE_POLICY_ANNOTATION]) if (
+            QUEUE_POLICY_ANNOTATION in notes) else inp.policy
+        starve = tree.starvation_seconds if STARVATION_ANNOTATION in notes else (
+            inp.starvation_seconds)
+        return policy, starve
 
     # ------------------------------------------------------------------ main loop
     @workflow.run
@@ -213,6 +232,8 @@ class QuotaTreeWorkflow:
         tree = parse_tree(manifest)
         unchanged = manifest == self._tree_doc
         self._admission.replace_tree(tree)
+        policy, starve = self._queue_settings(tree, self._input)
+        self._admission.policy, self._admission.starvation_seconds = policy, starve
         self._tree_doc = manifest
         self._dirty = True
         return "unchanged" if unchanged else "configured"

@@ -299,3 +299,45 @@ async def test_bad_tree_update_is_rejected_and_running_tree_untouched(qenv: Env)
         == "unchanged"
     )
     _ = timedelta
+
+
+async def test_block_vs_priority_chosen_by_tree_annotation(qenv: Env) -> None:
+    doc = tree([{"name": "team", "max": {"cpu": 8, "kube-queue/max-jobs": 100},
+                 "namespaces": ["default"]}])
+    cpu = {"kube-queue/max-jobs": 1000}
+
+    async def scenario(qh: WorkflowHandle[Any, Any], tag: str) -> bool:
+        """A 4-cpu job runs, an 8-cpu gang waits at the head, a 2-cpu job comes last:
+        returns whether the small job overtook the gang."""
+        first = await qenv.holder(qh.id, f"{tag}-first", request={**cpu, "cpu": 4000}, hold=True)
+        await wait_for(lambda: first.query(QuotaHolder.granted))
+        big = await qenv.holder(qh.id, f"{tag}-big", request={**cpu, "cpu": 8000}, hold=True)
+        await wait_for(lambda: _waiting(qh, 1))
+        small = await qenv.holder(qh.id, f"{tag}-small", request={**cpu, "cpu": 2000}, hold=True)
+        await asyncio.sleep(1.0)
+        overtook = bool(await small.query(QuotaHolder.granted))
+        info = await qh.query(QuotaTreeWorkflow.wait_info, (small if not overtook else big).id)
+        assert info is not None and info.reason
+        for h in (first, big, small):
+            await h.signal(QuotaHolder.finish)
+        return overtook
+
+    priority = await qenv.start_tree(doc)
+    assert await scenario(priority, "p") is True
+    block = await qenv.start_tree(doc)
+    blocked = copy.deepcopy(doc)
+    blocked["metadata"]["annotations"] = {"fleetq.io/queue-policy": "Block"}
+    assert await block.execute_update(QuotaTreeWorkflow.apply_tree, blocked) == "configured"
+    assert await scenario(block, "b") is False
+    view = QuotaView.model_validate(await block.query(QuotaTreeWorkflow.view))
+    assert view.policy == "Block"
+
+
+async def test_bad_queue_policy_annotation_is_rejected(qenv: Env) -> None:
+    qh = await qenv.start_tree(load("elasticquotatree.yaml"))
+    bad = load("elasticquotatree.yaml")
+    bad["metadata"]["annotations"] = {"fleetq.io/queue-policy": "Fair"}
+    with pytest.raises(WorkflowUpdateFailedError) as info:
+        await qh.execute_update(QuotaTreeWorkflow.apply_tree, bad)
+    assert ("ElasticQuotaTree kube-system/elasticquotatree: metadata.annotations."
+            "fleetq.io/queue-policy must be Priority or Block") in str(info.value.cause)
