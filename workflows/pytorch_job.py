@@ -219,18 +219,7 @@ class PyTorchJobWorkflow:
     async def _resolve_policy(self, inp: JobInput) -> PropagationPolicy:
         delay = 5.0
         while True:
-            self._resolution = await workflow.execute_activity(
-                "resolve_policy",
-                ResolveInput(
-                    namespace=self._job.metadata.namespace,
-                    name=self._job.metadata.name,
-                    labels=self._job.metadata.labels,
-                ),
-                result_type=Resolution,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=MEMBER_RETRY,
-                summary="resolve PropagationPolicy and quota tree",
-            )
+            self._resolution = await self._resolve("resolve PropagationPolicy and quota tree")
             self._sa_enabled = self._resolution.search_attributes
             doc = inp.policy or self._resolution.policy
             if doc is not None:
@@ -292,7 +281,13 @@ class PyTorchJobWorkflow:
         self._set_state("Scheduling", "admitted")
 
     async def _refresh_resolution(self) -> Resolution:
-        res: Resolution = await workflow.execute_activity(
+        """Look the quota tree up again, keeping the policy already resolved."""
+        res = await self._resolve("resolve quota tree")
+        res.policy = self._resolution.policy
+        return res
+
+    async def _resolve(self, summary: str) -> Resolution:
+        return await workflow.execute_activity(
             "resolve_policy",
             ResolveInput(
                 namespace=self._job.metadata.namespace,
@@ -302,10 +297,8 @@ class PyTorchJobWorkflow:
             result_type=Resolution,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=MEMBER_RETRY,
-            summary="resolve quota tree",
+            summary=summary,
         )
-        res.policy = self._resolution.policy
-        return res
 
     async def _schedule(self) -> bool:
         """Place, reserve and bind; retries with backoff while nothing fits. Returns False

@@ -117,38 +117,27 @@ class Env:
         )
 
 
+async def _env(env: WorkflowEnvironment, client: Any) -> AsyncIterator[Env]:
+    fleet = FakeFleet(clusters={"cluster-a": ClusterScript()}, policy_doc=policy(queued=True),
+                      client=client)
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=tq, workflows=[*ALL_WORKFLOWS, QuotaHolder],
+                      activities=fleet.activities()):
+        yield Env(env, tq, fleet)
+
+
 @pytest_asyncio.fixture
 async def qenv(dev_env: WorkflowEnvironment) -> AsyncIterator[Env]:
-    fleet = FakeFleet(
-        clusters={"cluster-a": ClusterScript()},
-        policy_doc=policy(queued=True),
-        client=dev_env.client,
-    )
-    tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        dev_env.client,
-        task_queue=tq,
-        workflows=[*ALL_WORKFLOWS, QuotaHolder],
-        activities=fleet.activities(),
-    ):
-        yield Env(dev_env, tq, fleet)
+    """Dev server: real time, for semaphore behaviour under concurrency."""
+    async for e in _env(dev_env, dev_env.client):
+        yield e
 
 
 @pytest_asyncio.fixture
 async def tsq(ts_env: WorkflowEnvironment) -> AsyncIterator[Env]:
-    fleet = FakeFleet(
-        clusters={"cluster-a": ClusterScript()},
-        policy_doc=policy(queued=True),
-        client=ts_env.client,
-    )
-    tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        ts_env.client,
-        task_queue=tq,
-        workflows=[*ALL_WORKFLOWS, QuotaHolder],
-        activities=fleet.activities(),
-    ):
-        yield Env(ts_env, tq, fleet)
+    """Time-skipping server: for jobs that run for minutes of workflow time."""
+    async for e in _env(ts_env, ts_env.client):
+        yield e
 
 
 async def wait_for(pred: Any, timeout: float = 20.0) -> None:
