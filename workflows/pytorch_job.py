@@ -16,10 +16,10 @@ import contextlib
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         PropagationPolicy,
         PurgeMode,
         binding_result,
+        errors_from_validation,
         gang_of,
         parse_job,
         parse_policy,
@@ -105,16 +106,21 @@ class JobInput(BaseModel):
     @classmethod
     def from_arg(cls, arg: Any) -> JobInput:
         """The plain ``temporal`` CLI passes the PyTorchJob manifest itself; our CLI passes
-        ``{"manifest": ..., "policy": ...}``."""
+        ``{"manifest": ..., "policy": ...}``. Bad input is a non-retryable failure of the
+        workflow (never of its workflow task, which Temporal would retry forever)."""
         if isinstance(arg, dict) and "manifest" in arg and "kind" not in arg:
-            return cls.model_validate(arg)
+            try:
+                return cls.model_validate(arg)
+            except ValidationError as exc:
+                raise _invalid(str(errors_from_validation("workflow input", exc))) from None
         if isinstance(arg, dict):
             return cls(manifest=arg)
-        raise ApplicationError(
-            "workflow input must be a PyTorchJob manifest (JSON object)",
-            type="InvalidManifest",
-            non_retryable=True,
-        )
+        raise _invalid("workflow input must be a PyTorchJob manifest (a JSON object)")
+
+
+def _cancelled(exc: BaseException) -> bool:
+    """An activity that ended because the workflow itself was cancelled (deleted)."""
+    return isinstance(exc, ActivityError) and isinstance(exc.cause, CancelledError)
 
 
 def _invalid(message: str) -> ApplicationError:
@@ -131,11 +137,16 @@ class PyTorchJobWorkflow:
         self._details = ""
         self._sa_last: dict[str, Any] = {}
         self._policy: PropagationPolicy | None = None
+        self._in_flight: tuple[str, asyncio.Future[Any]] | None = None
 
     # ================================================================== run
     @workflow.run
-    async def run(self, arg: dict[str, Any]) -> JobView:
-        inp = JobInput.from_arg(arg)
+    async def run(self, arg: RawValue) -> JobView:
+        try:
+            decoded = workflow.payload_converter().from_payload(arg.payload)
+        except Exception as exc:  # not JSON, nested too deep, ...
+            raise _invalid(f"workflow input is not a JSON object ({type(exc).__name__})") from None
+        inp = JobInput.from_arg(decoded)
         try:
             job = parse_job(inp.manifest)
         except ManifestErrors as exc:
@@ -171,18 +182,22 @@ class PyTorchJobWorkflow:
             )
             self._since, self._graceful_old, self._grace_deadline = "", None, None
             self._resolution = Resolution()
-            self._policy = await self._resolve_policy(inp)
-            self._gang = gang_of(job, self._resolution.priority_classes)
-            self._view.priority = self._gang.priority
-            self._view.queued = self._pol.queued
-            self._view.summary = self._summary_line()
         self._publish()
 
         try:
+            if self._policy is None:
+                self._policy = await self._resolve_policy(inp)
+                self._gang = gang_of(job, self._resolution.priority_classes)
+                self._view.priority = self._gang.priority
+                self._view.queued = self._pol.queued
+                self._view.summary = self._summary_line()
+                self._publish()
             return await self._lifecycle()
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ActivityError) as exc:
+            if isinstance(exc, ActivityError) and not _cancelled(exc):
+                raise
             await self._on_deleted()
-            raise
+            raise asyncio.CancelledError() from None
 
     # ================================================================== phases
     async def _lifecycle(self) -> JobView:
@@ -338,7 +353,8 @@ class PyTorchJobWorkflow:
                         continue
                     reserved = True
                 try:
-                    await workflow.execute_activity(
+                    await self._write(
+                        cand.cluster,
                         "bind",
                         BindInput(
                             cluster=cand.cluster,
@@ -350,10 +366,8 @@ class PyTorchJobWorkflow:
                                 run_seconds=self._input.run_seconds,
                             ),
                         ),
-                        result_type=BindResult,
-                        start_to_close_timeout=timedelta(seconds=60),
-                        retry_policy=MEMBER_RETRY,
-                        summary=f"bind {view.name} on {cand.cluster}",
+                        BindResult,
+                        f"bind {view.name} on {cand.cluster}",
                     )
                 except ActivityError as exc:
                     msg = str(exc.cause or exc)
@@ -398,6 +412,28 @@ class PyTorchJobWorkflow:
             await self._sleep_or_retry(delay, f"retry placement in {int(delay)}s")
             delay = min(delay * 2, 60.0)
 
+    async def _write(self, cluster: str, activity: str, arg: Any, result_type: type,
+                     summary: str) -> Any:
+        """Run one member-cluster write. A delete arriving meanwhile interrupts the
+        workflow at once (``asyncio.shield``) but not the write: cleanup awaits the
+        in-flight write first, then purges that cluster, so nothing it made survives."""
+        task = asyncio.ensure_future(
+            workflow.execute_activity(
+                activity,
+                arg,
+                result_type=result_type,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=MEMBER_RETRY,
+                summary=summary,
+            )
+        )
+        self._in_flight = (cluster, task)
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._in_flight = None
+
     async def _reserve(self, cluster: str, assignment: dict[str, str]) -> ReserveResult:
         pods = [
             PodReservation(
@@ -410,14 +446,14 @@ class PyTorchJobWorkflow:
             )
             for p in self._gang.pods
         ]
-        return await workflow.execute_activity(
+        result: ReserveResult = await self._write(
+            cluster,
             "reserve",
             ReserveInput(cluster=cluster, request=ReserveRequest(job=self._ref, pods=pods)),
-            result_type=ReserveResult,
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=MEMBER_RETRY,
-            summary=f"reserve on {cluster}",
+            ReserveResult,
+            f"reserve on {cluster}",
         )
+        return result
 
     async def _supervise(self) -> str:
         """Watch the bound copy until the job ends, fails over or history asks for
@@ -628,18 +664,27 @@ class PyTorchJobWorkflow:
             self._event("Normal", "Purged", f"copy on {cluster} purged after it became reachable")
 
     async def _purge(self, cluster: str, why: str, attempts: int = 3) -> PurgeResult:
-        return await workflow.execute_activity(
-            "purge",
-            PurgeInput(cluster=cluster, job=self._ref),
-            result_type=PurgeResult,
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                maximum_interval=timedelta(seconds=10),
-                maximum_attempts=attempts,
-            ),
-            summary=f"{why} on {cluster}",
+        task = asyncio.ensure_future(
+            workflow.execute_activity(
+                "purge",
+                PurgeInput(cluster=cluster, job=self._ref),
+                result_type=PurgeResult,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    maximum_interval=timedelta(seconds=10),
+                    maximum_attempts=attempts,
+                ),
+                summary=f"{why} on {cluster}",
+            )
         )
+        self._in_flight = (cluster, task)
+        try:
+            result: PurgeResult = await asyncio.shield(task)
+            return result
+        finally:
+            if task.done():
+                self._in_flight = None
 
     # ================================================================== endings
     async def _finish(self) -> None:
@@ -658,7 +703,14 @@ class PyTorchJobWorkflow:
     async def _on_deleted(self) -> None:
         view = self._require_view()
         self._event("Normal", "Deleted", "job deleted from the fleet; purging member copies")
-        clusters = list(
+        in_flight: list[str] = []
+        if self._in_flight is not None:
+            cluster, task = self._in_flight
+            in_flight.append(cluster)
+            with contextlib.suppress(Exception):
+                await task  # let the interrupted write land before purging after it
+            self._in_flight = None
+        clusters = in_flight + list(
             dict.fromkeys(
                 view.copies
                 + view.pending_purges
