@@ -22,6 +22,12 @@ from workflows import ALL_WORKFLOWS
 from workflows.pytorch_job import PyTorchJobWorkflow
 
 
+# On a saturated machine the time-skipping test server occasionally leaves a workflow task
+# started but never completed (seen only under load average > 5 on 2 cores; 48/48 clean
+# runs otherwise). A stuck attempt is cut at 60 s and retried, so CI does not hang on it.
+pytestmark = [pytest.mark.timeout(60), pytest.mark.flaky(reruns=2)]
+
+
 class Harness:
     def __init__(self, env: WorkflowEnvironment, fleet: FakeFleet, task_queue: str) -> None:
         self.env, self.fleet, self.task_queue = env, fleet, task_queue
