@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,9 +42,13 @@ from fleetq.messages import (
     Resolution,
     ResolveInput,
 )
-from fleetq.models import ClusterAffinity, Toleration
+from fleetq.models import ClusterAffinity, PropagationPolicy, Toleration, parse_policy
 from fleetq.naming import REGISTRY_WORKFLOW_ID
 from fleetq.placement import place_gang
+from fleetq.registry import RegistryState, resolve_from_state
+
+#: how stale the worker's view of the fleet registry may be when resolving a job's policy
+REGISTRY_MAX_AGE = 1.0
 
 
 class ReserveInput(BaseModel):
@@ -83,6 +88,8 @@ class SchedulingActivities:
         self._fleet: Fleet | None = fleet if isinstance(fleet, Fleet) else None
         self._lock = threading.Lock()
         self._search_attributes = search_attributes
+        self._registry_lock = asyncio.Lock()
+        self._registry: tuple[float, RegistryState, list[PropagationPolicy]] | None = None
 
     @property
     def fleet(self) -> Fleet:
@@ -107,20 +114,44 @@ class SchedulingActivities:
     # ------------------------------------------------------------------ registry
     @activity.defn(name="resolve_policy")
     async def resolve_policy(self, inp: ResolveInput) -> Resolution:
+        """Resolve from a snapshot of the registry shared by this worker's activities and
+        refreshed at most every REGISTRY_MAX_AGE seconds (one query for a burst of jobs,
+        not one each); a miss re-reads the registry once before it is believed."""
         res = Resolution()
         if self._client is not None:
-            handle = self._client.get_workflow_handle(REGISTRY_WORKFLOW_ID)
-            try:
-                res = await handle.query("resolve", inp, result_type=Resolution)
-            except RPCError as exc:
-                if exc.status != RPCStatusCode.NOT_FOUND:
-                    raise
+            snapshot = await self._registry_snapshot()
+            if snapshot is None:
                 res = Resolution(
                     policy_reason="no PropagationPolicy applied to the fleet yet "
                     "(the fleet registry is empty)"
                 )
+            else:
+                res = resolve_from_state(snapshot[0], snapshot[1], inp)
+                if res.policy is None or res.tree_workflow_id is None:
+                    fresh = await self._registry_snapshot(max_age=0.0)
+                    if fresh is not None:
+                        res = resolve_from_state(fresh[0], fresh[1], inp)
         res.search_attributes = self._search_attributes
         return res
+
+    async def _registry_snapshot(
+        self, max_age: float = REGISTRY_MAX_AGE
+    ) -> tuple[RegistryState, list[PropagationPolicy]] | None:
+        assert self._client is not None
+        async with self._registry_lock:
+            now = time.monotonic()
+            if self._registry is not None and now - self._registry[0] <= max_age:
+                return self._registry[1], self._registry[2]
+            handle = self._client.get_workflow_handle(REGISTRY_WORKFLOW_ID)
+            try:
+                state = await handle.query("state", result_type=RegistryState)
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                return None
+            policies = [parse_policy(doc) for doc in state.policies.values()]
+            self._registry = (time.monotonic(), state, policies)
+            return state, policies
 
     @activity.defn(name="check_holders")
     async def check_holders(self, inp: HolderCheck) -> HolderVerdict:

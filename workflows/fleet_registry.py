@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -23,15 +23,7 @@ with workflow.unsafe.imports_passed_through():
         parse_policy,
         parse_tree,
     )
-    from fleetq.naming import quota_workflow_id
-    from fleetq.policy_match import match_policy
-
-
-class RegistryState(BaseModel):
-    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)  # "ns/name" -> manifest
-    priority_classes: dict[str, int] = Field(default_factory=dict)
-    tree: str | None = None  # "kube-system/<name>"
-    max_history_events: int = 2000
+    from fleetq.registry import RegistryState, resolve_from_state
 
 
 class DeleteRequest(BaseModel):
@@ -121,36 +113,9 @@ class FleetRegistryWorkflow:
     # ---------------------------------------------------------------- queries
     @workflow.query
     def resolve(self, inp: ResolveInput) -> Resolution:
-        policy = match_policy(
-            list(self._policies.values()),
-            api_version=inp.api_version,
-            kind=inp.kind,
-            namespace=inp.namespace,
-            name=inp.name,
-            labels=inp.labels,
-        )
-        tree_id = None
-        if self._s.tree:
-            ns, name = self._s.tree.split("/", 1)
-            tree_id = quota_workflow_id(ns, name)
-        if policy is None:
-            reason = (
-                f"no PropagationPolicy in namespace {inp.namespace} selects "
-                f"{inp.kind} {inp.namespace}/{inp.name}"
-            )
-            return Resolution(
-                policy_reason=reason,
-                tree_workflow_id=tree_id,
-                priority_classes=dict(self._s.priority_classes),
-            )
-        key = f"{policy.metadata.namespace}/{policy.metadata.name}"
-        return Resolution(
-            policy=self._s.policies[key],
-            policy_reason=f"PropagationPolicy {key}",
-            tree_workflow_id=tree_id,
-            priority_classes=dict(self._s.priority_classes),
-        )
+        return resolve_from_state(self._s, list(self._policies.values()), inp)
 
     @workflow.query
     def state(self) -> RegistryState:
         return self._s
+

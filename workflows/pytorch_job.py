@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -35,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.scheduling import BindInput, PurgeInput, ReserveInput, WatchInput
     from fleetq.admission import AdmissionRequest, Grant
+    from fleetq.job_input import JobInput, JobProgress, cancelled_by_delete, invalid_input
     from fleetq.messages import (
         TERMINAL_STATES,
         GangShape,
@@ -52,7 +52,6 @@ with workflow.unsafe.imports_passed_through():
         PropagationPolicy,
         PurgeMode,
         binding_result,
-        errors_from_validation,
         gang_of,
         parse_job,
         parse_policy,
@@ -71,6 +70,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows import metrics
 
 MAX_EVENTS = 30
+#: states too short-lived to be worth a search-attribute upsert (a history event each)
+TRANSIENT_STATES = ("Validating", "Scheduling")
 #: continue-as-new once a run's history passes this many events
 MAX_HISTORY_EVENTS = 1000
 WATCH_SECONDS = 300.0
@@ -82,49 +83,6 @@ MEMBER_RETRY = RetryPolicy(
     maximum_attempts=8,
     non_retryable_error_types=["ConflictError", "InvalidRequest", "ApiError"],
 )
-
-
-class JobProgress(BaseModel):
-    """Everything a run hands to the next one on continue-as-new."""
-
-    view: JobView
-    resolution: Resolution
-    grant: Grant | None = None
-    since: str = ""
-    graceful_old: str | None = None
-    grace_deadline: datetime | None = None
-
-
-class JobInput(BaseModel):
-    manifest: dict[str, Any]
-    policy: dict[str, Any] | None = None
-    run_seconds: int | None = None  # emulator hint (demos, benchmarks): pods run this long
-    #: pause (durable timer) after a watch window ends without change
-    rewatch_seconds: float = 10.0
-    progress: JobProgress | None = None
-
-    @classmethod
-    def from_arg(cls, arg: Any) -> JobInput:
-        """The plain ``temporal`` CLI passes the PyTorchJob manifest itself; our CLI passes
-        ``{"manifest": ..., "policy": ...}``. Bad input is a non-retryable failure of the
-        workflow (never of its workflow task, which Temporal would retry forever)."""
-        if isinstance(arg, dict) and "manifest" in arg and "kind" not in arg:
-            try:
-                return cls.model_validate(arg)
-            except ValidationError as exc:
-                raise _invalid(str(errors_from_validation("workflow input", exc))) from None
-        if isinstance(arg, dict):
-            return cls(manifest=arg)
-        raise _invalid("workflow input must be a PyTorchJob manifest (a JSON object)")
-
-
-def _cancelled(exc: BaseException) -> bool:
-    """An activity that ended because the workflow itself was cancelled (deleted)."""
-    return isinstance(exc, ActivityError) and isinstance(exc.cause, CancelledError)
-
-
-def _invalid(message: str) -> ApplicationError:
-    return ApplicationError(message, type="InvalidManifest", non_retryable=True)
 
 
 @workflow.defn(name="PyTorchJobWorkflow")
@@ -145,16 +103,18 @@ class PyTorchJobWorkflow:
         try:
             decoded = workflow.payload_converter().from_payload(arg.payload)
         except Exception as exc:  # not JSON, nested too deep, ...
-            raise _invalid(f"workflow input is not a JSON object ({type(exc).__name__})") from None
+            raise invalid_input(
+                f"workflow input is not a JSON object ({type(exc).__name__})"
+            ) from None
         inp = JobInput.from_arg(decoded)
         try:
             job = parse_job(inp.manifest)
         except ManifestErrors as exc:
-            raise _invalid(str(exc)) from None
+            raise invalid_input(str(exc)) from None
         ns, name = job.metadata.namespace, job.metadata.name
         expected = job_workflow_id(ns, name)
         if workflow.info().workflow_id != expected:
-            raise _invalid(
+            raise invalid_input(
                 f"PyTorchJob {ns}/{name}: workflow id must be {expected!r} "
                 f"(got {workflow.info().workflow_id!r})"
             )
@@ -173,7 +133,9 @@ class PyTorchJobWorkflow:
             self._sa_enabled = self._resolution.search_attributes
             policy = parse_policy(self._resolution.policy) if self._resolution.policy else None
             if policy is None:
-                raise _invalid(f"PyTorchJob {ns}/{name}: lost its policy across continue-as-new")
+                raise invalid_input(
+                    f"PyTorchJob {ns}/{name}: lost its policy across continue-as-new"
+                )
             self._policy = policy
             self._gang = gang_of(job, self._resolution.priority_classes)
         else:
@@ -194,7 +156,7 @@ class PyTorchJobWorkflow:
                 self._publish()
             return await self._lifecycle()
         except (asyncio.CancelledError, ActivityError) as exc:
-            if isinstance(exc, ActivityError) and not _cancelled(exc):
+            if isinstance(exc, ActivityError) and not cancelled_by_delete(exc):
                 raise
             await self._on_deleted()
             raise asyncio.CancelledError() from None
@@ -241,9 +203,9 @@ class PyTorchJobWorkflow:
                 try:
                     policy = parse_policy(doc)
                 except ManifestErrors as exc:
-                    raise _invalid(str(exc)) from None
+                    raise invalid_input(str(exc)) from None
                 if policy.metadata.namespace != self._job.metadata.namespace:
-                    raise _invalid(
+                    raise invalid_input(
                         f"PropagationPolicy {policy.metadata.namespace}/{policy.metadata.name}: "
                         f"metadata.namespace must be the job's namespace "
                         f"{self._job.metadata.namespace}"
@@ -412,8 +374,9 @@ class PyTorchJobWorkflow:
             await self._sleep_or_retry(delay, f"retry placement in {int(delay)}s")
             delay = min(delay * 2, 60.0)
 
-    async def _write(self, cluster: str, activity: str, arg: Any, result_type: type,
-                     summary: str) -> Any:
+    async def _write(
+        self, cluster: str, activity: str, arg: Any, result_type: type, summary: str
+    ) -> Any:
         """Run one member-cluster write. A delete arriving meanwhile interrupts the
         workflow at once (``asyncio.shield``) but not the write: cleanup awaits the
         in-flight write first, then purges that cluster, so nothing it made survives."""
@@ -481,9 +444,7 @@ class PyTorchJobWorkflow:
             )
             timeout, summary, due = self._next_deadline(tolerance)
             try:
-                await workflow.wait_condition(
-                    watch.done, timeout=timeout, timeout_summary=summary
-                )
+                await workflow.wait_condition(watch.done, timeout=timeout, timeout_summary=summary)
             except TimeoutError:
                 watch.cancel()
                 if due == "failover":
@@ -826,7 +787,7 @@ class PyTorchJobWorkflow:
         if details != self._details:
             self._details = details
             workflow.set_current_details(details)
-        if self._sa_enabled:
+        if self._sa_enabled and view.state not in TRANSIENT_STATES:
             wanted: dict[str, Any] = {
                 SA_STATE: view.state,
                 SA_CLUSTER: view.cluster or "",

@@ -21,7 +21,6 @@ from tests.workflows.fakes import ClusterScript, FakeFleet, policy, walkthrough_
 from workflows import ALL_WORKFLOWS
 from workflows.pytorch_job import PyTorchJobWorkflow
 
-
 # On a saturated machine the time-skipping test server occasionally leaves a workflow task
 # started but never completed (seen only under load average > 5 on 2 cores; 48/48 clean
 # runs otherwise). A stuck attempt is cut at 60 s and retried, so CI does not hang on it.

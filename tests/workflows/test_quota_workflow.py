@@ -222,15 +222,18 @@ async def test_borrowing_up_to_max_and_min_guarantee(qenv: Env) -> None:
     # team-a borrows team-b's idle min: 4 jobs x 2 cpu = 8 cpu (its max), a 5th waits
     a = [await qenv.holder(qh.id, f"a{i}", "team-a", two_cpu, hold=True) for i in range(5)]
     await wait_for(lambda: _granted_count(a, 4))
-    info = await qh.query(QuotaTreeWorkflow.wait_info, a[4].id)
+    await wait_for(lambda: _waiting(qh, 1))
+    (waiter,) = [h for h in a if not await h.query(QuotaHolder.granted)]
+    info = await qh.query(QuotaTreeWorkflow.wait_info, waiter.id)
     assert info is not None and "cpu" in info.reason
     # team-b (below its min) is served before team-a's waiting borrower when room frees
     b = await qenv.holder(qh.id, "b0", "team-b", two_cpu, hold=True)
     await wait_for(lambda: _waiting(qh, 2))
-    await a[0].signal(QuotaHolder.finish)
+    running = next(h for h in a if h is not waiter)
+    await running.signal(QuotaHolder.finish)
     await wait_for(lambda: b.query(QuotaHolder.granted))
-    assert not await a[4].query(QuotaHolder.granted)
-    for h in [*a[1:], b]:
+    assert not await waiter.query(QuotaHolder.granted)
+    for h in [*(h for h in a if h is not running), b]:
         await wait_for(lambda h=h: h.query(QuotaHolder.granted))
         await h.signal(QuotaHolder.finish)
     await wait_for(lambda: _waiting(qh, 0))

@@ -1,0 +1,60 @@
+"""What the fleet registry holds, and how a job resolves its policy from it (pure).
+
+The ``FleetRegistryWorkflow`` keeps a :class:`RegistryState`; its ``resolve`` query and the
+worker's cached snapshot of it (``activities/scheduling.py``) both answer with
+:func:`resolve_from_state`, so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from fleetq.messages import Resolution, ResolveInput
+from fleetq.models import PropagationPolicy
+from fleetq.naming import quota_workflow_id
+from fleetq.policy_match import match_policy
+
+
+class RegistryState(BaseModel):
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)  # "ns/name" -> manifest
+    priority_classes: dict[str, int] = Field(default_factory=dict)
+    tree: str | None = None  # "kube-system/<name>"
+    max_history_events: int = 2000
+
+
+def resolve_from_state(
+    state: RegistryState, policies: list[PropagationPolicy], inp: ResolveInput
+) -> Resolution:
+    """What a job needs from the registry (pure; the ``resolve`` query and the worker's
+    cached registry snapshot both use it). ``policies`` are ``state.policies`` parsed."""
+    policy = match_policy(
+        policies,
+        api_version=inp.api_version,
+        kind=inp.kind,
+        namespace=inp.namespace,
+        name=inp.name,
+        labels=inp.labels,
+    )
+    tree_id = None
+    if state.tree:
+        ns, name = state.tree.split("/", 1)
+        tree_id = quota_workflow_id(ns, name)
+    if policy is None:
+        reason = (
+            f"no PropagationPolicy in namespace {inp.namespace} selects "
+            f"{inp.kind} {inp.namespace}/{inp.name}"
+        )
+        return Resolution(
+            policy_reason=reason,
+            tree_workflow_id=tree_id,
+            priority_classes=dict(state.priority_classes),
+        )
+    key = f"{policy.metadata.namespace}/{policy.metadata.name}"
+    return Resolution(
+        policy=state.policies[key],
+        policy_reason=f"PropagationPolicy {key}",
+        tree_workflow_id=tree_id,
+        priority_classes=dict(state.priority_classes),
+    )
