@@ -275,3 +275,44 @@ async def test_scheduler_metrics_are_exported(stack: Stack) -> None:
     assert "fleetq_queue_length{" in text and 'queue="root-child-2-' in text
     assert "fleetq_admission_latency_seconds" in text
     assert "fleetq_failovers{" in text and 'purge_mode="Directly"' in text
+
+
+async def test_web_ui_metadata_is_readable_through_the_temporal_api(stack: Stack) -> None:
+    """What the Web UI shows: search-attribute filters, static summary/details, current
+    details, and activity/timer summaries — read back through Temporal's API."""
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.api.sdk.v1 import WorkflowMetadata
+    from temporalio.converter import PayloadConverter
+
+    await stack.apply(policy(queued=False))
+    handle = await stack.start(walkthrough_job("ui-visible"))
+    view = await wait_view(handle, lambda v: v.state == "Running")
+    query = f'FleetqState="Running" AND FleetqJob="default/ui-visible" AND FleetqCluster="{view.cluster}"'
+    found: list[str] = []
+    for _ in range(50):  # visibility is eventually consistent
+        found = [wf.id async for wf in stack.client.list_workflows(query)]
+        if found:
+            break
+        await asyncio.sleep(0.2)
+    assert found == [handle.id]
+    desc = await handle.describe()
+    assert await desc.static_summary() == (
+        "PyTorchJob default/ui-visible: 1 master + 2 workers, cpu 4.01, memory 4Gi"
+    )
+    assert "worker" in (await desc.static_details() or "")
+    meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert meta.current_details.startswith("**Running**")
+    assert f"cluster: `{view.cluster}`" in meta.current_details
+    hist = await handle.fetch_history()
+    conv = PayloadConverter.default
+    summaries = [
+        conv.from_payload(e.user_metadata.summary, str)
+        for e in hist.events
+        if e.event_type
+        in (EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, EventType.EVENT_TYPE_TIMER_STARTED)
+        and e.user_metadata.HasField("summary")
+    ]
+    assert f"bind ui-visible on {view.cluster}" in summaries
+    assert "capacity and gang placement" in summaries
+    await handle.cancel()
+    await wait_view(handle, lambda v: v.state == "Deleted")
