@@ -287,7 +287,10 @@ async def test_web_ui_metadata_is_readable_through_the_temporal_api(stack: Stack
     await stack.apply(policy(queued=False))
     handle = await stack.start(walkthrough_job("ui-visible"))
     view = await wait_view(handle, lambda v: v.state == "Running")
-    query = f'FleetqState="Running" AND FleetqJob="default/ui-visible" AND FleetqCluster="{view.cluster}"'
+    query = (
+        'FleetqState="Running" AND FleetqJob="default/ui-visible" '
+        f'AND FleetqCluster="{view.cluster}"'
+    )
     found: list[str] = []
     for _ in range(50):  # visibility is eventually consistent
         found = [wf.id async for wf in stack.client.list_workflows(query)]
