@@ -279,6 +279,13 @@ def workflow_task_failures(events: list[Any]) -> int:
     return sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
 
 
+def task_failure_messages(events: list[Any]) -> list[str]:
+    """First lines of the WorkflowTaskFailed failures (non-determinism shows up here)."""
+    return [e.workflow_task_failed_event_attributes.failure.message.splitlines()[0][:200]
+            for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+            and e.workflow_task_failed_event_attributes.failure.message]
+
+
 async def poll(check: Callable[[], Awaitable[Any]], timeout: float, step: float = 0.03) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -538,8 +545,11 @@ class ChaosRig:
 
         if not await poll(closed, timeout, 0.3):
             v = await job_view(handle)
-            return (v.state if v else "?"), [f"{wid}: still running after {timeout:.0f}s "
-                                             f"({v.state if v else '?'}: {v.reason if v else ''})"]
+            why = task_failure_messages(await history_events(handle))
+            return (v.state if v else "?"), [
+                f"{wid}: still running after {timeout:.0f}s "
+                f"({v.state if v else '?'}: {v.reason if v else ''})"
+                + (f"; workflow task failing: {why[0]}" if why else "")]
         desc = await handle.describe()
         view = await job_view(handle)
         state = view.state if view is not None else "?"
@@ -554,7 +564,9 @@ class ChaosRig:
                             f"expected {want_status.name}")
         events = await history_events(handle)
         if n := workflow_task_failures(events):
-            problems.append(f"{wid}: {n} WorkflowTaskFailed events (non-determinism?)")
+            why = task_failure_messages(events)
+            problems.append(f"{wid}: {n} WorkflowTaskFailed events"
+                            + (f": {why[0]}" if why else ""))
         copies = member_copies(self.emulator, ns, name)
         if expect == "Deleted":
             if copies:

@@ -17,9 +17,10 @@ import json
 import math
 import os
 import resource
+import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -41,6 +42,23 @@ from workflows.fleet_registry import RegistryState
 
 #: Temporal's history-length warning; a run above it is a failed benchmark.
 HISTORY_WARN_EVENTS = 10_240
+
+
+def run_main(coro: Coroutine[Any, Any, int]) -> int:
+    """``asyncio.run`` for a benchmark: a failure of the stack it drives (Temporal, the
+    emulator, a workflow) ends in one ``error:`` line and exit code 1, not a traceback."""
+    from temporalio.client import WorkflowFailureError
+    from temporalio.service import RPCError
+
+    from fleetq.embedded import EmbeddedError
+
+    try:
+        return asyncio.run(coro)
+    except (TimeoutError, RPCError, WorkflowFailureError, EmbeddedError) as exc:
+        cause = getattr(exc, "cause", None)
+        detail = f" ({cause})" if cause else ""
+        print(f"error: {type(exc).__name__}: {exc}{detail}".splitlines()[0], file=sys.stderr)
+        return 1
 
 
 def result_line(name: str, ratio: float, target: float) -> str:

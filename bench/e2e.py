@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         real_activities,
         result_line,
         run_chain,
+        run_main,
     )
     from fleetq.cli.apply import apply_objects, start_job
     from fleetq.messages import JobView
@@ -374,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.jobs < 1 or args.concurrency < 1 or args.warmup < 1:
         ap.error("--jobs, --concurrency and --warmup must be at least 1")
-    return asyncio.run(run(args))
+    return run_main(run(args))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ Last line: ``RESULT history <ratio> (target 1.0)``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -45,6 +44,7 @@ from bench.common import (
     real_activities,
     result_line,
     run_chain,
+    run_main,
 )
 from fleetq.cli.apply import apply_objects, load_for_apply
 from fleetq.messages import (
@@ -245,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.days <= 0 or args.rewatch_seconds <= 0 or args.run_seconds < 0:
         ap.error("--days and --rewatch-seconds must be positive, --run-seconds >= 0")
-    return asyncio.run(run(args))
+    return run_main(run(args))
 
 
 if __name__ == "__main__":

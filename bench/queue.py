@@ -36,6 +36,7 @@ from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from bench.common import (
@@ -47,6 +48,7 @@ from bench.common import (
     real_activities,
     result_line,
     run_chain,
+    run_main,
 )
 from fleetq.admission import AdmissionRequest, Grant
 from fleetq.temporal_client import temporal_cli_path
@@ -57,6 +59,8 @@ NAMESPACE = "bench"
 MAX_JOBS = 100
 PRIORITIES = (0, 10, 100)
 ONE_JOB = {"kube-queue/max-jobs": 1000}  # one job, in milli-units
+#: status queries to the quota workflow that timed out during the run
+QUERY_TIMEOUTS: list[str] = []
 
 
 class HolderInput(BaseModel):
@@ -152,18 +156,27 @@ async def view(handle: WorkflowHandle[Any, Any]) -> QuotaView:
 async def wait_view(handle: WorkflowHandle[Any, Any], pred: Any, what: str,
                     timeout: float) -> QuotaView:
     deadline = time.monotonic() + timeout
+    v: QuotaView | None = None
     while True:
-        v = await view(handle)
-        if pred(v):
-            return v
+        try:
+            v = await view(handle)
+        except RPCError as exc:
+            # A query waits behind the burst's workflow tasks and may time out: count it
+            # (it is a finding) and poll again.
+            QUERY_TIMEOUTS.append(str(exc))
+        else:
+            if pred(v):
+                return v
         if time.monotonic() > deadline:
+            seen = f"holders {v.holders}, waiting {v.waiting}" if v else "no answer"
             raise TimeoutError(f"quota workflow: {what} not reached in {timeout:.0f} s "
-                               f"(holders {v.holders}, waiting {v.waiting})")
+                               f"({seen})")
         await asyncio.sleep(0.5)
 
 
 def check_order(events: Sequence[Any], burst: set[str]) -> tuple[list[str], list[str]]:
-    """Read the quota workflow's history: returns (problems, grant order of the burst)."""
+    """Read the quota workflow's history (every run): returns (problems, the order in
+    which the burst's holders were granted)."""
     keys: dict[str, tuple[int, float, str]] = {}
     grants: list[str] = []
     for ev in events:
@@ -241,7 +254,7 @@ async def run(args: argparse.Namespace) -> int:
             drain = Phase("drain").start()
             await asyncio.gather(*(client.get_workflow_handle(wid).signal(QueueHolder.finish)
                                    for wid in plugs))
-            final = await wait_view(qh, lambda v: v.holders == 0 and v.waiting == 0,
+            await wait_view(qh, lambda v: v.holders == 0 and v.waiting == 0,
                                     "queue drained", 3600)
             drain.stop(n)
             total.stop(n)
@@ -266,18 +279,25 @@ async def run(args: argparse.Namespace) -> int:
     print(enq.line("jobs") + "  (holders started and queued)")
     print(drain.line("jobs") + "  (admitted after the plugs released)")
     print(total.line("jobs") + "  (burst start to last grant)")
-    print(f"grants sent by the quota workflow: {final.grants_sent} "
-          f"(= {n} + {MAX_JOBS} plugs: {final.grants_sent == n + MAX_JOBS}); "
-          f"grant order priority-then-FIFO: {not problems}")
+    sent = sum(1 for ev in events
+               if ev.HasField("signal_external_workflow_execution_initiated_event_attributes")
+               and ev.signal_external_workflow_execution_initiated_event_attributes.signal_name
+               == "admitted")
+    if sent != n + MAX_JOBS:
+        problems.append(f"the quota workflow sent {sent} grants, expected {n + MAX_JOBS}")
+    print(f"grants sent by the quota workflow (all runs): {sent} "
+          f"(= {n} + {MAX_JOBS} plugs: {sent == n + MAX_JOBS}); burst granted exactly once "
+          f"each, in priority-then-FIFO order: {not problems and len(order) == n}")
     print(f"quota workflow: {len(runs)} runs, events per run {[r.events for r in runs]}")
     print(f"  largest run {longest} events (limit {HISTORY_WARN_EVENTS}); largest "
           f"continue-as-new input {biggest_can / 1024:.1f} KiB; largest event payload "
           f"{biggest / 1024:.1f} KiB")
     print(f"worker process peak RSS: {peak:.0f} MiB")
+    print(f"status queries to the quota workflow that timed out: {len(QUERY_TIMEOUTS)}")
     for p in problems:
         print(f"error: {p}", file=sys.stderr)
     print(result_line("queue", ratio, TARGET))
-    return 0 if not problems and final.grants_sent == n + MAX_JOBS else 1
+    return 0 if not problems else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -289,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.jobs < 1 or args.concurrency < 1:
         ap.error("--jobs and --concurrency must be at least 1")
-    return asyncio.run(run(args))
+    return run_main(run(args))
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ class ManifestError(ValueError):
         return _one_line(f"{self.ref}: {where}{self.message}")
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def _one_line(text: str) -> str:

@@ -48,7 +48,7 @@ class QuotaTreeInput(BaseModel):
     starvation_seconds: float = 600
     state: AdmissionState | None = None
     #: continue-as-new once history passes this many events (Temporal warns at 10,240)
-    max_history_events: int = 4000
+    max_history_events: int = 2500
     leak_check_seconds: float = 60
     generation: int = 0
 

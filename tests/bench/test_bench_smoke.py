@@ -54,8 +54,8 @@ def test_queue_admits_every_holder_once_in_priority_then_fifo_order(
     code, out, m = run_main(queue.main, ["--jobs", "60", "--concurrency", "30"], capsys)
     assert code == 0, out
     assert m["name"] == "queue" and float(m["t"]) == 0.5
-    assert "grant order priority-then-FIFO: True" in out
-    assert "grants sent by the quota workflow: 160 (= 60 + 100 plugs: True)" in out
+    assert "in priority-then-FIFO order: True" in out
+    assert "grants sent by the quota workflow (all runs): 160 (= 60 + 100 plugs: True)" in out
 
 
 def test_queue_order_check_catches_a_reordered_grant() -> None:

@@ -4,17 +4,14 @@ Reservation holding room until its TTL, no PyTorchJob running after its deletion
 
 The soak found the first one by chance; these tests hit both windows on purpose by
 slowing the member's API down (emulator latency) and cancelling once the activity is
-scheduled. Both are real bugs today (strict xfail): a cancelled activity raises
-``ActivityError`` whose cause is ``CancelledError``, which the workflow does not treat as
-a deletion.
+scheduled. (A cancelled activity raises ``ActivityError`` whose cause is
+``CancelledError``; the workflow must treat it as the deletion it is.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-
-import pytest
 
 from bench.chaos import (
     activity_scheduled,
@@ -49,17 +46,11 @@ async def delete_during(stack: Stack, activity: str) -> tuple[str, str]:
     return handle.id, view.name
 
 
-@pytest.mark.xfail(strict=True, reason="a cancel during the reserve activity surfaces as "
-                   "ActivityError(CancelledError), so run() skips _on_deleted: Reservations "
-                   "(and quota) are left behind (see report)")
 async def test_delete_while_reserving_leaves_no_reservation(stack: Stack) -> None:
     wid, _ = await delete_during(stack, "reserve")
     assert job_reservations(stack.emulated, wid, [CLUSTER]) == []
 
 
-@pytest.mark.xfail(strict=True, reason="_schedule catches the ActivityError of a cancelled "
-                   "bind as a binding failure and carries on: the deleted job is bound and "
-                   "runs to completion (see report)")
 async def test_delete_while_binding_leaves_no_member_copy(stack: Stack) -> None:
     wid, name = await delete_during(stack, "bind")
     assert member_copies(stack.emulated, NS, name, [CLUSTER]) == {}

@@ -133,14 +133,12 @@ async def test_a_policy_applies_only_to_its_own_namespace(stack: Stack) -> None:
     assert member_copies(stack.emulated, "iso-c", view.name, MEMBERS) == {}
 
 
-@pytest.mark.xfail(strict=True, reason="run() resolves the policy outside its "
-                   "try/except CancelledError, so a job deleted while it waits for a policy "
-                   "never runs _on_deleted and its final status says Pending (see report)")
 async def test_a_job_deleted_while_waiting_for_a_policy_ends_deleted(stack: Stack) -> None:
     handle = await stack.job("iso-c", "no-policy-del")
     await stack.wait_state(handle, "Pending", timeout=20)
     await handle.cancel()
-    assert (await stack.wait_end(handle)).state == "Deleted"
+    end = await stack.wait_end(handle)
+    assert end.state == "Deleted", [(e.reason, e.message) for e in end.events]
 
 
 async def test_a_job_cannot_bring_another_namespace_policy(stack: Stack) -> None:

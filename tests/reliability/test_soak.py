@@ -9,8 +9,7 @@ in count and time). At every sampling step:
 Tree changes add and remove an unrelated leaf and move the root's cpu ceiling, both far
 above what the soak can use: shrinking a limit below current usage is excluded on purpose
 (admitted jobs are not preempted, so usage may legitimately stay above a lowered max).
-Deletes hit queued and running jobs (a delete in the middle of reserve/bind is a known
-bug with its own strict-xfail tests in ``test_delete_races.py``).
+Deletes hit jobs in any phase (queued, placing, reserving, binding, running).
 Policy changes flip tolerationSeconds with purgeMode Immediately (Gracefully keeps the
 old copy until the new one is healthy, so two copies are legitimate there).
 At the end every job has ended, quota usage is exactly zero and no Reservation holds room.
@@ -89,20 +88,19 @@ class Soak:
             await asyncio.sleep(self.rng.uniform(0.3, 0.8))
             roll = self.rng.random()
             live = [w for w in self.handles if w not in self.deleted]
-            if roll < 0.35 and live:
-                # Deleted while queued or running; a delete in the middle of reserve/bind
-                # is a known bug, pinned by tests/reliability/test_delete_races.py.
-                wid = self.rng.choice(live)
-                view = await self.stack.view(self.handles[wid])
-                if view.state in ("Queued", "Running"):
-                    self.deleted.add(wid)
-                    await self.handles[wid].cancel()
-            elif roll < 0.6 and live:
-                wid = self.rng.choice(live)
-                view = await self.stack.view(self.handles[wid])
-                if view.cluster and view.state == "Running":
-                    self.stack.emulated.fail_job(view.cluster, view.namespace, view.name)
-                    self.failed_over.add(wid)
+            if roll < 0.6 and live:
+                # Delete a job in whatever phase it is, or fail a running one (failover).
+                delete = roll < 0.3
+                for wid in self.rng.sample(live, min(8, len(live))):
+                    view = await self.stack.view(self.handles[wid])
+                    if delete:
+                        self.deleted.add(wid)
+                        await self.handles[wid].cancel()
+                        break
+                    if not delete and view.state == "Running" and view.cluster:
+                        self.stack.emulated.fail_job(view.cluster, view.namespace, view.name)
+                        self.failed_over.add(wid)
+                        break
             elif roll < 0.8:
                 gen += 1
                 await self.stack.apply_tree(self.tree(gen))
@@ -189,8 +187,11 @@ async def check_end(stack: Stack, s: Soak) -> list[str]:
         if desc.status is not None and desc.status.name == "RUNNING":
             still.append(wid)
             continue
-        if workflow_task_failures(await history_events(h)):
-            problems.append(f"{wid}: WorkflowTaskFailed in history")
+        events = await history_events(h)
+        if workflow_task_failures(events):
+            why = [e.workflow_task_failed_event_attributes.failure.message[:300]
+                   for e in events if e.HasField("workflow_task_failed_event_attributes")]
+            problems.append(f"{wid}: WorkflowTaskFailed in history: {why[:2]}")
         held = [r for r in job_reservations(stack.emulated, wid, MEMBERS)
                 if r[2] in ("Available", "Pending")]
         if held:
