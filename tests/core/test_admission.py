@@ -23,7 +23,7 @@ from fleetq.admission import (
 from fleetq.models import ElasticQuotaTree, parse_tree
 from fleetq.quota import SUFFIX_ALPHABET
 
-WALKTHROUGH = Path("/work/shared/reference/manifests/elasticquotatree.yaml")
+WALKTHROUGH = Path(__file__).resolve().parents[2] / "examples" / "elasticquotatree.yaml"
 GPU = "nvidia.com/gpu"
 JOBS = "kube-queue/max-jobs"
 

@@ -21,7 +21,7 @@ from fleetq.placement import (
 )
 
 GI = (1 << 30) * 1000
-MANIFESTS = Path("/work/shared/reference/manifests")
+MANIFESTS = Path(__file__).resolve().parents[2] / "examples"
 
 
 def node(name: str, cpu: float, mem_gi: int = 64, **kw: Any) -> NodeCapacity:
@@ -44,7 +44,7 @@ def gang(workers: int, cpu: float = 2, mem_gi: int = 2, master_cpu: float = 1, *
 
 
 def walkthrough_gang() -> Gang:
-    doc = yaml.safe_load((MANIFESTS / "pytorchjob.yaml").read_text())
+    doc = yaml.safe_load((MANIFESTS / "pytorch-test.yaml").read_text())
     return gang_of(parse_job(doc))
 
 

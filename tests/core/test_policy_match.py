@@ -12,7 +12,7 @@ from fleetq.policy_match import MatchKind, best_match, explain_match, match_poli
 
 API = "kubeflow.org/v1"
 KIND = "PyTorchJob"
-MANIFESTS = Path("/work/shared/reference/manifests")
+MANIFESTS = Path(__file__).resolve().parents[2] / "examples"
 
 
 def policy(

@@ -15,7 +15,7 @@ import yaml
 from fleetq.models import ElasticQuotaTree, parse_tree
 from fleetq.quota import SUFFIX_ALPHABET, QuotaTree, queue_name
 
-WALKTHROUGH = Path("/work/shared/reference/manifests/elasticquotatree.yaml")
+WALKTHROUGH = Path(__file__).resolve().parents[2] / "examples" / "elasticquotatree.yaml"
 GPU = "nvidia.com/gpu"
 JOBS = "kube-queue/max-jobs"
 SUFFIX = f"[{SUFFIX_ALPHABET}]{{5}}"

@@ -23,7 +23,7 @@ from .conftest import api_client, conditions, pytorchjob, wait_for
 
 KF = ("kubeflow.org", "v1")
 RES = ("scheduling.koordinator.sh", "v1alpha1", "reservations")
-WALKTHROUGH = Path("/work/shared/reference/manifests/pytorchjob.yaml")
+WALKTHROUGH = Path(__file__).resolve().parents[2] / "examples" / "pytorch-test.yaml"
 
 
 def _job(custom: client.CustomObjectsApi, name: str, ns: str = "default") -> dict[str, Any]:
