@@ -32,7 +32,6 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -50,7 +49,8 @@ from bench.common import (
     run_chain,
     run_main,
 )
-from fleetq.admission import AdmissionRequest, Grant
+from bench.holder import HolderInput, QuotaHolder
+from fleetq.admission import AdmissionRequest
 from fleetq.temporal_client import temporal_cli_path
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
 
@@ -58,45 +58,8 @@ TARGET = 0.5
 NAMESPACE = "bench"
 MAX_JOBS = 100
 PRIORITIES = (0, 10, 100)
-ONE_JOB = {"kube-queue/max-jobs": 1000}  # one job, in milli-units
 #: status queries to the quota workflow that timed out during the run
 QUERY_TIMEOUTS: list[str] = []
-
-
-class HolderInput(BaseModel):
-    tree_id: str
-    priority: int = 0
-    hold: bool = False  # wait for ``finish`` before releasing (the plugs)
-
-
-@workflow.defn(name="BenchQueueHolder", sandboxed=False)
-class QueueHolder:
-    """A job reduced to its quota traffic: enqueue, wait for the grant, release."""
-
-    def __init__(self) -> None:
-        self.grants: list[Grant] = []
-        self.done = False
-
-    @workflow.run
-    async def run(self, inp: HolderInput) -> int:
-        quota = workflow.get_external_workflow_handle(inp.tree_id)
-        wid = workflow.info().workflow_id
-        await quota.signal("enqueue", AdmissionRequest(
-            job_id=wid, namespace=NAMESPACE, priority=inp.priority, request=ONE_JOB,
-            submitted_at=workflow.now().timestamp()))
-        await workflow.wait_condition(lambda: bool(self.grants))
-        if inp.hold:
-            await workflow.wait_condition(lambda: self.done)
-        await quota.signal("release", wid)
-        return len(self.grants)
-
-    @workflow.signal
-    def admitted(self, grant: Grant) -> None:
-        self.grants.append(grant)
-
-    @workflow.signal
-    def finish(self) -> None:
-        self.done = True
 
 
 @workflow.defn(name="BenchSignalCounter", sandboxed=False)
@@ -215,7 +178,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         client = env.client
         worker = fleetq_worker(client, real_activities(client, None), task_queue=tq,
-                               extra_workflows=[QueueHolder, SignalCounter, Signaller])
+                               extra_workflows=[QuotaHolder, SignalCounter, Signaller])
         async with worker:
             # ---- baseline: N plain signals into one workflow
             counter = await client.start_workflow(SignalCounter.run, n, id="bench-counter",
@@ -235,7 +198,8 @@ async def run(args: argparse.Namespace) -> int:
             first_run = qh.result_run_id
             plugs = [f"bench-plug-{i:03d}" for i in range(MAX_JOBS)]
             await start_all(client, plugs, conc, lambda wid: client.start_workflow(
-                QueueHolder.run, HolderInput(tree_id=qh.id, priority=1000, hold=True),
+                QuotaHolder.run,
+                HolderInput(tree_id=qh.id, namespace=NAMESPACE, priority=1000, hold=True),
                 id=wid, task_queue=tq))
             await wait_view(qh, lambda v: v.holders == MAX_JOBS, "plugs admitted", 120)
 
@@ -246,13 +210,14 @@ async def run(args: argparse.Namespace) -> int:
             total = Phase("admissions").start()
             enq = Phase("enqueued").start()
             await start_all(client, burst, conc, lambda wid: client.start_workflow(
-                QueueHolder.run, HolderInput(tree_id=qh.id, priority=prio[wid]),
+                QuotaHolder.run,
+                HolderInput(tree_id=qh.id, namespace=NAMESPACE, priority=prio[wid]),
                 id=wid, task_queue=tq))
             await wait_view(qh, lambda v: v.waiting == n, "burst enqueued", 3600)
             enq.stop(n)
             print(enq.line("jobs"), flush=True)
             drain = Phase("drain").start()
-            await asyncio.gather(*(client.get_workflow_handle(wid).signal(QueueHolder.finish)
+            await asyncio.gather(*(client.get_workflow_handle(wid).signal(QuotaHolder.finish)
                                    for wid in plugs))
             await wait_view(qh, lambda v: v.holders == 0 and v.waiting == 0,
                                     "queue drained", 3600)

@@ -12,68 +12,17 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from pydantic import BaseModel
-from temporalio import workflow
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from fleetq.admission import AdmissionRequest, Grant
+from bench.holder import HolderInput, QuotaHolder
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
 from tests.workflows.fakes import ClusterScript, FakeFleet, load, policy, walkthrough_job
 from workflows import ALL_WORKFLOWS
 from workflows.pytorch_job import PyTorchJobWorkflow
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
-
-
-class HolderInput(BaseModel):
-    tree_id: str
-    namespace: str
-    request: dict[str, int]
-    priority: int = 0
-    hold: bool = False  # wait for a "done" signal before releasing
-
-
-@workflow.defn(name="QuotaHolder", sandboxed=False)
-class QuotaHolder:
-    """A minimal job: enqueue, wait for the grant, (optionally hold), release."""
-
-    def __init__(self) -> None:
-        self.grants: list[Grant] = []
-        self.done = False
-
-    @workflow.run
-    async def run(self, inp: HolderInput) -> int:
-        quota = workflow.get_external_workflow_handle(inp.tree_id)
-        await quota.signal(
-            "enqueue",
-            AdmissionRequest(
-                job_id=workflow.info().workflow_id,
-                namespace=inp.namespace,
-                priority=inp.priority,
-                request=inp.request,
-                submitted_at=workflow.now().timestamp(),
-            ),
-        )
-        await workflow.wait_condition(lambda: bool(self.grants))
-        if inp.hold:
-            await workflow.wait_condition(lambda: self.done)
-        await quota.signal("release", workflow.info().workflow_id)
-        await asyncio.sleep(0.5)  # late duplicate grants would be counted
-        return len(self.grants)
-
-    @workflow.signal
-    def admitted(self, grant: Grant) -> None:
-        self.grants.append(grant)
-
-    @workflow.signal
-    def finish(self) -> None:
-        self.done = True
-
-    @workflow.query
-    def granted(self) -> bool:
-        return bool(self.grants)
 
 
 def tree(children: list[dict[str, Any]], root_max: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -110,7 +59,7 @@ class Env:
                 tree_id=tree_id,
                 namespace=namespace,
                 request=request or {"kube-queue/max-jobs": 1000},
-                **kw,
+                **{"linger_seconds": 0.5, **kw},  # a late duplicate grant is counted
             ),
             id=f"holder/{name}-{uuid.uuid4().hex[:6]}",
             task_queue=self.tq,
