@@ -25,8 +25,8 @@ from fleetq.cli.apply import apply_objects, load_for_apply
 from fleetq.cli.context import CliError, guarded, is_tty
 from fleetq.cli.describe import describe_job
 from fleetq.cli.get import get_job, show_get
-from fleetq.cli.up import endpoint_lines, progress_printer
-from fleetq.embedded import EmbeddedError, EmbeddedFleet, free_port
+from fleetq.cli.up import progress_printer, start_and_announce
+from fleetq.embedded import EmbeddedFleet, free_port
 from fleetq.messages import JobView
 from fleetq.temporal_client import connect
 
@@ -170,14 +170,7 @@ def register(app: typer.Typer) -> None:
                               progress=update)  # type: ignore[arg-type]
         ok = False
         try:
-            try:
-                fleet.start()
-            except EmbeddedError as exc:
-                raise CliError(f"error: {exc}") from None
-            finally:
-                finish()  # type: ignore[operator]
-            for line in endpoint_lines(fleet):
-                typer.echo(line)
+            start_and_announce(fleet, finish)
             ok = asyncio.run(run_demo(fleet, examples, timeout))
             typer.echo(f"Web UI of the job: {job_url(fleet.ui_url)}")
             if keep:

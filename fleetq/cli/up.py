@@ -50,6 +50,19 @@ def endpoint_lines(fleet: EmbeddedFleet) -> list[str]:
     return lines
 
 
+def start_and_announce(fleet: EmbeddedFleet, finish: object) -> None:
+    """Start the embedded fleet (one clear error line if it cannot), stop the progress
+    display, and print the endpoints."""
+    try:
+        fleet.start()
+    except EmbeddedError as exc:
+        raise CliError(f"error: {exc}") from None
+    finally:
+        finish()  # type: ignore[operator]
+    for line in endpoint_lines(fleet):
+        typer.echo(line)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     @guarded
@@ -81,14 +94,7 @@ def register(app: typer.Typer) -> None:
                               ui_port=ui_port, emulator_base_port=emulator_base_port,
                               worker=not no_worker, progress=update)  # type: ignore[arg-type]
         try:
-            try:
-                fleet.start()
-            except EmbeddedError as exc:
-                raise CliError(f"error: {exc}") from None
-            finally:
-                finish()  # type: ignore[operator]
-            for line in endpoint_lines(fleet):
-                typer.echo(line)
+            start_and_announce(fleet, finish)
             typer.echo(f"fleetq is up (pid {__import__('os').getpid()}); try: fleetq apply -f "
                        "examples/ && fleetq get pytorchjob -M.  Ctrl-C to stop.")
             code = 0
