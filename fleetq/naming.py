@@ -38,6 +38,12 @@ def quota_workflow_id(namespace: str, name: str) -> str:
     return f"quota/{namespace}/{name}"
 
 
+def tree_workflow_id(tree: str) -> str:
+    """Workflow id of the quota tree the registry names as ``"<namespace>/<name>"``."""
+    ns, name = tree.split("/", 1)
+    return quota_workflow_id(ns, name)
+
+
 def owner_id(workflow_id: str) -> str:
     """Label-safe owner id of a fleet job (see docs/member-contract.md)."""
     return hashlib.sha256(workflow_id.encode()).hexdigest()[:16]

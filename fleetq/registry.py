@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from fleetq.messages import Resolution, ResolveInput
 from fleetq.models import PropagationPolicy
-from fleetq.naming import quota_workflow_id
+from fleetq.naming import tree_workflow_id
 from fleetq.policy_match import match_policy
 
 
@@ -37,10 +37,7 @@ def resolve_from_state(
         name=inp.name,
         labels=inp.labels,
     )
-    tree_id = None
-    if state.tree:
-        ns, name = state.tree.split("/", 1)
-        tree_id = quota_workflow_id(ns, name)
+    tree_id = tree_workflow_id(state.tree) if state.tree else None
     if policy is None:
         reason = (
             f"no PropagationPolicy in namespace {inp.namespace} selects "

@@ -18,11 +18,10 @@ from fleetq.cli.get import (
     pod_rows,
     require_job,
     resource_kind,
-    tree_workflow_id,
 )
 from fleetq.cli.output import age, plain_table
 from fleetq.messages import JobView
-from fleetq.naming import job_workflow_id
+from fleetq.naming import job_workflow_id, tree_workflow_id
 
 EVENT_SOURCE = "fleetq-scheduler"
 

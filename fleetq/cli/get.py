@@ -40,7 +40,7 @@ from fleetq.naming import (
     SA_STATE,
     job_workflow_id,
     parse_job_workflow_id,
-    quota_workflow_id,
+    tree_workflow_id,
 )
 
 QUERY_TIMEOUT = timedelta(seconds=15)
@@ -220,11 +220,6 @@ async def get_registry(client: Client) -> Registry | None:
         raise
     return Registry(dict(state.policies), dict(state.priority_classes), state.tree,
                     desc.start_time)
-
-
-def tree_workflow_id(tree: str) -> str:
-    ns, name = tree.split("/", 1)
-    return quota_workflow_id(ns, name)
 
 
 async def quota_view(client: Client) -> tuple[str, Any, datetime | None] | None:

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fleetq import resources as R
+from fleetq.fleet_config import TaintConfig
 from fleetq.models import DNS1123_LABEL, DNS1123_SUBDOMAIN, _loc_to_path, _pydantic_message
 
 DEFAULT_TOPOLOGY = Path(__file__).resolve().parent.parent / "data" / "default-topology.yaml"
@@ -22,18 +23,8 @@ class TopologyError(ValueError):
     """A topology file that cannot be used; the message names the file and field."""
 
 
-class TaintSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    key: str = Field(min_length=1)
-    value: str = ""
-    effect: str = "NoSchedule"
-
-    @field_validator("effect")
-    @classmethod
-    def _effect(cls, v: str) -> str:
-        if v not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise ValueError(f"{v!r} is not a taint effect (NoSchedule|PreferNoSchedule|NoExecute)")
-        return v
+#: A taint as users write it (the fleet config takes the same shape).
+TaintSpec = TaintConfig
 
 
 class NodeGroup(BaseModel):
