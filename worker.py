@@ -1,9 +1,17 @@
-"""The fleetq worker: runs every workflow and activity on the ``fleetq`` task queue.
+"""The fleetq worker: job workflows and every activity on the ``fleetq`` task queue, and
+the control plane (quota semaphore, fleet registry) on ``fleetq-control``.
 
 ``python worker.py`` (or ``fleetq worker``) connects with Temporal's standard client
 configuration (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TLS / API-key variables or a
 profile), reads member clusters from ``FLEETQ_CONFIG``, and shuts down gracefully on
-SIGTERM/SIGINT. Any number of workers on any number of machines can share the queue.
+SIGTERM/SIGINT. Any number of workers on any number of machines can share the queues.
+
+Why two queues and a thread: all admissions go through one quota workflow, whose
+workflow tasks are serial. On the jobs' queue they would wait behind hundreds of job
+workflow tasks in the same event loop, and admission latency, not CPU, would bound
+throughput. The control plane therefore has its own task queue and a worker running in
+its own thread with its own event loop and client: Python's GIL hands it the CPU within
+milliseconds however busy the job side is.
 """
 
 from __future__ import annotations
@@ -12,10 +20,14 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import importlib.util
 import logging
 import os
+import py_compile
 import signal
-from collections.abc import Sequence
+import sys
+import threading
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -25,7 +37,7 @@ from temporalio.worker import Worker
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
-from fleetq.naming import TASK_QUEUE
+from fleetq.naming import CONTROL_TASK_QUEUE, TASK_QUEUE
 from fleetq.temporal_client import connect, has_search_attributes
 from workflows import ALL_WORKFLOWS
 
@@ -51,28 +63,185 @@ def metrics_runtime(prometheus_port: int | None = None) -> Runtime | None:
     return None
 
 
+def warm_workflow_bytecode(workflows: Iterable[type]) -> list[str]:
+    """Write the bytecode cache of every module that defines one of ``workflows`` (and of
+    its parent packages) when it is missing or stale; returns the files written.
+
+    Temporal's sandbox re-imports a workflow's module for every workflow run. With a
+    fresh bytecode cache that is an unmarshal; without one (PYTHONDONTWRITEBYTECODE, an
+    editable install) it is a compile of the whole module each time, which measured as
+    the largest single cost of a job in ``fleetq bench e2e``. Best effort: a read-only
+    install simply keeps compiling.
+    """
+    written = []
+    names: set[str] = set()
+    for wf in workflows:
+        parts = wf.__module__.split(".")
+        names.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    for name in sorted(names):
+        source = getattr(sys.modules.get(name), "__file__", None)
+        if not source or not source.endswith(".py"):
+            continue
+        cached = importlib.util.cache_from_source(source)
+        try:
+            if _bytecode_fresh(source, cached):
+                continue
+            py_compile.compile(source, cfile=cached, doraise=True)
+        except (OSError, py_compile.PyCompileError) as exc:
+            log.debug("bytecode cache for %s not written: %s", source, exc)
+            continue
+        written.append(cached)
+    return written
+
+
+def _bytecode_fresh(source: str, cached: str) -> bool:
+    """Whether ``cached`` is what the import system would accept for ``source``: this
+    interpreter's magic number and the source's mtime and size (PEP 552 timestamp pyc)."""
+    try:
+        with open(cached, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return False
+    st = os.stat(source)
+    return (
+        head[:4] == importlib.util.MAGIC_NUMBER
+        and int.from_bytes(head[4:8], "little") == 0
+        and int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+        and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF
+    )
+
+
+class ControlPlane:
+    """A worker for the quota and registry workflows on ``task_queue``, in a thread of
+    its own with its own event loop and its own connection (same server, namespace,
+    credentials and data converter as ``client``)."""
+
+    def __init__(self, client: Client, task_queue: str = CONTROL_TASK_QUEUE) -> None:
+        self._client = client
+        self.task_queue = task_queue
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    async def _main(self) -> None:
+        from temporalio.service import ServiceClient
+
+        from workflows.fleet_registry import FleetRegistryWorkflow
+        from workflows.quota_tree import QuotaTreeWorkflow
+
+        config = self._client.config()
+        service = await ServiceClient.connect(self._client.service_client.config)
+        client = Client(
+            service,
+            namespace=self._client.namespace,
+            data_converter=self._client.data_converter,
+            interceptors=config["interceptors"],
+        )
+        # the holder check only needs a client; it never touches member clusters
+        checks = SchedulingActivities(client, _no_fleet)
+        worker = Worker(
+            client,
+            task_queue=self.task_queue,
+            workflows=[QuotaTreeWorkflow, FleetRegistryWorkflow],
+            activities=[checks.check_holders],
+            graceful_shutdown_timeout=timedelta(seconds=10),
+        )
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with worker:
+            self._ready.set()
+            await self._stop.wait()
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # surfaced by start() or logged at stop()
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    def start(self, timeout: float = 60.0) -> None:
+        self._thread = threading.Thread(target=self._run, name="fleetq-control", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"control-plane worker on {self.task_queue} did not start")
+        if self._error is not None:
+            raise RuntimeError(f"control-plane worker failed: {self._error}") from self._error
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # loop already gone
+                self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self._error is not None:
+            log.error("control-plane worker ended with an error: %s", self._error)
+
+
+def _no_fleet() -> Fleet:
+    raise RuntimeError("the control-plane worker does not talk to member clusters")
+
+
+class FleetqWorker:
+    """The job worker plus the control plane; ``async with`` runs both."""
+
+    def __init__(self, jobs: Worker, control: ControlPlane | None) -> None:
+        self.jobs = jobs
+        self.control = control
+
+    async def __aenter__(self) -> FleetqWorker:
+        if self.control is not None:
+            await asyncio.to_thread(self.control.start)
+        try:
+            await self.jobs.__aenter__()
+        except BaseException:
+            if self.control is not None:
+                await asyncio.to_thread(self.control.stop)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            await self.jobs.__aexit__(*exc)
+        finally:
+            if self.control is not None:
+                await asyncio.to_thread(self.control.stop)
+
+
 def build_worker(
     client: Client,
     activities: SchedulingActivities,
     *,
     task_queue: str = TASK_QUEUE,
+    control_task_queue: str | None = CONTROL_TASK_QUEUE,
     max_concurrent_activities: int = 200,
     executor: concurrent.futures.Executor | None = None,
+    extra_workflows: Sequence[type] = (),
+    extra_activities: Sequence[Any] = (),
     **kwargs: Any,
-) -> Worker:
+) -> FleetqWorker:
+    """The job worker on ``task_queue`` (every workflow type is registered there too, so
+    a quota or registry workflow started there still runs) and, unless
+    ``control_task_queue`` is None, the control plane."""
     executor = executor or concurrent.futures.ThreadPoolExecutor(
         max_workers=max_concurrent_activities, thread_name_prefix="fleetq-activity"
     )
-    return Worker(
+    workflows = [*ALL_WORKFLOWS, *extra_workflows]
+    warm_workflow_bytecode(workflows)
+    jobs = Worker(
         client,
         task_queue=task_queue,
-        workflows=ALL_WORKFLOWS,
-        activities=activities.all(),
+        workflows=workflows,
+        activities=[*activities.all(), *extra_activities],
         activity_executor=executor,
         max_concurrent_activities=max_concurrent_activities,
         graceful_shutdown_timeout=timedelta(seconds=10),
         **kwargs,
     )
+    control = ControlPlane(client, control_task_queue) if control_task_queue else None
+    return FleetqWorker(jobs, control)
 
 
 async def run_worker(
@@ -80,6 +249,7 @@ async def run_worker(
     address: str | None = None,
     namespace: str | None = None,
     task_queue: str = TASK_QUEUE,
+    control_task_queue: str | None = CONTROL_TASK_QUEUE,
     fleet_config: str | None = None,
     prometheus_port: int | None = None,
     ready: asyncio.Event | None = None,
@@ -94,15 +264,18 @@ async def run_worker(
     activities = SchedulingActivities(
         client, fleet_source, search_attributes=await has_search_attributes(client)
     )
-    worker = build_worker(client, activities, task_queue=task_queue)
+    worker = build_worker(
+        client, activities, task_queue=task_queue, control_task_queue=control_task_queue
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
             loop.add_signal_handler(sig, stop.set)
     log.info(
-        "fleetq worker polling %s on %s (namespace %s)",
+        "fleetq worker polling %s%s on %s (namespace %s)",
         task_queue,
+        f" and {control_task_queue}" if control_task_queue else "",
         client.service_client.config.target_host,
         client.namespace,
     )
@@ -120,6 +293,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--address", help="Temporal frontend (default: TEMPORAL_ADDRESS)")
     parser.add_argument("--namespace", help="Temporal namespace (default: TEMPORAL_NAMESPACE)")
     parser.add_argument("--task-queue", default=TASK_QUEUE)
+    parser.add_argument(
+        "--control-task-queue",
+        default=CONTROL_TASK_QUEUE,
+        help="task queue of the quota and registry workflows (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-control",
+        action="store_true",
+        help="do not serve the control task queue (another worker does)",
+    )
     parser.add_argument("--fleet-config", help="fleet config file (default: FLEETQ_CONFIG)")
     parser.add_argument(
         "--prometheus-port",
@@ -137,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             address=args.address,
             namespace=args.namespace,
             task_queue=args.task_queue,
+            control_task_queue=None if args.no_control else args.control_task_queue,
             fleet_config=args.fleet_config,
             prometheus_port=args.prometheus_port,
         )

@@ -236,6 +236,14 @@ class MemberCluster(Protocol):
     def purge(self, job: JobRef) -> PurgeResult: ...
 
 
+def observed_changed(observed: str, since: str) -> bool:
+    """Whether a status token differs from ``since``: a full token from an earlier status
+    (any change counts), or ``"health/phase"`` (only a health or phase change counts)."""
+    if since.count("/") == 1:
+        return "/".join(observed.split("/")[:2]) != since
+    return observed != since
+
+
 # --------------------------------------------------------------------------- transport
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -1267,7 +1275,7 @@ class KubernetesMemberCluster:
                 event.clear()
                 st = self.status(job)
                 last_check = time.monotonic()
-                if st.observed != since or time.monotonic() >= deadline:
+                if observed_changed(st.observed, since) or time.monotonic() >= deadline:
                     return st
                 while True:
                     remaining = deadline - time.monotonic()

@@ -64,6 +64,8 @@ class BindInput(BaseModel):
 class WatchInput(BaseModel):
     cluster: str
     job: JobRef
+    #: "" (return at once), an earlier status's ``observed`` token (return on any
+    #: change), or "health/phase" (return when either changes)
     since: str = ""
     timeout_seconds: float = 300.0
 

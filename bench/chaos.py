@@ -177,7 +177,10 @@ def worker_proc(workdir: Path, address: str, task_queue: str, fleet_config: Path
     return Proc(
         f"worker-{task_queue}-{generation}",
         [sys.executable, "-m", "worker", "--address", address, "--task-queue", task_queue,
-         "--fleet-config", str(fleet_config)],
+         "--fleet-config", str(fleet_config),
+         # the control plane lives in the control worker alone, so killing a job's worker
+         # is a crash of that job's worker and nothing else
+         *([] if task_queue == TASK_QUEUE else ["--no-control"])],
         workdir / "logs" / f"worker-{task_queue}.log",
         env={"FLEETQ_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"},
     )
@@ -468,13 +471,27 @@ class ChaosRig:
         async def admitted() -> str:
             return "admitted signal" if signalled(await history_events(handle), "admitted") else ""
 
+        async def placing() -> str:
+            """The workflow task after the grant is running: it runs capacity and
+            placement (a local activity) inside it."""
+            events = await history_events(handle)
+            grants = [e.event_id for e in events if e.event_type
+                      == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+                      and e.workflow_execution_signaled_event_attributes.signal_name
+                      == "admitted"]
+            return "placement task started" if grants and any(
+                e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+                and e.event_id > grants[0] for e in events) else ""
+
         t = 60.0
         if point == "queued":
             return str(await poll(lambda: state_is("Queued"), t))
         if point == "admitted":
             return str(await poll(admitted, t, 0.01))
+        # capacity and placement is a local activity: no history event marks its start,
+        # so that point is the workflow task that handles the grant (it runs placement)
         if point == "capacity":
-            return str(await poll(lambda: scheduled("plan_placement"), t, 0.01))
+            return str(await poll(placing, t, 0.01))
         if point == "reserving":
             return str(await poll(lambda: scheduled("reserve"), t, 0.01))
         if point == "binding":

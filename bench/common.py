@@ -11,7 +11,6 @@ member-cluster emulator run as child processes and are not counted).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import math
@@ -22,7 +21,6 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +28,13 @@ import yaml
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import Worker
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.embedded import EmbeddedFleet, free_port
-from fleetq.naming import REGISTRY_WORKFLOW_ID, TASK_QUEUE
+from fleetq.naming import CONTROL_TASK_QUEUE, REGISTRY_WORKFLOW_ID, TASK_QUEUE
 from fleetq.temporal_client import connect
-from workflows import ALL_WORKFLOWS
+from worker import FleetqWorker, build_worker
 from workflows.fleet_registry import RegistryState
 
 #: Temporal's history-length warning; a run above it is a failed benchmark.
@@ -167,14 +164,18 @@ def payload_bytes(event: HistoryEvent) -> int:
     if attrs_name is None:
         return 0
     attrs = getattr(event, attrs_name)
-    total = 0
+    groups = []
     for fname in ("input", "result", "details", "heartbeat_details", "last_completion_result"):
-        if not hasattr(attrs, fname) or not attrs.HasField(fname):
+        if not hasattr(attrs, fname):
             continue
-        payloads = getattr(attrs, fname)
-        total += sum(len(p.data) + sum(len(v) for v in p.metadata.values())
-                     for p in payloads.payloads)
-    return total
+        value = getattr(attrs, fname)
+        if hasattr(value, "payloads"):
+            if attrs.HasField(fname):
+                groups.append(value)
+        else:  # a map of payloads (a marker's details: local-activity results)
+            groups.extend(value.values())
+    return sum(len(p.data) + sum(len(v) for v in p.metadata.values())
+               for g in groups for p in g.payloads)
 
 
 def event_type_name(event: HistoryEvent) -> str:
@@ -262,7 +263,8 @@ async def embedded_stack(topology: dict[str, Any] | None = None,
             client = await connect(emb.address)
             await client.start_workflow(
                 "FleetRegistryWorkflow", RegistryState(), id=REGISTRY_WORKFLOW_ID,
-                task_queue=TASK_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+                task_queue=CONTROL_TASK_QUEUE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
             yield Stack(emb, client, emb.fleet_config)
         finally:
             await asyncio.to_thread(emb.stop)
@@ -275,23 +277,16 @@ def fleetq_worker(
     extra_workflows: Sequence[type] = (),
     extra_activities: Sequence[Callable[..., Any]] = (),
     task_queue: str = TASK_QUEUE,
-    max_concurrent_activities: int = 200,
+    control_task_queue: str | None = CONTROL_TASK_QUEUE,
     **kwargs: Any,
-) -> Worker:
-    """The fleetq worker exactly as ``worker.build_worker`` configures it, plus the
-    benchmark's baseline workflows and activities on the same worker."""
-    executor = concurrent.futures.ThreadPoolExecutor(
-        max_workers=max_concurrent_activities, thread_name_prefix="fleetq-activity")
-    return Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[*ALL_WORKFLOWS, *extra_workflows],
-        activities=[*activities.all(), *extra_activities],
-        activity_executor=executor,
-        max_concurrent_activities=max_concurrent_activities,
-        graceful_shutdown_timeout=timedelta(seconds=10),
-        **kwargs,
-    )
+) -> FleetqWorker:
+    """The fleetq worker exactly as ``worker.build_worker`` builds it (job worker plus the
+    control-plane thread), with the benchmark's baseline workflows and activities on the
+    job worker."""
+    return build_worker(client, activities, task_queue=task_queue,
+                        control_task_queue=control_task_queue,
+                        extra_workflows=extra_workflows, extra_activities=extra_activities,
+                        **kwargs)
 
 
 def real_activities(client: Client, fleet_config: str | None) -> SchedulingActivities:

@@ -8,7 +8,8 @@ high enough never to be the limit) → admit → capacity → reserve (on the re
 cluster) → bind → Succeeded → release.
 
 Baseline, same run, same server, same worker: N plain workflows that each run as many
-no-op activities as one job runs (counted from the warm-up jobs' histories). The ratio is
+no-op activities as one job runs, regular and local alike (counted from the warm-up
+jobs' histories). The ratio is
 jobs/s ÷ baseline workflows/s; 1.0 would mean fleetq costs no more than the bare engine
 running the same number of activities. Target 0.7.
 
@@ -20,35 +21,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
 from typing import Any, TypeVar
 
-from temporalio import activity, workflow
+from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner
 
-with workflow.unsafe.imports_passed_through():
-    from temporalio.client import Client
-
-    from bench.common import (
-        Phase,
-        RunStats,
-        embedded_stack,
-        fleetq_worker,
-        payload_bytes,
-        percentile,
-        real_activities,
-        result_line,
-        run_chain,
-        run_main,
-    )
-    from fleetq.cli.apply import apply_objects, start_job
-    from fleetq.messages import JobView
-    from fleetq.models import parse_job, parse_policy, parse_tree
-    from fleetq.naming import TASK_QUEUE, job_workflow_id, quota_workflow_id
+from bench.baseline import ActivityChain, bench_noop
+from bench.common import (
+    Phase,
+    RunStats,
+    embedded_stack,
+    fleetq_worker,
+    payload_bytes,
+    percentile,
+    real_activities,
+    result_line,
+    run_chain,
+    run_main,
+)
+from fleetq.cli.apply import apply_objects, start_job
+from fleetq.messages import JobView
+from fleetq.models import parse_job, parse_policy, parse_tree
+from fleetq.naming import TASK_QUEUE, job_workflow_id, quota_workflow_id
 
 T = TypeVar("T")
 TARGET = 0.7
@@ -109,28 +108,6 @@ def small_job(name: str) -> dict[str, Any]:
                                              "Worker": replica("OnFailure")}}}
 
 
-# ---------------------------------------------------------------------- baseline
-
-
-@activity.defn(name="bench_noop")
-def bench_noop(i: int) -> int:
-    """A no-op activity, on the same thread pool as the worker's member-cluster calls."""
-    return i
-
-
-@workflow.defn(name="BenchActivityChain")
-class ActivityChain:
-    """The baseline: ``n`` sequential no-op activities (sandboxed like fleetq's
-    workflows, so both pay the same per-run sandbox cost)."""
-
-    @workflow.run
-    async def run(self, n: int) -> int:
-        for i in range(n):
-            await workflow.execute_activity(
-                bench_noop, i, start_to_close_timeout=timedelta(seconds=60))
-        return n
-
-
 # ---------------------------------------------------------------------- phases
 
 
@@ -180,6 +157,19 @@ async def run_baseline(client: Client, n: int, activities: int, concurrency: int
 
     await submit_then_wait([f"bench-chain-{i:05d}" for i in range(n)], concurrency,
                            start, wait)
+
+
+def local_activity_type(ev: Any) -> str | None:
+    """The activity type of a local-activity marker, else None. Local activities count as
+    activities: the baseline runs one regular no-op activity for each of them."""
+    if not ev.HasField("marker_recorded_event_attributes"):
+        return None
+    attrs = ev.marker_recorded_event_attributes
+    if attrs.marker_name != "core_local_activity":
+        return None
+    data = attrs.details.get("data")
+    doc = json.loads(data.payloads[0].data) if data is not None and data.payloads else {}
+    return str(doc.get("activity_type") or "local activity")
 
 
 def _t(ev: Any) -> float:
@@ -252,6 +242,8 @@ async def job_profile(client: Client, names: Sequence[str]) -> dict[str, Any]:
             kinds[kind.removesuffix("_event_attributes")] += 1
             if ev.HasField("activity_task_scheduled_event_attributes"):
                 activities[ev.activity_task_scheduled_event_attributes.activity_type.name] += 1
+            elif (local := local_activity_type(ev)) is not None:
+                activities[f"{local} (local)"] += 1
             total_payload += payload_bytes(ev)
         for k, v in timings(evs).items():
             times.setdefault(k, []).extend(v)
@@ -275,7 +267,24 @@ async def quota_profile(client: Client) -> tuple[list[RunStats], dict[str, list[
     desc = await client.get_workflow_handle(wid).describe()
     first = desc.raw_description.workflow_execution_info.first_run_id or None
     runs, events = await run_chain(client, wid, first, keep_events=True)
-    return runs, timings(events)
+    out = timings(events)
+    # inside the semaphore: enqueue signal received -> its grant signal sent (the grant is
+    # initiated by the workflow task that decided it)
+    received: dict[str, float] = {}
+    for ev in events:
+        if ev.HasField("workflow_execution_signaled_event_attributes"):
+            got = ev.workflow_execution_signaled_event_attributes
+            if got.signal_name == "enqueue" and got.input.payloads:
+                job = json.loads(got.input.payloads[0].data).get("job_id")
+                if job:
+                    received.setdefault(job, _t(ev))
+        elif ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
+            sent = ev.signal_external_workflow_execution_initiated_event_attributes
+            job = sent.workflow_execution.workflow_id
+            if sent.signal_name == "admitted" and job in received:
+                out.setdefault("enqueue received -> grant sent", []).append(
+                    _t(ev) - received.pop(job))
+    return runs, out
 
 
 def print_profile(p: dict[str, Any]) -> None:

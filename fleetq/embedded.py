@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fleetq.naming import (
+    CONTROL_TASK_QUEUE,
     INT_ATTRIBUTES,
     KEYWORD_ATTRIBUTES,
     REGISTRY_WORKFLOW_ID,
@@ -338,7 +339,7 @@ class EmbeddedFleet:
 
         await client.start_workflow(
             "FleetRegistryWorkflow", RegistryState(), id=REGISTRY_WORKFLOW_ID,
-            task_queue=TASK_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            task_queue=CONTROL_TASK_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary="fleetq registry: PropagationPolicies, PriorityClasses, quota tree")
         return True
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from fleetq.admission import AdmissionState, QueueInfo, QueuePolicy
 from fleetq.models import Gang, GangPod
 
 # --------------------------------------------------------------------------- gang shapes
@@ -184,3 +185,41 @@ class JobView(BaseModel):
     pods: list[dict[str, Any]] = Field(default_factory=list)
     rejections: dict[str, str] = Field(default_factory=dict)
     events: list[JobEvent] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- quota workflow
+
+
+class QuotaTreeInput(BaseModel):
+    """The quota workflow's input: a tree to start with, or the whole admission state
+    carried across continue-as-new."""
+
+    tree: dict[str, Any] | None = None
+    policy: QueuePolicy = QueuePolicy.PRIORITY
+    starvation_seconds: float = 600
+    state: AdmissionState | None = None
+    #: continue-as-new once history passes this many events (Temporal warns at 10,240)
+    max_history_events: int = 2500
+    leak_check_seconds: float = 60
+    generation: int = 0
+
+
+class QuotaView(BaseModel):
+    """The quota workflow's ``view`` query: what ``fleetq get queue`` shows."""
+
+    tree: str | None
+    policy: str
+    holders: int
+    waiting: int
+    queues: list[QueueInfo]
+    generation: int
+    grants_sent: int = 0
+    leaks_recovered: list[str] = Field(default_factory=list)
+
+
+class DeleteRequest(BaseModel):
+    """The fleet registry's ``delete`` update: which object to forget."""
+
+    kind: str
+    namespace: str = "default"
+    name: str

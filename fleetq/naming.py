@@ -10,6 +10,9 @@ import hashlib
 import os
 
 TASK_QUEUE = os.environ.get("FLEETQ_TASK_QUEUE", "fleetq")
+#: the quota semaphore and the fleet registry: a task queue of their own, served by a
+#: worker thread of their own, so a backlog of job workflow tasks never delays admission
+CONTROL_TASK_QUEUE = os.environ.get("FLEETQ_CONTROL_TASK_QUEUE", f"{TASK_QUEUE}-control")
 REGISTRY_WORKFLOW_ID = "fleetq/registry"
 
 # Custom search attributes (registered by `fleetq up` / `fleetq setup`).

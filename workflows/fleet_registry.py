@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from fleetq.messages import Resolution, ResolveInput
+    from fleetq.messages import DeleteRequest, Resolution, ResolveInput
     from fleetq.models import (
         ManifestErrors,
         PriorityClass,
@@ -25,11 +24,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from fleetq.registry import RegistryState, resolve_from_state
 
-
-class DeleteRequest(BaseModel):
-    kind: str
-    namespace: str = "default"
-    name: str
+__all__ = ["DeleteRequest", "FleetRegistryWorkflow", "RegistryState"]
 
 
 @workflow.defn(name="FleetRegistryWorkflow")

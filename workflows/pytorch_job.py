@@ -4,9 +4,16 @@ reserve, bind, watch, fail over, finish.
 The workflow only orchestrates. Placement runs in the pure core behind the
 ``plan_placement`` activity (node lists never enter history), member-cluster writes are
 idempotent activities, and failover tolerance is a durable Temporal timer, so a worker
-restart neither loses nor resets it. Status is change-driven (a heartbeating watch
-activity returns only when something changed) and the workflow continues-as-new with its
-progress, so a job that runs for a week keeps a bounded history.
+restart neither loses nor resets it. The two reads before the first write (policy
+resolution and placement, both from this worker's caches) are *local* activities: they
+run inside the workflow task that asked for them, one marker event each instead of a
+task round trip through the server. Member-cluster writes stay regular activities, so
+the placement decision is durable (recorded with the scheduling of the reserve/bind)
+before anything is written: a worker that crashes after placing re-places from scratch
+with nothing written, never writes to a second cluster.
+Status is change-driven (a heartbeating watch activity returns only when something
+changed) and the workflow continues-as-new with its progress, so a job that runs for a
+week keeps a bounded history.
 """
 
 from __future__ import annotations
@@ -72,6 +79,11 @@ with workflow.unsafe.imports_passed_through():
 MAX_EVENTS = 30
 #: states too short-lived to be worth a search-attribute upsert (a history event each)
 TRANSIENT_STATES = ("Validating", "Scheduling")
+#: states published to search attributes only once they last: a job normally leaves
+#: Created for Running within seconds, so Created is upserted only if the first watch
+#: window (SA_SETTLE_SECONDS) ends with the job still there
+SETTLING_STATES = ("Created",)
+SA_SETTLE_SECONDS = 10.0
 #: continue-as-new once a run's history passes this many events
 MAX_HISTORY_EVENTS = 1000
 WATCH_SECONDS = 300.0
@@ -94,6 +106,7 @@ class PyTorchJobWorkflow:
         self._sa_enabled = False
         self._details = ""
         self._sa_last: dict[str, Any] = {}
+        self._sa_settling = False
         self._policy: PropagationPolicy | None = None
         self._in_flight: tuple[str, asyncio.Future[Any]] | None = None
 
@@ -121,6 +134,7 @@ class PyTorchJobWorkflow:
         self._job = job
         self._input = inp
         self._ref = JobRef(namespace=ns, name=name, workflow_id=expected)
+        self._sa_last = _search_attributes_at_start()
 
         if inp.progress is not None:
             p = inp.progress
@@ -254,8 +268,10 @@ class PyTorchJobWorkflow:
             )
         view.admitted = True
         view.queue = grant.queue
-        self._event("Normal", "Admitted", f"admitted by queue {grant.queue} (quota {grant.node})")
+        # Scheduling first: it is transient, so the new queue is published with the next
+        # lasting state instead of costing an upsert of its own
         self._set_state("Scheduling", "admitted")
+        self._event("Normal", "Admitted", f"admitted by queue {grant.queue} (quota {grant.node})")
 
     async def _refresh_resolution(self) -> Resolution:
         """Look the quota tree up again, keeping the policy already resolved."""
@@ -264,7 +280,7 @@ class PyTorchJobWorkflow:
         return res
 
     async def _resolve(self, summary: str) -> Resolution:
-        return await workflow.execute_activity(
+        return await workflow.execute_local_activity(
             "resolve_policy",
             ResolveInput(
                 namespace=self._job.metadata.namespace,
@@ -291,7 +307,7 @@ class PyTorchJobWorkflow:
         last_reason = ""
         while True:
             self._set_state("Scheduling", "evaluating member clusters")
-            verdict: PlacementVerdict = await workflow.execute_activity(
+            verdict: PlacementVerdict = await workflow.execute_local_activity(
                 "plan_placement",
                 PlacementInput(
                     job_ref=f"{view.namespace}/{view.name}",
@@ -347,7 +363,9 @@ class PyTorchJobWorkflow:
                     view.copies.append(cand.cluster)
                 view.bound_at = workflow.now()
                 view.rejections = rejections
-                self._since = ""
+                # "health/phase": the first watch wakes on a phase or health change only,
+                # not on every pod the member creates on the way to Running
+                self._since = "Healthy/Created"
                 self._event(
                     "Normal",
                     "ScheduleBindingSucceed",
@@ -428,10 +446,14 @@ class PyTorchJobWorkflow:
         while True:
             cluster = view.cluster
             assert cluster is not None
+            settling = self._sa_settling
             watch = workflow.start_activity(
                 "watch_status",
                 WatchInput(
-                    cluster=cluster, job=self._ref, since=self._since, timeout_seconds=WATCH_SECONDS
+                    cluster=cluster,
+                    job=self._ref,
+                    since=self._since,
+                    timeout_seconds=SA_SETTLE_SECONDS if settling else WATCH_SECONDS,
                 ),
                 result_type=JobStatus,
                 start_to_close_timeout=timedelta(seconds=WATCH_SECONDS + 60),
@@ -465,6 +487,8 @@ class PyTorchJobWorkflow:
                 )
             changed = status.observed != self._since or not status.observed
             self._apply_status(status, tolerance)
+            if settling and self._sa_settling:  # still Created after the settle window
+                self._publish(flush=True)
             if status.phase == "Succeeded":
                 self._set_state("Succeeded", f"completed on {cluster}")
                 return "done"
@@ -767,7 +791,7 @@ class PyTorchJobWorkflow:
         view.reason = reason
         self._publish()
 
-    def _publish(self) -> None:
+    def _publish(self, flush: bool = False) -> None:
         view = self._require_view()
         last = view.events[-1] if view.events else None
         lines = [
@@ -787,7 +811,10 @@ class PyTorchJobWorkflow:
         if details != self._details:
             self._details = details
             workflow.set_current_details(details)
-        if self._sa_enabled and view.state not in TRANSIENT_STATES:
+        self._sa_settling = False
+        if self._sa_enabled and view.state in SETTLING_STATES and not flush:
+            self._sa_settling = self._sa_last.get(SA_STATE) != view.state
+        elif self._sa_enabled and view.state not in TRANSIENT_STATES:
             wanted: dict[str, Any] = {
                 SA_STATE: view.state,
                 SA_CLUSTER: view.cluster or "",
@@ -796,7 +823,12 @@ class PyTorchJobWorkflow:
                 SA_NAMESPACE: view.namespace,
                 SA_PRIORITY: view.priority,
             }
-            changed = {k: v for k, v in wanted.items() if self._sa_last.get(k) != v}
+            # an empty keyword never set is the same as unset: no upsert for it
+            changed = {
+                k: v
+                for k, v in wanted.items()
+                if self._sa_last.get(k) != v and not (v == "" and k not in self._sa_last)
+            }
             if changed:
                 pairs: list[SearchAttributeUpdate[Any]] = []
                 for k, v in changed.items():
@@ -826,3 +858,13 @@ class PyTorchJobWorkflow:
     @property
     def gang(self) -> Gang:
         return self._gang
+
+
+def _search_attributes_at_start() -> dict[str, Any]:
+    """fleetq's search attributes the run started with (set by ``fleetq apply`` at
+    submission, or carried over by continue-as-new), so they are not upserted again."""
+    out: dict[str, Any] = {}
+    for pair in workflow.info().typed_search_attributes:
+        if pair.key.name in (SA_STATE, SA_CLUSTER, SA_QUEUE, SA_JOB, SA_NAMESPACE, SA_PRIORITY):
+            out[pair.key.name] = pair.value
+    return out

@@ -16,7 +16,6 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
@@ -25,13 +24,12 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.admission import (
         Admission,
         AdmissionRequest,
-        AdmissionState,
         Grant,
         QueueInfo,
         QueuePolicy,
         WaitInfo,
     )
-    from fleetq.messages import HolderCheck, HolderVerdict
+    from fleetq.messages import HolderCheck, HolderVerdict, QuotaTreeInput, QuotaView
     from fleetq.models import (
         QUEUE_POLICY_ANNOTATION,
         STARVATION_ANNOTATION,
@@ -41,27 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.resources import format_quantity
     from workflows import metrics
 
-
-class QuotaTreeInput(BaseModel):
-    tree: dict[str, Any] | None = None
-    policy: QueuePolicy = QueuePolicy.PRIORITY
-    starvation_seconds: float = 600
-    state: AdmissionState | None = None
-    #: continue-as-new once history passes this many events (Temporal warns at 10,240)
-    max_history_events: int = 2500
-    leak_check_seconds: float = 60
-    generation: int = 0
-
-
-class QuotaView(BaseModel):
-    tree: str | None
-    policy: str
-    holders: int
-    waiting: int
-    queues: list[QueueInfo]
-    generation: int
-    grants_sent: int = 0
-    leaks_recovered: list[str] = Field(default_factory=list)
+__all__ = ["QuotaTreeInput", "QuotaTreeWorkflow", "QuotaView"]
 
 
 @workflow.defn(name="QuotaTreeWorkflow")

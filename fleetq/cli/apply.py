@@ -13,13 +13,20 @@ from __future__ import annotations
 import io
 import json
 import sys
+import weakref
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 import typer
 import yaml
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from fleetq.cli.context import CliError, get_client, guarded, run
@@ -32,8 +39,19 @@ from fleetq.models import (
     PyTorchJob,
     gang_of,
 )
-from fleetq.naming import REGISTRY_WORKFLOW_ID, TASK_QUEUE, job_workflow_id, quota_workflow_id
+from fleetq.naming import (
+    CONTROL_TASK_QUEUE,
+    REGISTRY_WORKFLOW_ID,
+    SA_JOB,
+    SA_NAMESPACE,
+    SA_PRIORITY,
+    SA_STATE,
+    TASK_QUEUE,
+    job_workflow_id,
+    quota_workflow_id,
+)
 from fleetq.resources import format_resources
+from fleetq.temporal_client import has_search_attributes
 from workflows.fleet_registry import RegistryState
 from workflows.quota_tree import QuotaTreeInput
 
@@ -99,7 +117,7 @@ async def registry(client: Client) -> WorkflowHandle[Any, Any]:
         "FleetRegistryWorkflow",
         RegistryState(),
         id=REGISTRY_WORKFLOW_ID,
-        task_queue=TASK_QUEUE,
+        task_queue=CONTROL_TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary="fleetq registry: PropagationPolicies, PriorityClasses, quota tree",
     )
@@ -123,7 +141,7 @@ async def apply_tree(client: Client, tree: ElasticQuotaTree, manifest: dict[str,
         "QuotaTreeWorkflow",
         QuotaTreeInput(tree=manifest),
         id=quota_workflow_id(tree.metadata.namespace, tree.metadata.name),
-        task_queue=TASK_QUEUE,
+        task_queue=CONTROL_TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=f"ElasticQuotaTree {tree.metadata.namespace}/{tree.metadata.name}: "
                        "quota and queues",
@@ -145,6 +163,9 @@ async def start_job(
     arg: dict[str, Any] = {"manifest": manifest}
     if run_seconds is not None:
         arg["run_seconds"] = run_seconds
+    extra: dict[str, Any] = {}
+    if await _has_search_attributes(client):
+        extra["search_attributes"] = start_search_attributes(job, priority_classes)
     try:
         await client.start_workflow(
             "PyTorchJobWorkflow",
@@ -155,10 +176,38 @@ async def start_job(
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             static_summary=job_summary(job, priority_classes),
             static_details=job_details(job, priority_classes),
+            **extra,
         )
     except WorkflowAlreadyStartedError:
         return "unchanged (already exists)"
     return "created"
+
+
+_SA_SUPPORT: weakref.WeakKeyDictionary[Client, bool] = weakref.WeakKeyDictionary()
+
+
+async def _has_search_attributes(client: Client) -> bool:
+    """Whether fleetq's search attributes are registered (asked once per client)."""
+    if client not in _SA_SUPPORT:
+        _SA_SUPPORT[client] = await has_search_attributes(client)
+    return _SA_SUPPORT[client]
+
+
+def start_search_attributes(
+    job: PyTorchJob, priority_classes: dict[str, int] | None = None
+) -> TypedSearchAttributes:
+    """The Web UI's filters as far as they are known at submission: the job, its
+    namespace and priority, and state Queued (waiting to be admitted and placed). The
+    workflow only upserts what changes after this, so a job that is admitted and starts
+    running at once costs no upsert for the states it passes through."""
+    ns, name = job.metadata.namespace, job.metadata.name
+    return TypedSearchAttributes([
+        SearchAttributePair(SearchAttributeKey.for_keyword(SA_JOB), f"{ns}/{name}"),
+        SearchAttributePair(SearchAttributeKey.for_keyword(SA_NAMESPACE), ns),
+        SearchAttributePair(SearchAttributeKey.for_keyword(SA_STATE), "Queued"),
+        SearchAttributePair(SearchAttributeKey.for_int(SA_PRIORITY),
+                            gang_of(job, priority_classes).priority),
+    ])
 
 
 async def apply_objects(

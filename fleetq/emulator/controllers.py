@@ -184,6 +184,9 @@ class ClusterController:
         self._timers: set[asyncio.TimerHandle] = set()
         self._task: asyncio.Task[None] | None = None
         self._requests: dict[tuple[Key, str], R.Resources] = {}
+        #: (namespace, PyTorchJob name) -> names of the pods it owns: reconciling one job
+        #: must not scan every pod of the namespace (that made the emulator O(n^2))
+        self.pods_by_owner: dict[Key, set[str]] = {}
         store.hooks.append(self._on_change)
 
     # ------------------------------------------------------------------ setup
@@ -205,6 +208,7 @@ class ClusterController:
         self.pod_usage.clear()
         self.held.clear()
         self.pending.clear()
+        self.pods_by_owner.clear()
         for node in self.store.items("nodes"):
             self._on_change("nodes", "ADDED", node, None)
         for res in self.store.items("reservations") if "reservations" in self.store.types else []:
@@ -293,7 +297,16 @@ class ClusterController:
                     del self._requests[k]
             owner = job_owner(obj)
             if owner is not None:
-                self.dirty_jobs.add((obj["metadata"].get("namespace", ""), owner))
+                okey = (obj["metadata"].get("namespace", ""), owner)
+                if new is not None:
+                    self.pods_by_owner.setdefault(okey, set()).add(key[1])
+                else:
+                    names = self.pods_by_owner.get(okey)
+                    if names is not None:
+                        names.discard(key[1])
+                        if not names:
+                            del self.pods_by_owner[okey]
+                self.dirty_jobs.add(okey)
             self._wake.set()
         elif plural == "pytorchjobs":
             obj = new or old
@@ -719,15 +732,15 @@ class ClusterController:
     def reconcile_job(self, key: Key) -> None:
         ns, name = key
         job = self.store.get("pytorchjobs", ns, name)
-        owned = [p for p in self.store.items("pods", ns) if job_owner(p) == name]
+        owned = self.owned_pods(ns, name)
         if job is None:
             for p in owned:
                 if self.store.get("pods", ns, p["metadata"]["name"]) is not None:
                     self.store.delete("pods", ns, p["metadata"]["name"])
             return
         uid = job["metadata"]["uid"]
+        stale = [p for p in owned if _owner_uid(p) != uid]
         owned = [p for p in owned if _owner_uid(p) == uid]
-        stale = [p for p in self.store.items("pods", ns) if job_owner(p) == name and p not in owned]
         for p in stale:  # pods of an earlier job with the same name
             self.store.delete("pods", ns, p["metadata"]["name"])
         status = copy.deepcopy(job.get("status") or {})
@@ -749,6 +762,15 @@ class ClusterController:
             new = {**job, "metadata": copy.deepcopy(job["metadata"]), "status": new_status}
             self.store.replace("pytorchjobs", new)
             self._job_events(job, status, new_status)
+
+    def owned_pods(self, namespace: str, name: str) -> list[Obj]:
+        """The pods whose ownerReference is the PyTorchJob ``namespace/name``."""
+        out = []
+        for pname in sorted(self.pods_by_owner.get((namespace, name), ())):
+            pod = self.store.get("pods", namespace, pname)
+            if pod is not None:
+                out.append(pod)
+        return out
 
     def _job_events(self, job: Obj, old: dict[str, Any], new: dict[str, Any]) -> None:
         for ctype in ("Created", "Running", "Succeeded", "Failed"):
@@ -800,8 +822,8 @@ class ClusterController:
         job = self.store.get("pytorchjobs", namespace, name)
         if job is None:
             return False
-        for pod in self.store.items("pods", namespace):
-            if job_owner(pod) == name and (pod.get("status") or {}).get("phase") not in TERMINAL:
+        for pod in self.owned_pods(namespace, name):
+            if (pod.get("status") or {}).get("phase") not in TERMINAL:
                 self.store.replace("pods", finished_pod(pod, "Failed", "Error"))
         self.dirty_jobs.add((namespace, name))
         self.reconcile_job((namespace, name))

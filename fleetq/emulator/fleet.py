@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +33,8 @@ from fleetq.emulator.topology import Topology, default_topology
 T = TypeVar("T")
 STATE_VERSION = 1
 PERSIST_EVERY = 2.0
+#: the state file costs at most 1/PERSIST_BUDGET of the emulator's time
+PERSIST_BUDGET = 20
 INFO_FILE = "emulator.json"
 
 
@@ -188,10 +191,16 @@ class Emulator:
         await asyncio.to_thread(write)
 
     async def _persist_loop(self) -> None:
+        """Write the state file when something changed, at most every PERSIST_EVERY
+        seconds, and never spending more than 1/PERSIST_BUDGET of the time on it: a
+        dump is of the whole state, so a big fleet persists less often."""
+        pause = PERSIST_EVERY
         while True:
-            await asyncio.sleep(PERSIST_EVERY)
+            await asyncio.sleep(pause)
             if any(c.store.dirty for c in self.clusters.values()):
+                started = time.monotonic()
                 await self.persist()
+                pause = max(PERSIST_EVERY, (time.monotonic() - started) * PERSIST_BUDGET)
 
     # ------------------------------------------------------------------ faults & peeks
 

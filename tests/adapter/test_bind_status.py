@@ -232,3 +232,19 @@ def test_walkthrough_job_lands_on_its_reserved_nodes(
     assert placed == choice.assignment
     assert st.health == "Healthy"
     assert st.replica_statuses["Worker"].get("active") == 2
+
+
+def test_wait_for_change_since_a_phase_skips_pod_churn_until_the_job_runs(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    """The first watch after bind passes "Healthy/Created": pods being created, scheduled
+    and started are not reported one by one; the call returns once the job is Running."""
+    job = job_factory("settle")
+    ma.bind(BindRequest(job=job, manifest=manifest(job), run_seconds=30))
+    first = ma.wait_for_change(job, "Healthy/Created", timeout_s=10)
+    assert first.phase == "Running", first
+    assert first.health == "Healthy"
+    assert first.pods and all(p.node for p in first.pods)
+    # a full token from that status: any later change counts again
+    later = ma.wait_for_change(job, first.observed, timeout_s=0.5)
+    assert later.observed == first.observed

@@ -94,6 +94,8 @@ class JobScript:
     applied: int = 0
 
     def advance(self, now: Any) -> None:
+        if self.bound_at is None:  # first watch: the clock starts (server time)
+            self.bound_at = now
         elapsed = (now - self.bound_at).total_seconds()
         while self.applied < len(self.timeline) and self.timeline[self.applied][0] <= elapsed:
             _, health, phase, reason = self.timeline[self.applied]
@@ -193,9 +195,10 @@ class FakeFleet:
         self.copies.add(inp.cluster)
         c = self.clusters[inp.cluster]
         if inp.request.job.name not in c.jobs:
-            c.jobs[inp.request.job.name] = JobScript(
-                c, list(c.timeline), activity.info().current_attempt_scheduled_time
-            )
+            # bind is a local activity, whose clock is the worker's, not the (skipping)
+            # server's: the script's clock starts at the first watch, scheduled in the
+            # same workflow task as the bind
+            c.jobs[inp.request.job.name] = JobScript(c, list(c.timeline), None)
         if self.on_bind:
             self.on_bind(inp.cluster)
         return BindResult(created=created, uid=f"uid-{inp.cluster}")
@@ -224,7 +227,7 @@ class FakeFleet:
         ]
         return JobStatus(
             cluster=inp.cluster,
-            health=j.health,
+            health=j.health,  # type: ignore[arg-type]
             phase=j.phase,  # type: ignore[arg-type]
             reason=j.reason,
             pods=pods,

@@ -177,6 +177,54 @@ async def test_walkthrough_queued_runs_to_success_and_returns_quota(stack: Stack
     assert stack.live_reservations() == []
 
 
+async def visible(client: Client, query: str, timeout: float = 10.0) -> list[str]:
+    """Workflow ids matching a visibility query (eventually consistent: polled)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        found = [wf.id async for wf in client.list_workflows(query)]
+        if found or asyncio.get_running_loop().time() > deadline:
+            return found
+        await asyncio.sleep(0.2)
+
+
+def upserted_states(events: Any) -> list[str]:
+    """FleetqState values the workflow upserted, in order."""
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.converter import PayloadConverter
+
+    out = []
+    for e in events:
+        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            fields = e.upsert_workflow_search_attributes_event_attributes.search_attributes
+            if "FleetqState" in fields.indexed_fields:
+                out.append(PayloadConverter.default.from_payload(
+                    fields.indexed_fields["FleetqState"], str))
+    return out
+
+
+async def test_search_attributes_are_set_at_submission_and_upserted_for_lasting_states(
+    stack: Stack,
+) -> None:
+    """`fleetq apply` submits a job already filterable as Queued (with its job,
+    namespace and priority); the workflow then upserts only states that last: a job
+    admitted at once and running within seconds costs two upserts, Running and
+    Succeeded, not one per state it passes through."""
+    await stack.apply(load("elasticquotatree.yaml"), policy(queued=True))
+    first = await stack.start(walkthrough_job("sa-0"), run_seconds=3)
+    await wait_view(first, lambda v: v.state == "Running")
+    second = await stack.start(walkthrough_job("sa-1"), run_seconds=1)  # max-jobs 1: waits
+    assert await visible(stack.client, 'FleetqState="Queued" AND FleetqJob="default/sa-1" '
+                                       'AND FleetqNamespace="default"') == [second.id]
+    assert (await wait_view(second, lambda v: v.state == "Queued")).state == "Queued"
+    views = [JobView.model_validate(await h.result()) for h in (first, second)]
+    assert [v.state for v in views] == ["Succeeded", "Succeeded"]
+    for h in (first, second):
+        events = (await h.fetch_history()).events
+        assert upserted_states(events) == ["Running", "Succeeded"], h.id
+    assert await visible(stack.client, 'FleetqState="Succeeded" AND FleetqJob="default/sa-1" '
+                                       'AND FleetqQueue STARTS_WITH "root-child-2-"') == [second.id]
+
+
 async def test_failover_after_the_job_fails_on_its_cluster(stack: Stack) -> None:
     doc = copy.deepcopy(policy(queued=False, toleration=2, purge="Immediately"))
     doc["metadata"]["name"] = "fast-failover"
@@ -184,6 +232,7 @@ async def test_failover_after_the_job_fails_on_its_cluster(stack: Stack) -> None
     await stack.apply(doc)
     handle = await stack.start(walkthrough_job("flaky"))
     first = await wait_view(handle, lambda v: v.state == "Running")
+    assert first.cluster is not None
     assert stack.emulated.fail_job(first.cluster, "default", "flaky")
     view = await wait_view(
         handle,
@@ -312,7 +361,11 @@ async def test_web_ui_metadata_is_readable_through_the_temporal_api(stack: Stack
         conv.from_payload(e.user_metadata.summary, str)
         for e in hist.events
         if e.event_type
-        in (EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, EventType.EVENT_TYPE_TIMER_STARTED)
+        in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+            EventType.EVENT_TYPE_MARKER_RECORDED,  # local activities
+            EventType.EVENT_TYPE_TIMER_STARTED,
+        )
         and e.user_metadata.HasField("summary")
     ]
     assert f"bind ui-visible on {view.cluster}" in summaries

@@ -19,7 +19,6 @@ from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
 from tests.workflows.fakes import ClusterScript, FakeFleet, policy, walkthrough_job
 from workflows import ALL_WORKFLOWS
-from workflows.pytorch_job import PyTorchJobWorkflow
 
 # On a saturated machine the time-skipping test server occasionally leaves a workflow task
 # started but never completed (seen only under load average > 5 on 2 cores; 48/48 clean
@@ -35,7 +34,7 @@ class Harness:
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         arg = {"manifest": manifest, **extra} if extra else manifest
         return await self.env.client.start_workflow(
-            PyTorchJobWorkflow.run,
+            "PyTorchJobWorkflow",
             arg,
             id=job_workflow_id(ns, name),
             task_queue=self.task_queue,

@@ -21,7 +21,6 @@ from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
 from tests.workflows.fakes import ClusterScript, FakeFleet, load, policy, walkthrough_job
 from workflows import ALL_WORKFLOWS
-from workflows.pytorch_job import PyTorchJobWorkflow
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
 
 
@@ -103,7 +102,7 @@ async def test_max_jobs_one_serialises_three_jobs(tsq: Env) -> None:
     for i in range(3):
         handles.append(
             await tsq.env.client.start_workflow(
-                PyTorchJobWorkflow.run,
+                "PyTorchJobWorkflow",
                 walkthrough_job(f"job-{i}"),
                 id=job_workflow_id("default", f"job-{i}"),
                 task_queue=tsq.tq,

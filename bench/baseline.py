@@ -1,0 +1,32 @@
+"""The engine's own ceiling for ``fleetq bench e2e``: a plain workflow running ``n``
+sequential no-op activities.
+
+It lives in a module of its own, as small as a workflow file can be, because Temporal's
+sandbox re-imports a workflow's module for every run: the baseline must pay no more of
+that than the leanest user workflow would, or the ratio would flatter fleetq.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import activity, workflow
+
+
+@activity.defn(name="bench_noop")
+def bench_noop(i: int) -> int:
+    """A no-op activity, on the same thread pool as the worker's member-cluster calls."""
+    return i
+
+
+@workflow.defn(name="BenchActivityChain")
+class ActivityChain:
+    """``n`` sequential no-op activities, sandboxed like fleetq's workflows."""
+
+    @workflow.run
+    async def run(self, n: int) -> int:
+        for i in range(n):
+            await workflow.execute_activity(
+                bench_noop, i, start_to_close_timeout=timedelta(seconds=60)
+            )
+        return n
