@@ -35,10 +35,13 @@ from activities.member_cluster import (
 )
 from fleetq.messages import (
     Candidate,
+    GrantDelivery,
+    GrantReceipt,
     HolderCheck,
     HolderVerdict,
     PlacementInput,
     PlacementVerdict,
+    QuotaSignal,
     Resolution,
     ResolveInput,
 )
@@ -73,6 +76,58 @@ class WatchInput(BaseModel):
 class PurgeInput(BaseModel):
     cluster: str
     job: JobRef
+
+
+async def send_quota_signal(client: Client, inp: QuotaSignal) -> bool:
+    """Deliver a job's signal to its quota workflow (the current run of that id); False
+    when no such workflow is running."""
+    if inp.signal == "enqueue" and inp.request is None:
+        raise ApplicationError(
+            "signal_quota: enqueue needs a request", type="InvalidRequest", non_retryable=True
+        )
+    arg: Any = inp.request if inp.signal == "enqueue" else inp.job_id
+    try:
+        await client.get_workflow_handle(inp.tree_workflow_id).signal(inp.signal, arg)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
+
+
+#: RPC outcomes that mean "retry the delivery later"; any other error for one grant means
+#: that job cannot be told (gone, or refused), so its quota is returned
+TRANSIENT_RPC = frozenset({
+    RPCStatusCode.UNAVAILABLE,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+    RPCStatusCode.INTERNAL,
+    RPCStatusCode.UNKNOWN,
+    RPCStatusCode.CANCELLED,
+})
+
+
+async def deliver_grants(client: Client, inp: GrantDelivery, concurrency: int = 50) -> GrantReceipt:
+    """Signal ``admitted`` to every granted job workflow (current run of its id),
+    ``concurrency`` at a time. A transient server error fails the whole delivery so it is
+    retried (a job told twice keeps one grant)."""
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(grant: Any) -> bool:
+        async with sem:
+            try:
+                await client.get_workflow_handle(grant.job_id).signal("admitted", grant)
+            except RPCError as exc:
+                if exc.status in TRANSIENT_RPC:
+                    raise
+                return False
+            return True
+
+    told = await asyncio.gather(*(one(g) for g in inp.grants))
+    return GrantReceipt(
+        delivered=[g.job_id for g, ok in zip(inp.grants, told, strict=True) if ok],
+        gone=[g.job_id for g, ok in zip(inp.grants, told, strict=True) if not ok],
+    )
 
 
 class SchedulingActivities:
@@ -154,6 +209,18 @@ class SchedulingActivities:
             policies = [parse_policy(doc) for doc in state.policies.values()]
             self._registry = (time.monotonic(), state, policies)
             return state, policies
+
+    @activity.defn(name="signal_quota")
+    async def signal_quota(self, inp: QuotaSignal) -> bool:
+        if self._client is None:
+            raise ApplicationError("this worker has no Temporal client", non_retryable=True)
+        return await send_quota_signal(self._client, inp)
+
+    @activity.defn(name="deliver_grants")
+    async def deliver_grants(self, inp: GrantDelivery) -> GrantReceipt:
+        if self._client is None:
+            raise ApplicationError("this worker has no Temporal client", non_retryable=True)
+        return await deliver_grants(self._client, inp)
 
     @activity.defn(name="check_holders")
     async def check_holders(self, inp: HolderCheck) -> HolderVerdict:
@@ -262,6 +329,8 @@ class SchedulingActivities:
     def all(self) -> list[Callable[..., Any]]:
         return [
             self.resolve_policy,
+            self.signal_quota,
+            self.deliver_grants,
             self.check_holders,
             self.plan_placement,
             self.reserve,

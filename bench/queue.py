@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import sys
 import time
@@ -137,21 +138,38 @@ async def wait_view(handle: WorkflowHandle[Any, Any], pred: Any, what: str,
         await asyncio.sleep(0.5)
 
 
+def granted(events: Sequence[Any]) -> list[str]:
+    """Job ids the quota workflow told of their grant, in order, from its history: the
+    ``deliver_grants`` local activities' receipts (and workflow-to-workflow ``admitted``
+    signals, which older histories used)."""
+    out: list[str] = []
+    for ev in events:
+        if ev.HasField("marker_recorded_event_attributes"):
+            m = ev.marker_recorded_event_attributes
+            data, result = m.details.get("data"), m.details.get("result")
+            if (m.marker_name == "core_local_activity" and data is not None
+                    and result is not None and data.payloads and result.payloads
+                    and json.loads(data.payloads[0].data).get("activity_type")
+                    == "deliver_grants"):
+                out += json.loads(result.payloads[0].data).get("delivered", [])
+        elif ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
+            s = ev.signal_external_workflow_execution_initiated_event_attributes
+            if s.signal_name == "admitted":
+                out.append(s.workflow_execution.workflow_id)
+    return out
+
+
 def check_order(events: Sequence[Any], burst: set[str]) -> tuple[list[str], list[str]]:
     """Read the quota workflow's history (every run): returns (problems, the order in
     which the burst's holders were granted)."""
     keys: dict[str, tuple[int, float, str]] = {}
-    grants: list[str] = []
     for ev in events:
         if ev.HasField("workflow_execution_signaled_event_attributes"):
             a = ev.workflow_execution_signaled_event_attributes
             if a.signal_name == "enqueue":
                 req = AdmissionRequest.model_validate(decode_json_payloads(a.input)[0])
                 keys.setdefault(req.job_id, (-req.priority, req.submitted_at, req.job_id))
-        elif ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
-            s = ev.signal_external_workflow_execution_initiated_event_attributes
-            if s.signal_name == "admitted":
-                grants.append(s.workflow_execution.workflow_id)
+    grants = granted(events)
     problems: list[str] = []
     counts = Counter(grants)
     dup = [j for j, c in counts.items() if c > 1]
@@ -244,10 +262,7 @@ async def run(args: argparse.Namespace) -> int:
     print(enq.line("jobs") + "  (holders started and queued)")
     print(drain.line("jobs") + "  (admitted after the plugs released)")
     print(total.line("jobs") + "  (burst start to last grant)")
-    sent = sum(1 for ev in events
-               if ev.HasField("signal_external_workflow_execution_initiated_event_attributes")
-               and ev.signal_external_workflow_execution_initiated_event_attributes.signal_name
-               == "admitted")
+    sent = len(granted(events))
     if sent != n + MAX_JOBS:
         problems.append(f"the quota workflow sent {sent} grants, expected {n + MAX_JOBS}")
     print(f"grants sent by the quota workflow (all runs): {sent} "

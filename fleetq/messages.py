@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from fleetq.admission import AdmissionState, QueueInfo, QueuePolicy
+from fleetq.admission import AdmissionRequest, AdmissionState, Grant, QueueInfo, QueuePolicy
 from fleetq.models import Gang, GangPod
 
 # --------------------------------------------------------------------------- gang shapes
@@ -223,3 +223,31 @@ class DeleteRequest(BaseModel):
     kind: str
     namespace: str = "default"
     name: str
+
+
+class QuotaSignal(BaseModel):
+    """A job's message to its quota workflow, sent by the ``signal_quota`` local activity
+    through the client: ``enqueue`` (with ``request``), or ``release`` / ``cancel`` (with
+    ``job_id``). A client signal costs the job no history events of its own and no extra
+    workflow task for the delivery acknowledgement, unlike a workflow-to-workflow signal;
+    the quota workflow treats all three idempotently, so a re-run after a crash is safe."""
+
+    tree_workflow_id: str
+    signal: Literal["enqueue", "release", "cancel"]
+    request: AdmissionRequest | None = None
+    job_id: str = ""
+
+
+class GrantDelivery(BaseModel):
+    """One scheduling pass's grants, for the quota workflow's ``deliver_grants`` local
+    activity (client signals, sent concurrently)."""
+
+    grants: list[Grant]
+
+
+class GrantReceipt(BaseModel):
+    """What became of a delivery: job ids signalled, in grant order, and those whose
+    workflow is gone (their quota is returned at once)."""
+
+    delivered: list[str] = Field(default_factory=list)
+    gone: list[str] = Field(default_factory=list)

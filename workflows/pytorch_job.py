@@ -7,10 +7,12 @@ idempotent activities, and failover tolerance is a durable Temporal timer, so a 
 restart neither loses nor resets it. The two reads before the first write (policy
 resolution and placement, both from this worker's caches) are *local* activities: they
 run inside the workflow task that asked for them, one marker event each instead of a
-task round trip through the server. Member-cluster writes stay regular activities, so
-the placement decision is durable (recorded with the scheduling of the reserve/bind)
-before anything is written: a worker that crashes after placing re-places from scratch
-with nothing written, never writes to a second cluster.
+task round trip through the server. So do the job's messages to its quota workflow
+(enqueue, release): a client signal from a local activity, where a workflow-to-workflow
+signal would add two events and an acknowledgement workflow task each. Member-cluster
+writes stay regular activities, so the placement decision is durable (recorded with the
+scheduling of the reserve/bind) before anything is written: a worker that crashes after
+placing re-places from scratch with nothing written, never writes to a second cluster.
 Status is change-driven (a heartbeating watch activity returns only when something
 changed) and the workflow continues-as-new with its progress, so a job that runs for a
 week keeps a bounded history.
@@ -50,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         JobView,
         PlacementInput,
         PlacementVerdict,
+        QuotaSignal,
         Resolution,
         ResolveInput,
     )
@@ -251,8 +254,15 @@ class PyTorchJobWorkflow:
                 self._resolution = await self._refresh_resolution()
                 continue
             try:
-                await workflow.get_external_workflow_handle(tree_id).signal("enqueue", request)
-            except Exception:  # the tree workflow is gone; resolve again later
+                sent = await self._signal_quota(
+                    QuotaSignal(tree_workflow_id=tree_id, signal="enqueue", request=request),
+                    f"enqueue in {tree_id}",
+                )
+            except ActivityError as exc:
+                if cancelled_by_delete(exc):
+                    raise
+                sent = False
+            if not sent:  # the tree workflow is gone (or unreachable); resolve again later
                 self._set_state("Queued", f"quota workflow {tree_id} is not running")
                 await self._sleep_or_retry(delay, "wait for the quota workflow")
                 delay = min(delay * 2, 120.0)
@@ -729,14 +739,36 @@ class PyTorchJobWorkflow:
         tree_id = self._resolution.tree_workflow_id
         if self._policy is None or not self._policy.queued or tree_id is None:
             return
-        signal = "release" if self._grant is not None else "cancel"
+        signal: Literal["release", "cancel"] = "release" if self._grant is not None else "cancel"
         try:
-            await workflow.get_external_workflow_handle(tree_id).signal(
-                signal, self._ref.workflow_id
+            sent = await self._signal_quota(
+                QuotaSignal(tree_workflow_id=tree_id, signal=signal, job_id=self._ref.workflow_id),
+                f"{signal} quota in {tree_id}",
             )
-        except Exception as exc:  # quota workflow gone: nothing is held there
-            workflow.logger.info("could not signal %s to %s: %s", signal, tree_id, exc)
+        except ActivityError as exc:  # its leak check returns the quota within a minute
+            workflow.logger.warning("could not signal %s to %s: %s", signal, tree_id, exc)
+        else:
+            if not sent:  # quota workflow gone: nothing is held there
+                workflow.logger.info("%s: quota workflow %s is not running", signal, tree_id)
         self._grant = None
+
+    async def _signal_quota(self, message: QuotaSignal, summary: str) -> bool:
+        """Send one signal to the quota workflow (a local activity using the client: no
+        workflow-to-workflow signal events or acknowledgement task); False when the
+        quota workflow is not running."""
+        sent: bool = await workflow.execute_local_activity(
+            "signal_quota",
+            message,
+            result_type=bool,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                maximum_interval=timedelta(seconds=10),
+                maximum_attempts=5,
+            ),
+            summary=summary,
+        )
+        return sent
 
     # ================================================================== helpers
     async def _sleep_or_retry(self, seconds: float, summary: str) -> None:

@@ -18,13 +18,23 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.member_cluster import BindResult, JobStatus, PodStatus, PurgeResult, ReserveResult
-from activities.scheduling import BindInput, PurgeInput, ReserveInput, WatchInput
+from activities.scheduling import (
+    BindInput,
+    PurgeInput,
+    ReserveInput,
+    WatchInput,
+    deliver_grants,
+    send_quota_signal,
+)
 from fleetq.messages import (
     Candidate,
+    GrantDelivery,
+    GrantReceipt,
     HolderCheck,
     HolderVerdict,
     PlacementInput,
     PlacementVerdict,
+    QuotaSignal,
     Resolution,
     ResolveInput,
 )
@@ -248,6 +258,19 @@ class FakeFleet:
             deleted=[f"PyTorchJob {inp.job.namespace}/{inp.job.name}"] if existed else []
         )
 
+    @activity.defn(name="signal_quota")
+    async def signal_quota(self, inp: QuotaSignal) -> bool:
+        """The real delivery (a client signal): the quota workflow under test is real."""
+        assert self.client is not None
+        self.calls.append(("signal_quota", inp.signal))
+        return await send_quota_signal(self.client, inp)
+
+    @activity.defn(name="deliver_grants")
+    async def deliver_grants(self, inp: GrantDelivery) -> GrantReceipt:
+        """The real delivery: the job workflows under test are real."""
+        assert self.client is not None
+        return await deliver_grants(self.client, inp)
+
     @activity.defn(name="check_holders")
     async def check_holders(self, inp: HolderCheck) -> HolderVerdict:
         assert self.client is not None
@@ -272,6 +295,8 @@ class FakeFleet:
             self.bind,
             self.watch_status,
             self.purge,
+            self.signal_quota,
+            self.deliver_grants,
             self.check_holders,
         ]
 
