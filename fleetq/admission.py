@@ -30,8 +30,10 @@ returns the job's :class:`WaitInfo` and the next ``schedule`` decides.
 
 from __future__ import annotations
 
+import base64
 import heapq
 import math
+import zlib
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -108,6 +110,20 @@ class AdmissionState(BaseModel):
     w: list[tuple[str, int, int, float, int, float | None]] = Field(default_factory=list)
     h: list[tuple[str, int, int]] = Field(default_factory=list)
     dirty: bool = False
+
+
+def pack_state(state: AdmissionState) -> str:
+    """``state`` as base64 of zlib-compressed JSON, for the continue-as-new input: job ids
+    share long prefixes and submission times share leading digits, so a deep queue's
+    state shrinks several-fold and stays far below Temporal's payload limits (2 MB hard,
+    512 KiB warning) for tens of thousands of waiting jobs. Deterministic."""
+    raw = state.model_dump_json().encode()
+    return base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
+
+
+def unpack_state(packed: str) -> AdmissionState:
+    """The inverse of :func:`pack_state`."""
+    return AdmissionState.model_validate_json(zlib.decompress(base64.b64decode(packed)))
 
 
 class _Job:

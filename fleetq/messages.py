@@ -198,6 +198,9 @@ class QuotaTreeInput(BaseModel):
     policy: QueuePolicy = QueuePolicy.PRIORITY
     starvation_seconds: float = 600
     state: AdmissionState | None = None
+    #: the state as ``fleetq.admission.pack_state`` writes it (what continue-as-new
+    #: carries; ``state`` is still read, for inputs written before it existed)
+    packed_state: str | None = None
     #: continue-as-new once history passes this many events (Temporal warns at 10,240)
     max_history_events: int = 2500
     leak_check_seconds: float = 60

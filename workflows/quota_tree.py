@@ -29,6 +29,8 @@ with workflow.unsafe.imports_passed_through():
         QueueInfo,
         QueuePolicy,
         WaitInfo,
+        pack_state,
+        unpack_state,
     )
     from fleetq.messages import (
         GrantDelivery,
@@ -55,7 +57,9 @@ class QuotaTreeWorkflow:
     @workflow.init
     def __init__(self, inp: QuotaTreeInput) -> None:
         self._input = inp
-        if inp.state is not None:
+        if inp.packed_state is not None:
+            self._admission = Admission.from_state(unpack_state(inp.packed_state))
+        elif inp.state is not None:
             self._admission = Admission.from_state(inp.state)
         else:
             tree = parse_tree(inp.tree) if inp.tree else None
@@ -119,7 +123,7 @@ class QuotaTreeWorkflow:
                         tree=self._tree_doc,
                         policy=inp.policy,
                         starvation_seconds=inp.starvation_seconds,
-                        state=self._admission.to_state(),
+                        packed_state=pack_state(self._admission.to_state()),
                         max_history_events=inp.max_history_events,
                         leak_check_seconds=inp.leak_check_seconds,
                         generation=inp.generation + 1,

@@ -19,6 +19,8 @@ from fleetq.admission import (
     Grant,
     QueuePolicy,
     WaitInfo,
+    pack_state,
+    unpack_state,
 )
 from fleetq.models import ElasticQuotaTree, parse_tree
 from fleetq.quota import SUFFIX_ALPHABET
@@ -439,3 +441,13 @@ def test_state_for_ten_thousand_waiting_jobs_is_compact() -> None:
     assert len(a.waiting()) == 9_999
     assert size < 1_000_000, size
     assert len(json.loads(a.to_state().model_dump_json())["shapes"]) == 4
+    # what continue-as-new carries: packed, well under Temporal's 512 KiB payload warning
+    # at 10,000 waiting jobs (so the 2 MB limit is ~100,000 jobs away), and lossless
+    packed = pack_state(a.to_state())
+    assert len(packed) < 200_000, len(packed)
+    assert len(packed) * 3 < size
+    b = Admission.from_state(unpack_state(packed))
+    assert b.to_state() == a.to_state()
+    assert [b.wait_info(j) for j in b.waiting()[:50]] == [
+        a.wait_info(j) for j in a.waiting()[:50]
+    ]
