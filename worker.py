@@ -116,9 +116,15 @@ class ControlPlane:
     its own with its own event loop and its own connection (same server, namespace,
     credentials and data converter as ``client``)."""
 
-    def __init__(self, client: Client, task_queue: str = CONTROL_TASK_QUEUE) -> None:
+    def __init__(
+        self,
+        client: Client,
+        task_queue: str = CONTROL_TASK_QUEUE,
+        extra_workflows: Sequence[type] = (),
+    ) -> None:
         self._client = client
         self.task_queue = task_queue
+        self._extra_workflows = list(extra_workflows)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -144,7 +150,7 @@ class ControlPlane:
         worker = Worker(
             client,
             task_queue=self.task_queue,
-            workflows=[QuotaTreeWorkflow, FleetRegistryWorkflow],
+            workflows=[QuotaTreeWorkflow, FleetRegistryWorkflow, *self._extra_workflows],
             activities=[checks.check_holders, checks.deliver_grants],
             graceful_shutdown_timeout=timedelta(seconds=10),
         )
@@ -220,6 +226,7 @@ def build_worker(
     executor: concurrent.futures.Executor | None = None,
     extra_workflows: Sequence[type] = (),
     extra_activities: Sequence[Any] = (),
+    extra_control_workflows: Sequence[type] = (),
     **kwargs: Any,
 ) -> FleetqWorker:
     """The job worker on ``task_queue`` (every workflow type is registered there too, so
@@ -240,7 +247,11 @@ def build_worker(
         graceful_shutdown_timeout=timedelta(seconds=10),
         **kwargs,
     )
-    control = ControlPlane(client, control_task_queue) if control_task_queue else None
+    control = (
+        ControlPlane(client, control_task_queue, extra_control_workflows)
+        if control_task_queue
+        else None
+    )
     return FleetqWorker(jobs, control)
 
 

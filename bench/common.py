@@ -276,6 +276,7 @@ def fleetq_worker(
     *,
     extra_workflows: Sequence[type] = (),
     extra_activities: Sequence[Callable[..., Any]] = (),
+    extra_control_workflows: Sequence[type] = (),
     task_queue: str = TASK_QUEUE,
     control_task_queue: str | None = CONTROL_TASK_QUEUE,
     **kwargs: Any,
@@ -286,7 +287,7 @@ def fleetq_worker(
     return build_worker(client, activities, task_queue=task_queue,
                         control_task_queue=control_task_queue,
                         extra_workflows=extra_workflows, extra_activities=extra_activities,
-                        **kwargs)
+                        extra_control_workflows=extra_control_workflows, **kwargs)
 
 
 def real_activities(client: Client, fleet_config: str | None) -> SchedulingActivities:

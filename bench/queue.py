@@ -190,17 +190,23 @@ def check_order(events: Sequence[Any], burst: set[str]) -> tuple[list[str], list
 async def run(args: argparse.Namespace) -> int:
     n, conc = args.jobs, args.concurrency
     tq = f"bench-queue-{uuid.uuid4().hex[:6]}"
+    # as in production, the quota workflow runs on the control task queue (its own worker
+    # thread), not behind the holders' workflow tasks; the baseline's receiving workflow
+    # gets the same treatment
+    ctq = f"{tq}-control"
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()),
         data_converter=pydantic_data_converter, ui=False)
     try:
         client = env.client
         worker = fleetq_worker(client, real_activities(client, None), task_queue=tq,
-                               extra_workflows=[QuotaHolder, SignalCounter, Signaller])
+                               control_task_queue=ctq,
+                               extra_workflows=[QuotaHolder, SignalCounter, Signaller],
+                               extra_control_workflows=[SignalCounter])
         async with worker:
             # ---- baseline: N plain signals into one workflow
             counter = await client.start_workflow(SignalCounter.run, n, id="bench-counter",
-                                                  task_queue=tq)
+                                                  task_queue=ctq)
             base = Phase("signals").start()
             await start_all(client, [f"bench-signaller-{i:05d}" for i in range(n)], conc,
                             lambda wid: client.start_workflow(
@@ -212,7 +218,7 @@ async def run(args: argparse.Namespace) -> int:
             # ---- the quota workflow, filled by the plugs
             qh = await client.start_workflow(
                 QuotaTreeWorkflow.run, QuotaTreeInput(tree=quota_tree()),
-                id="quota/kube-system/elasticquotatree", task_queue=tq)
+                id="quota/kube-system/elasticquotatree", task_queue=ctq)
             first_run = qh.result_run_id
             plugs = [f"bench-plug-{i:03d}" for i in range(MAX_JOBS)]
             await start_all(client, plugs, conc, lambda wid: client.start_workflow(

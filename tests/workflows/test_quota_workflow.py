@@ -225,6 +225,27 @@ async def test_quota_of_a_terminated_holder_comes_back(qenv: Env) -> None:
     assert await h2.result() == 1
 
 
+async def test_a_grant_to_a_job_that_is_gone_comes_back_at_once(qenv: Env) -> None:
+    """A waiting job terminated without cancelling (no ``cancel`` signal) is granted when
+    its turn comes; the delivery finds its workflow gone and returns the quota in the
+    same pass, so the next job is admitted at once, not after the periodic leak check."""
+    qh = await qenv.start_tree(load("elasticquotatree.yaml"), leak_check_seconds=600)
+    blocker = await qenv.holder(qh.id, "blocker", hold=True)
+    await wait_for(lambda: blocker.query(QuotaHolder.granted))
+    ghost = await qenv.holder(qh.id, "ghost", hold=True)
+    await wait_for(lambda: _waiting(qh, 1))
+    await ghost.terminate("simulated crash while queued")
+    nxt = await qenv.holder(qh.id, "next", hold=True)
+    await wait_for(lambda: _waiting(qh, 2))
+    await blocker.signal(QuotaHolder.finish)
+    await wait_for(lambda: nxt.query(QuotaHolder.granted), timeout=15)
+    view = QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view))
+    assert ghost.id in view.leaks_recovered
+    assert view.holders == 1 and view.waiting == 0
+    await nxt.signal(QuotaHolder.finish)
+    assert await nxt.result() == 1
+
+
 async def test_bad_tree_update_is_rejected_and_running_tree_untouched(qenv: Env) -> None:
     qh = await qenv.start_tree(load("elasticquotatree.yaml"))
     bad = load("elasticquotatree.yaml")
