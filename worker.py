@@ -145,13 +145,13 @@ class ControlPlane:
             data_converter=self._client.data_converter,
             interceptors=config["interceptors"],
         )
-        # the holder check and grant delivery only need a client, never a member cluster
+        # the holder check only needs a client; it never touches member clusters
         checks = SchedulingActivities(client, _no_fleet)
         worker = Worker(
             client,
             task_queue=self.task_queue,
             workflows=[QuotaTreeWorkflow, FleetRegistryWorkflow, *self._extra_workflows],
-            activities=[checks.check_holders, checks.deliver_grants],
+            activities=[checks.check_holders],
             graceful_shutdown_timeout=timedelta(seconds=10),
         )
         self._loop = asyncio.get_running_loop()

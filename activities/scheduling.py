@@ -35,8 +35,6 @@ from activities.member_cluster import (
 )
 from fleetq.messages import (
     Candidate,
-    GrantDelivery,
-    GrantReceipt,
     HolderCheck,
     HolderVerdict,
     PlacementInput,
@@ -93,41 +91,6 @@ async def send_quota_signal(client: Client, inp: QuotaSignal) -> bool:
             return False
         raise
     return True
-
-
-#: RPC outcomes that mean "retry the delivery later"; any other error for one grant means
-#: that job cannot be told (gone, or refused), so its quota is returned
-TRANSIENT_RPC = frozenset({
-    RPCStatusCode.UNAVAILABLE,
-    RPCStatusCode.DEADLINE_EXCEEDED,
-    RPCStatusCode.RESOURCE_EXHAUSTED,
-    RPCStatusCode.INTERNAL,
-    RPCStatusCode.UNKNOWN,
-    RPCStatusCode.CANCELLED,
-})
-
-
-async def deliver_grants(client: Client, inp: GrantDelivery, concurrency: int = 50) -> GrantReceipt:
-    """Signal ``admitted`` to every granted job workflow (current run of its id),
-    ``concurrency`` at a time. A transient server error fails the whole delivery so it is
-    retried (a job told twice keeps one grant)."""
-    sem = asyncio.Semaphore(max(1, concurrency))
-
-    async def one(grant: Any) -> bool:
-        async with sem:
-            try:
-                await client.get_workflow_handle(grant.job_id).signal("admitted", grant)
-            except RPCError as exc:
-                if exc.status in TRANSIENT_RPC:
-                    raise
-                return False
-            return True
-
-    told = await asyncio.gather(*(one(g) for g in inp.grants))
-    return GrantReceipt(
-        delivered=[g.job_id for g, ok in zip(inp.grants, told, strict=True) if ok],
-        gone=[g.job_id for g, ok in zip(inp.grants, told, strict=True) if not ok],
-    )
 
 
 class SchedulingActivities:
@@ -215,12 +178,6 @@ class SchedulingActivities:
         if self._client is None:
             raise ApplicationError("this worker has no Temporal client", non_retryable=True)
         return await send_quota_signal(self._client, inp)
-
-    @activity.defn(name="deliver_grants")
-    async def deliver_grants(self, inp: GrantDelivery) -> GrantReceipt:
-        if self._client is None:
-            raise ApplicationError("this worker has no Temporal client", non_retryable=True)
-        return await deliver_grants(self._client, inp)
 
     @activity.defn(name="check_holders")
     async def check_holders(self, inp: HolderCheck) -> HolderVerdict:
@@ -330,7 +287,6 @@ class SchedulingActivities:
         return [
             self.resolve_policy,
             self.signal_quota,
-            self.deliver_grants,
             self.check_holders,
             self.plan_placement,
             self.reserve,

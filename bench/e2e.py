@@ -289,14 +289,12 @@ async def quota_profile(client: Client) -> tuple[list[RunStats], dict[str, list[
                 job = json.loads(got.input.payloads[0].data).get("job_id")
                 if job:
                     received.setdefault(job, _t(ev))
-        elif local_activity_type(ev) == "deliver_grants":
-            result = ev.marker_recorded_event_attributes.details.get("result")
-            told = json.loads(result.payloads[0].data).get("delivered", []) if (
-                result is not None and result.payloads) else []
-            for job in told:
-                if job in received:
-                    out.setdefault("enqueue received -> grant sent", []).append(
-                        _t(ev) - received.pop(job))
+        elif ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
+            sent = ev.signal_external_workflow_execution_initiated_event_attributes
+            job = sent.workflow_execution.workflow_id
+            if sent.signal_name == "admitted" and job in received:
+                out.setdefault("enqueue received -> grant sent", []).append(
+                    _t(ev) - received.pop(job))
     return runs, out
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 import time
@@ -139,20 +138,11 @@ async def wait_view(handle: WorkflowHandle[Any, Any], pred: Any, what: str,
 
 
 def granted(events: Sequence[Any]) -> list[str]:
-    """Job ids the quota workflow told of their grant, in order, from its history: the
-    ``deliver_grants`` local activities' receipts (and workflow-to-workflow ``admitted``
-    signals, which older histories used)."""
+    """Job ids the quota workflow sent an ``admitted`` signal to, in order, from its
+    history (every run)."""
     out: list[str] = []
     for ev in events:
-        if ev.HasField("marker_recorded_event_attributes"):
-            m = ev.marker_recorded_event_attributes
-            data, result = m.details.get("data"), m.details.get("result")
-            if (m.marker_name == "core_local_activity" and data is not None
-                    and result is not None and data.payloads and result.payloads
-                    and json.loads(data.payloads[0].data).get("activity_type")
-                    == "deliver_grants"):
-                out += json.loads(result.payloads[0].data).get("delivered", [])
-        elif ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
+        if ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
             s = ev.signal_external_workflow_execution_initiated_event_attributes
             if s.signal_name == "admitted":
                 out.append(s.workflow_execution.workflow_id)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from fleetq.admission import AdmissionRequest, AdmissionState, Grant, QueueInfo, QueuePolicy
+from fleetq.admission import AdmissionRequest, AdmissionState, QueueInfo, QueuePolicy
 from fleetq.models import Gang, GangPod
 
 # --------------------------------------------------------------------------- gang shapes
@@ -239,18 +239,3 @@ class QuotaSignal(BaseModel):
     signal: Literal["enqueue", "release", "cancel"]
     request: AdmissionRequest | None = None
     job_id: str = ""
-
-
-class GrantDelivery(BaseModel):
-    """One scheduling pass's grants, for the quota workflow's ``deliver_grants`` local
-    activity (client signals, sent concurrently)."""
-
-    grants: list[Grant]
-
-
-class GrantReceipt(BaseModel):
-    """What became of a delivery: job ids signalled, in grant order, and those whose
-    workflow is gone (their quota is returned at once)."""
-
-    delivered: list[str] = Field(default_factory=list)
-    gone: list[str] = Field(default_factory=list)

@@ -3,10 +3,13 @@
 It holds the tree, the usage and one priority queue per tree node (all in the pure
 ``fleetq.admission.Admission``), takes ``enqueue``/``release``/``cancel`` signals from job
 workflows, and grants admission back by signal. Grants are batched: every workflow task
-runs one scheduling pass and a ``deliver_grants`` local activity signals all resulting
-grants concurrently through the client (one marker event per pass, instead of two
-history events and a transfer task per grant), so a burst of thousands of submissions
-costs a handful of workflow tasks, not one round-trip each.
+runs one scheduling pass and sends all resulting signals concurrently, so a burst of
+thousands of submissions costs a handful of workflow tasks, not one round-trip each.
+Grants are workflow-to-workflow signals, sent without waiting: a workflow task of this
+workflow must stay short, because hundreds of signals can arrive while one is open and
+Temporal force-fails a task that leaves too many events buffered (measured: delivering
+grants from a local activity, which holds the task open, did exactly that under a
+10,000-job burst, and the retries never let the run continue-as-new).
 History stays bounded by continuing-as-new with the whole admission state; a periodic
 check against Temporal's own view of the holders returns quota held by jobs that no
 longer run (terminated, timed out, deleted).
@@ -14,6 +17,7 @@ longer run (terminated, timed out, deleted).
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -32,14 +36,7 @@ with workflow.unsafe.imports_passed_through():
         pack_state,
         unpack_state,
     )
-    from fleetq.messages import (
-        GrantDelivery,
-        GrantReceipt,
-        HolderCheck,
-        HolderVerdict,
-        QuotaTreeInput,
-        QuotaView,
-    )
+    from fleetq.messages import HolderCheck, HolderVerdict, QuotaTreeInput, QuotaView
     from fleetq.models import (
         QUEUE_POLICY_ANNOTATION,
         STARVATION_ANNOTATION,
@@ -69,6 +66,7 @@ class QuotaTreeWorkflow:
         self._dirty = True
         self._immediate: list[Grant] = []
         self._grants_sent = 0
+        self._inflight: set[asyncio.Future[None]] = set()
         self._leaks: list[str] = []
         self._details = ""
         self._stop = False
@@ -108,14 +106,17 @@ class QuotaTreeWorkflow:
                 return
             while self._dirty and not self._should_continue(inp):
                 self._dirty = False
-                await self._grant()
+                self._grant()
             self._publish_details()
             if self._should_continue(inp):
-                # Grants decided but not yet sent go out before this run ends; a pending
-                # scheduling pass is not lost: the next run starts with one.
-                immediate, self._immediate = self._immediate, []
-                await self._deliver(immediate)
-                await workflow.wait_condition(workflow.all_handlers_finished)
+                # Grants decided but not yet sent go out, and every delivery settles,
+                # before this run ends; a pending scheduling pass is not lost: the next
+                # run starts with one.
+                self._dispatch(self._immediate)
+                self._immediate = []
+                await workflow.wait_condition(
+                    lambda: not self._inflight and workflow.all_handlers_finished()
+                )
                 if self._immediate:
                     continue
                 workflow.continue_as_new(
@@ -138,33 +139,30 @@ class QuotaTreeWorkflow:
             or info.get_current_history_length() > inp.max_history_events
         )
 
-    async def _grant(self) -> None:
+    def _grant(self) -> None:
         grants = self._immediate + self._admission.schedule(workflow.now().timestamp())
         self._immediate = []
-        await self._deliver(grants)
+        self._dispatch(grants)
 
-    async def _deliver(self, grants: list[Grant]) -> None:
-        """Signal one pass's grants (a local activity: it runs inside this workflow task,
-        while new signals queue up for the next pass). A job whose workflow is gone gets
-        its quota returned at once. Transient server errors are retried without limit:
-        a grant is never dropped, and a job told twice keeps one grant."""
-        if not grants:
-            return
-        receipt: GrantReceipt = await workflow.execute_local_activity(
-            "deliver_grants",
-            GrantDelivery(grants=grants),
-            result_type=GrantReceipt,
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
-            summary=f"deliver {len(grants)} grant(s)",
-        )
-        self._grants_sent += len(receipt.delivered)
-        for job_id in receipt.gone:
-            workflow.logger.info("grant to %s not delivered: its workflow is gone", job_id)
-            self._admission.release(job_id)
-            self._leaks.append(job_id)
+    def _dispatch(self, grants: list[Grant]) -> None:
+        """Send grants without waiting for their delivery, so the next scheduling pass
+        runs in the very next workflow task instead of one signal round trip later."""
+        for grant in grants:
+            task = asyncio.ensure_future(self._deliver(grant))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _deliver(self, grant: Grant) -> None:
+        try:
+            await workflow.get_external_workflow_handle(grant.job_id).signal("admitted", grant)
+        except Exception as exc:
+            # The job workflow is gone: its quota comes back at once.
+            workflow.logger.info("grant to %s not delivered: %s", grant.job_id, exc)
+            self._admission.release(grant.job_id)
+            self._leaks.append(grant.job_id)
             self._dirty = True
-        del self._leaks[:-20]
+        else:
+            self._grants_sent += 1
 
     async def _recover_leaks(self) -> None:
         holders = self._admission.holders()

@@ -76,14 +76,10 @@ def test_queue_order_check_catches_a_reordered_grant() -> None:
         return ev
 
     def grant(job: str) -> HistoryEvent:
-        """A deliver_grants local-activity marker whose receipt names ``job``."""
         ev = HistoryEvent()
-        m = ev.marker_recorded_event_attributes
-        m.marker_name = "core_local_activity"
-        m.details["data"].CopyFrom(Payloads(payloads=[Payload(
-            data=b'{"activity_type":"deliver_grants"}')]))
-        m.details["result"].CopyFrom(Payloads(payloads=[Payload(
-            data=f'{{"delivered":["{job}"],"gone":[]}}'.encode())]))
+        s = ev.signal_external_workflow_execution_initiated_event_attributes
+        s.signal_name = "admitted"
+        s.workflow_execution.workflow_id = job
         return ev
 
     queued = [enqueue("a", 0, 1.0), enqueue("b", 10, 2.0), enqueue("c", 0, 3.0)]

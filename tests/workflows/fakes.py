@@ -23,13 +23,10 @@ from activities.scheduling import (
     PurgeInput,
     ReserveInput,
     WatchInput,
-    deliver_grants,
     send_quota_signal,
 )
 from fleetq.messages import (
     Candidate,
-    GrantDelivery,
-    GrantReceipt,
     HolderCheck,
     HolderVerdict,
     PlacementInput,
@@ -265,12 +262,6 @@ class FakeFleet:
         self.calls.append(("signal_quota", inp.signal))
         return await send_quota_signal(self.client, inp)
 
-    @activity.defn(name="deliver_grants")
-    async def deliver_grants(self, inp: GrantDelivery) -> GrantReceipt:
-        """The real delivery: the job workflows under test are real."""
-        assert self.client is not None
-        return await deliver_grants(self.client, inp)
-
     @activity.defn(name="check_holders")
     async def check_holders(self, inp: HolderCheck) -> HolderVerdict:
         assert self.client is not None
@@ -296,7 +287,6 @@ class FakeFleet:
             self.watch_status,
             self.purge,
             self.signal_quota,
-            self.deliver_grants,
             self.check_holders,
         ]
 
