@@ -109,7 +109,6 @@ class PyTorchJobWorkflow:
         self._sa_enabled = False
         self._details = ""
         self._sa_last: dict[str, Any] = {}
-        self._sa_settling = False
         self._policy: PropagationPolicy | None = None
         self._in_flight: tuple[str, asyncio.Future[Any]] | None = None
 
@@ -780,6 +779,17 @@ class PyTorchJobWorkflow:
         self._retry_now = False
 
     @property
+    def _sa_settling(self) -> bool:
+        """The job is in a state that is published only once it lasts, and has not been
+        published yet."""
+        view = self._require_view()
+        return (
+            self._sa_enabled
+            and view.state in SETTLING_STATES
+            and self._sa_last.get(SA_STATE) != view.state
+        )
+
+    @property
     def _pol(self) -> PropagationPolicy:
         assert self._policy is not None, "policy is resolved before any phase runs"
         return self._policy
@@ -843,10 +853,8 @@ class PyTorchJobWorkflow:
         if details != self._details:
             self._details = details
             workflow.set_current_details(details)
-        self._sa_settling = False
-        if self._sa_enabled and view.state in SETTLING_STATES and not flush:
-            self._sa_settling = self._sa_last.get(SA_STATE) != view.state
-        elif self._sa_enabled and view.state not in TRANSIENT_STATES:
+        waits = view.state in SETTLING_STATES and not flush  # published once it lasts
+        if self._sa_enabled and view.state not in TRANSIENT_STATES and not waits:
             wanted: dict[str, Any] = {
                 SA_STATE: view.state,
                 SA_CLUSTER: view.cluster or "",
