@@ -32,9 +32,8 @@ from temporalio.common import WorkflowIDConflictPolicy
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.embedded import EmbeddedFleet, free_port
-from fleetq.naming import CONTROL_TASK_QUEUE, REGISTRY_WORKFLOW_ID, TASK_QUEUE
+from fleetq.naming import CONTROL_TASK_QUEUE, REGISTRY_WORKFLOW_ID
 from fleetq.temporal_client import connect
-from worker import FleetqWorker, build_worker
 from workflows.fleet_registry import RegistryState
 
 #: Temporal's history-length warning; a run above it is a failed benchmark.
@@ -268,26 +267,6 @@ async def embedded_stack(topology: dict[str, Any] | None = None,
             yield Stack(emb, client, emb.fleet_config)
         finally:
             await asyncio.to_thread(emb.stop)
-
-
-def fleetq_worker(
-    client: Client,
-    activities: SchedulingActivities,
-    *,
-    extra_workflows: Sequence[type] = (),
-    extra_activities: Sequence[Callable[..., Any]] = (),
-    extra_control_workflows: Sequence[type] = (),
-    task_queue: str = TASK_QUEUE,
-    control_task_queue: str | None = CONTROL_TASK_QUEUE,
-    **kwargs: Any,
-) -> FleetqWorker:
-    """The fleetq worker exactly as ``worker.build_worker`` builds it (job worker plus the
-    control-plane thread), with the benchmark's baseline workflows and activities on the
-    job worker."""
-    return build_worker(client, activities, task_queue=task_queue,
-                        control_task_queue=control_task_queue,
-                        extra_workflows=extra_workflows, extra_activities=extra_activities,
-                        extra_control_workflows=extra_control_workflows, **kwargs)
 
 
 def real_activities(client: Client, fleet_config: str | None) -> SchedulingActivities:

@@ -38,7 +38,6 @@ from bench.common import (
     Phase,
     RunStats,
     embedded_stack,
-    fleetq_worker,
     payload_bytes,
     percentile,
     real_activities,
@@ -50,6 +49,7 @@ from fleetq.cli.apply import apply_objects, start_job
 from fleetq.messages import JobView
 from fleetq.models import parse_job, parse_policy, parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id, quota_workflow_id
+from worker import build_worker
 
 T = TypeVar("T")
 TARGET = 0.7
@@ -319,7 +319,7 @@ async def run(args: argparse.Namespace) -> int:
         extra: dict[str, Any] = {}
         if args.unsandboxed:  # experiment: what the workflow sandbox costs
             extra["workflow_runner"] = UnsandboxedWorkflowRunner()
-        worker = fleetq_worker(client, acts, extra_workflows=[ActivityChain],
+        worker = build_worker(client, acts, extra_workflows=[ActivityChain],
                                extra_activities=[bench_noop], **extra)
         try:
             async with worker:

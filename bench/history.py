@@ -40,7 +40,6 @@ from bench.common import (
     HISTORY_WARN_EVENTS,
     RunStats,
     embedded_stack,
-    fleetq_worker,
     real_activities,
     result_line,
     run_chain,
@@ -59,6 +58,7 @@ from fleetq.messages import (
 )
 from fleetq.naming import job_workflow_id
 from fleetq.temporal_client import test_server_path
+from worker import build_worker
 from workflows import ALL_WORKFLOWS
 from workflows.pytorch_job import MAX_HISTORY_EVENTS
 
@@ -90,7 +90,7 @@ async def walkthrough(run_seconds: int) -> list[RunStats]:
         client = stack.client
         acts = real_activities(client, stack.fleet_config)
         try:
-            async with fleetq_worker(client, acts):
+            async with build_worker(client, acts):
                 for line in await apply_objects(client, objects, run_seconds=run_seconds,
                                                 priority_classes=classes):
                     print(line.line)

@@ -42,7 +42,6 @@ from bench.common import (
     HISTORY_WARN_EVENTS,
     Phase,
     decode_json_payloads,
-    fleetq_worker,
     peak_rss_mb,
     real_activities,
     result_line,
@@ -52,6 +51,7 @@ from bench.common import (
 from bench.holder import HolderInput, QuotaHolder
 from fleetq.admission import AdmissionRequest
 from fleetq.temporal_client import temporal_cli_path
+from worker import build_worker
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
 
 TARGET = 0.5
@@ -189,7 +189,7 @@ async def run(args: argparse.Namespace) -> int:
         data_converter=pydantic_data_converter, ui=False)
     try:
         client = env.client
-        worker = fleetq_worker(client, real_activities(client, None), task_queue=tq,
+        worker = build_worker(client, real_activities(client, None), task_queue=tq,
                                control_task_queue=ctq,
                                extra_workflows=[QuotaHolder, SignalCounter, Signaller],
                                extra_control_workflows=[SignalCounter])
