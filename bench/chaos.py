@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
@@ -280,6 +280,43 @@ def signalled(events: list[Any], name: str) -> bool:
 
 def workflow_task_failures(events: list[Any]) -> int:
     return sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+
+
+#: events that reach a workflow from outside its own tasks
+_ARRIVALS = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ADMITTED,
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
+    EventType.EVENT_TYPE_TIMER_FIRED,
+}
+
+
+def code_task_failures(events: list[Any]) -> list[str]:
+    """WorkflowTaskFailed events that point at our code or worker (nondeterminism, an
+    exception, a deadlock), one line each with the events around them.
+
+    Not listed: a closing task the server refused because a new event (a delete, a
+    signal) arrived while it ran: cause UnhandledCommand, and the very next event is that
+    arrival. That is how Temporal keeps the event from being lost; the SDK runs the task
+    again with it at once, so no code of ours failed.
+    """
+    out: list[str] = []
+    for i, e in enumerate(events):
+        if e.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            continue
+        attrs = e.workflow_task_failed_event_attributes
+        nxt = events[i + 1].event_type if i + 1 < len(events) else None
+        if attrs.cause == WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND \
+                and nxt in _ARRIVALS:
+            continue
+        around = [EventType.Name(x.event_type)[11:] for x in events[max(0, i - 4):i + 3]]
+        out.append(f"{WorkflowTaskFailedCause.Name(attrs.cause)[27:]} "
+                   f"{attrs.failure.message.splitlines()[0][:200] if attrs.failure.message else ''}"
+                   f" (events {around})")
+    return out
 
 
 def task_failure_messages(events: list[Any]) -> list[str]:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError
-from temporalio.workflow import ActivityCancellationType
+from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
     from activities.member_cluster import (
@@ -90,6 +90,11 @@ SA_SETTLE_SECONDS = 10.0
 #: continue-as-new once a run's history passes this many events
 MAX_HISTORY_EVENTS = 1000
 WATCH_SECONDS = 300.0
+#: A workflow's closing task is refused (UnhandledCommand, a WorkflowTaskFailed in the
+#: UI) when an event arrives while it runs. Before closing, a job therefore waits this
+#: long at most for its watches still running: one left on the old copy by a failover, or
+#: the current one of a deleted job (their copies are purged, so they end within seconds).
+SETTLE_SECONDS = 10.0
 
 MEMBER_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -111,6 +116,9 @@ class PyTorchJobWorkflow:
         self._sa_last: dict[str, Any] = {}
         self._policy: PropagationPolicy | None = None
         self._in_flight: tuple[str, asyncio.Future[Any]] | None = None
+        #: watches started and possibly still running (one left behind by a failover,
+        #: the current one of a deleted job), waited for before the workflow closes
+        self._watches: list[asyncio.Future[Any]] = []
 
     # ================================================================== run
     @workflow.run
@@ -189,6 +197,7 @@ class PyTorchJobWorkflow:
                     break
             outcome = await self._supervise()
             if outcome == "continue":
+                await self._settle_watches_watches()
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     JobInput(
@@ -452,40 +461,29 @@ class PyTorchJobWorkflow:
         fo = self._pol.application_failover
         tolerance = fo.decisionConditions.tolerationSeconds if fo else None
         iterations = 0
+        watch: ActivityHandle[JobStatus] | None = None
+        settling = False
         while True:
             cluster = view.cluster
             assert cluster is not None
-            settling = self._sa_settling
-            watch = workflow.start_activity(
-                "watch_status",
-                WatchInput(
-                    cluster=cluster,
-                    job=self._ref,
-                    since=self._since,
-                    timeout_seconds=SA_SETTLE_SECONDS if settling else WATCH_SECONDS,
-                ),
-                result_type=JobStatus,
-                start_to_close_timeout=timedelta(seconds=WATCH_SECONDS + 60),
-                heartbeat_timeout=timedelta(seconds=30),
-                retry_policy=MEMBER_RETRY,
-                # A watch is read-only and ends by itself at its window: when a deadline
-                # fires first we abandon it rather than race a cancel against completion.
-                cancellation_type=ActivityCancellationType.ABANDON,
-                summary=f"watch {view.name} on {cluster}",
-            )
+            if watch is None:  # else a deadline fired mid-window: keep waiting on it
+                settling = self._sa_settling
+                watch = self._start_watch(cluster, settling)
             timeout, summary, due = self._next_deadline(tolerance)
             try:
                 await workflow.wait_condition(watch.done, timeout=timeout, timeout_summary=summary)
             except TimeoutError:
-                watch.cancel()
                 if due == "failover":
+                    # The old copy's watch is left running: the failover purges that copy
+                    # (now or once the new one is healthy) and the watch ends then.
                     await self._failover(cluster, tolerance or 0)
                     return "failover"
                 if due == "grace":
                     await self._purge_graceful_old("grace period ended")
                 continue
+            finished, watch = watch, None
             try:
-                status = watch.result()
+                status = finished.result()
             except ActivityError as exc:
                 status = JobStatus(
                     cluster=cluster,
@@ -529,6 +527,28 @@ class PyTorchJobWorkflow:
                 or info.is_continue_as_new_suggested()
             ):
                 return "continue"
+
+    def _start_watch(self, cluster: str, settling: bool) -> ActivityHandle[JobStatus]:
+        view = self._require_view()
+        watch = workflow.start_activity(
+            "watch_status",
+            WatchInput(
+                cluster=cluster,
+                job=self._ref,
+                since=self._since,
+                timeout_seconds=SA_SETTLE_SECONDS if settling else WATCH_SECONDS,
+            ),
+            result_type=JobStatus,
+            start_to_close_timeout=timedelta(seconds=WATCH_SECONDS + 60),
+            heartbeat_timeout=timedelta(seconds=30),
+            retry_policy=MEMBER_RETRY,
+            # A watch is read-only and ends by itself at its window or when its copy goes
+            # away: it is never cancelled, only waited for before the workflow closes.
+            cancellation_type=ActivityCancellationType.ABANDON,
+            summary=f"watch {view.name} on {cluster}",
+        )
+        self._watches = [w for w in self._watches if not w.done()] + [watch]
+        return watch
 
     def _next_deadline(self, tolerance: int | None) -> tuple[float | None, str | None, str]:
         view = self._require_view()
@@ -690,6 +710,7 @@ class PyTorchJobWorkflow:
         if self._graceful_old:
             await self._purge_until_done(self._graceful_old, "purge old copy")
             self._graceful_old = None
+        await self._settle_watches_watches()
         await self._release_quota()
         view.finished_at = workflow.now()
         self._publish()
@@ -714,6 +735,7 @@ class PyTorchJobWorkflow:
         for cluster in clusters:
             await self._purge_until_done(cluster, "purge on delete")
         view.copies, view.pending_purges, view.cluster = [], [], None
+        await self._settle_watches_watches()
         await self._release_quota()
         view.finished_at = workflow.now()
         self._set_state("Deleted", "deleted")
@@ -750,6 +772,18 @@ class PyTorchJobWorkflow:
             if not sent:  # quota workflow gone: nothing is held there
                 workflow.logger.info("%s: quota workflow %s is not running", signal, tree_id)
         self._grant = None
+
+    async def _settle_watches_watches(self) -> None:
+        """Wait (bounded) for watches abandoned at a deadline, so their late completion
+        does not arrive while the closing workflow task runs."""
+        if any(not w.done() for w in self._watches):
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: all(w.done() for w in self._watches),
+                    timeout=SETTLE_SECONDS,
+                    timeout_summary="let running watches end",
+                )
+        self._watches = []
 
     async def _signal_quota(self, message: QuotaSignal, summary: str) -> bool:
         """Send one signal to the quota workflow (a local activity using the client: no
