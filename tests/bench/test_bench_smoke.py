@@ -95,11 +95,26 @@ def test_e2e_runs_tiny_jobs_through_the_whole_pipeline(capsys: pytest.CaptureFix
     from bench import e2e
 
     code, out, m = run_main(e2e.main, ["--jobs", "4", "--warmup", "1",
-                                       "--concurrency", "4"], capsys)
+                                       "--concurrency", "4", "--rounds", "2"], capsys)
     assert code == 0, out
     assert m["name"] == "e2e" and float(m["t"]) == 0.7
-    assert "states: {'Succeeded': 4}" in out
+    assert out.count("states: {'Succeeded': 4}") == 2  # both rounds, every job
     assert "reserve 1.00" in out  # every job took the reservation cluster's reserve path
+    ratios = re.search(r"ratios by round: ([\d.]+), ([\d.]+) \(median ([\d.]+)\)", out)
+    assert ratios, out
+    low, high = sorted(float(x) for x in ratios.groups()[:2])
+    assert float(ratios[3]) == pytest.approx((low + high) / 2, abs=0.011)
+    assert float(m["ratio"]) == float(ratios[3])
+
+
+@pytest.mark.parametrize("n,mean", [(500, 7.28), (500, 7.8), (3, 7.0), (7, 2.5), (50, 4.02)])
+def test_e2e_baseline_runs_the_jobs_mean_activity_count(n: int, mean: float) -> None:
+    from bench.e2e import activity_counts
+
+    counts = activity_counts(n, mean)
+    assert len(counts) == n
+    assert abs(sum(counts) / n - mean) <= 0.5 / n + 1e-9
+    assert max(counts) - min(counts) <= 1
 
 
 def test_history_counts_the_walkthrough_and_a_long_job(capsys: pytest.CaptureFixture[str]) -> None:
