@@ -21,7 +21,7 @@ import yaml
 from aiohttp import web
 
 from fleetq import resources as R
-from fleetq.emulator.selectors import SelectorError, selector_matcher
+from fleetq.emulator.selectors import SelectorError, equality_terms, selector_matcher
 from fleetq.emulator.store import (
     ApiError,
     Obj,
@@ -359,7 +359,8 @@ class Handler:
                     objs = [o for o in self.store.items(rt.plural, namespace)
                             if matcher is None or matcher(o)]
                     return _json(table(rt.plural, objs, str(self.store.rv)))
-                return _json(self.store.list_json(rt.plural, namespace, matcher))
+                return _json(self.store.list_json(
+                    rt.plural, namespace, matcher, equality_terms(q.get("labelSelector"))))
             if method == "POST":
                 if rt.namespaced and namespace is None:
                     raise _no_route()

@@ -90,6 +90,23 @@ def _field_value(obj: Mapping[str, Any], path: str) -> str:
     return str(cur)
 
 
+def equality_terms(text: str | None) -> list[tuple[str, str]]:
+    """The ``key=value`` / ``key==value`` terms of a label selector (for an index); a
+    selector the parser rejects yields none here and fails in the parser."""
+    if not text:
+        return []
+    out = []
+    try:
+        terms = _split_terms(text)
+    except SelectorError:
+        return []
+    for term in terms:
+        m = _EQ_RE.match(term)
+        if m and m.group(2) != "!=":
+            out.append((m.group(1), m.group(3)))
+    return out
+
+
 def parse_field_selector(text: str | None) -> Matcher | None:
     if not text or not text.strip():
         return None

@@ -229,6 +229,12 @@ class Store:
         self.watchers: dict[str, set[Watcher]] = {p: set() for p in self.types}
         self.hooks: list[Hook] = []
         self.dirty = False
+        # plural -> (label key, value) -> keys of the objects carrying it (an ordered set),
+        # so a LIST by ``key=value`` costs the matches, not the whole resource: the
+        # adapter lists a job's pods by label on every status read
+        self._by_label: dict[str, dict[tuple[str, str], dict[Key, None]]] = {
+            p: {} for p in self.types
+        }
 
     # ------------------------------------------------------------------ reads
 
@@ -249,13 +255,50 @@ class Store:
         self._bytes[id(obj)] = (obj, b)
         return b
 
+    def _candidates(
+        self, plural: str, namespace: str | None, label_terms: Iterable[tuple[str, str]]
+    ) -> list[Obj]:
+        """Objects that may match: those carrying every ``key=value`` of the selector
+        (all of them when it has none), in the order they were first labelled so."""
+        terms = list(label_terms)
+        if not terms:
+            return self.items(plural, namespace)
+        index = self._by_label[plural]
+        sets = sorted((index.get(t, {}) for t in terms), key=len)
+        objs = self.objects[plural]
+        return [
+            objs[k]
+            for k in sets[0]
+            if all(k in other for other in sets[1:])
+            and (namespace is None or k[0] == namespace)
+        ]
+
+    def _index(self, plural: str, key: Key, new: Obj | None, old: Obj | None) -> None:
+        index = self._by_label[plural]
+        before = (old or {}).get("metadata", {}).get("labels") or {}
+        after = (new or {}).get("metadata", {}).get("labels") or {}
+        for term in before.items():
+            if after.get(term[0]) != term[1] and term in index:
+                index[term].pop(key, None)
+                if not index[term]:
+                    del index[term]
+        for term in after.items():
+            if isinstance(term[1], str):
+                index.setdefault(term, {})[key] = None
+
     def list_json(
-        self, plural: str, namespace: str | None, matcher: Matcher | None
+        self,
+        plural: str,
+        namespace: str | None,
+        matcher: Matcher | None,
+        label_terms: Iterable[tuple[str, str]] = (),
     ) -> bytes:
+        """The LIST body; ``label_terms`` are the selector's ``key=value`` terms (the
+        matcher still decides, they only narrow what it is asked about)."""
         rt = self.types[plural]
         parts = [
             self.cached_json(o)
-            for o in self.items(plural, namespace)
+            for o in self._candidates(plural, namespace, label_terms)
             if matcher is None or matcher(o)
         ]
         head = dumps(
@@ -272,6 +315,9 @@ class Store:
 
     def _commit(self, plural: str, type_: str, new: Obj | None, old: Obj | None) -> None:
         self.dirty = True
+        obj = new if new is not None else old
+        if obj is not None:
+            self._index(plural, self._key(obj), new, old)
         if old is not None:
             self._bytes.pop(id(old), None)
         ev = WatchEvent(self.rv, type_, new, old)
@@ -407,5 +453,8 @@ class Store:
             if plural not in self.objects:
                 continue
             self.objects[plural] = {self._key(o): o for o in objs}
+            self._by_label[plural] = {}
+            for key, o in self.objects[plural].items():
+                self._index(plural, key, o, None)
         self.floor = {p: self.rv for p in self.types}
         self._bytes.clear()

@@ -136,6 +136,35 @@ def test_label_and_field_selectors(core: client.CoreV1Api) -> None:
     assert err.value.status == 400
 
 
+def test_label_selector_lists_follow_relabels_deletes_and_namespaces(
+    core: client.CoreV1Api,
+) -> None:
+    # equality selectors are answered from a label index: it must follow every write
+    for ns in ("lab-1", "lab-2"):
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+        for name in ("p", "q", "r"):
+            core.create_namespaced_config_map(ns, client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=name, labels={"job": "j1", "role": name})))
+
+    def names(ns: str | None, selector: str) -> list[tuple[str, str]]:
+        items = (core.list_namespaced_config_map(ns, label_selector=selector).items if ns
+                 else core.list_config_map_for_all_namespaces(label_selector=selector).items)
+        return sorted((c.metadata.namespace, c.metadata.name) for c in items)
+
+    assert names("lab-1", "job=j1") == [("lab-1", "p"), ("lab-1", "q"), ("lab-1", "r")]
+    assert names(None, "job=j1,role=q") == [("lab-1", "q"), ("lab-2", "q")]
+    core.patch_namespaced_config_map("q", "lab-1", {"metadata": {"labels": {"job": "j2"}}})
+    core.delete_namespaced_config_map("r", "lab-2")
+    assert names("lab-1", "job=j1") == [("lab-1", "p"), ("lab-1", "r")]
+    assert names("lab-1", "job=j2") == [("lab-1", "q")]
+    assert names(None, "job=j1,role=r") == [("lab-1", "r")]
+    assert names(None, "job=j1,role!=p") == [("lab-1", "r"), ("lab-2", "q")]
+    assert names(None, "job=nope") == []
+    core.create_namespaced_config_map("lab-2", client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="r", labels={"job": "j1"})))
+    assert names("lab-2", "job=j1") == [("lab-2", "p"), ("lab-2", "q"), ("lab-2", "r")]
+
+
 def test_pod_field_selectors(core: client.CoreV1Api, fleet: EmulatedFleet) -> None:
     fleet.add_running_pods("alpha", 4, namespace="bg", prefix="bg")
     pods = core.list_namespaced_pod("bg").items
