@@ -33,11 +33,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from bench.chaos import code_task_failures
 from bench.common import (
     HISTORY_WARN_EVENTS,
     Phase,
@@ -245,6 +247,10 @@ async def run(args: argparse.Namespace) -> int:
         await env.shutdown()
 
     problems, order = check_order(events, set(burst))
+    refused = Counter(
+        WorkflowTaskFailedCause.Name(e.workflow_task_failed_event_attributes.cause)[27:]
+        for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+    problems += [f"quota workflow task failed: {f}" for f in code_task_failures(events)]
     longest = max(r.events for r in runs)
     biggest_can = max(r.continue_as_new_input for r in runs)
     biggest = max(r.largest_payload for r in runs)
@@ -268,6 +274,9 @@ async def run(args: argparse.Namespace) -> int:
     print(f"  largest run {longest} events (limit {HISTORY_WARN_EVENTS}); largest "
           f"continue-as-new input {biggest_can / 1024:.1f} KiB; largest event payload "
           f"{biggest / 1024:.1f} KiB")
+    print(f"quota workflow tasks failed, by cause: {dict(refused) or 'none'} "
+          "(UNHANDLED_COMMAND: a continue-as-new the server refused because signals arrived "
+          "while it ran; any other cause is an error)")
     print(f"worker process peak RSS: {peak:.0f} MiB")
     print(f"status queries to the quota workflow that timed out: {len(QUERY_TIMEOUTS)}")
     for p in problems:

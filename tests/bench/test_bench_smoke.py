@@ -56,6 +56,7 @@ def test_queue_admits_every_holder_once_in_priority_then_fifo_order(
     assert m["name"] == "queue" and float(m["t"]) == 0.5
     assert "in priority-then-FIFO order: True" in out
     assert "grants sent by the quota workflow (all runs): 160 (= 60 + 100 plugs: True)" in out
+    assert "quota workflow tasks failed, by cause: " in out
 
 
 def test_queue_order_check_catches_a_reordered_grant() -> None:
