@@ -323,6 +323,11 @@ class Admission:
         """Admitted jobs, in admission order."""
         return list(self._admitted)
 
+    def counts(self) -> tuple[int, int]:
+        """``(admitted, waiting)`` job counts, in constant time (the quota workflow shows
+        them after every workflow task; ``holders()``/``waiting()`` build lists)."""
+        return len(self._admitted), len(self._waiting)
+
     def waiting(self) -> list[str]:
         """Waiting jobs, queue by queue (tree pre-order), each queue in its order."""
         return [k[2] for q in self._queues.values() for k in q.order]

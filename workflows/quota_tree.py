@@ -190,24 +190,25 @@ class QuotaTreeWorkflow:
         del self._leaks[:-20]
 
     def _publish_details(self) -> None:
+        # Runs after every workflow task, and again for each of them on a replay: keep it
+        # independent of the number of waiting jobs.
+        admitted, waiting = self._admission.counts()
+        queues = self._admission.queues()
         lines = [
             f"**ElasticQuotaTree** `{self._tree_name() or '(none)'}` — policy "
-            f"{self._admission.policy}, {len(self._admission.holders())} admitted, "
-            f"{len(self._admission.waiting())} waiting",
+            f"{self._admission.policy}, {admitted} admitted, {waiting} waiting",
             "",
             "| queue | waiting | admitted | usage / max |",
             "|---|---|---|---|",
         ]
-        for q in self._admission.queues():
+        for q in queues:
             usage = ", ".join(
                 f"{k} {format_quantity(k, q.usage.get(k, 0))}/{format_quantity(k, v)}"
                 for k, v in sorted(q.max.items())
             )
             lines.append(f"| {q.name} | {q.length} | {q.admitted} | {usage or '-'} |")
         details = "\n".join(lines)
-        metrics.queue_lengths(
-            {q.name: q.length for q in self._admission.queues()}, len(self._admission.holders())
-        )
+        metrics.queue_lengths({q.name: q.length for q in queues}, admitted)
         if details != self._details:
             self._details = details
             workflow.set_current_details(details)

@@ -407,6 +407,7 @@ class Machine(RuleBasedStateMachine):
         assert self.a.holders() == list(self.ref.holders)
         assert set(self.a.waiting()) == set(self.ref.waiting)
         assert not set(self.a.holders()) & set(self.a.waiting())
+        assert self.a.counts() == (len(self.a.holders()), len(self.a.waiting()))
         positions = self.ref.positions()
         for job in self.a.waiting():
             info = self.a.wait_info(job)
