@@ -366,7 +366,8 @@ async def run(args: argparse.Namespace) -> int:
               f"max {max(rd.latency, default=float('nan')):.2f} s")
         print(f"CPU per job / CPU per baseline workflow: "
               f"{(rd.jobs.cpu / rd.jobs.count) / (rd.base.cpu / rd.base.count):.2f}")
-        print(f"ratio {rd.ratio:.2f}; strict ratio (baseline with {rd.k_reg:.2f} "
+        print(f"ratio {rd.ratio:.2f} (baseline with {rd.k:.2f} activities); "
+              f"strict ratio (baseline with {rd.k_reg:.2f} "
               f"activities, local ones not counted) {rd.strict_ratio:.2f}")
     print("-- profile of round 1")
     print_profile(rounds[0].profile)

@@ -197,7 +197,7 @@ class PyTorchJobWorkflow:
                     break
             outcome = await self._supervise()
             if outcome == "continue":
-                await self._settle_watches_watches()
+                await self._settle_watches()
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     JobInput(
@@ -710,7 +710,7 @@ class PyTorchJobWorkflow:
         if self._graceful_old:
             await self._purge_until_done(self._graceful_old, "purge old copy")
             self._graceful_old = None
-        await self._settle_watches_watches()
+        await self._settle_watches()
         await self._release_quota()
         view.finished_at = workflow.now()
         self._publish()
@@ -735,7 +735,7 @@ class PyTorchJobWorkflow:
         for cluster in clusters:
             await self._purge_until_done(cluster, "purge on delete")
         view.copies, view.pending_purges, view.cluster = [], [], None
-        await self._settle_watches_watches()
+        await self._settle_watches()
         await self._release_quota()
         view.finished_at = workflow.now()
         self._set_state("Deleted", "deleted")
@@ -773,9 +773,9 @@ class PyTorchJobWorkflow:
                 workflow.logger.info("%s: quota workflow %s is not running", signal, tree_id)
         self._grant = None
 
-    async def _settle_watches_watches(self) -> None:
-        """Wait (bounded) for watches abandoned at a deadline, so their late completion
-        does not arrive while the closing workflow task runs."""
+    async def _settle_watches(self) -> None:
+        """Wait (bounded) for watches still running, so their completion does not arrive
+        while the closing workflow task runs."""
         if any(not w.done() for w in self._watches):
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
