@@ -33,6 +33,7 @@ from activities.member_cluster import (
     ReserveRequest,
     ReserveResult,
 )
+from activities.quota_outbox import QuotaOutbox, QuotaRefused
 from fleetq.messages import (
     Candidate,
     HolderCheck,
@@ -76,21 +77,17 @@ class PurgeInput(BaseModel):
     job: JobRef
 
 
-async def send_quota_signal(client: Client, inp: QuotaSignal) -> bool:
-    """Deliver a job's signal to its quota workflow (the current run of that id); False
-    when no such workflow is running."""
-    if inp.signal == "enqueue" and inp.request is None:
-        raise ApplicationError(
-            "signal_quota: enqueue needs a request", type="InvalidRequest", non_retryable=True
-        )
-    arg: Any = inp.request if inp.signal == "enqueue" else inp.job_id
+async def deliver_quota_message(outbox: QuotaOutbox, inp: QuotaSignal) -> bool:
+    """``signal_quota``'s work: True once the quota workflow applied the message, False
+    when it is not running; a refused enqueue is a non-retryable failure naming why."""
     try:
-        await client.get_workflow_handle(inp.tree_workflow_id).signal(inp.signal, arg)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            return False
-        raise
-    return True
+        return await outbox.send(inp)
+    except QuotaRefused as exc:
+        raise ApplicationError(
+            f"quota workflow {inp.tree_workflow_id} refused {inp.subject()}: {exc}",
+            type="QuotaRefused",
+            non_retryable=True,
+        ) from None
 
 
 class SchedulingActivities:
@@ -110,6 +107,7 @@ class SchedulingActivities:
         self._search_attributes = search_attributes
         self._registry_lock = asyncio.Lock()
         self._registry: tuple[float, RegistryState, list[PropagationPolicy]] | None = None
+        self._outbox: QuotaOutbox | None = None
 
     @property
     def fleet(self) -> Fleet:
@@ -177,7 +175,9 @@ class SchedulingActivities:
     async def signal_quota(self, inp: QuotaSignal) -> bool:
         if self._client is None:
             raise ApplicationError("this worker has no Temporal client", non_retryable=True)
-        return await send_quota_signal(self._client, inp)
+        if self._outbox is None:
+            self._outbox = QuotaOutbox(self._client)
+        return await deliver_quota_message(self._outbox, inp)
 
     @activity.defn(name="check_holders")
     async def check_holders(self, inp: HolderCheck) -> HolderVerdict:

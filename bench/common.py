@@ -32,6 +32,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.embedded import EmbeddedFleet, free_port
+from fleetq.messages import QuotaBatch, QuotaMessage
 from fleetq.naming import CONTROL_TASK_QUEUE, REGISTRY_WORKFLOW_ID
 from fleetq.temporal_client import connect
 from workflows.fleet_registry import RegistryState
@@ -216,6 +217,28 @@ async def run_chain(client: Client, workflow_id: str, run_id: str | None = None,
 def decode_json_payloads(payloads: Any) -> list[Any]:
     """Decode JSON payloads (the pydantic converter's encoding) without a type."""
     return [json.loads(p.data) if p.data else None for p in payloads.payloads]
+
+
+def quota_messages(events: Iterable[HistoryEvent]) -> Iterable[tuple[HistoryEvent, QuotaMessage]]:
+    """Every message a quota workflow took, in order, read from its history: the batches
+    of its ``submit`` updates (each message with the update's accepted event) and the
+    single ``enqueue``/``release``/``cancel`` signals."""
+    for ev in events:
+        if ev.HasField("workflow_execution_update_accepted_event_attributes"):
+            req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
+            if req.input.name == "submit" and req.input.args.payloads:
+                batch = QuotaBatch.model_validate(decode_json_payloads(req.input.args)[0])
+                for message in batch.messages:
+                    yield ev, message
+        elif ev.HasField("workflow_execution_signaled_event_attributes"):
+            sig = ev.workflow_execution_signaled_event_attributes
+            if sig.signal_name in ("enqueue", "release", "cancel") and sig.input.payloads:
+                arg = decode_json_payloads(sig.input)[0]
+                if sig.signal_name == "enqueue":
+                    yield ev, QuotaMessage(signal="enqueue", request=arg)
+                else:
+                    yield ev, QuotaMessage.model_validate(
+                        {"signal": sig.signal_name, "job_id": arg})
 
 
 # ---------------------------------------------------------------------- the stack

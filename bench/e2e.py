@@ -42,6 +42,7 @@ from bench.common import (
     embedded_stack,
     payload_bytes,
     percentile,
+    quota_messages,
     real_activities,
     result_line,
     run_chain,
@@ -291,16 +292,17 @@ async def quota_profile(client: Client) -> tuple[list[RunStats], dict[str, list[
     first = desc.raw_description.workflow_execution_info.first_run_id or None
     runs, events = await run_chain(client, wid, first, keep_events=True)
     out = timings(events)
-    # inside the semaphore: enqueue signal received -> its grant signal sent (the grant is
-    # initiated by the workflow task that decided it)
+    # inside the semaphore: enqueue received (update or signal) -> its grant signal sent
+    # (the grant is initiated by the workflow task that decided it)
     received: dict[str, float] = {}
+    enqueued_by: dict[int, list[str]] = {}
+    for ev, m in quota_messages(events):
+        if m.request is not None:
+            enqueued_by.setdefault(id(ev), []).append(m.request.job_id)
     for ev in events:
-        if ev.HasField("workflow_execution_signaled_event_attributes"):
-            got = ev.workflow_execution_signaled_event_attributes
-            if got.signal_name == "enqueue" and got.input.payloads:
-                job = json.loads(got.input.payloads[0].data).get("job_id")
-                if job:
-                    received.setdefault(job, _t(ev))
+        if id(ev) in enqueued_by:
+            for job in enqueued_by[id(ev)]:
+                received.setdefault(job, _t(ev))
         elif ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
             sent = ev.signal_external_workflow_execution_initiated_event_attributes
             job = sent.workflow_execution.workflow_id

@@ -43,15 +43,14 @@ from bench.chaos import code_task_failures
 from bench.common import (
     HISTORY_WARN_EVENTS,
     Phase,
-    decode_json_payloads,
     peak_rss_mb,
+    quota_messages,
     real_activities,
     result_line,
     run_chain,
     run_main,
 )
 from bench.holder import HolderInput, QuotaHolder
-from fleetq.admission import AdmissionRequest
 from fleetq.temporal_client import temporal_cli_path
 from worker import build_worker
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
@@ -155,12 +154,10 @@ def check_order(events: Sequence[Any], burst: set[str]) -> tuple[list[str], list
     """Read the quota workflow's history (every run): returns (problems, the order in
     which the burst's holders were granted)."""
     keys: dict[str, tuple[int, float, str]] = {}
-    for ev in events:
-        if ev.HasField("workflow_execution_signaled_event_attributes"):
-            a = ev.workflow_execution_signaled_event_attributes
-            if a.signal_name == "enqueue":
-                req = AdmissionRequest.model_validate(decode_json_payloads(a.input)[0])
-                keys.setdefault(req.job_id, (-req.priority, req.submitted_at, req.job_id))
+    for _ev, message in quota_messages(events):
+        if message.request is not None:
+            req = message.request
+            keys.setdefault(req.job_id, (-req.priority, req.submitted_at, req.job_id))
     grants = granted(events)
     problems: list[str] = []
     counts = Counter(grants)

@@ -228,14 +228,41 @@ class DeleteRequest(BaseModel):
     name: str
 
 
-class QuotaSignal(BaseModel):
-    """A job's message to its quota workflow, sent by the ``signal_quota`` local activity
-    through the client: ``enqueue`` (with ``request``), or ``release`` / ``cancel`` (with
-    ``job_id``). A client signal costs the job no history events of its own and no extra
-    workflow task for the delivery acknowledgement, unlike a workflow-to-workflow signal;
-    the quota workflow treats all three idempotently, so a re-run after a crash is safe."""
+class QuotaMessage(BaseModel):
+    """One message of a job to its quota workflow: ``enqueue`` (with ``request``), or
+    ``release`` / ``cancel`` (with ``job_id``). The quota workflow treats all three
+    idempotently, so a re-run after a crash, or a resend after an unknown outcome, is
+    safe."""
 
-    tree_workflow_id: str
     signal: Literal["enqueue", "release", "cancel"]
     request: AdmissionRequest | None = None
     job_id: str = ""
+
+    def subject(self) -> str:
+        """The job the message is about."""
+        return self.request.job_id if self.request is not None else self.job_id
+
+
+class QuotaSignal(QuotaMessage):
+    """A job's message addressed to its quota workflow: the input of the ``signal_quota``
+    local activity, which hands it to the worker's ``QuotaOutbox``
+    (``activities/quota_outbox.py``). Going through the client costs the job no history
+    events of its own and no workflow task for a delivery acknowledgement, unlike a
+    workflow-to-workflow signal."""
+
+    tree_workflow_id: str
+
+
+class QuotaBatch(BaseModel):
+    """The quota workflow's ``submit`` update: messages of many jobs, applied in order in
+    one workflow task (two history events for the whole batch)."""
+
+    messages: list[QuotaMessage]
+
+
+class QuotaReceipt(BaseModel):
+    """What ``submit`` returns: how many messages it applied, and the enqueues it refused
+    (job id -> reason, e.g. a request that no quota node can ever admit)."""
+
+    applied: int = 0
+    refused: dict[str, str] = Field(default_factory=dict)

@@ -39,7 +39,15 @@ with workflow.unsafe.imports_passed_through():
         pack_state,
         unpack_state,
     )
-    from fleetq.messages import HolderCheck, HolderVerdict, QuotaTreeInput, QuotaView
+    from fleetq.messages import (
+        HolderCheck,
+        HolderVerdict,
+        QuotaBatch,
+        QuotaMessage,
+        QuotaReceipt,
+        QuotaTreeInput,
+        QuotaView,
+    )
     from fleetq.models import (
         QUEUE_POLICY_ANNOTATION,
         STARVATION_ANNOTATION,
@@ -248,25 +256,53 @@ class QuotaTreeWorkflow:
                 f"and {current} exists"
             )
 
+    @workflow.update
+    def submit(self, batch: QuotaBatch) -> QuotaReceipt:
+        """Jobs' messages, batched by each worker's ``QuotaOutbox``: the way jobs talk to
+        this workflow. Unlike a signal, an update that arrives while this workflow
+        continues-as-new does not make Temporal refuse the continue-as-new: the server
+        hands it to the next run (the client retries it there)."""
+        receipt = QuotaReceipt()
+        for message in batch.messages:
+            refused = self._apply(message)
+            if refused is not None:
+                receipt.refused[message.subject()] = refused
+            receipt.applied += 1
+        return receipt
+
+    # The single-message signals: what ``temporal workflow signal`` and jobs started by
+    # earlier versions send. Same effect as a batch of one.
     @workflow.signal
     def enqueue(self, req: AdmissionRequest) -> None:
-        try:
-            result = self._admission.enqueue(req, workflow.now().timestamp())
-            if isinstance(result, Grant):  # admitted at once, or a re-enqueue of a holder
-                self._immediate.append(result)
-        except ValueError as exc:  # e.g. a request the tree can never admit
-            workflow.logger.warning("enqueue of %s refused: %s", req.job_id, exc)
-        self._dirty = True
+        self._apply(QuotaMessage(signal="enqueue", request=req))
 
     @workflow.signal
     def release(self, job_id: str) -> None:
-        if self._admission.release(job_id):
-            self._dirty = True
+        self._apply(QuotaMessage(signal="release", job_id=job_id))
 
     @workflow.signal
     def cancel(self, job_id: str) -> None:
-        if self._admission.cancel(job_id) or self._admission.release(job_id):
+        self._apply(QuotaMessage(signal="cancel", job_id=job_id))
+
+    def _apply(self, message: QuotaMessage) -> str | None:
+        """Apply one message; the reason when an enqueue is refused."""
+        if message.signal == "enqueue":
+            if message.request is None:
+                return "enqueue without a request"
+            try:
+                result = self._admission.enqueue(message.request, workflow.now().timestamp())
+            except ValueError as exc:  # e.g. a request the tree can never admit
+                workflow.logger.warning("enqueue of %s refused: %s", message.subject(), exc)
+                return str(exc)
+            if isinstance(result, Grant):  # admitted at once, or a re-enqueue of a holder
+                self._immediate.append(result)
             self._dirty = True
+        elif message.signal == "release":
+            if self._admission.release(message.job_id):
+                self._dirty = True
+        elif self._admission.cancel(message.job_id) or self._admission.release(message.job_id):
+            self._dirty = True
+        return None
 
     @workflow.signal
     def stop(self) -> None:

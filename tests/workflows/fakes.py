@@ -18,12 +18,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.member_cluster import BindResult, JobStatus, PodStatus, PurgeResult, ReserveResult
+from activities.quota_outbox import QuotaOutbox
 from activities.scheduling import (
     BindInput,
     PurgeInput,
     ReserveInput,
     WatchInput,
-    send_quota_signal,
+    deliver_quota_message,
 )
 from fleetq.messages import (
     Candidate,
@@ -147,6 +148,7 @@ class FakeFleet:
     calls: list[tuple[str, str]] = field(default_factory=list)
     copies: set[str] = field(default_factory=set)
     on_bind: Callable[[str], None] | None = None
+    outbox: QuotaOutbox | None = None
 
     def names(self) -> list[str]:
         return sorted(self.clusters)
@@ -257,10 +259,12 @@ class FakeFleet:
 
     @activity.defn(name="signal_quota")
     async def signal_quota(self, inp: QuotaSignal) -> bool:
-        """The real delivery (a client signal): the quota workflow under test is real."""
+        """The real delivery (the worker's outbox): the quota workflow under test is real."""
         assert self.client is not None
         self.calls.append(("signal_quota", inp.signal))
-        return await send_quota_signal(self.client, inp)
+        if self.outbox is None:
+            self.outbox = QuotaOutbox(self.client)
+        return await deliver_quota_message(self.outbox, inp)
 
     @activity.defn(name="check_holders")
     async def check_holders(self, inp: HolderCheck) -> HolderVerdict:

@@ -16,6 +16,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from bench.common import RunStats, run_chain
 from bench.holder import HolderInput, QuotaHolder
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
@@ -41,7 +42,8 @@ class Env:
         wid = f"quota/kube-system/{uuid.uuid4().hex[:8]}"
         self.fleet.tree_workflow_id = wid
         return await self.env.client.start_workflow(
-            QuotaTreeWorkflow.run, QuotaTreeInput(tree=doc, **kw), id=wid, task_queue=self.tq
+            QuotaTreeWorkflow.run, QuotaTreeInput(tree=doc, **kw), id=wid,
+            task_queue=f"{self.tq}-control",
         )
 
     async def holder(
@@ -69,8 +71,13 @@ async def _env(env: WorkflowEnvironment, client: Any) -> AsyncIterator[Env]:
     fleet = FakeFleet(clusters={"cluster-a": ClusterScript()}, policy_doc=policy(queued=True),
                       client=client)
     tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(client, task_queue=tq, workflows=[*ALL_WORKFLOWS, QuotaHolder],
-                      activities=fleet.activities()):
+    # as worker.py deploys it: the quota workflow on a control task queue of its own, so
+    # its workflow tasks never wait behind the jobs' (whose enqueues wait for them); and
+    # as worker.py stops them: the jobs first, while the quota workflow still answers
+    async with Worker(client, task_queue=f"{tq}-control", workflows=[QuotaTreeWorkflow],
+                      activities=[fleet.check_holders]), \
+            Worker(client, task_queue=tq, workflows=[*ALL_WORKFLOWS, QuotaHolder],
+                   activities=fleet.activities()):
         yield Env(env, tq, fleet)
 
 
@@ -199,17 +206,38 @@ async def _holders(qh: WorkflowHandle[Any, Any], n: int) -> bool:
     return QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view)).holders == n
 
 
-async def test_continue_as_new_under_load_loses_no_signal(qenv: Env) -> None:
+async def _load_through_continue_as_new(qenv: Env, via: str) -> list[RunStats]:
+    """200 holders through a leaf of 10 while the quota workflow continues-as-new every
+    ~150 events: every holder is admitted exactly once; returns the quota runs."""
     doc = tree([{"name": "busy", "max": {"kube-queue/max-jobs": 10}, "namespaces": ["default"]}])
-    # ~2 events per holder (enqueue, release) plus a workflow task per pass: 150 forces
-    # several continue-as-new boundaries while signals keep arriving
     qh = await qenv.start_tree(doc, max_history_events=150)
-    handles = await asyncio.gather(*(qenv.holder(qh.id, f"h{i}") for i in range(200)))
+    handles = await asyncio.gather(*(qenv.holder(qh.id, f"h{i}", via=via) for i in range(200)))
     counts = await asyncio.gather(*(h.result() for h in handles))
     assert counts == [1] * 200  # every job admitted exactly once
     view = QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view))
     assert view.generation >= 2, "the quota workflow should have continued-as-new"
     await wait_for(lambda: _holders(qh, 0))
+    runs, _ = await run_chain(qenv.env.client, qh.id, qh.result_run_id)
+    return runs
+
+
+async def test_continue_as_new_under_load_loses_no_message_and_is_never_refused(
+    qenv: Env,
+) -> None:
+    """Jobs' messages are updates, which never make Temporal refuse a continue-as-new: no
+    workflow task fails, and no run grows far past its threshold while they keep coming
+    (with one signal a message, runs overshoot and continue-as-new tasks are refused)."""
+    runs = await _load_through_continue_as_new(qenv, "outbox")
+    refused = sum(r.event_counts.get("workflow_task_failed", 0) for r in runs)
+    assert refused == 0, f"{refused} quota workflow tasks failed: {runs}"
+    # the threshold is checked after each task; the closing task adds its grants
+    # (2 events each, at most 10) and its batch updates
+    assert max(r.events for r in runs[:-1]) <= 150 + 60, [r.events for r in runs]
+
+
+async def test_single_signals_still_work_through_continue_as_new(qenv: Env) -> None:
+    """What ``temporal workflow signal`` and jobs of an earlier fleetq send."""
+    await _load_through_continue_as_new(qenv, "signal")
 
 
 async def test_quota_of_a_terminated_holder_comes_back(qenv: Env) -> None:

@@ -1,0 +1,152 @@
+"""Jobs' messages to their quota workflow, coalesced per worker into workflow updates.
+
+Why not one signal per message: a signal is a history event that arrives whenever it
+likes, and Temporal refuses to let a workflow continue-as-new while new events arrive
+during the task that asks for it. Under a burst of thousands of submissions the quota
+workflow's continue-as-new was refused again and again; each refusal cost a full replay
+of its history, so the run grew past Temporal's 10,240-event warning (BENCHMARKS.md,
+deep queue). An update is different: the server holds it until the worker takes it, and
+one that arrives while the workflow continues-as-new is handed to the next run. It also
+answers, so the sender knows the message was applied.
+
+A Temporal server also caps the updates in flight per workflow (10 by default), so this
+worker never has more than one update in flight per quota workflow: messages that come
+in meanwhile wait in the outbox and go out together in the next batch (group commit).
+The busier the queue, the bigger the batches; a burst of 10,000 enqueues costs the quota
+workflow a few hundred updates, two history events each, instead of 10,000 signals.
+
+Every message is idempotent in the quota workflow, so any failure is reported to the
+sender (a local activity, which retries) and a resend is harmless. A quota workflow that
+has no ``submit`` update (started by an earlier fleetq, during a rolling upgrade) gets
+its messages as the old single signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from fleetq.messages import QuotaBatch, QuotaMessage, QuotaReceipt, QuotaSignal
+
+#: messages per update: a batch of enqueues is ~250 bytes a message, so this keeps an
+#: update's payload far below Temporal's 2 MB limit
+MAX_BATCH = 256
+
+#: the quota workflow's update that takes a batch
+SUBMIT_UPDATE = "submit"
+
+#: how long one batch may wait for the quota workflow to take it (e.g. while no control
+#: worker runs); its senders then fail and retry, well within their 30 s local activity
+UPDATE_TIMEOUT_SECONDS = 20.0
+
+
+class QuotaRefused(Exception):
+    """The quota workflow refused an enqueue (the reason is the message)."""
+
+
+@dataclass
+class _Mailbox:
+    """Messages waiting for one quota workflow, and the task sending them."""
+
+    pending: list[tuple[QuotaMessage, asyncio.Future[bool]]] = field(default_factory=list)
+    sender: asyncio.Task[None] | None = None
+
+
+class QuotaOutbox:
+    """One per worker process (it must live on the worker's event loop)."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        max_batch: int = MAX_BATCH,
+        timeout_seconds: float = UPDATE_TIMEOUT_SECONDS,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self._client = client
+        self._max_batch = max_batch
+        self._timeout = timeout_seconds
+        self._boxes: dict[str, _Mailbox] = {}
+        #: updates sent and messages they carried, for benchmarks and tests
+        self.updates_sent = 0
+        self.messages_sent = 0
+
+    async def send(self, inp: QuotaSignal) -> bool:
+        """Deliver one message to the current run of ``inp.tree_workflow_id``: True once
+        it is applied, False when no such workflow is running. Raises ``QuotaRefused``
+        when the quota workflow refused an enqueue, and any delivery error as is."""
+        if inp.signal == "enqueue" and inp.request is None:
+            raise ApplicationError(
+                "signal_quota: enqueue needs a request", type="InvalidRequest", non_retryable=True
+            )
+        message = QuotaMessage(signal=inp.signal, request=inp.request, job_id=inp.job_id)
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        box = self._boxes.setdefault(inp.tree_workflow_id, _Mailbox())
+        box.pending.append((message, done))
+        if box.sender is None or box.sender.done():
+            box.sender = asyncio.create_task(self._drain(inp.tree_workflow_id, box))
+        return await done
+
+    async def _drain(self, tree_id: str, box: _Mailbox) -> None:
+        handle = self._client.get_workflow_handle(tree_id)
+        while box.pending:
+            batch = [(m, f) for m, f in box.pending[: self._max_batch] if not f.done()]
+            del box.pending[: self._max_batch]
+            if not batch:  # every sender gave up (its local activity timed out)
+                continue
+            messages = [m for m, _ in batch]
+            try:
+                receipt = await asyncio.wait_for(
+                    handle.execute_update(
+                        SUBMIT_UPDATE, QuotaBatch(messages=messages), result_type=QuotaReceipt
+                    ),
+                    self._timeout,
+                )
+            except WorkflowUpdateFailedError:
+                # No ``submit`` on that run (an earlier fleetq): one signal a message.
+                outcome: Any = await self._signal_each(handle, messages)
+            except RPCError as exc:
+                outcome = False if exc.status == RPCStatusCode.NOT_FOUND else exc
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                outcome = TimeoutError(f"no answer to the {SUBMIT_UPDATE} update in "
+                                       f"{self._timeout:g} s")
+            except Exception as exc:  # noqa: BLE001 - handed to every sender, who retries
+                outcome = exc
+            else:
+                self.updates_sent += 1
+                self.messages_sent += len(messages)
+                outcome = receipt
+            for message, future in batch:
+                if future.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    future.set_exception(
+                        ApplicationError(f"quota workflow {tree_id}: {outcome}", type="Delivery")
+                    )
+                elif isinstance(outcome, QuotaReceipt):
+                    reason = outcome.refused.get(message.subject())
+                    if reason is None:
+                        future.set_result(True)
+                    else:
+                        future.set_exception(QuotaRefused(reason))
+                else:
+                    future.set_result(bool(outcome))
+
+    @staticmethod
+    async def _signal_each(handle: Any, messages: list[QuotaMessage]) -> bool | Exception:
+        try:
+            for m in messages:
+                await handle.signal(m.signal, m.request if m.signal == "enqueue" else m.job_id)
+        except RPCError as exc:
+            return False if exc.status == RPCStatusCode.NOT_FOUND else exc
+        return True
