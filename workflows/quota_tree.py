@@ -1,21 +1,23 @@
 """The quota semaphore: one long-lived workflow per ElasticQuotaTree.
 
 It holds the tree, the usage and one priority queue per tree node (all in the pure
-``fleetq.admission.Admission``), takes ``enqueue``/``release``/``cancel`` signals from job
-workflows, and grants admission back by signal. Grants are batched: every workflow task
+``fleetq.admission.Admission``), takes jobs' ``enqueue``/``release``/``cancel`` messages
+in batches through its ``submit`` update (sent by each worker's
+``activities.quota_outbox.QuotaOutbox``; the single signals of the same names are still
+taken), and grants admission back by signal. Grants are batched: every workflow task
 runs one scheduling pass and sends all resulting signals concurrently, so a burst of
 thousands of submissions costs a handful of workflow tasks, not one round-trip each.
 Grants are workflow-to-workflow signals, sent without waiting: a workflow task of this
-workflow must stay short, because hundreds of signals can arrive while one is open and
-Temporal force-fails a task that leaves too many events buffered (measured: delivering
-grants from a local activity, which holds the task open, did exactly that under a
-10,000-job burst, and the retries never let the run continue-as-new).
-History stays bounded by continuing-as-new with the whole admission state; a periodic
-check against Temporal's own view of the holders returns quota held by jobs that no
-longer run (terminated, timed out, deleted). Known limit: Temporal refuses a
-continue-as-new while signals keep arriving, and the retry is a full replay, so a
-sustained burst of enqueue signals (measured: 10,000 at ~38/s) can hold one run open
-past the 10,240-event warning until the burst thins (BENCHMARKS.md, deep queue).
+workflow must stay short (measured: delivering grants from a local activity, which holds
+the task open, let events pile up until Temporal force-failed the tasks under a
+10,000-job burst).
+History stays bounded by continuing-as-new with the whole admission state. Messages come
+as updates because Temporal refuses a continue-as-new while new events (signals) arrive
+during its task, and the SDK's retry is a full replay: under a sustained burst of enqueue
+signals one run grew past the 10,240-event warning (BENCHMARKS.md, deep queue). An
+update that arrives then is handed to the next run instead. A periodic check against
+Temporal's own view of the holders returns quota held by jobs that no longer run
+(terminated, timed out, deleted).
 """
 
 from __future__ import annotations
