@@ -9,9 +9,13 @@ deep queue). An update is different: the server holds it until the worker takes 
 one that arrives while the workflow continues-as-new is handed to the next run. It also
 answers, so the sender knows the message was applied.
 
-A Temporal server also caps the updates in flight per workflow (10 by default), so this
-worker never has more than one update in flight per quota workflow: messages that come
-in meanwhile wait in the outbox and go out together in the next batch (group commit).
+A Temporal server also caps the updates in flight per workflow
+(``history.maxInFlightUpdates``, 10 by default), so this worker never has more than one
+update in flight per quota workflow: messages that come in meanwhile wait in the outbox
+and go out together in the next batch (group commit). The cap on updates per run
+(``history.maxTotalUpdates``, 2,000) is far above what a quota run takes before it
+continues-as-new (2,500 events, two per update), and the server's suggestion to
+continue-as-new near that cap is honoured too.
 The busier the queue, the bigger the batches; a burst of 10,000 enqueues costs the quota
 workflow a few hundred updates, two history events each, instead of 10,000 signals.
 

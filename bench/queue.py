@@ -1,14 +1,16 @@
 """Benchmark: a deep queue behind one quota leaf (``kube-queue/max-jobs: 100``).
 
 What is measured is the semaphore itself: the real ``QuotaTreeWorkflow`` against light
-"holder" workflows that stand in for jobs (signal ``enqueue`` → wait for ``admitted`` →
-signal ``release``). 100 "plug" holders first fill the leaf; then N holders with mixed
-priorities are started in a burst and all wait; then the plugs release and the quota
-workflow drains the queue 100 at a time. Because everything waits before the first
-grant, the grant order is fully determined: it must be priority-then-FIFO (the order of
-``(-priority, submitted_at, job_id)``). It is read back from the quota workflow's own
-history (the ``admitted`` signals it sent, across every continue-as-new run), which also
-shows that every holder got exactly one grant.
+"holder" workflows that stand in for jobs (``enqueue`` → wait for ``admitted`` →
+``release``, sent as a job sends them: the ``signal_quota`` local activity and the
+worker's ``QuotaOutbox``, i.e. batched ``submit`` updates). 100 "plug" holders first
+fill the leaf; then N holders with mixed priorities are started in a burst and all wait;
+then the plugs release and the quota workflow drains the queue 100 at a time. Because
+everything waits before the first grant, the grant order is fully determined: it must be
+priority-then-FIFO (the order of ``(-priority, submitted_at, job_id)``). It is read back
+from the quota workflow's own history (the ``admitted`` signals it sent, across every
+continue-as-new run, against the requests in its ``submit`` updates), which also shows
+that every holder got exactly one grant.
 
 Baseline, same run, same server, same worker: N light workflows each sending one signal
 into one counting workflow, started the same way — the rate of plain signals into one
@@ -273,7 +275,7 @@ async def run(args: argparse.Namespace) -> int:
           f"{biggest / 1024:.1f} KiB")
     print(f"quota workflow tasks failed, by cause: {dict(refused) or 'none'} "
           "(UNHANDLED_COMMAND: a continue-as-new the server refused because signals arrived "
-          "while it ran; any other cause is an error)")
+          "while it ran, tolerated; any other cause is an error)")
     print(f"worker process peak RSS: {peak:.0f} MiB")
     print(f"status queries to the quota workflow that timed out: {len(QUERY_TIMEOUTS)}")
     for p in problems:

@@ -21,7 +21,7 @@ import yaml
 from aiohttp import web
 
 from fleetq import resources as R
-from fleetq.emulator.selectors import SelectorError, equality_terms, selector_matcher
+from fleetq.emulator.selectors import SelectorError, parse_selectors, selector_matcher
 from fleetq.emulator.store import (
     ApiError,
     Obj,
@@ -352,7 +352,8 @@ class Handler:
         q = request.query
         if name is None:
             if method == "GET":
-                matcher = selector_matcher(q.get("labelSelector"), q.get("fieldSelector"))
+                selection = parse_selectors(q.get("labelSelector"), q.get("fieldSelector"))
+                matcher = selection.matcher
                 if q.get("watch") in ("true", "1", "True"):
                     return await self.watch(request, rt, namespace, matcher)
                 if wants_table(request.headers.get("Accept", "")):
@@ -360,7 +361,7 @@ class Handler:
                             if matcher is None or matcher(o)]
                     return _json(table(rt.plural, objs, str(self.store.rv)))
                 return _json(self.store.list_json(
-                    rt.plural, namespace, matcher, equality_terms(q.get("labelSelector"))))
+                    rt.plural, namespace, matcher, selection.equality))
             if method == "POST":
                 if rt.namespaced and namespace is None:
                     raise _no_route()

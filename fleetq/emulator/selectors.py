@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 Matcher = Callable[[Mapping[str, Any]], bool]
@@ -46,13 +47,14 @@ def _split_terms(text: str) -> list[str]:
 LabelTest = Callable[[Mapping[str, str]], bool]
 
 
-def _label_term(term: str) -> LabelTest:
+def _label_term(term: str) -> tuple[LabelTest, tuple[str, str] | None]:
+    """The test of one term, and its ``(key, value)`` when it is an equality."""
     m = _EQ_RE.match(term)
     if m:
         key, op, value = m.groups()
         if op == "!=":
-            return lambda labels: labels.get(key) != value
-        return lambda labels: labels.get(key) == value
+            return (lambda labels: labels.get(key) != value), None
+        return (lambda labels: labels.get(key) == value), (key, value)
     m = _SET_RE.match(term)
     if m:
         neg, key, op, values = m.groups()
@@ -61,20 +63,25 @@ def _label_term(term: str) -> LabelTest:
                 raise SelectorError(f"invalid selector term {term.strip()!r}")
             vals = {v.strip() for v in values.split(",") if v.strip()}
             if op == "in":
-                return lambda labels: key in labels and labels[key] in vals
-            return lambda labels: key not in labels or labels[key] not in vals
+                return (lambda labels: key in labels and labels[key] in vals), None
+            return (lambda labels: key not in labels or labels[key] not in vals), None
         if neg:
-            return lambda labels: key not in labels
-        return lambda labels: key in labels
+            return (lambda labels: key not in labels), None
+        return (lambda labels: key in labels), None
     raise SelectorError(f"invalid label selector term {term.strip()!r}")
+
+
+def _label_selector(text: str | None) -> tuple[LabelTest | None, list[tuple[str, str]]]:
+    if not text or not text.strip():
+        return None, []
+    parsed = [_label_term(t) for t in _split_terms(text)]
+    tests = [test for test, _ in parsed]
+    return (lambda labels: all(t(labels) for t in tests)), [eq for _, eq in parsed if eq]
 
 
 def parse_label_selector(text: str | None) -> LabelTest | None:
     """A predicate over a labels mapping, or None for "everything"."""
-    if not text or not text.strip():
-        return None
-    tests = [_label_term(t) for t in _split_terms(text)]
-    return lambda labels: all(t(labels) for t in tests)
+    return _label_selector(text)[0]
 
 
 def _field_value(obj: Mapping[str, Any], path: str) -> str:
@@ -88,23 +95,6 @@ def _field_value(obj: Mapping[str, Any], path: str) -> str:
     if isinstance(cur, bool):
         return "true" if cur else "false"
     return str(cur)
-
-
-def equality_terms(text: str | None) -> list[tuple[str, str]]:
-    """The ``key=value`` / ``key==value`` terms of a label selector (for an index); a
-    selector the parser rejects yields none here and fails in the parser."""
-    if not text:
-        return []
-    out = []
-    try:
-        terms = _split_terms(text)
-    except SelectorError:
-        return []
-    for term in terms:
-        m = _EQ_RE.match(term)
-        if m and m.group(2) != "!=":
-            out.append((m.group(1), m.group(3)))
-    return out
 
 
 def parse_field_selector(text: str | None) -> Matcher | None:
@@ -125,19 +115,33 @@ def parse_field_selector(text: str | None) -> Matcher | None:
     return lambda obj: all(t(obj) for t in tests)
 
 
-def selector_matcher(label_selector: str | None, field_selector: str | None) -> Matcher | None:
-    """One predicate over whole objects combining both selectors (None = match all)."""
-    labels = parse_label_selector(label_selector)
+@dataclass(frozen=True)
+class Selection:
+    """A request's label and field selectors, parsed once."""
+
+    #: one predicate over whole objects (None = match all)
+    matcher: Matcher | None
+    #: the label selector's ``key=value`` terms, which a label index can answer
+    equality: list[tuple[str, str]] = field(default_factory=list)
+
+
+def parse_selectors(label_selector: str | None, field_selector: str | None) -> Selection:
+    labels, equality = _label_selector(label_selector)
     fields = parse_field_selector(field_selector)
     if labels is None and fields is None:
-        return None
+        return Selection(None)
 
     def match(obj: Mapping[str, Any]) -> bool:
         if labels is not None and not labels((obj.get("metadata") or {}).get("labels") or {}):
             return False
         return fields is None or fields(obj)
 
-    return match
+    return Selection(match, equality)
+
+
+def selector_matcher(label_selector: str | None, field_selector: str | None) -> Matcher | None:
+    """One predicate over whole objects combining both selectors (None = match all)."""
+    return parse_selectors(label_selector, field_selector).matcher
 
 
 def match_label_selector(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:

@@ -92,6 +92,51 @@ def test_queue_order_check_catches_a_reordered_grant() -> None:
     assert any("more than once" in p for p in dup) and any("never granted" in p for p in dup)
 
 
+def test_queue_order_check_reads_batched_submit_updates() -> None:
+    """Jobs' enqueues arrive in ``submit`` update batches: the checker reads the requests
+    from the update's accepted event, in batch order, beside single signals."""
+    import json
+
+    from temporalio.api.common.v1 import Payload, Payloads
+    from temporalio.api.history.v1 import HistoryEvent
+
+    from bench.common import quota_messages
+    from bench.queue import check_order
+
+    def request(job: str, prio: int, at: float) -> dict[str, object]:
+        return {"job_id": job, "namespace": "bench", "priority": prio,
+                "request": {"kube-queue/max-jobs": 1000}, "submitted_at": at}
+
+    batch = HistoryEvent()
+    req = batch.workflow_execution_update_accepted_event_attributes.accepted_request
+    req.input.name = "submit"
+    body = {"messages": [{"signal": "enqueue", "request": request("a", 0, 1.0)},
+                         {"signal": "release", "job_id": "plug"},
+                         {"signal": "enqueue", "request": request("b", 10, 2.0)}]}
+    req.input.args.CopyFrom(Payloads(payloads=[Payload(data=json.dumps(body).encode())]))
+    single = HistoryEvent()
+    sig = single.workflow_execution_signaled_event_attributes
+    sig.signal_name = "enqueue"
+    sig.input.CopyFrom(Payloads(payloads=[Payload(data=json.dumps(request("c", 0, 3.0))
+                                                  .encode())]))
+
+    got = [(m.signal, m.subject()) for _, m in quota_messages([batch, single])]
+    assert got == [("enqueue", "a"), ("release", "plug"), ("enqueue", "b"), ("enqueue", "c")]
+
+    def grant(job: str) -> HistoryEvent:
+        ev = HistoryEvent()
+        s = ev.signal_external_workflow_execution_initiated_event_attributes
+        s.signal_name = "admitted"
+        s.workflow_execution.workflow_id = job
+        return ev
+
+    ok, order = check_order([batch, single, grant("b"), grant("a"), grant("c")],
+                            {"a", "b", "c"})
+    assert ok == [] and order == ["b", "a", "c"]
+    bad, _ = check_order([batch, single, grant("a"), grant("b"), grant("c")], {"a", "b", "c"})
+    assert len(bad) == 1 and "grant #0 went to a" in bad[0]
+
+
 def test_e2e_runs_tiny_jobs_through_the_whole_pipeline(capsys: pytest.CaptureFixture[str]) -> None:
     from bench import e2e
 
