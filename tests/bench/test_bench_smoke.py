@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -59,6 +60,17 @@ def test_queue_admits_every_holder_once_in_priority_then_fifo_order(
     assert "quota workflow tasks failed, by cause: " in out
 
 
+def _grant(job: str) -> Any:
+    """A quota history's ``admitted`` signal to ``job``."""
+    from temporalio.api.history.v1 import HistoryEvent
+
+    ev = HistoryEvent()
+    s = ev.signal_external_workflow_execution_initiated_event_attributes
+    s.signal_name = "admitted"
+    s.workflow_execution.workflow_id = job
+    return ev
+
+
 def test_queue_order_check_catches_a_reordered_grant() -> None:
     """The checker the queue benchmark relies on fails on a wrong order, a duplicate and
     a lost grant (built from synthetic history events)."""
@@ -76,19 +88,12 @@ def test_queue_order_check_catches_a_reordered_grant() -> None:
         a.input.CopyFrom(Payloads(payloads=[Payload(data=data.encode())]))
         return ev
 
-    def grant(job: str) -> HistoryEvent:
-        ev = HistoryEvent()
-        s = ev.signal_external_workflow_execution_initiated_event_attributes
-        s.signal_name = "admitted"
-        s.workflow_execution.workflow_id = job
-        return ev
-
     queued = [enqueue("a", 0, 1.0), enqueue("b", 10, 2.0), enqueue("c", 0, 3.0)]
-    ok, order = check_order([*queued, grant("b"), grant("a"), grant("c")], {"a", "b", "c"})
+    ok, order = check_order([*queued, _grant("b"), _grant("a"), _grant("c")], {"a", "b", "c"})
     assert ok == [] and order == ["b", "a", "c"]
-    bad, _ = check_order([*queued, grant("a"), grant("b"), grant("c")], {"a", "b", "c"})
+    bad, _ = check_order([*queued, _grant("a"), _grant("b"), _grant("c")], {"a", "b", "c"})
     assert len(bad) == 1 and "grant #0 went to a" in bad[0]
-    dup, _ = check_order([*queued, grant("b"), grant("b"), grant("a")], {"a", "b", "c"})
+    dup, _ = check_order([*queued, _grant("b"), _grant("b"), _grant("a")], {"a", "b", "c"})
     assert any("more than once" in p for p in dup) and any("never granted" in p for p in dup)
 
 
@@ -123,17 +128,10 @@ def test_queue_order_check_reads_batched_submit_updates() -> None:
     got = [(m.signal, m.subject()) for _, m in quota_messages([batch, single])]
     assert got == [("enqueue", "a"), ("release", "plug"), ("enqueue", "b"), ("enqueue", "c")]
 
-    def grant(job: str) -> HistoryEvent:
-        ev = HistoryEvent()
-        s = ev.signal_external_workflow_execution_initiated_event_attributes
-        s.signal_name = "admitted"
-        s.workflow_execution.workflow_id = job
-        return ev
-
-    ok, order = check_order([batch, single, grant("b"), grant("a"), grant("c")],
+    ok, order = check_order([batch, single, _grant("b"), _grant("a"), _grant("c")],
                             {"a", "b", "c"})
     assert ok == [] and order == ["b", "a", "c"]
-    bad, _ = check_order([batch, single, grant("a"), grant("b"), grant("c")], {"a", "b", "c"})
+    bad, _ = check_order([batch, single, _grant("a"), _grant("b"), _grant("c")], {"a", "b", "c"})
     assert len(bad) == 1 and "grant #0 went to a" in bad[0]
 
 
