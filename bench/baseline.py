@@ -1,5 +1,6 @@
 """The engine's own ceiling for ``fleetq bench e2e``: a plain workflow running ``n``
-sequential no-op activities.
+sequential no-op activities (``ActivityChain``), or the same mix of local and regular
+no-op activities as a job (``ActivityMix``).
 
 It lives in a module of its own, as small as a workflow file can be, because Temporal's
 sandbox re-imports a workflow's module for every run: the baseline must pay no more of
@@ -30,3 +31,23 @@ class ActivityChain:
                 bench_noop, i, start_to_close_timeout=timedelta(seconds=60)
             )
         return n
+
+
+@workflow.defn(name="BenchActivityMix")
+class ActivityMix:
+    """``counts[0]`` sequential no-op local activities, then ``counts[1]`` regular ones:
+    the same kinds of activities as a job, in the cheapest order (the local ones share
+    the first workflow task)."""
+
+    @workflow.run
+    async def run(self, counts: list[int]) -> int:
+        local, regular = counts
+        for i in range(local):
+            await workflow.execute_local_activity(
+                bench_noop, i, start_to_close_timeout=timedelta(seconds=60)
+            )
+        for i in range(regular):
+            await workflow.execute_activity(
+                bench_noop, i, start_to_close_timeout=timedelta(seconds=60)
+            )
+        return local + regular

@@ -11,9 +11,10 @@ Baseline, same run, same server, same worker, run right after the jobs: N plain
 workflows that each run as many no-op activities as one measured job ran, regular and
 local alike (the mean over 50 sampled job histories, rounded). The ratio is jobs/s ÷
 baseline workflows/s; 1.0 would mean fleetq costs no more than the bare engine running
-the same number of activities. Target 0.7. A second, stricter baseline counts only the
-job's regular activities (a local activity is cheaper than the regular no-op activity
-that stands for it); its ratio is printed too.
+the same number of activities. Target 0.7. Two more baselines are printed beside it:
+"same mix" runs as many local and as many regular no-op activities as a job (a local
+activity is cheaper than the regular no-op activity that stands for it above), and
+"strict" runs only the job's regular activities, as if its local ones cost nothing.
 
 Run: ``fleetq bench e2e [--jobs 500] [--concurrency 50]``.
 Last line: ``RESULT e2e <ratio> (target 0.7)``.
@@ -35,7 +36,7 @@ from typing import Any, TypeVar
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner
 
-from bench.baseline import ActivityChain, bench_noop
+from bench.baseline import ActivityChain, ActivityMix, bench_noop
 from bench.common import (
     Phase,
     RunStats,
@@ -160,13 +161,20 @@ def activity_counts(n: int, mean: float) -> list[int]:
 
 
 async def run_baseline(client: Client, n: int, activities: float, concurrency: int,
-                       prefix: str = "bench-chain") -> None:
-    counts = dict(zip((f"{prefix}-{i:05d}" for i in range(n)),
-                      activity_counts(n, activities), strict=True))
+                       prefix: str = "bench-chain", local: float | None = None) -> None:
+    """``n`` workflows of ``activities`` regular no-op activities each (exact mean), or,
+    with ``local``, of ``local`` local and ``activities`` regular ones."""
+    ids = [f"{prefix}-{i:05d}" for i in range(n)]
+    counts = dict(zip(ids, activity_counts(n, activities), strict=True))
+    locals_ = dict(zip(ids, activity_counts(n, local), strict=True)) if local else {}
 
     async def start(wid: str) -> None:
-        await client.start_workflow(ActivityChain.run, counts[wid], id=wid,
-                                    task_queue=TASK_QUEUE)
+        if local is None:
+            await client.start_workflow(ActivityChain.run, counts[wid], id=wid,
+                                        task_queue=TASK_QUEUE)
+        else:
+            await client.start_workflow(ActivityMix.run, [locals_.get(wid, 0), counts[wid]],
+                                        id=wid, task_queue=TASK_QUEUE)
 
     async def wait(wid: str) -> int:
         got: int = await client.get_workflow_handle(wid, result_type=int).result()
@@ -334,7 +342,7 @@ async def run(args: argparse.Namespace) -> int:
         extra: dict[str, Any] = {}
         if args.unsandboxed:  # experiment: what the workflow sandbox costs
             extra["workflow_runner"] = UnsandboxedWorkflowRunner()
-        worker = build_worker(client, acts, extra_workflows=[ActivityChain],
+        worker = build_worker(client, acts, extra_workflows=[ActivityChain, ActivityMix],
                                extra_activities=[bench_noop], **extra)
         try:
             async with worker:
@@ -346,6 +354,8 @@ async def run(args: argparse.Namespace) -> int:
                 warm = [f"warm-{i:03d}" for i in range(args.warmup)]
                 await run_jobs(client, warm, args.concurrency, args.run_seconds)
                 await run_baseline(client, args.warmup, 3, args.concurrency, "warm-chain")
+                await run_baseline(client, args.warmup, 3, args.concurrency, "warm-mix",
+                                   local=4)
 
                 for r in range(args.rounds):
                     rounds.append(await run_round(client, stack.pids, args, r, say))
@@ -360,6 +370,7 @@ async def run(args: argparse.Namespace) -> int:
     for rd in rounds:
         print(f"-- round {rd.index + 1}")
         print(rd.base.line("workflows"))
+        print(rd.mix.line("workflows"))
         print(rd.strict.line("workflows"))
         print(rd.jobs.line("jobs"))
         print(f"states: {dict(rd.states)}; clusters: {dict(rd.clusters)}")
@@ -369,6 +380,8 @@ async def run(args: argparse.Namespace) -> int:
         print(f"CPU per job / CPU per baseline workflow: "
               f"{(rd.jobs.cpu / rd.jobs.count) / (rd.base.cpu / rd.base.count):.2f}")
         print(f"ratio {rd.ratio:.2f} (baseline with {rd.k:.2f} activities); "
+              f"same-mix ratio (baseline with {rd.k - rd.k_reg:.2f} local + "
+              f"{rd.k_reg:.2f} regular) {rd.mix_ratio:.2f}; "
               f"strict ratio (baseline with {rd.k_reg:.2f} "
               f"activities, local ones not counted) {rd.strict_ratio:.2f}")
     print("-- profile of round 1")
@@ -379,9 +392,12 @@ async def run(args: argparse.Namespace) -> int:
         f"{k} {sum(v) / len(v):.2f}/{max(v):.2f} (x{len(v)})" for k, v in quota[1].items()
         if v))
     ratios = [rd.ratio for rd in rounds]
+    mixes = [rd.mix_ratio for rd in rounds]
     stricts = [rd.strict_ratio for rd in rounds]
     print(f"ratios by round: {', '.join(f'{x:.2f}' for x in ratios)} (median "
-          f"{statistics.median(ratios):.2f}); strict: "
+          f"{statistics.median(ratios):.2f}); same mix: "
+          f"{', '.join(f'{x:.2f}' for x in mixes)} (median {statistics.median(mixes):.2f}); "
+          f"strict: "
           f"{', '.join(f'{x:.2f}' for x in stricts)} (median {statistics.median(stricts):.2f})")
     print(result_line("e2e", statistics.median(ratios), TARGET))
     failed = [rd for rd in rounds if rd.states.get("Succeeded", 0) != args.jobs]
@@ -398,6 +414,7 @@ class Round:
     index: int
     jobs: Phase
     base: Phase
+    mix: Phase
     strict: Phase
     k: float
     k_reg: float
@@ -409,6 +426,10 @@ class Round:
     @property
     def ratio(self) -> float:
         return self.jobs.rate / self.base.rate
+
+    @property
+    def mix_ratio(self) -> float:
+        return self.jobs.rate / self.mix.rate
 
     @property
     def strict_ratio(self) -> float:
@@ -432,13 +453,19 @@ async def run_round(client: Client, pids: dict[str, int], args: argparse.Namespa
     base = Phase("baseline", others=pids).start()
     await run_baseline(client, args.jobs, k, args.concurrency, f"bench-chain-{index}")
     base.stop(args.jobs)
+    say(f"round {index + 1}: same-mix baseline: {args.jobs} workflows x "
+        f"{k - k_reg:.2f} local + {k_reg:.2f} regular")
+    mix = Phase("same-mix baseline", others=pids).start()
+    await run_baseline(client, args.jobs, k_reg, args.concurrency, f"bench-mix-{index}",
+                       local=k - k_reg)
+    mix.stop(args.jobs)
     say(f"round {index + 1}: strict baseline: {args.jobs} workflows x {k_reg:.2f}")
     strict = Phase("strict baseline", others=pids).start()
     await run_baseline(client, args.jobs, k_reg, args.concurrency, f"bench-strict-{index}")
     strict.stop(args.jobs)
     latency = [v.bound_at.timestamp() - t for v, t in zip(views, submitted, strict=True)
                if v.bound_at is not None]
-    return Round(index, jobs, base, strict, k, k_reg, profile,
+    return Round(index, jobs, base, mix, strict, k, k_reg, profile,
                  Counter(v.state for v in views), Counter(v.cluster or "-" for v in views),
                  latency)
 

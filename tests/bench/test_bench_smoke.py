@@ -149,6 +149,9 @@ def test_e2e_runs_tiny_jobs_through_the_whole_pipeline(capsys: pytest.CaptureFix
     low, high = sorted(float(x) for x in ratios.groups()[:2])
     assert float(ratios[3]) == pytest.approx((low + high) / 2, abs=0.011)
     assert float(m["ratio"]) == float(ratios[3])
+    # the same-mix baseline ran a job's local and regular activities, both rounds
+    assert len(re.findall(r"same-mix ratio \(baseline with [\d.]+ local \+ [\d.]+ regular\) "
+                          r"[\d.]+", out)) == 2, out
 
 
 @pytest.mark.parametrize("n,mean", [(500, 7.28), (500, 7.8), (3, 7.0), (7, 2.5), (50, 4.02)])
