@@ -203,11 +203,13 @@ def _t(ev: Any) -> float:
 def timings(events: Sequence[Any]) -> dict[str, list[float]]:
     """Where one job's time goes, from its history: per activity type the queueing
     (scheduled → started) and running (started → completed) time, workflow tasks the
-    same way, and the wait for the quota grant (enqueue sent → admitted received)."""
+    same way, and the wait for the quota grant (start of the task that sent the enqueue →
+    admitted received)."""
     out: dict[str, list[float]] = {}
     scheduled: dict[int, tuple[str, float]] = {}
     started: dict[int, float] = {}
     enqueued: float | None = None
+    last_task_started = 0.0
 
     def add(key: str, value: float) -> None:
         out.setdefault(key, []).append(value)
@@ -230,7 +232,7 @@ def timings(events: Sequence[Any]) -> dict[str, list[float]]:
             scheduled[ev.event_id] = ("workflow task", _t(ev))
         elif kind == "workflow_task_started_event_attributes":
             sid = ev.workflow_task_started_event_attributes.scheduled_event_id
-            started[sid] = _t(ev)
+            started[sid] = last_task_started = _t(ev)
             add("workflow task queued", _t(ev) - scheduled[sid][1])
         elif kind == "workflow_task_completed_event_attributes":
             sid = ev.workflow_task_completed_event_attributes.scheduled_event_id
@@ -240,10 +242,12 @@ def timings(events: Sequence[Any]) -> dict[str, list[float]]:
             if sent.signal_name == "enqueue":
                 enqueued = _t(ev)
         elif kind == "marker_recorded_event_attributes":
-            # the enqueue is the job's first signal_quota local activity (the marker is
-            # recorded when its workflow task completes, just after the signal went out)
+            # the enqueue is the job's first signal_quota local activity; its marker is
+            # recorded when the task completes, which can be after the grant arrived (the
+            # activity waits for the quota workflow to take the message), so the wait
+            # is counted from the start of the task that sent it
             if enqueued is None and local_activity_type(ev) == "signal_quota":
-                enqueued = _t(ev)
+                enqueued = last_task_started
         elif kind == "workflow_execution_signaled_event_attributes":
             got = ev.workflow_execution_signaled_event_attributes
             if got.signal_name == "admitted" and enqueued is not None:
