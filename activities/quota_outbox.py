@@ -12,12 +12,12 @@ answers, so the sender knows the message was applied.
 A Temporal server also caps the updates in flight per workflow
 (``history.maxInFlightUpdates``, 10 by default), so this worker never has more than one
 update in flight per quota workflow: messages that come in meanwhile wait in the outbox
-and go out together in the next batch (group commit). The cap on updates per run
+and go out together in the next batch (group commit). The busier the queue, the bigger
+the batches; a burst of 10,000 enqueues costs the quota workflow a few hundred updates,
+two history events each, instead of 10,000 signals. The cap on updates per run
 (``history.maxTotalUpdates``, 2,000) is far above what a quota run takes before it
 continues-as-new (2,500 events, two per update), and the server's suggestion to
 continue-as-new near that cap is honoured too.
-The busier the queue, the bigger the batches; a burst of 10,000 enqueues costs the quota
-workflow a few hundred updates, two history events each, instead of 10,000 signals.
 
 Every message is idempotent in the quota workflow, so any failure is reported to the
 sender (a local activity, which retries) and a resend is harmless. A quota workflow that
@@ -150,7 +150,7 @@ class QuotaOutbox:
     async def _signal_each(handle: Any, messages: list[QuotaMessage]) -> bool | Exception:
         try:
             for m in messages:
-                await handle.signal(m.signal, m.request if m.signal == "enqueue" else m.job_id)
+                await handle.signal(m.signal, m.signal_arg())
         except RPCError as exc:
             return False if exc.status == RPCStatusCode.NOT_FOUND else exc
         return True

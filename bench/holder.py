@@ -62,8 +62,8 @@ class QuotaHolder:
     @staticmethod
     async def _send(inp: HolderInput, message: QuotaSignal) -> None:
         if inp.via == "signal":
-            arg = message.request if message.signal == "enqueue" else message.job_id
-            await workflow.get_external_workflow_handle(inp.tree_id).signal(message.signal, arg)
+            await workflow.get_external_workflow_handle(inp.tree_id).signal(
+                message.signal, message.signal_arg())
             return
         sent = await workflow.execute_local_activity(
             "signal_quota",

@@ -242,6 +242,11 @@ class QuotaMessage(BaseModel):
         """The job the message is about."""
         return self.request.job_id if self.request is not None else self.job_id
 
+    def signal_arg(self) -> AdmissionRequest | str | None:
+        """The argument of the single signal of the same name: the request for
+        ``enqueue``, the job id for ``release`` / ``cancel``."""
+        return self.request if self.signal == "enqueue" else self.job_id
+
 
 class QuotaSignal(QuotaMessage):
     """A job's message addressed to its quota workflow: the input of the ``signal_quota``
