@@ -152,6 +152,36 @@ class Child:
         return " | ".join(line.strip() for line in text[-lines:])
 
 
+def spawn_child(name: str, argv: list[str], log_dir: Path,
+                env: dict[str, str] | None = None) -> Child:
+    """Start ``argv`` in its own session, logging to ``<log_dir>/<name>.log``; it gets
+    SIGTERM when this process dies."""
+    log = log_dir / f"{name}.log"
+    fh = open(log, "ab")  # noqa: SIM115 - closed by stop_child()
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})}, start_new_session=True,
+        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+    )
+    return Child(name, proc, log, fh)
+
+
+def stop_child(child: Child, grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds; closes its log."""
+    if child.alive():
+        with contextlib.suppress(ProcessLookupError):
+            child.proc.send_signal(signal.SIGTERM)
+        try:
+            child.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.kill()
+            child.proc.wait(5)
+    if child._fh is not None:
+        child._fh.close()
+        child._fh = None
+
+
 @dataclass
 class EmbeddedFleet:
     """Start with :meth:`start`, stop with :meth:`stop` (or use as a context manager)."""
@@ -226,14 +256,7 @@ class EmbeddedFleet:
         self._lock_fd = fd
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Child:
-        log = self.logs / f"{name}.log"
-        fh = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})}, start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
-        child = Child(name, proc, log, fh)
+        child = spawn_child(name, argv, self.logs, env)
         self.children.append(child)
         return child
 
@@ -353,18 +376,7 @@ class EmbeddedFleet:
     def stop(self, grace: float = 10.0) -> None:
         """Stop the worker, then the emulator, then Temporal; remove fleetq.json."""
         for child in reversed(self.children):
-            if child.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    child.proc.send_signal(signal.SIGTERM)
-                try:
-                    child.proc.wait(grace)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        child.proc.kill()
-                    child.proc.wait(5)
-            if child._fh is not None:
-                child._fh.close()
-                child._fh = None
+            stop_child(child, grace)
         self.children.clear()
         if self._lock_fd is not None:
             info = self.state_dir / INFO_FILE

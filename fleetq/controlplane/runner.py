@@ -1,0 +1,365 @@
+"""Real member clusters on loopback: etcd + kube-apiserver + kube-scheduler + lifecycle.
+
+One :class:`ControlPlane` per cluster of a topology (the emulator's YAML): etcd on plain
+HTTP (loopback only), kube-apiserver on HTTPS with a throwaway CA and a static bearer
+token in ``system:masters`` (RBAC authorizer), the CRDs of the build installed and
+Established, one Node per topology node (capacity, labels, taints, Ready), then — for a
+member — kube-scheduler and :mod:`fleetq.controlplane.lifecycle` (kubelet + PyTorchJob
+operator). A hub (``member: false``) runs only etcd and the API server.
+
+:class:`RealFleet` starts several and writes the same two files the emulator writes: a
+kubeconfig with one context per cluster and the fleet config fleetq reads.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import secrets
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fleetq.controlplane.build import Build
+from fleetq.embedded import Child, EmbeddedError, free_port, spawn_child, stop_child
+from fleetq.emulator.controllers import node_object
+from fleetq.emulator.kubeconfig import write_private
+from fleetq.emulator.tls import TlsMaterial, make_material
+from fleetq.emulator.topology import ClusterSpec, Topology, node_names
+
+HOST = "127.0.0.1"
+CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+Progress = Callable[[str], None]
+
+
+class ControlPlaneError(EmbeddedError):
+    """A control plane did not come up; the message is one line naming its log."""
+
+
+@dataclass
+class ControlPlane:
+    """One real cluster. ``start()`` returns once nodes are Ready and CRDs are served."""
+
+    spec: ClusterSpec
+    build: Build
+    workdir: Path
+    tls: TlsMaterial
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    api_port: int = 0
+    etcd_port: int = 0
+    children: dict[str, Child] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def url(self) -> str:
+        return f"https://{HOST}:{self.api_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    # -- start / stop
+
+    def start(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        self.api_port = self.api_port or free_port()
+        self.etcd_port = self.etcd_port or free_port()
+        self._write_files()
+        try:
+            self._start_etcd(deadline)
+            self._start_apiserver(deadline)
+            self.install_crds(deadline)
+            self.create_nodes()
+            if self.spec.member:
+                self._spawn("kube-scheduler", [
+                    str(self.build.binary("kube-scheduler")),
+                    f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
+                    "--secure-port=0", "--v=1",
+                ])
+                self._spawn("lifecycle", [
+                    sys.executable, "-m", "fleetq.controlplane.lifecycle",
+                    "--kubeconfig", str(self.kubeconfig), "--cluster", self.name,
+                ])
+                self._wait_alive(("kube-scheduler", "lifecycle"))
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, grace: float = 10.0) -> None:
+        for name in ("lifecycle", "kube-scheduler", "kube-apiserver", "etcd"):
+            child = self.children.pop(name, None)
+            if child is not None:
+                stop_child(child, grace)
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _spawn(self, name: str, argv: list[str]) -> Child:
+        child = spawn_child(name, argv, self.workdir / "logs")
+        self.children[name] = child
+        return child
+
+    def _wait(self, name: str, ready: Callable[[], bool], deadline: float) -> None:
+        child = self.children[name]
+        while not ready():
+            if not child.alive():
+                raise ControlPlaneError(
+                    f"{self.name}: {name} exited with code {child.proc.returncode}: "
+                    f"{child.tail(3) or 'no output'} (log: {child.log})")
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"{self.name}: {name} not ready in time "
+                                        f"(log: {child.log})")
+            time.sleep(0.1)
+
+    def _wait_alive(self, names: tuple[str, ...]) -> None:
+        for name in names:
+            child = self.children[name]
+            if not child.alive():
+                raise ControlPlaneError(f"{self.name}: {name} exited: {child.tail(3)} "
+                                        f"(log: {child.log})")
+
+    def _write_files(self) -> None:
+        tls = self.workdir / "tls"
+        write_private(tls / "server.crt", self.tls.cert_pem + self.tls.ca_pem)
+        write_private(tls / "server.key", self.tls.key_pem)
+        write_private(tls / "sa.key", _service_account_key())
+        write_private(self.workdir / "tokens.csv",
+                      f'{self.token},fleetq-admin,fleetq-admin,"system:masters"\n')
+        write_private(self.kubeconfig, yaml.safe_dump(
+            kubeconfig_doc([self]), sort_keys=False))
+
+    def _start_etcd(self, deadline: float) -> None:
+        peer = free_port()
+        client = f"http://{HOST}:{self.etcd_port}"
+        self._spawn("etcd", [
+            str(self.build.binary("etcd")), "--name", self.name,
+            "--data-dir", str(self.workdir / "etcd"),
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", f"http://{HOST}:{peer}",
+            "--initial-advertise-peer-urls", f"http://{HOST}:{peer}",
+            "--initial-cluster", f"{self.name}=http://{HOST}:{peer}",
+            "--unsafe-no-fsync", "--log-level", "warn",
+        ])
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"{client}/health", timeout=1) as resp:
+                    return bool(json.loads(resp.read()).get("health") == "true")
+            except (OSError, ValueError):
+                return False
+
+        self._wait("etcd", healthy, deadline)
+
+    def _start_apiserver(self, deadline: float) -> None:
+        tls = self.workdir / "tls"
+        self._spawn("kube-apiserver", [
+            str(self.build.binary("kube-apiserver")),
+            f"--etcd-servers=http://{HOST}:{self.etcd_port}",
+            f"--bind-address={HOST}", f"--advertise-address={HOST}",
+            f"--secure-port={self.api_port}",
+            f"--tls-cert-file={tls / 'server.crt'}",
+            f"--tls-private-key-file={tls / 'server.key'}",
+            f"--token-auth-file={self.workdir / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={tls / 'sa.key'}",
+            f"--service-account-signing-key-file={tls / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            # No kube-controller-manager here: nothing creates the default service
+            # account, so pods would be refused by the ServiceAccount admission plugin.
+            "--disable-admission-plugins=ServiceAccount",
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+            "--v=0",
+        ])
+
+        def ready() -> bool:
+            status, _ = self.request("GET", "/readyz", timeout=2.0)
+            return status == 200
+
+        self._wait("kube-apiserver", ready, deadline)
+
+    # -- API helpers (plain urllib: the runner needs no client library)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cadata=self.tls.ca_pem)
+        return ctx
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float = 10.0,
+                content_type: str = "application/json") -> tuple[int, Any]:
+        """One request; ``(status, decoded body)``, status 0 when nothing answered."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {self.token}", "Accept": "application/json",
+            "Content-Type": content_type})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context()) as r:
+                raw = r.read()
+                status = int(r.status)
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            status = exc.code
+        except (OSError, ValueError):
+            return 0, None
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def _must(self, method: str, path: str, body: Any = None,
+              content_type: str = "application/json") -> Any:
+        status, obj = self.request(method, path, body, content_type=content_type)
+        if status >= 300 or status == 0:
+            msg = obj.get("message") if isinstance(obj, dict) else obj
+            raise ControlPlaneError(f"{self.name}: {method} {path}: HTTP {status}: {msg}")
+        return obj
+
+    def install_crds(self, deadline: float) -> None:
+        """Create every CRD of the build and wait until each resource is served."""
+        served: list[str] = []
+        for path in self.build.crds:
+            crd = yaml.safe_load(path.read_text())
+            status, obj = self.request("POST", CRD_API, crd)
+            if status not in (201, 409):
+                raise ControlPlaneError(f"{self.name}: CRD {path.name}: HTTP {status}: "
+                                        f"{obj.get('message') if isinstance(obj, dict) else obj}")
+            group = crd["spec"]["group"]
+            version = next(v["name"] for v in crd["spec"]["versions"] if v.get("served"))
+            served.append(f"/apis/{group}/{version}/{crd['spec']['names']['plural']}")
+        for resource in served:
+            while self.request("GET", resource + "?limit=1")[0] != 200:
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(f"{self.name}: {resource} not served in time")
+                time.sleep(0.1)
+
+    def create_nodes(self) -> None:
+        """One Node per topology node, then its status (Ready, capacity) via /status."""
+        for index, (name, group) in enumerate(node_names(self.spec)):
+            node = node_object(name, group, self.name, index)
+            node["metadata"]["labels"]["type"] = "fleetq-real"
+            status = node.pop("status")
+            status["nodeInfo"].update(kubeletVersion=self.build.version,
+                                      kubeProxyVersion=self.build.version,
+                                      containerRuntimeVersion="fleetq-lifecycle://1",
+                                      osImage="fleetq lifecycle controller")
+            code, obj = self.request("POST", "/api/v1/nodes", node)
+            if code not in (201, 409):
+                raise ControlPlaneError(f"{self.name}: node {name}: HTTP {code}: {obj}")
+            self._must("PATCH", f"/api/v1/nodes/{name}/status", {"status": status},
+                       content_type="application/merge-patch+json")
+
+
+def _service_account_key() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key.private_bytes(serialization.Encoding.PEM,
+                             serialization.PrivateFormat.TraditionalOpenSSL,
+                             serialization.NoEncryption()).decode()
+
+
+def kubeconfig_doc(planes: list[ControlPlane]) -> dict[str, Any]:
+    """One context per control plane (context name = cluster name)."""
+    members = [p for p in planes if p.spec.member] or planes
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": p.name, "cluster": {
+            "server": p.url,
+            "certificate-authority-data": base64.b64encode(p.tls.ca_pem.encode()).decode(),
+        }} for p in planes],
+        "users": [{"name": f"{p.name}-admin", "user": {"token": p.token}} for p in planes],
+        "contexts": [{"name": p.name, "context": {
+            "cluster": p.name, "user": f"{p.name}-admin", "namespace": "default"}}
+            for p in planes],
+        "current-context": members[0].name,
+    }
+
+
+@dataclass
+class RealFleet:
+    """Control planes for every cluster of ``topology``, with one kubeconfig for all."""
+
+    topology: Topology
+    build: Build
+    out_dir: Path
+    planes: list[ControlPlane] = field(default_factory=list)
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.out_dir / "kubeconfig"
+
+    @property
+    def fleet_config_path(self) -> Path:
+        return self.out_dir / "fleet.yaml"
+
+    def plane(self, name: str) -> ControlPlane:
+        for p in self.planes:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def start(self, progress: Progress | None = None, timeout: float = 180.0) -> RealFleet:
+        say = progress or (lambda _msg: None)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        tls = make_material([HOST, "localhost"])
+        try:
+            for spec in self.topology.clusters:
+                plane = ControlPlane(spec, self.build, self.out_dir / spec.name, tls)
+                self.planes.append(plane)
+                say(f"starting {spec.name}: etcd, kube-apiserver"
+                    + (", kube-scheduler, lifecycle" if spec.member else ""))
+                plane.start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        write_private(self.kubeconfig_path,
+                      yaml.safe_dump(kubeconfig_doc(self.planes), sort_keys=False))
+        write_private(self.fleet_config_path, yaml.safe_dump(self.fleet_config_doc(),
+                                                             sort_keys=False))
+        return self
+
+    def fleet_config_doc(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"kubeconfig": str(self.kubeconfig_path.resolve())}
+        hubs = [p for p in self.planes if not p.spec.member]
+        if hubs:
+            doc["source"] = {"context": hubs[0].name}
+        # No Koordinator scheduler runs here: Reservations would never become Available.
+        doc["clusters"] = [
+            {"name": p.name, "context": p.name, "labels": dict(p.spec.labels),
+             "reservation": False}
+            for p in self.planes if p.spec.member
+        ]
+        return doc
+
+    def stop(self) -> None:
+        for plane in reversed(self.planes):
+            with contextlib.suppress(Exception):
+                plane.stop()
+        self.planes.clear()
+
+    def __enter__(self) -> RealFleet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
