@@ -192,7 +192,24 @@ def _precheck(text: str) -> None:
                     "nodes through aliases (a YAML bomb?)"
                 )
 
-    for event in yaml.parse(text, Loader=_ManifestLoader):
+    events = yaml.parse(text, Loader=_ManifestLoader)
+    while True:
+        try:
+            event = next(events)
+        except StopIteration:
+            return
+        except yaml.YAMLError as exc:
+            # libyaml (bundled with PyYAML >= 6.0.4) refuses nesting past its own limit,
+            # and its look-ahead can get there before we see the 65th level: give our
+            # line rather than PyYAML's. Anything else is reported as invalid YAML.
+            if _is_nesting_error(exc, text):
+                mark = exc.problem_mark if isinstance(exc, yaml.MarkedYAMLError) else None
+                line = mark.line + 1 if mark is not None else 1
+                raise _Problem(
+                    f"document {max(document, 1)}: line {line}: nested deeper than "
+                    f"{MAX_DEPTH} levels"
+                ) from None
+            raise
         line = event.start_mark.line + 1 if event.start_mark else 0
         if isinstance(event, DocumentStartEvent):
             document += 1
@@ -215,6 +232,28 @@ def _precheck(text: str) -> None:
         elif isinstance(event, CollectionEndEvent):
             anchor, size = stack.pop()
             done(size, anchor, line)
+
+
+def _is_nesting_error(exc: yaml.YAMLError, text: str) -> bool:
+    """Whether PyYAML gave up because of nesting depth: its message says so ("exceeded
+    maximum nesting depth" in PyYAML 6.0.4), or, whatever the wording, the brackets open
+    where it stopped are deeper than :data:`MAX_DEPTH`."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return False
+    words = f"{exc.problem or ''} {exc.context or ''}".lower()
+    if "nesting" in words or "depth" in words:
+        return True
+    mark = exc.problem_mark
+    if mark is None or not isinstance(getattr(mark, "index", None), int):
+        return False
+    depth = deepest = 0
+    for ch in text[: mark.index + 1]:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return deepest > MAX_DEPTH
 
 
 def _yaml_documents(text: str) -> Iterator[Any]:

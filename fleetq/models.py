@@ -26,6 +26,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    StrictStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -543,6 +544,8 @@ class PropagationPolicy(Strict):
 # --------------------------------------------------------------------------- PyTorchJob
 
 ROLES = ("Master", "Worker")
+#: The container the training-operator configures (``PyTorchJobDefaultContainerName``).
+PYTORCH_CONTAINER = "pytorch"
 
 
 class PodTemplate(Open):
@@ -574,6 +577,14 @@ class PodTemplate(Open):
                         _resource_map(res.get(part))
                     except ValueError as exc:
                         raise _under(f"{key}[{i}].resources.{part}", exc) from None
+        # The training-operator webhook: every container has an image, and one of them is
+        # named "pytorch" (the one the operator gives the master address and port).
+        for i, c in enumerate(containers):
+            image = c.get("image")
+            if not isinstance(image, str) or not image:
+                raise ValueError(f"@containers[{i}].image is required")
+        if not any(c.get("name") == PYTORCH_CONTAINER for c in containers):
+            raise ValueError(f"@containers must have a container named {PYTORCH_CONTAINER}")
         selector = spec.get("nodeSelector")
         if selector is not None:
             if not isinstance(selector, Mapping):
@@ -604,13 +615,110 @@ class PodTemplate(Open):
 
 
 class ReplicaSpec(Open):
-    replicas: Annotated[StrictInt, Field(ge=0, le=10_000)] = 1
+    #: Unset means 1 for Worker (the operator's default) and is refused for Master (the
+    #: webhook wants ``Master.replicas`` written and equal to 1).
+    replicas: Annotated[StrictInt, Field(ge=0, le=10_000)] | None = None
     restartPolicy: Literal["Always", "OnFailure", "Never", "ExitCode"] | None = None
     template: PodTemplate
 
+    @property
+    def count(self) -> int:
+        """Replicas with the operator's default (1) applied."""
+        return 1 if self.replicas is None else self.replicas
+
+
+#: ``int32`` and ``int64`` fields of the v1 API: the CRD types them, and the operator
+#: decodes them into Go integers of that width. Upstream sets no minimum on any of them.
+Int32 = Annotated[StrictInt, Field(ge=-(2**31), le=2**31 - 1)]
+Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
+
+
+class CleanPodPolicy(StrEnum):
+    """``runPolicy.cleanPodPolicy``: which pods the operator deletes once the job ends."""
+
+    NONE = "None"
+    RUNNING = "Running"
+    ALL = "All"
+
+
+#: ``runPolicy.managedBy`` values the training-operator webhook accepts.
+MANAGED_BY_TRAINING_OPERATOR = "kubeflow.org/training-operator"
+MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+MANAGED_BY_VALUES = (MANAGED_BY_TRAINING_OPERATOR, MANAGED_BY_MULTIKUEUE)
+
+
+class SchedulingPolicy(Strict):
+    """``runPolicy.schedulingPolicy`` (kubeflow.org/v1 ``SchedulingPolicy``)."""
+
+    minAvailable: Int32 | None = None
+    queue: StrictStr | None = None
+    minResources: dict[str, Any] | None = None
+    priorityClass: StrictStr | None = None
+    scheduleTimeoutSeconds: Int32 | None = None
+
+    @field_validator("minResources", mode="before")
+    @classmethod
+    def _min_resources(cls, v: Any) -> dict[str, Any] | None:
+        return None if v is None else _resource_map(v)
+
+
+class RunPolicy(Strict):
+    """``spec.runPolicy`` (kubeflow.org/v1 ``RunPolicy``). Forwarded to the member as
+    written; fleetq itself acts on ``schedulingPolicy``, ``activeDeadlineSeconds``,
+    ``ttlSecondsAfterFinished`` and ``suspend``."""
+
+    cleanPodPolicy: CleanPodPolicy | None = None
+    ttlSecondsAfterFinished: Int32 | None = None
+    activeDeadlineSeconds: Int64 | None = None
+    backoffLimit: Int32 | None = None
+    schedulingPolicy: SchedulingPolicy | None = None
+    suspend: StrictBool | None = None
+    managedBy: StrictStr | None = None
+
+    @field_validator("cleanPodPolicy", mode="before")
+    @classmethod
+    def _clean(cls, v: Any) -> Any:
+        if v is not None and v not in {p.value for p in CleanPodPolicy}:
+            raise ValueError(f"{str(v)[:32]!r} is not a cleanPodPolicy (None, Running, All)")
+        return v
+
+    @field_validator("managedBy")
+    @classmethod
+    def _managed_by(cls, v: str | None) -> str | None:
+        if v is not None and v not in MANAGED_BY_VALUES:
+            raise ValueError(
+                f"{v[:64]!r} is not supported ({', '.join(MANAGED_BY_VALUES)})"
+            )
+        return v
+
+
+class RDZVConf(Strict):
+    key: StrictStr | None = None
+    value: StrictStr | None = None
+
+
+class ElasticPolicy(Strict):
+    """``spec.elasticPolicy`` (kubeflow.org/v1 ``ElasticPolicy``): torchrun's elastic
+    launch. Workers may run anywhere between ``minReplicas`` and ``maxReplicas``."""
+
+    minReplicas: Int32 | None = None
+    maxReplicas: Int32 | None = None
+    rdzvBackend: StrictStr | None = None  # c10d, etcd, etcd-v2 (not an enum upstream)
+    rdzvPort: Int32 | None = None
+    rdzvHost: StrictStr | None = None
+    rdzvId: StrictStr | None = None
+    rdzvConf: list[RDZVConf] | None = None
+    standalone: StrictBool | None = None
+    nProcPerNode: Int32 | None = None  # deprecated upstream in favour of spec.nprocPerNode
+    maxRestarts: Int32 | None = None
+    metrics: list[dict[str, Any]] | None = None  # autoscaling/v2 MetricSpec, verbatim
+
 
 class PyTorchJobSpec(Open):
+    runPolicy: RunPolicy | None = None
+    elasticPolicy: ElasticPolicy | None = None
     pytorchReplicaSpecs: dict[str, ReplicaSpec]
+    nprocPerNode: StrictStr | None = None
 
     @field_validator("pytorchReplicaSpecs", mode="before")
     @classmethod
@@ -623,46 +731,116 @@ class PyTorchJobSpec(Open):
                     raise ValueError(
                         f"{str(role)[:64]!r} is not a PyTorchJob replica type (Master, Worker)"
                     )
-            missing = [r for r in ROLES if r not in specs]
-            if missing:
-                raise ValueError(
-                    f"@{missing[0]} is required (a PyTorchJob needs Master and Worker)"
-                )
+            if not specs:
+                raise ValueError("must have Master, Worker or both")
         return specs
 
     @field_validator("pytorchReplicaSpecs")
     @classmethod
     def _roles(cls, specs: dict[str, ReplicaSpec]) -> dict[str, ReplicaSpec]:
-        if specs["Master"].replicas != 1:
+        master = specs.get("Master")
+        if master is not None and master.replicas != 1:
             raise ValueError("@Master.replicas must be 1")
+        if sum(rs.count for rs in specs.values()) == 0:
+            raise ValueError("@Worker.replicas must be at least 1 in a job without Master")
         return specs
+
+    @model_validator(mode="after")
+    def _elastic(self) -> PyTorchJobSpec:
+        elastic = self.elasticPolicy
+        if elastic is None:
+            return self
+        if elastic.nProcPerNode is not None and self.nprocPerNode is not None:
+            raise ValueError("@elasticPolicy.nProcPerNode must not be used with spec.nprocPerNode")
+        worker = self.pytorchReplicaSpecs.get("Worker")
+        if worker is None:
+            raise ValueError(
+                "@pytorchReplicaSpecs.Worker is required (must be configured if elasticPolicy "
+                "is used)"
+            )
+        if worker.count < 1:
+            raise ValueError(
+                "@pytorchReplicaSpecs.Worker.replicas must be at least 1 if elasticPolicy is used"
+            )
+        return self
+
+
+#: A DNS-1035 label: what the training-operator webhook requires of a job's name.
+DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+class JobMeta(ObjectMeta):
+    """A PyTorchJob's metadata: the name is a DNS-1035 label, as the webhook checks."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v:
+            raise ValueError("must not be empty")
+        if len(v) > 63 or not DNS1035_LABEL.fullmatch(v):
+            raise ValueError(
+                f"{v[:64]!r} is not a DNS-1035 label (lowercase letters, digits and '-', "
+                "starting with a letter, ending with a letter or digit, at most 63 characters)"
+            )
+        return v
 
 
 class PyTorchJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
     apiVersion: Literal["kubeflow.org/v1"]
     kind: Literal["PyTorchJob"]
-    metadata: ObjectMeta
+    metadata: JobMeta
     spec: PyTorchJobSpec
     status: dict[str, Any] | None = None
-
-    @field_validator("metadata")
-    @classmethod
-    def _job_name(cls, m: ObjectMeta) -> ObjectMeta:
-        # Pods are named <job>-worker-<n>, which must stay a 63-character DNS label.
-        try:
-            _check_name(m.name, 50, label=True)
-        except ValueError as exc:
-            raise _under("name", exc) from None
-        return m
 
     @property
     def ref(self) -> str:
         return f"{self.metadata.namespace}/{self.metadata.name}"
 
+    def roles(self) -> tuple[str, ...]:
+        """The replica types this job has, Master first: ``("Master", "Worker")``,
+        ``("Master",)`` or ``("Worker",)``."""
+        return tuple(r for r in ROLES if r in self.spec.pytorchReplicaSpecs)
+
     def replicas(self, role: str) -> int:
+        """Declared replicas of ``role`` (0 when the job has no such role)."""
         spec = self.spec.pytorchReplicaSpecs.get(role)
-        return spec.replicas if spec else 0
+        return spec.count if spec else 0
+
+    # -- runPolicy, typed, for the workflow
+
+    @property
+    def run_policy(self) -> RunPolicy:
+        """``spec.runPolicy`` (an empty one when not written)."""
+        return self.spec.runPolicy or RunPolicy()
+
+    @property
+    def active_deadline_seconds(self) -> int | None:
+        """``runPolicy.activeDeadlineSeconds`` as written, or None. Upstream counts it
+        from the job's start and sets no minimum: 0 or less means the deadline is already
+        past when the job starts."""
+        return self.run_policy.activeDeadlineSeconds
+
+    @property
+    def ttl_seconds_after_finished(self) -> int | None:
+        """``runPolicy.ttlSecondsAfterFinished`` as written, or None (keep forever). The
+        member's operator deletes the finished job that long after it finished."""
+        return self.run_policy.ttlSecondsAfterFinished
+
+    @property
+    def suspend(self) -> bool:
+        """``runPolicy.suspend``; unset means False (the CRD's default)."""
+        return bool(self.run_policy.suspend)
+
+    @property
+    def clean_pod_policy(self) -> CleanPodPolicy:
+        """``runPolicy.cleanPodPolicy`` with the operator's default for PyTorchJob
+        (``None``: keep every pod) applied."""
+        return self.run_policy.cleanPodPolicy or CleanPodPolicy.NONE
+
+    @property
+    def scheduling_policy(self) -> SchedulingPolicy | None:
+        return self.run_policy.schedulingPolicy
 
 
 # --------------------------------------------------------------------------- PriorityClass
@@ -777,10 +955,19 @@ class GangPod:
 
 @dataclass(frozen=True)
 class Gang:
-    """All pods of one PyTorchJob; scheduled all at once on one cluster or not at all."""
+    """The pods of one PyTorchJob that must start together on one cluster.
+
+    ``pods`` is the gang quota and placement use: every replica, or, when the job may
+    start smaller (``runPolicy.schedulingPolicy.minAvailable``, ``elasticPolicy``), the
+    smallest set it may start with (see :func:`gang_minimum`). ``declared`` counts the
+    replicas the manifest asks for per role; the member copy keeps them as written.
+    ``minimum_source`` names the field that made the gang smaller (empty when it is every
+    replica)."""
 
     pods: tuple[GangPod, ...]
     priority: int
+    declared: tuple[tuple[str, int], ...] = ()
+    minimum_source: str = ""
 
     @property
     def total(self) -> R.Resources:
@@ -790,10 +977,37 @@ class Gang:
         return acc
 
     def role_counts(self) -> dict[str, int]:
+        """Pods of the gang per role (``{"master": 1, "worker": 2}``), Master first."""
         counts: dict[str, int] = {}
         for p in self.pods:
             counts[p.role] = counts.get(p.role, 0) + 1
         return counts
+
+    def declared_role_counts(self) -> dict[str, int]:
+        """Replicas per role as the manifest declares them (what the member runs once
+        there is room); the gang's own counts when built without a manifest."""
+        return dict(self.declared) if self.declared else self.role_counts()
+
+    @property
+    def declared_pods(self) -> int:
+        """M: every replica the manifest declares."""
+        return sum(self.declared_role_counts().values())
+
+    @property
+    def is_minimum(self) -> bool:
+        """True when quota and placement use fewer pods than the manifest declares."""
+        return len(self.pods) < self.declared_pods
+
+    def minimum_line(self) -> str:
+        """One line for ``describe``: ``gang minimum 2 of 5 pods (elasticPolicy.minReplicas)``
+        when a minimum applies, else ``gang of 3 pods (every replica)``."""
+        if self.minimum_source:
+            return (
+                f"gang minimum {len(self.pods)} of {self.declared_pods} pods "
+                f"({self.minimum_source})"
+            )
+        n = len(self.pods)
+        return f"gang of {n} pod{'' if n == 1 else 's'} (every replica)"
 
 
 def pod_requests(pod_spec: Mapping[str, Any]) -> R.Resources:
@@ -830,24 +1044,121 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> R.Resources:
 
 
 def job_priority(job: PyTorchJob, priority_classes: Mapping[str, int] | None = None) -> int:
-    """PriorityClass value of the pod template's priorityClassName, else
-    ``spec.template.spec.priority``, else 0 (Master's template first, then Worker's)."""
+    """The job's priority: the PriorityClass value of
+    ``runPolicy.schedulingPolicy.priorityClass``, else of the pod templates'
+    ``priorityClassName``, else ``spec.template.spec.priority``, else 0 (Master's
+    template before Worker's). A class that is not known is skipped."""
     classes = {**BUILTIN_PRIORITY_CLASSES, **(priority_classes or {})}
-    for role in ROLES:
-        spec = job.spec.pytorchReplicaSpecs[role].template.spec
+    sp = job.scheduling_policy
+    if sp is not None and sp.priorityClass and sp.priorityClass in classes:
+        return classes[sp.priorityClass]
+    specs = [job.spec.pytorchReplicaSpecs[role].template.spec for role in job.roles()]
+    for spec in specs:
         pcn = spec.get("priorityClassName")
         if pcn and pcn in classes:
             return classes[pcn]
-    for role in ROLES:
-        prio = job.spec.pytorchReplicaSpecs[role].template.spec.get("priority")
+    for spec in specs:
+        prio = spec.get("priority")
         if isinstance(prio, int):
             return prio
     return 0
 
 
+@dataclass(frozen=True)
+class GangMinimum:
+    """How many pods of each role the smallest startable gang has, and why."""
+
+    counts: tuple[tuple[str, int], ...]  # (role, pods), Master first
+    source: str  # "" (every replica) or the field that set it
+
+    @property
+    def pods(self) -> int:
+        return sum(n for _, n in self.counts)
+
+
+def gang_minimum(
+    declared: Sequence[tuple[str, int]],
+    min_available: int | None = None,
+    min_replicas: int | None = None,
+    max_replicas: int | None = None,
+    elastic: bool = False,
+    role_priority: Mapping[str, int] | None = None,
+) -> GangMinimum:
+    """The smallest gang a job may start with, from its declared ``(role, replicas)``.
+
+    * ``runPolicy.schedulingPolicy.minAvailable`` set: it is the gang's size, as the
+      training-operator makes it the PodGroup's ``minMember`` (``elasticPolicy`` does not
+      change that). Its pods are taken as the operator's ``calcPGMinResources`` takes
+      them: roles by PriorityClass value, highest first (``role_priority``; ties keep
+      Master before Worker), in index order. Upstream does not bound it; we clamp it to
+      1..every declared pod (a gang of 0 pods would hold no quota; a gang larger than the
+      job could never be placed).
+    * otherwise, ``elasticPolicy`` set: Master (if any) plus the Workers torchrun needs
+      at least: ``minReplicas``, else ``maxReplicas``, else ``Worker.replicas`` (the
+      operator's defaulting), clamped to 1..``Worker.replicas``.
+    * otherwise every declared pod.
+    """
+    counts = [(role, max(0, n)) for role, n in declared]
+    total = sum(n for _, n in counts)
+    if min_available is not None and total > 0:
+        want = min(max(min_available, 1), total)
+        prio = role_priority or {}
+        order = sorted(range(len(counts)), key=lambda i: (-prio.get(counts[i][0], 0), i))
+        taken = dict.fromkeys((r for r, _ in counts), 0)
+        left = want
+        for i in order:
+            role, n = counts[i]
+            take = min(n, left)
+            taken[role] = take
+            left -= take
+        out = tuple((r, taken[r]) for r, _ in counts if taken[r])
+        return GangMinimum(out, "schedulingPolicy.minAvailable")
+    workers = dict(counts).get("Worker", 0)
+    if elastic and workers > 0:
+        wanted = next(
+            (v for v in (min_replicas, max_replicas) if v is not None), workers
+        )
+        keep = min(max(wanted, 1), workers)
+        source = (
+            "elasticPolicy.minReplicas" if min_replicas is not None
+            else "elasticPolicy.maxReplicas" if max_replicas is not None
+            else "elasticPolicy"
+        )
+        out = tuple((r, keep if r == "Worker" else n) for r, n in counts if n)
+        return GangMinimum(out, source)
+    return GangMinimum(tuple((r, n) for r, n in counts if n), "")
+
+
+def job_gang_minimum(
+    job: PyTorchJob, priority_classes: Mapping[str, int] | None = None
+) -> GangMinimum:
+    """:func:`gang_minimum` for a validated job."""
+    classes = {**BUILTIN_PRIORITY_CLASSES, **(priority_classes or {})}
+    declared = [(role, job.replicas(role)) for role in job.roles()]
+    sp = job.scheduling_policy
+    elastic = job.spec.elasticPolicy
+    role_priority = {}
+    for role in job.roles():
+        pcn = job.spec.pytorchReplicaSpecs[role].template.spec.get("priorityClassName")
+        role_priority[role] = classes.get(pcn, 0) if isinstance(pcn, str) else 0
+    return gang_minimum(
+        declared,
+        min_available=sp.minAvailable if sp is not None else None,
+        min_replicas=elastic.minReplicas if elastic is not None else None,
+        max_replicas=elastic.maxReplicas if elastic is not None else None,
+        elastic=elastic is not None,
+        role_priority=role_priority,
+    )
+
+
 def gang_of(job: PyTorchJob, priority_classes: Mapping[str, int] | None = None) -> Gang:
+    """The gang quota and placement use: the smallest set of pods the job may start
+    with (every replica unless ``minAvailable`` or ``elasticPolicy`` allow fewer), with
+    the job's priority. The manifest itself is not changed."""
+    minimum = job_gang_minimum(job, priority_classes)
+    keep = dict(minimum.counts)
     pods: list[GangPod] = []
-    for role in ROLES:
+    for role in job.roles():
         rs = job.spec.pytorchReplicaSpecs[role]
         spec = rs.template.spec
         req = pod_requests(spec)
@@ -855,13 +1166,16 @@ def gang_of(job: PyTorchJob, priority_classes: Mapping[str, int] | None = None) 
         tolerations = tuple(
             dict(t) for t in spec.get("tolerations") or [] if isinstance(t, Mapping)
         )
-        for i in range(rs.replicas):
+        for i in range(keep.get(role, 0)):
             pods.append(GangPod(role.lower(), i, dict(req), selector, tolerations))
-    return Gang(tuple(pods), job_priority(job, priority_classes))
+    declared = tuple(
+        (role.lower(), job.replicas(role)) for role in job.roles() if job.replicas(role)
+    )
+    return Gang(tuple(pods), job_priority(job, priority_classes), declared, minimum.source)
 
 
 def quota_request(gang: Gang) -> R.Resources:
-    """What a job holds in the quota tree while admitted: its pods' requests plus one
+    """What a job holds in the quota tree while admitted: its gang's requests plus one
     ``kube-queue/max-jobs``."""
     total = gang.total
     total[R.MAX_JOBS] = R.MILLI
@@ -869,6 +1183,7 @@ def quota_request(gang: Gang) -> R.Resources:
 
 
 def binding_result(cluster: str, gang: Gang) -> str:
-    """The walkthrough's binding message: ``{cluster-a:0,[{master 1} {worker 2}]}``."""
-    parts = " ".join(f"{{{role} {n}}}" for role, n in gang.role_counts().items())
+    """The walkthrough's binding message: ``{cluster-a:0,[{master 1} {worker 2}]}``, with
+    the replicas the member copy declares (a Master-only job lists only master)."""
+    parts = " ".join(f"{{{role} {n}}}" for role, n in gang.declared_role_counts().items())
     return f"{{{cluster}:0,[{parts}]}}"

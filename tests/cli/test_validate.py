@@ -109,10 +109,40 @@ CASES = {
         f"{JOB}: spec.pytorchReplicaSpecs 'Launcher' is not a PyTorchJob replica type "
         "(Master, Worker)",
     ),
-    "no Worker": (
-        JOB_YAML[: JOB_YAML.index("    Worker:")],
-        f"{JOB}: spec.pytorchReplicaSpecs.Worker is required (a PyTorchJob needs Master and "
-        "Worker)",
+    "Master without replicas": (
+        _mutated(JOB_YAML, "      replicas: 1\n", ""),
+        f"{JOB}: spec.pytorchReplicaSpecs.Master.replicas must be 1",
+    ),
+    "container without image": (
+        _mutated(JOB_YAML, "            image: registry-cn-hangzhou.ack.aliyuncs.com/acs/nginx\n"
+                 "            imagePullPolicy: Always\n            name: pytorch\n"
+                 "            resources:\n              limits:\n                cpu: \"3\"",
+                 "            name: pytorch\n"
+                 "            resources:\n              limits:\n                cpu: \"3\""),
+        f"{JOB}: spec.pytorchReplicaSpecs.Master.template.spec.containers[0].image is required",
+    ),
+    "no container named pytorch": (
+        JOB_YAML.replace("name: pytorch\n", "name: trainer\n", 1),
+        f"{JOB}: spec.pytorchReplicaSpecs.Master.template.spec.containers must have a container "
+        "named pytorch",
+    ),
+    "name not a DNS-1035 label": (
+        _mutated(JOB_YAML, "name: pytorch-test\n  namespace", "name: 1-test\n  namespace"),
+        "PyTorchJob default/1-test: metadata.name '1-test' is not a DNS-1035 label (lowercase "
+        "letters, digits and '-', starting with a letter, ending with a letter or digit, at most "
+        "63 characters)",
+    ),
+    "elastic nProcPerNode with nprocPerNode": (
+        _mutated(JOB_YAML, "  pytorchReplicaSpecs:\n",
+                 "  nprocPerNode: \"2\"\n  elasticPolicy: {nProcPerNode: 2}\n"
+                 "  pytorchReplicaSpecs:\n"),
+        f"{JOB}: spec.elasticPolicy.nProcPerNode must not be used with spec.nprocPerNode",
+    ),
+    "unknown cleanPodPolicy": (
+        _mutated(JOB_YAML, "  pytorchReplicaSpecs:\n",
+                 "  runPolicy: {cleanPodPolicy: Always}\n  pytorchReplicaSpecs:\n"),
+        f"{JOB}: spec.runPolicy.cleanPodPolicy 'Always' is not a cleanPodPolicy (None, Running, "
+        "All)",
     ),
     "policy without resourceSelectors": (
         POLICY_YAML[: POLICY_YAML.index("  resourceSelectors:")],

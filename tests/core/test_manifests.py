@@ -402,8 +402,9 @@ def test_huge_numbers() -> None:
 def test_invalid_and_unicode_names() -> None:
     text = JOB_YAML.replace("name: pytorch-test\n  namespace", "name: pytörch\n  namespace")
     assert load_text(text).errors == [
-        "PyTorchJob default/pytörch: metadata.name 'pytörch' is not a valid Kubernetes name "
-        "(lowercase letters, digits, '-', '.')"
+        "PyTorchJob default/pytörch: metadata.name 'pytörch' is not a DNS-1035 label "
+        "(lowercase letters, digits and '-', starting with a letter, ending with a letter or "
+        "digit, at most 63 characters)"
     ]
     text = JOB_YAML.replace("namespace: default", "namespace: Default")
     assert load_text(text).errors == [

@@ -216,13 +216,19 @@ def test_job_replicas_must_be_a_sane_integer(value: Any) -> None:
 
 
 @pytest.mark.parametrize("missing", ["Master", "Worker"])
-def test_job_needs_master_and_worker(missing: str) -> None:
+def test_job_may_have_master_or_worker_alone(missing: str) -> None:
+    # Upstream accepts a Master-only job (a single-node run) and a Worker-only job.
     doc = job()
     del doc["spec"]["pytorchReplicaSpecs"][missing]
-    assert errors_of(doc) == [
-        f"{JOB}: spec.pytorchReplicaSpecs.{missing} is required "
-        "(a PyTorchJob needs Master and Worker)"
-    ]
+    parsed = M.parse_job(doc)
+    kept = "Worker" if missing == "Master" else "Master"
+    assert parsed.roles() == (kept,)
+    assert parsed.replicas(missing) == 0
+    gang = M.gang_of(parsed)
+    assert list(gang.role_counts()) == [kept.lower()]
+    assert M.binding_result("cluster-a", gang) == (
+        "{cluster-a:0,[{worker 2}]}" if kept == "Worker" else "{cluster-a:0,[{master 1}]}"
+    )
 
 
 def test_job_unknown_role_and_master_count() -> None:
@@ -269,10 +275,12 @@ def test_job_without_containers() -> None:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("Pytorch-Test", "'Pytorch-Test' is not a valid Kubernetes name"),
-        ("pytorch.test", "'pytorch.test' is not a valid Kubernetes name"),
-        ("jöb", "'jöb' is not a valid Kubernetes name"),
-        ("x" * 51, "must be at most 50 characters"),
+        ("Pytorch-Test", "'Pytorch-Test' is not a DNS-1035 label"),
+        ("pytorch.test", "'pytorch.test' is not a DNS-1035 label"),
+        ("0-test", "'0-test' is not a DNS-1035 label"),
+        ("test-", "'test-' is not a DNS-1035 label"),
+        ("jöb", "'jöb' is not a DNS-1035 label"),
+        ("x" * 64, f"'{'x' * 64}' is not a DNS-1035 label"),
     ],
 )
 def test_job_names(name: str, message: str) -> None:
@@ -537,7 +545,7 @@ def test_overhead_is_added() -> None:
 
 def test_gang_counts_every_replica_and_keeps_placement_constraints() -> None:
     spec = {
-        "containers": [_container("a", requests={"nvidia.com/gpu": 8})],
+        "containers": [_container("pytorch", requests={"nvidia.com/gpu": 8})],
         "nodeSelector": {"pool": "a100"},
         "tolerations": [{"key": "gpu", "operator": "Exists"}],
     }
@@ -550,13 +558,13 @@ def test_gang_counts_every_replica_and_keeps_placement_constraints() -> None:
 
 
 def test_priority_from_priority_class_else_spec_else_zero() -> None:
-    with_class = {"containers": [_container("a")], "priorityClassName": "high", "priority": 5}
+    with_class = {"containers": [_container("pytorch")], "priorityClassName": "high", "priority": 5}
     assert M.gang_of(_job_with(with_class), {"high": 1000}).priority == 1000
     # The class is unknown here: the pod's own priority is used.
     assert M.gang_of(_job_with(with_class)).priority == 5
-    assert M.gang_of(_job_with({"containers": [_container("a")], "priority": -3})).priority == -3
-    assert M.gang_of(_job_with({"containers": [_container("a")]})).priority == 0
-    builtin = {"containers": [_container("a")], "priorityClassName": "system-node-critical"}
+    assert M.gang_of(_job_with({"containers": [_container("pytorch")], "priority": -3})).priority == -3
+    assert M.gang_of(_job_with({"containers": [_container("pytorch")]})).priority == 0
+    builtin = {"containers": [_container("pytorch")], "priorityClassName": "system-node-critical"}
     assert M.job_priority(_job_with(builtin)) == 2_000_001_000
 
 
