@@ -265,6 +265,11 @@ class ControlPlane:
                 raise ControlPlaneError(f"{self.name}: node {name}: HTTP {code}: {obj}")
             self._must("PATCH", f"/api/v1/nodes/{name}/status", {"status": status},
                        content_type="application/merge-patch+json")
+            # The TaintNodesByCondition admission plugin gave the new node the not-ready
+            # taint; with no node lifecycle controller here, lift it ourselves.
+            self._must("PATCH", f"/api/v1/nodes/{name}",
+                       {"spec": {"taints": node["spec"].get("taints")}},
+                       content_type="application/merge-patch+json")
 
 
 def _service_account_key() -> str:
