@@ -679,7 +679,8 @@ class RunPolicy(Strict):
     @classmethod
     def _clean(cls, v: Any) -> Any:
         if v is not None and v not in {p.value for p in CleanPodPolicy}:
-            raise ValueError(f"{str(v)[:32]!r} is not a cleanPodPolicy (None, Running, All)")
+            shown = repr(v[:32]) if isinstance(v, str) else repr(v)[:32]
+            raise ValueError(f"{shown} is not a cleanPodPolicy (None, Running, All)")
         return v
 
     @field_validator("managedBy")

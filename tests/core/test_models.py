@@ -562,7 +562,8 @@ def test_priority_from_priority_class_else_spec_else_zero() -> None:
     assert M.gang_of(_job_with(with_class), {"high": 1000}).priority == 1000
     # The class is unknown here: the pod's own priority is used.
     assert M.gang_of(_job_with(with_class)).priority == 5
-    assert M.gang_of(_job_with({"containers": [_container("pytorch")], "priority": -3})).priority == -3
+    negative = {"containers": [_container("pytorch")], "priority": -3}
+    assert M.gang_of(_job_with(negative)).priority == -3
     assert M.gang_of(_job_with({"containers": [_container("pytorch")]})).priority == 0
     builtin = {"containers": [_container("pytorch")], "priorityClassName": "system-node-critical"}
     assert M.job_priority(_job_with(builtin)) == 2_000_001_000
