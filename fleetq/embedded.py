@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import ctypes
 import fcntl
+import functools
 import json
 import os
 import signal
@@ -127,11 +128,11 @@ def port_in_use(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: deliver SIGTERM to the child when this process dies (even by SIGKILL)."""
+def _die_with_parent(sig: int = signal.SIGTERM) -> None:  # pragma: no cover - in the child
+    """Linux: deliver ``sig`` to the child when this process dies (even by SIGKILL)."""
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -153,15 +154,17 @@ class Child:
 
 
 def spawn_child(name: str, argv: list[str], log_dir: Path,
-                env: dict[str, str] | None = None) -> Child:
+                env: dict[str, str] | None = None,
+                death_signal: int = signal.SIGTERM) -> Child:
     """Start ``argv`` in its own session, logging to ``<log_dir>/<name>.log``; it gets
-    SIGTERM when this process dies."""
+    ``death_signal`` when this process dies."""
     log = log_dir / f"{name}.log"
     fh = open(log, "ab")  # noqa: SIM115 - closed by stop_child()
     proc = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})}, start_new_session=True,
-        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        preexec_fn=(functools.partial(_die_with_parent, death_signal)
+                    if sys.platform.startswith("linux") else None),
     )
     return Child(name, proc, log, fh)
 

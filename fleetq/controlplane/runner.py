@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import secrets
+import signal
 import ssl
 import sys
 import time
@@ -113,7 +114,9 @@ class ControlPlane:
         self.stop()
 
     def _spawn(self, name: str, argv: list[str]) -> Child:
-        child = spawn_child(name, argv, self.workdir / "logs")
+        # Killed outright if we die: an API server whose etcd went at the same moment
+        # can hang in its graceful shutdown.
+        child = spawn_child(name, argv, self.workdir / "logs", death_signal=signal.SIGKILL)
         self.children[name] = child
         return child
 

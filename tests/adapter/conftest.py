@@ -1,13 +1,22 @@
-"""Fixtures for the adapter tests: a live emulated fleet (HTTP, no mocks), or real clusters.
+"""Fixtures for the adapter tests: live fleets (HTTP, no mocks) of two kinds, or real clusters.
 
-By default one :class:`fleetq.emulator.EmulatedFleet` is started for the whole session
-with a hub (``propagateDeps`` source) and three members; tests isolate themselves by
+Every test runs twice, once per ``members`` parameter:
+
+* ``emulated`` — one :class:`fleetq.emulator.EmulatedFleet` for the session;
+* ``real`` — one :class:`fleetq.controlplane.runner.RealFleet`: etcd, kube-apiserver and
+  kube-scheduler built from the upstream Go modules (``fleetq controlplane build``; a
+  cold build costs minutes, then it is cached) and our lifecycle controller, same
+  topology. Real members run no Koordinator scheduler, so they are ``reservation: false``
+  and the Reservation tests skip there.
+
+Both have a hub (``propagateDeps`` source) and three members; tests isolate themselves by
 namespace and job name, and ``cluster-c`` is reserved for capacity-sensitive tests.
+``FLEETQ_TEST_MEMBERS=emulated`` (or ``real``) runs one kind only.
 
 With ``FLEETQ_TEST_KUBECONFIG`` and ``FLEETQ_TEST_CONTEXTS`` (``a,b,c`` — three member
 contexts; ``FLEETQ_TEST_SOURCE_CONTEXT`` optional, ``FLEETQ_TEST_RESERVATION=1`` if the
-members run Koordinator) the same tests run against real clusters; tests that need
-emulator fault injection take the ``emulator`` fixture and are skipped there.
+members run Koordinator) the same tests run against those clusters instead; tests that
+need emulator fault injection take the ``emulator`` fixture and are skipped there.
 """
 
 from __future__ import annotations
@@ -43,6 +52,12 @@ TOPOLOGY: dict[str, Any] = {
     ]
 }
 
+def _is_real(live: Any) -> bool:
+    from fleetq.controlplane.runner import RealFleet
+
+    return isinstance(live, RealFleet)
+
+
 CONNECT_S = 1.0
 READ_S = 3.0
 TTL_S = 0.5
@@ -54,17 +69,46 @@ def _load_topology(doc: dict[str, Any]) -> Any:
     return parse_topology(doc, "adapter test topology")
 
 
+MEMBER_KINDS = [k for k in ("emulated", "real")
+                if os.environ.get("FLEETQ_TEST_MEMBERS", "both") in ("both", k)]
+
+
+@pytest.fixture(scope="session", params=["external"] if REAL else MEMBER_KINDS)
+def members(request: pytest.FixtureRequest) -> str:
+    """Which kind of member clusters this run of the test talks to."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="session")
-def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The session's emulated fleet (None against real clusters)."""
-    if REAL:
+def live_fleet(members: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session's emulated or real fleet (None against external clusters)."""
+    if members == "external":
         yield None
         return
+    out = tmp_path_factory.mktemp(members)
+    if members == "emulated":
+        from fleetq.emulator import EmulatedFleet
+
+        with EmulatedFleet(_load_topology(TOPOLOGY), out_dir=out) as fleet:
+            yield fleet
+        return
+    from fleetq.controlplane.build import BuildError, build
+    from fleetq.controlplane.runner import RealFleet
+
+    try:
+        binaries = build(progress=lambda msg: print(f"[controlplane] {msg}", flush=True))
+    except BuildError as exc:
+        pytest.skip(f"no real control plane: {exc}")
+    with RealFleet(_load_topology(TOPOLOGY), binaries, out) as real:
+        yield real
+
+
+@pytest.fixture(scope="session")
+def emulated(live_fleet: Any) -> Any:
+    """The session's emulated fleet (None on real members or external clusters)."""
     from fleetq.emulator import EmulatedFleet
 
-    out = tmp_path_factory.mktemp("emulator")
-    with EmulatedFleet(_load_topology(TOPOLOGY), out_dir=out) as fleet:
-        yield fleet
+    return live_fleet if isinstance(live_fleet, EmulatedFleet) else None
 
 
 @pytest.fixture
@@ -76,6 +120,8 @@ def emulator(emulated: Any) -> Any:
 
 
 def write_fleet_config(path: Path, emulated: Any) -> Path:
+    """The fleet config of the tests: ``emulated`` is the live fleet (emulated or real),
+    None for external clusters."""
     if emulated is None:
         assert REAL_KUBECONFIG
         names = REAL_CONTEXTS
@@ -94,7 +140,7 @@ def write_fleet_config(path: Path, emulated: Any) -> Path:
             "source": {"context": "hub"},
             "clusters": [
                 {"name": c["name"], "context": c["name"], "labels": c.get("labels", {}),
-                 "reservation": c.get("reservation", False)}
+                 "reservation": c.get("reservation", False) and not _is_real(emulated)}
                 for c in TOPOLOGY["clusters"] if c.get("member", True)
             ],
         }
@@ -105,8 +151,8 @@ def write_fleet_config(path: Path, emulated: Any) -> Path:
 
 
 @pytest.fixture(scope="session")
-def fleet(emulated: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    path = write_fleet_config(tmp_path_factory.mktemp("fleetcfg") / "fleet.yaml", emulated)
+def fleet(live_fleet: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    path = write_fleet_config(tmp_path_factory.mktemp("fleetcfg") / "fleet.yaml", live_fleet)
     f = Fleet.from_config(path)
     try:
         yield f
