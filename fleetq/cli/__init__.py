@@ -14,6 +14,7 @@ import typer
 
 from fleetq.cli import apply, delete, demo, describe, get, setup, sim, up, validate, worker
 from fleetq.cli import bench as bench_cmd
+from fleetq.cli import controlplane as controlplane_cmd
 
 app = typer.Typer(
     name="fleetq",
@@ -33,6 +34,7 @@ worker.register(app)
 bench_cmd.register(app)
 setup.register(app)
 app.add_typer(sim.app, name="sim")
+app.add_typer(controlplane_cmd.app, name="controlplane")
 
 
 def _flush_telemetry() -> None:
