@@ -573,10 +573,29 @@ class ClusterController:
             key=lambda kv: min(int(p["metadata"]["resourceVersion"]) for p in kv[1]),
         )
         for gid, pods in order:
-            self._schedule_gang(gid, pods)
+            self._schedule_gang(gid, pods, self._gang_need(gid, pods))
 
-    def _schedule_gang(self, gid: str, pods: list[Obj]) -> None:
-        pods.sort(key=_pod_order)
+    def _gang_need(self, gid: str, pending: list[Obj]) -> int | None:
+        """How many of a job's pending pods must be bound together: its PodGroup's
+        ``minMember`` (``runPolicy.schedulingPolicy.minAvailable``) less the pods already
+        bound; None when the gang is every pod (no minAvailable, or not fewer pods)."""
+        owner = job_owner(pending[0])
+        if owner is None:
+            return None
+        job = self.store.get("pytorchjobs", pending[0]["metadata"]["namespace"], owner)
+        if job is None:
+            return None
+        total = len(replica_slots(job))
+        minimum = min_member(job)
+        if minimum is None or minimum >= total:
+            return None
+        bound = sum(
+            1 for p in self.owned_pods(job["metadata"]["namespace"], owner)
+            if (p.get("spec") or {}).get("nodeName")
+        )
+        return max(0, minimum - bound)
+
+    def _try_place(self, pods: list[Obj]) -> tuple[list[tuple[str, str | None]] | None, str]:
         shapes = []
         options = []
         for pod in pods:
@@ -587,13 +606,31 @@ class ClusterController:
                          pod["metadata"].get("labels") or {}, key[0], needs)
             )
             options.append(self.reservations_for(pod))
-        plan, why = self.place(shapes, options)
-        if plan is None:
-            self._report_unschedulable(gid, pods, why)
-            return
-        self.unschedulable_msg.pop(gid, None)
-        for pod, (node, rname) in zip(pods, plan, strict=True):
-            self._bind(pod, node, rname)
+        return self.place(shapes, options)
+
+    def _schedule_gang(self, gid: str, pods: list[Obj], need: int | None = None) -> None:
+        """Bind the gang's pods all at once, or none. With ``need`` (a PodGroup whose
+        minMember is smaller than the job), the first ``need`` pods (Master, then Workers
+        by index) go together and each one after that is bound on its own when it fits,
+        as a gang scheduler does once minMember is running."""
+        pods.sort(key=_pod_order)
+        together = pods if need is None else pods[:need]
+        if together:
+            plan, why = self._try_place(together)
+            if plan is None:
+                self._report_unschedulable(gid, together, why)
+                return
+            self.unschedulable_msg.pop(gid, None)
+            for pod, (node, rname) in zip(together, plan, strict=True):
+                self._bind(pod, node, rname)
+        for pod in pods[len(together):]:
+            pid = f"{gid}/{pod['metadata']['name']}"
+            plan, why = self._try_place([pod])
+            if plan is None:
+                self._report_unschedulable(pid, [pod], why)
+                continue
+            self.unschedulable_msg.pop(pid, None)
+            self._bind(pod, *plan[0])
 
     def _report_unschedulable(self, gid: str, pods: list[Obj], why: str) -> None:
         total = len(pods)
@@ -1095,6 +1132,16 @@ def finished_pod(pod: Obj, phase: str, reason: str) -> Obj:
     return new
 
 
+def min_member(job: Obj) -> int | None:
+    """``runPolicy.schedulingPolicy.minAvailable`` of a PyTorchJob (what the operator makes
+    its PodGroup's minMember), at least 1; None when not set."""
+    run_policy = (job.get("spec") or {}).get("runPolicy") or {}
+    value = (run_policy.get("schedulingPolicy") or {}).get("minAvailable")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return max(1, value)
+
+
 def replica_slots(job: Obj) -> list[tuple[str, int, Mapping[str, Any], str | None]]:
     specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
     out = []
@@ -1147,14 +1194,35 @@ def job_status(job: Obj, pods: list[Obj], old: dict[str, Any]) -> dict[str, Any]
                 f"PyTorchJob {ns}/{name} has failed because {n} {role} replica(s) failed.")
         _unset(status, "Running", "PyTorchJobFailed")
         status["completionTime"] = now_iso()
-    elif "Succeeded" in phases.get("Master", []):
+    elif _succeeded(job, counts):
         _ensure(status, "Succeeded", "PyTorchJobSucceeded",
                 f"PyTorchJob {ns}/{name} successfully completed.")
         _unset(status, "Running", "PyTorchJobSucceeded")
         status["completionTime"] = now_iso()
-    elif len(all_phases) >= expected and all(ph == "Running" for ph in all_phases):
-        _ensure(status, "Running", "PyTorchJobRunning", f"PyTorchJob {ns}/{name} is running.")
+    else:
+        # Every pod runs; or, for a PodGroup smaller than the job (minAvailable), at least
+        # minMember pods run (the others wait for room, as they do under a gang scheduler).
+        minimum = min_member(job)
+        need = expected if minimum is None else min(minimum, expected)
+        running = sum(1 for ph in all_phases if ph == "Running")
+        if expected and running >= need and all(
+            ph in ("Running", "Pending") for ph in all_phases
+        ) and (need < expected or len(all_phases) >= expected):
+            _ensure(status, "Running", "PyTorchJobRunning",
+                    f"PyTorchJob {ns}/{name} is running.")
     return status
+
+
+def _succeeded(job: Obj, counts: Mapping[str, Mapping[str, int]]) -> bool:
+    """The operator's rule: a job with a Master succeeds when the Master has; a job
+    without one when every Worker has, or, with an elasticPolicy, when any Worker has."""
+    specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    if "Master" in specs:
+        return counts.get("Master", {}).get("succeeded", 0) > 0
+    workers = sum(1 for role, *_ in replica_slots(job) if role == "worker")
+    done = counts.get("Worker", {}).get("succeeded", 0)
+    elastic = (job.get("spec") or {}).get("elasticPolicy") is not None
+    return workers > 0 and (done >= workers or (elastic and done > 0))
 
 
 def _ensure(status: dict[str, Any], ctype: str, reason: str, message: str) -> None:

@@ -280,3 +280,108 @@ def test_walkthrough_job_fits_every_default_member(tmp_path: Path) -> None:
         fleet_cfg = yaml.safe_load(f.fleet_config_path.read_text())
         assert fleet_cfg["source"] == {"context": "hub"}
         assert [c["name"] for c in fleet_cfg["clusters"]] == f.members
+
+
+# --------------------------------------------------------------------------- single-role jobs
+
+
+def _single_role(name: str, role: str, replicas: int, cpu: str = "100m",
+                 run_seconds: str | None = "0.5", **spec: Any) -> dict[str, Any]:
+    body = pytorchjob(name, replicas, worker_cpu=cpu, master_cpu=cpu,
+                      annotations={"fleetq.io/run-seconds": run_seconds} if run_seconds else None)
+    specs = body["spec"]["pytorchReplicaSpecs"]
+    keep = specs[role]
+    keep["replicas"] = replicas
+    body["spec"]["pytorchReplicaSpecs"] = {role: keep}
+    body["spec"]["runPolicy"] = {}
+    body["spec"].update(spec)
+    return body
+
+
+def _succeed(core: client.CoreV1Api, pod: str) -> None:
+    """The pod's container exits 0 (as the kubelet would report it)."""
+    core.patch_namespaced_pod_status(pod, "default", {"status": {"phase": "Succeeded"}})
+
+
+def _wait_succeeded(custom: client.CustomObjectsApi, name: str) -> dict[str, Any]:
+    job: dict[str, Any] = wait_for(lambda: (j := _job(custom, name)) and
+                                   conditions(j).get("Succeeded") == "True" and j, timeout=6)
+    return job
+
+
+def test_master_only_job_runs_one_pod_and_succeeds(core: client.CoreV1Api,
+                                                   custom: client.CustomObjectsApi) -> None:
+    custom.create_namespaced_custom_object(*KF, "default", "pytorchjobs",
+                                           _single_role("solo", "Master", 1, run_seconds="1"))
+    pods = wait_for(lambda: (p := _pods(core, "solo")) and p[0].status.phase == "Running" and p)
+    assert [p.metadata.name for p in pods] == ["solo-master-0"]
+    assert pods[0].metadata.labels["training.kubeflow.org/replica-type"] == "master"
+    assert conditions(_job(custom, "solo")).get("Running") == "True"
+    job = _wait_succeeded(custom, "solo")
+    assert job["status"]["replicaStatuses"] == {"Master": {"succeeded": 1}}
+    assert [p.metadata.name for p in _pods(core, "solo")] == ["solo-master-0"]
+    custom.delete_namespaced_custom_object(*KF, "default", "pytorchjobs", "solo")
+    wait_for(lambda: not _pods(core, "solo"))
+
+
+def test_worker_only_job_succeeds_when_every_worker_has(core: client.CoreV1Api,
+                                                        custom: client.CustomObjectsApi) -> None:
+    custom.create_namespaced_custom_object(*KF, "default", "pytorchjobs",
+                                           _single_role("workers", "Worker", 3, run_seconds="1"))
+    pods = wait_for(lambda: (p := _pods(core, "workers")) and len(p) == 3 and all(
+        x.status.phase == "Running" for x in p) and p)
+    assert [p.metadata.name for p in pods] == ["workers-worker-0", "workers-worker-1",
+                                               "workers-worker-2"]
+    assert conditions(_job(custom, "workers")).get("Running") == "True"
+    job = _wait_succeeded(custom, "workers")
+    assert job["status"]["replicaStatuses"] == {"Worker": {"succeeded": 3}}
+    custom.delete_namespaced_custom_object(*KF, "default", "pytorchjobs", "workers")
+    wait_for(lambda: not _pods(core, "workers"))
+
+
+def test_worker_only_job_is_not_done_while_a_worker_runs(core: client.CoreV1Api,
+                                                         custom: client.CustomObjectsApi) -> None:
+    # Without Master and without elasticPolicy, one finished worker does not finish the job.
+    custom.create_namespaced_custom_object(*KF, "default", "pytorchjobs",
+                                           _single_role("slow", "Worker", 2, run_seconds=None))
+    pods = wait_for(lambda: (p := _pods(core, "slow")) and len(p) == 2 and all(
+        x.status.phase == "Running" for x in p) and p)
+    _succeed(core, pods[0].metadata.name)
+    wait_for(lambda: _job(custom, "slow")["status"]["replicaStatuses"]
+             == {"Worker": {"active": 1, "succeeded": 1}})
+    time.sleep(0.2)
+    assert conditions(_job(custom, "slow")).get("Succeeded") is None
+    custom.delete_namespaced_custom_object(*KF, "default", "pytorchjobs", "slow")
+    wait_for(lambda: not _pods(core, "slow"))
+
+
+def test_elastic_worker_only_job_succeeds_when_any_worker_has(
+        core: client.CoreV1Api, custom: client.CustomObjectsApi) -> None:
+    body = _single_role("elastic", "Worker", 2, run_seconds=None,
+                        elasticPolicy={"minReplicas": 1, "maxReplicas": 2})
+    custom.create_namespaced_custom_object(*KF, "default", "pytorchjobs", body)
+    pods = wait_for(lambda: (p := _pods(core, "elastic")) and len(p) == 2 and all(
+        x.status.phase == "Running" for x in p) and p)
+    _succeed(core, pods[1].metadata.name)
+    _wait_succeeded(custom, "elastic")
+    custom.delete_namespaced_custom_object(*KF, "default", "pytorchjobs", "elastic")
+    wait_for(lambda: not _pods(core, "elastic"))
+
+
+def test_min_available_binds_the_pod_group_minimum_first(core: client.CoreV1Api,
+                                                         custom: client.CustomObjectsApi) -> None:
+    # 6 workers of 3 cpu: the two 4-cpu nodes hold two, the tainted gpu node none. The whole
+    # gang never fits; with minAvailable 2 two run (the job is Running) and four wait.
+    body = _single_role("partial", "Worker", 6, cpu="3", run_seconds=None,
+                        runPolicy={"schedulingPolicy": {"minAvailable": 2}})
+    custom.create_namespaced_custom_object(*KF, "default", "pytorchjobs", body)
+    pods = wait_for(lambda: (p := _pods(core, "partial")) and len(p) == 6 and sum(
+        x.status.phase == "Running" for x in p) == 2 and p)
+    waiting = [p for p in pods if p.spec.node_name is None]
+    assert len(waiting) == 4
+    wait_for(lambda: all(any(c.type == "PodScheduled" and c.reason == "Unschedulable"
+                             for c in core.read_namespaced_pod(p.metadata.name, "default")
+                             .status.conditions or []) for p in waiting))
+    assert conditions(_job(custom, "partial")).get("Running") == "True"
+    custom.delete_namespaced_custom_object(*KF, "default", "pytorchjobs", "partial")
+    wait_for(lambda: not _pods(core, "partial"))
