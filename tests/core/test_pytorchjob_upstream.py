@@ -577,3 +577,26 @@ def test_deep_flow_nesting_gives_our_line_with_the_installed_pyyaml(opener: str)
     assert MF.parse_manifest_text(text, "m.yaml").errors == [
         "m.yaml: document 1: line 1: nested deeper than 64 levels"
     ]
+
+
+# --------------------------------------------------------------------------- placement
+
+
+def test_placement_copes_with_one_role_gangs_and_the_minimum() -> None:
+    from fleetq.capacity import ClusterSnapshot, NodeCapacity
+    from fleetq.placement import fits_node_by_node, place_gang
+
+    gi = (1 << 30) * 1000
+    small = ClusterSnapshot(
+        "small", nodes=[NodeCapacity(f"n{i}", {"cpu": 4000, "memory": 8 * gi}) for i in range(2)]
+    )
+    master_only = job()
+    del master_only["spec"]["pytorchReplicaSpecs"]["Worker"]
+    assert fits_node_by_node(M.gang_of(M.parse_job(master_only)), small) == {"master-0": "n0"}
+    # 4 workers of 2 cpu + 2Gi fill both nodes; 5 do not fit, but a minimum of 3 does
+    elastic = worker_only(workers=5, elasticPolicy={"minReplicas": 3})
+    full = worker_only(workers=5)
+    assert isinstance(fits_node_by_node(M.gang_of(M.parse_job(full)), small), str)
+    decision = place_gang(M.gang_of(M.parse_job(elastic)), [small])
+    assert decision.best is not None
+    assert sorted(decision.best.assignment) == ["worker-0", "worker-1", "worker-2"]
