@@ -1172,7 +1172,9 @@ def gang_of(job: PyTorchJob, priority_classes: Mapping[str, int] | None = None) 
     declared = tuple(
         (role.lower(), job.replicas(role)) for role in job.roles() if job.replicas(role)
     )
-    return Gang(tuple(pods), job_priority(job, priority_classes), declared, minimum.source)
+    declared_pods = sum(n for _, n in declared)
+    source = minimum.source if len(pods) < declared_pods else ""  # not smaller: no minimum
+    return Gang(tuple(pods), job_priority(job, priority_classes), declared, source)
 
 
 def quota_request(gang: Gang) -> R.Resources:

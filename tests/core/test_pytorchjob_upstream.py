@@ -454,6 +454,13 @@ def test_full_gang_has_no_minimum_source() -> None:
     gang = M.gang_of(M.parse_job(job()))
     assert not gang.is_minimum
     assert gang.minimum_line() == "gang of 3 pods (every replica)"
+    # a minimum that is not smaller than the job is no minimum
+    for spec in ({"elasticPolicy": {}}, {"runPolicy": {"schedulingPolicy": {"minAvailable": 9}}}):
+        doc = job()
+        doc["spec"].update(spec)
+        gang = M.gang_of(M.parse_job(doc))
+        assert (gang.minimum_source, len(gang.pods)) == ("", 3)
+        assert gang.minimum_line() == "gang of 3 pods (every replica)"
     master_only = job()
     del master_only["spec"]["pytorchReplicaSpecs"]["Worker"]
     assert M.gang_of(M.parse_job(master_only)).minimum_line() == "gang of 1 pod (every replica)"
