@@ -455,7 +455,10 @@ def test_full_gang_has_no_minimum_source() -> None:
     assert not gang.is_minimum
     assert gang.minimum_line() == "gang of 3 pods (every replica)"
     # a minimum that is not smaller than the job is no minimum
-    for spec in ({"elasticPolicy": {}}, {"runPolicy": {"schedulingPolicy": {"minAvailable": 9}}}):
+    specs: list[dict[str, Any]] = [
+        {"elasticPolicy": {}}, {"runPolicy": {"schedulingPolicy": {"minAvailable": 9}}}
+    ]
+    for spec in specs:
         doc = job()
         doc["spec"].update(spec)
         gang = M.gang_of(M.parse_job(doc))
