@@ -610,3 +610,18 @@ def test_placement_copes_with_one_role_gangs_and_the_minimum() -> None:
     decision = place_gang(M.gang_of(M.parse_job(elastic)), [small])
     assert decision.best is not None
     assert sorted(decision.best.assignment) == ["worker-0", "worker-1", "worker-2"]
+
+
+@pytest.mark.parametrize("loader", ["libyaml", "pure-python"])
+def test_deep_nesting_line_with_either_pyyaml_loader(
+    loader: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PyYAML without libyaml has no nesting limit of its own: our walk stops at 64 levels.
+    if loader == "pure-python":
+        monkeypatch.setattr(MF, "_ManifestLoader", yaml.SafeLoader)
+    elif not hasattr(yaml, "CSafeLoader"):
+        pytest.skip("this PyYAML has no libyaml")
+    text = "a: " + "[" * 10_000 + "]" * 10_000 + "\n"
+    assert MF.parse_manifest_text(text, "m.yaml").errors == [
+        "m.yaml: document 1: line 1: nested deeper than 64 levels"
+    ]
