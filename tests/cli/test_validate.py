@@ -289,3 +289,16 @@ def test_dangling_symlink_is_reported_not_raised(tmp_path: Path) -> None:
     link.symlink_to(tmp_path / "nowhere.yaml")
     code, lines = validate("-f", str(tmp_path))
     assert (code, lines) == (1, [f"{link}: cannot be read (No such file or directory)"])
+
+
+def test_master_only_and_elastic_worker_only_jobs_pass(tmp_path: Path) -> None:
+    master_only = JOB_YAML[: JOB_YAML.index("    Worker:")]
+    elastic = _mutated(JOB_YAML, "  pytorchReplicaSpecs:\n",
+                       "  elasticPolicy: {minReplicas: 1, maxReplicas: 2, rdzvBackend: c10d}\n"
+                       "  runPolicy: {cleanPodPolicy: All, activeDeadlineSeconds: 60}\n"
+                       "  pytorchReplicaSpecs:\n")
+    elastic = elastic.replace("name: pytorch-test\n  namespace", "name: elastic\n  namespace")
+    elastic = elastic[: elastic.index("    Master:")] + elastic[elastic.index("    Worker:"):]
+    code, lines = validate("-f", write(tmp_path, "a.yaml", master_only),
+                           "-f", write(tmp_path, "b.yaml", elastic))
+    assert (code, lines) == (0, [f"OK {JOB}", "OK PyTorchJob default/elastic"])
