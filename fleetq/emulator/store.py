@@ -429,6 +429,14 @@ class Store:
         self.watchers[plural].add(w)
         return w
 
+    def compact(self) -> int:
+        """Forget the history up to now, as etcd's compaction does: a watch from an
+        older resourceVersion then gets 410 Gone. Returns the compacted revision."""
+        for plural in self.types:
+            self.history[plural].clear()
+            self.floor[plural] = self.rv
+        return self.rv
+
     def unwatch(self, w: Watcher) -> None:
         self.watchers[w.rt.plural].discard(w)
 
