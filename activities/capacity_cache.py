@@ -49,6 +49,7 @@ from activities.member_cluster import (
 )
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
+from fleetq.cluster_health import READY, ClusterCondition, TaintSettings, cluster_taints
 from fleetq.models import pod_requests
 
 log = logging.getLogger(__name__)
@@ -212,6 +213,7 @@ class CapacityCache:
         reservation: bool = False,
         ttl_s: float = 2.0,
         watch_jobs: bool = True,
+        failover: TaintSettings | None = None,
     ) -> None:
         self.api = api
         self.name = name
@@ -236,10 +238,11 @@ class CapacityCache:
         self._watch_jobs = watch_jobs
         self._subs: dict[tuple[str, str], set[threading.Event]] = {}
         self._subs_lock = threading.Lock()
-        self._unreachable_snapshot = ClusterSnapshot(
-            name=name, labels=dict(self.labels), taints=taints, reservation=reservation,
-            reachable=False,
-        )
+        self.failover = failover or TaintSettings()
+        #: the last probe's verdict ("Unknown"/"False" with a one-line reason)
+        self._probe_verdict: tuple[str, str] = ("True", "")
+        self._last_failure = ""
+        self._unreachable: tuple[ClusterCondition, ClusterSnapshot] | None = None
 
     # -- lifecycle
 
@@ -289,6 +292,42 @@ class CapacityCache:
             broken = [t for k, t in self._broken_since.items() if k != "jobs"]
         return not broken or time.monotonic() - min(broken) <= self.ttl_s
 
+    def condition(self) -> ClusterCondition:
+        """The member's Ready condition: ``True`` while the snapshot can be served; else
+        ``False`` (its API answers with errors) or ``Unknown`` (it does not answer),
+        since the moment the cache stopped vouching for it (first failure + TTL)."""
+        with self._lock:
+            synced = all(k in self._synced for k in self._kinds)
+            broken = [t for k, t in self._broken_since.items() if k != "jobs"]
+            verdict, failure = self._probe_verdict, self._last_failure
+        now = time.monotonic()
+        if synced and (not broken or now - min(broken) <= self.ttl_s):
+            return READY
+        start = (min(broken) + self.ttl_s) if broken else now
+        since = time.time() - max(0.0, now - start)
+        ready, reason = verdict
+        if ready == "True":  # the probe answers but the watches fail (or never synced)
+            ready, reason = "Unknown", failure or f"{self.name}: unreachable (not synced yet)"
+        return ClusterCondition(ready, round(since, 3), reason)  # type: ignore[arg-type]
+
+    def unreachable_snapshot(self) -> ClusterSnapshot:
+        """The snapshot served while the cache cannot vouch for the member: no nodes,
+        ``reachable=False``, and the member's health taints (same object while the
+        condition stays the same, so per-snapshot memos stay valid)."""
+        cond = self.condition()
+        cached = self._unreachable
+        if cached is not None and cached[0] == cond:
+            return cached[1]
+        snap = ClusterSnapshot(
+            name=self.name,
+            labels=dict(self.labels),
+            taints=self.taints + cluster_taints(cond, self.failover),
+            reservation=self.reservation,
+            reachable=False,
+        )
+        self._unreachable = (cond, snap)
+        return snap
+
     def snapshot(self, wait_s: float | None = None) -> ClusterSnapshot:
         """The current snapshot; the first call waits up to ``wait_s`` (default connect +
         read timeout) for the initial LISTs."""
@@ -296,7 +335,7 @@ class CapacityCache:
             wait = self.api.connect_s + self.api.read_s if wait_s is None else wait_s
             self._initial.wait(wait)
         if not self.healthy():
-            return self._unreachable_snapshot
+            return self.unreachable_snapshot()
         with self._lock:
             built = self._built
             if built is not None and built[0] == self._version:
@@ -322,7 +361,7 @@ class CapacityCache:
             pods, prv = self.api.list(PODS)
             res, rrv = self.api.list(RESERVATIONS) if self.reservation else ([], "")
         except (ClusterUnreachable, ApiError):
-            return self._unreachable_snapshot
+            return self.unreachable_snapshot()
         state = _State()
         state.nodes = {str(_meta(n).get("name")): condense_node(n) for n in nodes}
         for p in pods:
@@ -510,6 +549,12 @@ class CapacityCache:
     def _failed(self, kind: str, exc: BaseException, backoff: float) -> None:
         log.debug("cluster %s: %s watch failed: %s", self.name, kind, exc)
         if kind != "jobs":
+            with self._lock:
+                self._last_failure = (
+                    str(exc) if isinstance(exc, ClusterUnreachable | ApiError)
+                    else f"{self.name}: unreachable ({type(exc).__name__})"
+                )
+        if kind != "jobs":
             self._mark_broken(kind)
         with self._wake:
             gen = self._wake_gen
@@ -524,8 +569,10 @@ class CapacityCache:
     def _probe_loop(self) -> None:
         interval = max(1.0, self.ttl_s)
         while not self._stop.wait(interval):
-            ok = self.api.probe()
-            if ok:
+            verdict = self.api.probe_ready()
+            with self._lock:
+                self._probe_verdict = verdict
+            if verdict[0] == "True":
                 with self._lock:
                     recovered = "probe" in self._broken_since
                 if recovered:

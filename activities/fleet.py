@@ -52,6 +52,8 @@ class Fleet:
                     taints=tuple(Taint(t.key, t.value, t.effect) for t in c.taints),
                     source=self.source,
                     cache_ttl_s=config.cacheTTLSeconds,
+                    unschedulable_grace_s=config.unschedulableGraceSeconds,
+                    failover=config.clusterFailover.settings(),
                     start_cache=start_caches,
                 )
                 self.clusters[c.name] = member

@@ -34,7 +34,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from urllib.parse import quote, urlencode
 
@@ -46,6 +46,7 @@ from pydantic import BaseModel, Field
 
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot, Taint
+from fleetq.cluster_health import ReadyStatus, TaintSettings, cluster_taints
 from fleetq.fleet_config import FleetConfigError
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ __all__ = [
     "JobStatus",
     "KubeApi",
     "KubernetesMemberCluster",
+    "MemberTaint",
     "MemberCluster",
     "PodReservation",
     "PodStatus",
@@ -82,7 +84,53 @@ class ConflictError(Exception):
 
 
 class ClusterUnreachable(Exception):
-    """The member did not answer in time (or kept failing with 429/5xx): try later."""
+    """The member did not answer in time (or kept failing with 429/5xx): try later.
+
+    ``str()`` is one human line, ``cluster-a: unreachable (connection refused)``;
+    ``why`` is the part in brackets and ``request`` the call that failed (for logs)."""
+
+    def __init__(
+        self, cluster: str, why: str, request: str = "", *, status: int | None = None
+    ) -> None:
+        self.cluster = cluster
+        self.why = why
+        self.request = request
+        #: the HTTP status that kept failing (429/5xx), None for a transport failure
+        self.status = status
+        super().__init__(f"{cluster}: unreachable ({why})")
+
+
+def unreachable_why(exc: BaseException) -> str:
+    """A transport failure in a few words (``connection refused``), not urllib3's text."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cur, ConnectionResetError | BrokenPipeError):
+            return "connection reset"
+        if isinstance(cur, urllib3.exceptions.SSLError):
+            return "TLS handshake failed"
+        if isinstance(cur, socket.gaierror):
+            return "host name does not resolve"
+        if isinstance(cur, urllib3.exceptions.MaxRetryError) and cur.reason is not None:
+            cur = cur.reason
+            continue
+        cur = cur.__cause__ or cur.__context__
+    text = str(exc).lower()
+    for needle, why in (
+        ("refused", "connection refused"),
+        ("reset", "connection reset"),
+        ("aborted", "connection reset"),
+        ("timed out", "connection timed out"),
+        ("name or service not known", "host name does not resolve"),
+        ("ssl", "TLS handshake failed"),
+        ("eof", "connection closed"),
+    ):
+        if needle in text:
+            return why
+    return type(exc).__name__
 
 
 class ApiError(Exception):
@@ -199,6 +247,31 @@ class PodStatus(BaseModel):
 
 
 Health = Literal["Healthy", "Unhealthy", "Unknown"]
+#: the phase of a job that has no copy on the member
+MISSING_PHASE = "Missing"
+
+
+class MemberTaint(BaseModel):
+    """A taint on fleetq's view of a member (``cluster.karmada.io/unreachable``...)."""
+
+    key: str
+    value: str = ""
+    effect: str
+    time_added: datetime | None = None
+
+    @classmethod
+    def of(cls, taint: Taint) -> MemberTaint:
+        added = taint.time_added
+        return cls(
+            key=taint.key,
+            value=taint.value,
+            effect=taint.effect,
+            time_added=None if added is None else datetime.fromtimestamp(added, UTC),
+        )
+
+    def to_taint(self) -> Taint:
+        added = None if self.time_added is None else self.time_added.timestamp()
+        return Taint(self.key, self.value, self.effect, added)
 
 
 class JobStatus(BaseModel):
@@ -209,6 +282,12 @@ class JobStatus(BaseModel):
     pods: list[PodStatus] = Field(default_factory=list)
     replica_statuses: dict[str, dict[str, int]] = Field(default_factory=dict)
     observed: str = ""  # change token: differs whenever health, phase, job or pods change
+    #: the member's health taints while it is unreachable / not ready
+    taints: list[MemberTaint] = Field(default_factory=list)
+    #: when a NoExecute taint evicts the job (its policy's tolerations considered;
+    #: set by the watch activity), and why
+    evict_at: datetime | None = None
+    evict_reason: str = ""
 
 
 class PurgeResult(BaseModel):
@@ -234,6 +313,7 @@ class MemberCluster(Protocol):
         heartbeat: Callable[[], None] | None = None,
     ) -> JobStatus: ...
     def purge(self, job: JobRef) -> PurgeResult: ...
+    def leftovers(self, job: JobRef) -> list[str]: ...
 
 
 def observed_changed(observed: str, since: str) -> bool:
@@ -413,16 +493,15 @@ class KubeApi:
                     resp.response.release_conn()
             except urllib3.exceptions.NewConnectionError as exc:
                 # Refused: one quick retry (an API server restarting), then give up.
-                failure = ClusterUnreachable(f"cluster {self.name}: {method} {path}: {_short(exc)}")
+                failure = ClusterUnreachable(self.name, unreachable_why(exc), f"{method} {path}")
                 if attempt >= 2:
                     raise failure from None
-            except urllib3.exceptions.TimeoutError as exc:
+            except urllib3.exceptions.TimeoutError:
                 raise ClusterUnreachable(
-                    f"cluster {self.name}: {method} {path}: no answer within "
-                    f"{tmo[0]:g}s/{tmo[1]:g}s ({type(exc).__name__})"
+                    self.name, f"no answer within {tmo[0]:g}s/{tmo[1]:g}s", f"{method} {path}"
                 ) from None
             except (urllib3.exceptions.HTTPError, OSError, k8s_client.ApiException) as exc:
-                failure = ClusterUnreachable(f"cluster {self.name}: {method} {path}: {_short(exc)}")
+                failure = ClusterUnreachable(self.name, unreachable_why(exc), f"{method} {path}")
             else:
                 if status not in RETRY_STATUSES:
                     try:
@@ -432,8 +511,10 @@ class KubeApi:
                     return status, decoded
                 retry_after = _retry_after(headers)
                 failure = ClusterUnreachable(
-                    f"cluster {self.name}: {method} {path}: HTTP {status} after "
-                    f"{attempt} attempt{'s' if attempt > 1 else ''}"
+                    self.name,
+                    f"HTTP {status} after {attempt} attempt{'s' if attempt > 1 else ''}",
+                    f"{method} {path}",
+                    status=status,
                 )
             if not retry or attempt >= policy.attempts:
                 raise failure
@@ -520,7 +601,7 @@ class KubeApi:
         try:
             resp = self._send("GET", full, None, "application/json", tmo)
         except (urllib3.exceptions.HTTPError, OSError, k8s_client.ApiException) as exc:
-            raise ClusterUnreachable(f"cluster {self.name}: watch {path}: {_short(exc)}") from None
+            raise ClusterUnreachable(self.name, unreachable_why(exc), f"watch {path}") from None
         status = int(resp.status)
         if status != 200:
             try:
@@ -528,17 +609,29 @@ class KubeApi:
             except ValueError:
                 obj = None
             if status in RETRY_STATUSES:
-                raise ClusterUnreachable(f"cluster {self.name}: watch {path}: HTTP {status}")
+                raise ClusterUnreachable(
+                    self.name, f"HTTP {status}", f"watch {path}", status=status
+                )
             raise self._fail("WATCH", path, status, obj)
         return WatchStream(resp.response)
 
     def probe(self) -> bool:
         """Does the API server answer at all (any non-5xx status counts)?"""
+        return self.probe_ready()[0] == "True"
+
+    def probe_ready(self) -> tuple[ReadyStatus, str]:
+        """The member's Ready condition from one ``GET /version``: ``True`` (it answers),
+        ``False`` (it answers with 5xx/429: up but not serving) or ``Unknown`` (no
+        answer), with a one-line reason."""
         try:
             status, _ = self.call("GET", "/version", retry=False)
-        except ClusterUnreachable:
-            return False
-        return status < 500
+        except ClusterUnreachable as exc:
+            if exc.status is not None:
+                return "False", f"{self.name}: not ready (HTTP {exc.status})"
+            return "Unknown", str(exc)
+        if status >= 500:
+            return "False", f"{self.name}: not ready (HTTP {status})"
+        return "True", ""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -785,6 +878,7 @@ class KubernetesMemberCluster:
         unschedulable_grace_s: float = 60.0,
         recheck_s: float = 15.0,
         heartbeat_s: float = 5.0,
+        failover: TaintSettings | None = None,
     ) -> None:
         self.name = name
         self.labels = dict(labels or {})
@@ -806,6 +900,7 @@ class KubernetesMemberCluster:
                 taints=taints,
                 reservation=reservation,
                 ttl_s=cache_ttl_s,
+                failover=failover,
             )
         self.cache = cache
         if start_cache:
@@ -1149,13 +1244,25 @@ class KubernetesMemberCluster:
                     f"another fleet job (fleetq.io/owner {theirs or 'unset'})"
                 )
             return BindResult(created=False, uid=str(_meta(existing).get("uid") or ""), deps=deps)
-        raise ClusterUnreachable(f"cluster {self.name}: PyTorchJob {job.ref} kept vanishing")
+        raise ClusterUnreachable(self.name, f"PyTorchJob {job.ref} kept vanishing")
 
     # -- status
 
     def _unknown(self, reason: str) -> JobStatus:
+        cond = self.cache.condition()
+        if cond.ready == "True":  # the cache still vouches for it: a passing failure
+            taints: tuple[Taint, ...] = ()
+        else:
+            taints = cluster_taints(cond, self.cache.failover)
+            reason = cond.reason or reason
         return JobStatus(
-            cluster=self.name, health="Unknown", phase="Unknown", reason=reason, observed="Unknown"
+            cluster=self.name,
+            health="Unknown",
+            phase="Unknown",
+            reason=reason,
+            # no "/" in the token: "health/phase" tokens are told apart by one "/"
+            observed=f"Unknown#{cond.ready}" if taints else "Unknown",
+            taints=[MemberTaint.of(t) for t in taints],
         )
 
     def status(self, job: JobRef) -> JobStatus:
@@ -1177,8 +1284,8 @@ class KubernetesMemberCluster:
                 else f"PyTorchJob {job.ref} on {self.name} belongs to another fleet job"
             )
             return JobStatus(
-                cluster=self.name, health="Unhealthy", phase="Missing", reason=reason,
-                observed="Missing",
+                cluster=self.name, health="Unhealthy", phase=MISSING_PHASE, reason=reason,
+                observed=MISSING_PHASE,
             )
         uid = str(_meta(obj).get("uid") or "")
         items, _ = self.api.list(
@@ -1293,6 +1400,25 @@ class KubernetesMemberCluster:
 
     # -- purge
 
+    def leftovers(self, job: JobRef) -> list[str]:
+        """What of the job is still on the member (its PyTorchJob and pods, terminating
+        ones included): empty once a purge is complete."""
+        left: list[str] = []
+        obj = self.api.get(self._job_path(job.namespace, job.name))
+        if obj is not None and _labels(obj).get(OWNER_LABEL) == job.owner_id:
+            left.append(f"PyTorchJob {job.ref}")
+        items, _ = self.api.list(
+            self._core_path(job.namespace, "pods"), label_selector=f"{KF_JOB_NAME}={job.name}"
+        )
+        for pod in items:
+            pm = _meta(pod)
+            if (pm.get("labels") or {}).get(OWNER_LABEL) == job.owner_id or any(
+                isinstance(r, dict) and r.get("kind") == "PyTorchJob" and r.get("name") == job.name
+                for r in pm.get("ownerReferences") or []
+            ):
+                left.append(f"Pod {job.namespace}/{pm.get('name')}")
+        return left
+
     def purge(self, job: JobRef) -> PurgeResult:
         """Delete the job, its pods and its reservations; safe to repeat. Objects with
         our names that belong to another fleet job are left alone. Propagated deps stay
@@ -1300,7 +1426,7 @@ class KubernetesMemberCluster:
         try:
             return self._purge(job)
         except ApiError as exc:
-            raise ClusterUnreachable(str(exc)) from None
+            raise ClusterUnreachable(self.name, f"HTTP {exc.status} on purge", str(exc)) from None
 
     def _purge(self, job: JobRef) -> PurgeResult:
         deleted: list[str] = []

@@ -12,9 +12,10 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
@@ -34,6 +35,7 @@ from activities.member_cluster import (
     ReserveResult,
 )
 from activities.quota_outbox import QuotaOutbox, QuotaRefused
+from fleetq.cluster_health import eviction_due
 from fleetq.messages import (
     Candidate,
     HolderCheck,
@@ -51,6 +53,8 @@ from fleetq.registry import RegistryState, resolve_from_state
 
 #: how stale the worker's view of the fleet registry may be when resolving a job's policy
 REGISTRY_MAX_AGE = 1.0
+#: how often purge_when_reachable asks an unreachable member whether it answers again
+PURGE_POLL_SECONDS = 1.0
 
 
 class ReserveInput(BaseModel):
@@ -70,11 +74,17 @@ class WatchInput(BaseModel):
     #: change), or "health/phase" (return when either changes)
     since: str = ""
     timeout_seconds: float = 300.0
+    #: the policy's placement.clusterTolerations: with them the watch says when a
+    #: NoExecute health taint on the member evicts the job (``JobStatus.evict_at``)
+    cluster_tolerations: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class PurgeInput(BaseModel):
     cluster: str
     job: JobRef
+    #: purge_when_reachable only: return only once the job and its pods are gone from
+    #: the member (strict fencing), not once the deletes were accepted
+    confirm: bool = False
 
 
 async def deliver_quota_message(outbox: QuotaOutbox, inp: QuotaSignal) -> bool:
@@ -265,6 +275,30 @@ class SchedulingActivities:
         result: PurgeResult = self._member(inp.cluster).purge(inp.job)
         return result
 
+    @activity.defn(name="purge_when_reachable")
+    def purge_when_reachable(self, inp: PurgeInput) -> PurgeResult:
+        """Purge a copy left on a member that did not answer: ask the member every
+        PURGE_POLL_SECONDS and purge the moment it answers again, heartbeating meanwhile
+        (a worker that dies hands the wait to another one within the heartbeat
+        timeout). With ``confirm``, return only once the job and its pods are gone."""
+        member = self._member(inp.cluster)
+        deleted: list[str] = []
+        while True:
+            activity.heartbeat(len(deleted))
+            try:
+                deleted += member.purge(inp.job).deleted
+                if not inp.confirm:
+                    return PurgeResult(deleted=deleted)
+                if not member.leftovers(inp.job):
+                    return PurgeResult(deleted=deleted)
+            except ClusterUnreachable:
+                pass
+            activity.wait_for_cancelled_sync(PURGE_POLL_SECONDS)
+            if activity.is_cancelled():
+                raise asyncio.CancelledError()
+            if activity.is_worker_shutdown():
+                raise ApplicationError("worker shutting down; the purge resumes elsewhere")
+
     # ------------------------------------------------------------------ status
     @activity.defn(name="watch_status")
     def watch_status(self, inp: WatchInput) -> JobStatus:
@@ -281,6 +315,15 @@ class SchedulingActivities:
         status: JobStatus = member.wait_for_change(
             inp.job, inp.since, inp.timeout_seconds, heartbeat=heartbeat
         )
+        if status.taints:
+            eviction = eviction_due(
+                [t.to_taint() for t in status.taints],
+                inp.cluster_tolerations,
+                self.fleet.config.clusterFailover.settings(),
+            )
+            if eviction is not None:
+                status.evict_at = datetime.fromtimestamp(eviction.at, UTC)
+                status.evict_reason = f"{inp.cluster}: {eviction.message}"
         return status
 
     def all(self) -> list[Callable[..., Any]]:
@@ -292,5 +335,6 @@ class SchedulingActivities:
             self.reserve,
             self.bind,
             self.purge,
+            self.purge_when_reachable,
             self.watch_status,
         ]

@@ -18,6 +18,9 @@ class Taint:
     key: str
     value: str = ""
     effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+    #: when the taint was added (epoch seconds): set on the health taints of a member
+    #: (``fleetq.cluster_health``), where NoExecute tolerations count from it
+    time_added: float | None = field(default=None, compare=False)
 
 
 @dataclass

@@ -9,6 +9,8 @@ process (see ``activities/fleet.py``)::
     - {name: cluster-a, context: cluster-a, labels: {region: east}, reservation: true}
     timeouts: {connectSeconds: 3, readSeconds: 10}
     cacheTTLSeconds: 2
+    clusterFailover: {noExecute: true, defaultUnreachableTolerationSeconds: 300}
+    unschedulableGraceSeconds: 60
 
 Relative paths resolve against the config file's directory. Every problem ends in one
 :class:`FleetConfigError` line naming the file and the field, never a traceback.
@@ -22,6 +24,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fleetq.cluster_health import TaintSettings
 from fleetq.models import DNS1123_LABEL
 
 
@@ -78,12 +81,35 @@ class Timeouts(_Strict):
     readSeconds: float = Field(default=10.0, gt=0, le=600)
 
 
+class ClusterFailover(_Strict):
+    """What an unreachable (Ready Unknown) or not-ready (Ready False) member means for
+    the jobs on it (``fleetq.cluster_health``). Such a member is always tainted
+    ``NoSchedule``; with ``noExecute`` also ``NoExecute``, and a job there is evicted
+    once the taint outlasts its policy's matching ``clusterTolerations`` (a policy
+    without one gets the default seconds below; ``null`` tolerates for ever)."""
+
+    noExecute: bool = True
+    defaultUnreachableTolerationSeconds: int | None = Field(default=300, ge=0, le=31_536_000)
+    defaultNotReadyTolerationSeconds: int | None = Field(default=300, ge=0, le=31_536_000)
+
+    def settings(self) -> TaintSettings:
+        return TaintSettings(
+            no_execute=self.noExecute,
+            unreachable_toleration_seconds=self.defaultUnreachableTolerationSeconds,
+            not_ready_toleration_seconds=self.defaultNotReadyTolerationSeconds,
+        )
+
+
 class FleetConfig(_Strict):
     kubeconfig: str | None = None
     source: KubeRef | None = None
     clusters: list[ClusterConfig] = Field(min_length=1)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     cacheTTLSeconds: float = Field(default=2.0, gt=0, le=3600)
+    clusterFailover: ClusterFailover = Field(default_factory=ClusterFailover)
+    #: how long a pod may stay unschedulable (PodScheduled False) on its member before
+    #: the job counts as Unhealthy (and its failover toleration starts)
+    unschedulableGraceSeconds: float = Field(default=60.0, ge=0, le=86_400)
 
     @model_validator(mode="after")
     def _unique(self) -> FleetConfig:

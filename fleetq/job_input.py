@@ -26,6 +26,9 @@ class JobProgress(BaseModel):
     since: str = ""
     graceful_old: str | None = None
     grace_deadline: datetime | None = None
+    #: a NoExecute health taint on the current member evicts the job at this time
+    evict_at: datetime | None = None
+    evict_reason: str = ""
 
 
 class JobInput(BaseModel):

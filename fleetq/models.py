@@ -24,6 +24,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictBool,
     StrictInt,
     StrictStr,
@@ -402,6 +403,12 @@ class ElasticQuotaTree(Strict):
 # --------------------------------------------------------------------------- PropagationPolicy
 
 
+#: PropagationPolicy annotation: ``Strict`` never runs two copies of a job, even while a
+#: member is partitioned; ``BestEffort`` (default) may, until the member answers again.
+FENCING_ANNOTATION = "fleetq.io/fencing"
+FENCING_MODES = ("BestEffort", "Strict")
+
+
 class PurgeMode(StrEnum):
     DIRECTLY = "Directly"
     GRACEFULLY = "Gracefully"
@@ -499,9 +506,25 @@ class ApplicationFailover(Strict):
             )
         return self
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_spelling(cls, data: Any, handler: Any) -> ApplicationFailover:
+        model: ApplicationFailover = handler(data)
+        written = data.get("purgeMode") if isinstance(data, dict) else None
+        if isinstance(written, str):
+            model._written_purge_mode = written
+        return model
+
+    _written_purge_mode: str | None = PrivateAttr(default=None)
+
     @property
     def grace_seconds(self) -> int:
         return 600 if self.gracePeriodSeconds is None else self.gracePeriodSeconds
+
+    @property
+    def purge_mode_name(self) -> str:
+        """purgeMode as the policy spells it (``Immediately`` stays ``Immediately``)."""
+        return self._written_purge_mode or self.purgeMode.value
 
 
 class Failover(Strict):
@@ -531,6 +554,29 @@ class PropagationPolicy(Strict):
     metadata: ObjectMeta
     spec: PropagationPolicySpec
     status: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _fencing(self) -> PropagationPolicy:
+        value = self.metadata.annotations.get(FENCING_ANNOTATION)
+        if value is not None and value not in FENCING_MODES:
+            raise ValueError(
+                f"@metadata.annotations.{FENCING_ANNOTATION} must be one of "
+                f"{', '.join(FENCING_MODES)} (got {value[:32]!r})"
+            )
+        fo = self.application_failover
+        if value == "Strict" and fo is not None and fo.purgeMode != PurgeMode.DIRECTLY:
+            raise ValueError(
+                f"@metadata.annotations.{FENCING_ANNOTATION} Strict needs "
+                f"spec.failover.application.purgeMode Immediately (Directly), not "
+                f"{fo.purge_mode_name}: it never lets an old copy run beside the new one"
+            )
+        return self
+
+    @property
+    def strict_fencing(self) -> bool:
+        """``fleetq.io/fencing: Strict``: a failover never starts the new copy before the
+        old one is confirmed gone (it waits for an unreachable member to come back)."""
+        return self.metadata.annotations.get(FENCING_ANNOTATION) == "Strict"
 
     @property
     def queued(self) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
@@ -87,6 +87,11 @@ TRANSIENT_STATES = ("Validating", "Scheduling")
 #: window (SA_SETTLE_SECONDS) ends with the job still there
 SETTLING_STATES = ("Created",)
 SA_SETTLE_SECONDS = 10.0
+#: copies left on a member that did not answer are purged by a heartbeating activity that
+#: asks the member every second (``purge_when_reachable``), so they go within seconds of
+#: its return; workflows started before it existed keep purging on timers
+PATCH_PURGE_WHEN_REACHABLE = "purge-when-reachable"
+PURGER_HEARTBEAT = timedelta(seconds=15)
 #: continue-as-new once a run's history passes this many events
 MAX_HISTORY_EVENTS = 1000
 WATCH_SECONDS = 300.0
@@ -119,6 +124,10 @@ class PyTorchJobWorkflow:
         #: watches started and possibly still running (one left behind by a failover,
         #: the current one of a deleted job), waited for before the workflow closes
         self._watches: list[asyncio.Future[Any]] = []
+        #: cluster -> running purge_when_reachable activity for a copy left there
+        self._purgers: dict[str, ActivityHandle[PurgeResult]] = {}
+        self._evict_at: datetime | None = None
+        self._evict_reason = ""
 
     # ================================================================== run
     @workflow.run
@@ -154,6 +163,7 @@ class PyTorchJobWorkflow:
                 p.graceful_old,
                 p.grace_deadline,
             )
+            self._evict_at, self._evict_reason = p.evict_at, p.evict_reason
             self._sa_enabled = self._resolution.search_attributes
             policy = parse_policy(self._resolution.policy) if self._resolution.policy else None
             if policy is None:
@@ -188,6 +198,8 @@ class PyTorchJobWorkflow:
     # ================================================================== phases
     async def _lifecycle(self) -> JobView:
         view = self._require_view()
+        for cluster in view.pending_purges:  # carried over by continue-as-new
+            self._start_purger(cluster)
         if self._pol.queued and self._grant is None and view.state not in TERMINAL_STATES:
             await self._wait_for_admission()
         while view.state not in TERMINAL_STATES:
@@ -198,6 +210,7 @@ class PyTorchJobWorkflow:
             outcome = await self._supervise()
             if outcome == "continue":
                 await self._settle_watches()
+                self._stop_purgers()  # the next run starts them again
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     JobInput(
@@ -212,6 +225,8 @@ class PyTorchJobWorkflow:
                             since=self._since,
                             graceful_old=self._graceful_old,
                             grace_deadline=self._grace_deadline,
+                            evict_at=self._evict_at,
+                            evict_reason=self._evict_reason,
                         ),
                     )
                 )
@@ -470,16 +485,27 @@ class PyTorchJobWorkflow:
                 settling = self._sa_settling
                 watch = self._start_watch(cluster, settling)
             timeout, summary, due = self._next_deadline(tolerance)
+            current = watch
             try:
-                await workflow.wait_condition(watch.done, timeout=timeout, timeout_summary=summary)
+                await workflow.wait_condition(
+                    lambda w=current: w.done() or self._purger_finished(),  # type: ignore[misc]
+                    timeout=timeout,
+                    timeout_summary=summary,
+                )
             except TimeoutError:
                 if due == "failover":
                     # The old copy's watch is left running: the failover purges that copy
                     # (now or once the new one is healthy) and the watch ends then.
-                    await self._failover(cluster, tolerance or 0)
+                    await self._failover(cluster, f"unhealthy on {cluster} for {tolerance or 0}s")
+                    return "failover"
+                if due == "evict":
+                    await self._failover(cluster, f"on {self._evict_reason}")
                     return "failover"
                 if due == "grace":
                     await self._purge_graceful_old("grace period ended")
+                continue
+            if not current.done():  # a copy left on a returning member was purged
+                self._collect_purgers()
                 continue
             finished, watch = watch, None
             try:
@@ -508,10 +534,10 @@ class PyTorchJobWorkflow:
                 and status.phase in ("Running", "Succeeded")
             ):
                 await self._purge_graceful_old(f"new copy on {cluster} is healthy")
-            if view.pending_purges:
+            if any(c not in self._purgers for c in view.pending_purges):
                 await self._retry_pending_purges()
             if tolerance == 0 and view.unhealthy_since is not None:
-                await self._failover(cluster, 0)
+                await self._failover(cluster, f"unhealthy on {cluster} for 0s")
                 return "failover"
             if not changed:
                 # The watch window ended quietly: pause on a durable timer before the next
@@ -537,6 +563,10 @@ class PyTorchJobWorkflow:
                 job=self._ref,
                 since=self._since,
                 timeout_seconds=SA_SETTLE_SECONDS if settling else WATCH_SECONDS,
+                cluster_tolerations=[
+                    t.model_dump(exclude_none=True)
+                    for t in self._pol.spec.placement.clusterTolerations
+                ],
             ),
             result_type=JobStatus,
             start_to_close_timeout=timedelta(seconds=WATCH_SECONDS + 60),
@@ -561,6 +591,10 @@ class PyTorchJobWorkflow:
                 f"failover tolerance {tolerance}s on {view.cluster}",
                 "failover",
             )
+        if self._evict_at is not None:
+            remaining = (self._evict_at - now).total_seconds()
+            if best[0] is None or remaining < best[0]:
+                best = (max(remaining, 0.001), f"evict: {self._evict_reason}", "evict")
         if self._graceful_old and self._grace_deadline is not None:
             remaining = (self._grace_deadline - now).total_seconds()
             if best[0] is None or remaining < best[0]:
@@ -575,6 +609,15 @@ class PyTorchJobWorkflow:
         view = self._require_view()
         self._since = status.observed
         view.pods = [p.model_dump() for p in status.pods]
+        if status.health != "Unknown" or status.taints:  # the member's taints are known
+            if status.evict_at is not None and self._evict_at is None:
+                self._event(
+                    "Warning",
+                    "TaintEviction",
+                    f"{status.evict_reason or status.cluster}: evicting at "
+                    f"{status.evict_at.isoformat(timespec='seconds')}",
+                )
+            self._evict_at, self._evict_reason = status.evict_at, status.evict_reason
         if status.health == "Unhealthy":
             if view.unhealthy_since is None:
                 view.unhealthy_since = workflow.now()
@@ -605,22 +648,34 @@ class PyTorchJobWorkflow:
             self._publish()
 
     # ================================================================== failover
-    async def _failover(self, old: str, tolerance: int) -> None:
+    async def _failover(self, old: str, why: str) -> None:
+        """Evict the job from ``old`` (``why``: ``unhealthy on cluster-a for 30s``, or a
+        NoExecute taint that outlasted its toleration) and place it elsewhere."""
         view = self._require_view()
         fo = self._pol.application_failover
         mode = fo.purgeMode if fo else PurgeMode.DIRECTLY
+        mode_name = fo.purge_mode_name if fo else "Immediately"
         metrics.failover(old, mode.value)
-        self._set_state("FailingOver", f"unhealthy on {old} for {tolerance}s")
-        self._event(
-            "Warning",
-            "FailoverStarted",
-            f"job unhealthy on {old} for {tolerance}s; purgeMode {mode.value}",
-        )
+        self._set_state("FailingOver", why)
+        self._event("Warning", "FailoverStarted", f"job {why}; purgeMode {mode_name}")
         view.evicted.append(old)
         view.cluster = None
         view.unhealthy_since = None
+        self._evict_at, self._evict_reason = None, ""
         self._since = ""
-        if mode == PurgeMode.DIRECTLY:
+        if mode == PurgeMode.DIRECTLY and self._pol.strict_fencing:
+            self._set_state(
+                "FailingOver",
+                f"waiting until {old} confirms the old copy is gone (fleetq.io/fencing: Strict)",
+            )
+            await self._await_purger(old, confirm=True)
+            self._event(
+                "Normal",
+                "Evicted",
+                f"evicted from {old}; old copy confirmed gone before rescheduling "
+                "(fleetq.io/fencing: Strict)",
+            )
+        elif mode == PurgeMode.DIRECTLY:
             await self._purge_or_defer(old)
             self._event("Normal", "Evicted", f"evicted from {old}; old copy purged first")
         elif mode == PurgeMode.GRACEFULLY:
@@ -636,7 +691,9 @@ class PyTorchJobWorkflow:
         else:
             if old in view.copies:
                 view.copies.remove(old)
-            self._event("Normal", "Evicted", f"evicted from {old}; old copy kept (purgeMode Never)")
+            self._event(
+                "Normal", "Evicted", f"evicted from {old}; old copy kept (purgeMode {mode_name})"
+            )
         placed = await self._schedule()
         if placed:
             self._event("Normal", "Rescheduled", f"rescheduled from {old} to {view.cluster}")
@@ -661,6 +718,7 @@ class PyTorchJobWorkflow:
                 f"could not purge {cluster} now ({exc.cause or exc}); "
                 "will purge when it is reachable",
             )
+            self._start_purger(cluster)
             return
         if cluster in view.copies:
             view.copies.remove(cluster)
@@ -741,8 +799,105 @@ class PyTorchJobWorkflow:
         self._set_state("Deleted", "deleted")
 
     async def _purge_until_done(self, cluster: str, why: str) -> None:
-        """Purge, retrying on durable timers (not activity retries) so a cluster that is
-        down for hours costs a handful of events and shows up in the UI as a timer."""
+        """Purge now; a member that does not answer is handed to a purge_when_reachable
+        activity, which purges the moment it answers again (a handful of events however
+        long the outage, visible in the UI as a running activity)."""
+        if not workflow.patched(PATCH_PURGE_WHEN_REACHABLE):
+            await self._purge_until_done_on_timers(cluster, why)
+            return
+        view = self._require_view()
+        if cluster not in view.pending_purges:  # it answered a moment ago: purge now
+            try:
+                await self._purge(cluster, why, attempts=2)
+                return
+            except ActivityError as exc:
+                if cancelled_by_delete(exc):
+                    raise
+                self._set_state(
+                    view.state, f"waiting to purge copy on {cluster}: {exc.cause or exc}"
+                )
+        await self._await_purger(cluster)
+
+    def _start_purger(
+        self, cluster: str, confirm: bool = False
+    ) -> ActivityHandle[PurgeResult] | None:
+        """Start (once) the activity that purges ``cluster``'s copy as soon as it answers;
+        None for a workflow started before it existed (it purges on timers instead)."""
+        running = self._purgers.get(cluster)
+        if running is not None and not running.done():
+            return running
+        if not workflow.patched(PATCH_PURGE_WHEN_REACHABLE):
+            return None
+        handle = workflow.start_activity(
+            "purge_when_reachable",
+            PurgeInput(cluster=cluster, job=self._ref, confirm=confirm),
+            result_type=PurgeResult,
+            start_to_close_timeout=timedelta(hours=1),
+            heartbeat_timeout=PURGER_HEARTBEAT,
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                maximum_interval=timedelta(seconds=10),
+                non_retryable_error_types=["InvalidRequest"],
+            ),
+            cancellation_type=ActivityCancellationType.TRY_CANCEL,
+            summary=f"purge {self._ref.name} on {cluster} once it answers",
+        )
+        self._purgers[cluster] = handle
+        return handle
+
+    async def _await_purger(self, cluster: str, confirm: bool = False) -> None:
+        """Purge ``cluster``'s copy and wait until that is done, however long the member
+        stays away (with ``confirm``: until the copy is confirmed gone)."""
+        view = self._require_view()
+        running = self._purgers.get(cluster)
+        if confirm and running is not None and not running.done():
+            running.cancel()  # restart it so that it confirms
+            self._purgers.pop(cluster)
+        handle = self._start_purger(cluster, confirm=confirm)
+        if handle is None:
+            await self._purge_until_done_on_timers(cluster, "purge copy")
+        else:
+            await handle
+            self._purgers.pop(cluster, None)
+        if cluster in view.pending_purges:
+            view.pending_purges.remove(cluster)
+        if cluster in view.copies:
+            view.copies.remove(cluster)
+
+    def _purger_finished(self) -> bool:
+        return any(h.done() for h in self._purgers.values())
+
+    def _collect_purgers(self) -> None:
+        """Record the copies that purge_when_reachable activities have purged."""
+        view = self._require_view()
+        for cluster, handle in list(self._purgers.items()):
+            if not handle.done():
+                continue
+            del self._purgers[cluster]
+            try:
+                handle.result()
+            except ActivityError as exc:  # left pending: purged on the job's ending
+                self._event(
+                    "Warning", "PurgeFailed", f"could not purge {cluster}: {exc.cause or exc}"
+                )
+                continue
+            if cluster in view.pending_purges:
+                view.pending_purges.remove(cluster)
+            if cluster in view.copies:
+                view.copies.remove(cluster)
+            self._event(
+                "Normal", "Purged", f"copy on {cluster} purged as soon as it answered again"
+            )
+
+    def _stop_purgers(self) -> None:
+        for handle in self._purgers.values():
+            if not handle.done():
+                handle.cancel()
+        self._purgers.clear()
+
+    async def _purge_until_done_on_timers(self, cluster: str, why: str) -> None:
+        """Purge, retrying on durable timers (not activity retries): how workflows started
+        before purge_when_reachable existed keep purging."""
         delay = 5.0
         while True:
             try:

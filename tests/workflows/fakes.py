@@ -257,6 +257,13 @@ class FakeFleet:
             deleted=[f"PyTorchJob {inp.job.namespace}/{inp.job.name}"] if existed else []
         )
 
+    @activity.defn(name="purge_when_reachable")
+    async def purge_when_reachable(self, inp: PurgeInput) -> PurgeResult:
+        """The real one polls the member every second; here each retry (a server timer,
+        which time skipping skips) is one poll."""
+        self.calls.append(("purge_when_reachable", inp.cluster))
+        return await self.purge(inp)
+
     @activity.defn(name="signal_quota")
     async def signal_quota(self, inp: QuotaSignal) -> bool:
         """The real delivery (the worker's outbox): the quota workflow under test is real."""
@@ -290,6 +297,7 @@ class FakeFleet:
             self.bind,
             self.watch_status,
             self.purge,
+            self.purge_when_reachable,
             self.signal_quota,
             self.check_holders,
         ]
