@@ -15,6 +15,7 @@ import copy
 import json
 import re
 import secrets
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -185,11 +186,153 @@ def validate(rt: ResourceType, obj: Obj) -> None:
                               "Invalid value: must be an RFC3339 time") from None
 
 
+# ---------------------------------------------------------------------- custom resources
+
+#: The structural schemas of the two CRDs (upstream training-operator v1.8.1 and
+#: Koordinator v1.7.0), down to where they stop constraining (None: any value kept;
+#: "*": any key). A real API server drops fields these do not name and fills defaults.
+Schema = dict[str, Any]
+_SCHED = dict.fromkeys(("minAvailable", "minResources", "priorityClass", "queue",
+                        "scheduleTimeoutSeconds"))
+_RUN_POLICY: Schema = {**dict.fromkeys(("activeDeadlineSeconds", "backoffLimit",
+                                         "cleanPodPolicy", "suspend",
+                                         "ttlSecondsAfterFinished")),
+                       "schedulingPolicy": _SCHED}
+SCHEMAS: dict[str, Schema] = {
+    "pytorchjobs": {
+        "spec": {"elasticPolicy": None, "nprocPerNode": None, "runPolicy": _RUN_POLICY,
+                 "pytorchReplicaSpecs": {"*": dict.fromkeys(
+                     ("replicas", "restartPolicy", "template"))}},
+        "status": dict.fromkeys(("completionTime", "conditions", "lastReconcileTime",
+                                 "replicaStatuses", "startTime")),
+    },
+    "reservations": {
+        "spec": dict.fromkeys(("allocateOnce", "allocatePolicy", "expires", "owners",
+                               "preAllocation", "taints", "template", "ttl",
+                               "unschedulable")),
+        "status": dict.fromkeys(("allocatable", "allocated", "conditions", "currentOwners",
+                                 "nodeName", "phase")),
+    },
+}
+#: (path of the parent object, field, default) — applied when the parent is present.
+DEFAULTS: dict[str, list[tuple[tuple[str, ...], str, Any]]] = {
+    "pytorchjobs": [(("spec", "runPolicy"), "suspend", False)],
+    "reservations": [(("spec",), "allocateOnce", True), (("spec",), "ttl", "24h")],
+}
+_TOP = ("apiVersion", "kind", "metadata")
+
+
+def prune(rt: ResourceType, obj: Obj) -> list[str]:
+    """Drop the fields a custom resource's schema does not know (in place), fill its
+    defaults; returns the dropped paths (``spec.cleanPodPolicy``)."""
+    schema = SCHEMAS.get(rt.plural)
+    if schema is None:
+        return []
+    dropped: list[str] = []
+
+    def walk(node: Any, sch: Schema, path: str) -> None:
+        if not isinstance(node, dict):
+            return
+        for key in list(node):
+            if path == "" and key in _TOP:
+                continue
+            sub = sch.get("*", sch.get(key, ...)) if "*" in sch else sch.get(key, ...)
+            if sub is ...:
+                dropped.append(f"{path}{key}")
+                del node[key]
+            elif isinstance(sub, dict):
+                walk(node[key], sub, f"{path}{key}.")
+
+    walk(obj, schema, "")
+    for parent_path, key, value in DEFAULTS.get(rt.plural, []):
+        parent: Any = obj
+        for part in parent_path:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if isinstance(parent, dict) and key not in parent:
+            parent[key] = value
+    return dropped
+
+
+def strict_error(rt: ResourceType, dropped: list[str]) -> ApiError:
+    fields = ", ".join(f'unknown field "{f}"' for f in dropped)
+    return bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a '
+                       f"{rt.kind}: strict decoding error: {fields}")
+
+
+def warning_headers(dropped: list[str]) -> dict[str, str]:
+    if not dropped:
+        return {}
+    return {"Warning": ", ".join(f'299 - "unknown field \\"{f}\\""' for f in dropped)}
+
+
+#: Field selectors each resource supports (the real ones; the rest get 400).
+FIELD_LABELS: dict[str, tuple[str, ...]] = {
+    "pods": ("spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+             "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP",
+             "status.podIPs", "status.nominatedNodeName"),
+    "nodes": ("spec.unschedulable",),
+    "namespaces": ("status.phase",),
+    "secrets": ("type",),
+    "events": ("involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+               "involvedObject.uid", "involvedObject.apiVersion",
+               "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason",
+               "reportingComponent", "source", "type"),
+}
+_FIELD_KEY = re.compile(r"^\s*([^!=\s]+)\s*(?:!=|==|=)")
+
+
+def check_field_selector(rt: ResourceType, text: str | None) -> None:
+    for term in (text or "").split(","):
+        m = _FIELD_KEY.match(term)
+        if not m:
+            continue  # the selector parser reports malformed terms
+        key = m.group(1)
+        if key not in ("metadata.name", "metadata.namespace") + FIELD_LABELS.get(rt.plural, ()):
+            raise bad_request(f"field label not supported: {key}")
+
+
+def qos_class(spec: Mapping[str, Any]) -> str:
+    """The pod's QoS class, as the API server computes it on create."""
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    for c in containers:
+        res = (c or {}).get("resources") or {}
+        for k, v in (res.get("requests") or {}).items():
+            requests.setdefault(k, []).append(v)
+        for k, v in (res.get("limits") or {}).items():
+            limits.setdefault(k, []).append(v)
+    if not requests and not limits:
+        return "BestEffort"
+    for c in containers:
+        res = (c or {}).get("resources") or {}
+        lim = res.get("limits") or {}
+        req = res.get("requests") or {}
+        for name in ("cpu", "memory"):
+            if name not in lim or R.parse_milli(req.get(name, lim[name])) != R.parse_milli(
+                    lim[name]):
+                return "Burstable"
+    return "Guaranteed"
+
+
+def default_requests(spec: dict[str, Any]) -> None:
+    """Requests default to limits, per container (what the real server stores)."""
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        res = (c or {}).get("resources") if isinstance(c, dict) else None
+        if not isinstance(res, dict) or not isinstance(res.get("limits"), dict):
+            continue
+        req = res.setdefault("requests", {})
+        if isinstance(req, dict):
+            for k, v in res["limits"].items():
+                req.setdefault(k, v)
+
+
 # ---------------------------------------------------------------------- patches
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch (strategic merge is treated the same)."""
+    """RFC 7386 JSON merge patch (strategic merge is treated the same on built-in
+    types; custom resources refuse it, as the real server does)."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     out = dict(target) if isinstance(target, dict) else {}
@@ -352,6 +495,7 @@ class Handler:
         q = request.query
         if name is None:
             if method == "GET":
+                check_field_selector(rt, q.get("fieldSelector"))
                 selection = parse_selectors(q.get("labelSelector"), q.get("fieldSelector"))
                 matcher = selection.matcher
                 if q.get("watch") in ("true", "1", "True"):
@@ -360,13 +504,20 @@ class Handler:
                     objs = [o for o in self.store.items(rt.plural, namespace)
                             if matcher is None or matcher(o)]
                     return _json(table(rt.plural, objs, str(self.store.rv)))
+                try:
+                    limit = int(q.get("limit") or 0)
+                except ValueError:
+                    raise bad_request(f"invalid limit {q.get('limit')!r}") from None
                 return _json(self.store.list_json(
-                    rt.plural, namespace, matcher, selection.equality))
+                    rt.plural, namespace, matcher, selection.equality, limit=limit,
+                    token=q.get("continue") or ""))
             if method == "POST":
                 if rt.namespaced and namespace is None:
                     raise _no_route()
-                return self.create(rt, namespace, await _body(request), q.get("dryRun"))
+                return self.create(rt, namespace, await _body(request), q.get("dryRun"),
+                                   q.get("fieldValidation"))
             if method == "DELETE":
+                check_field_selector(rt, q.get("fieldSelector"))
                 matcher = selector_matcher(q.get("labelSelector"), q.get("fieldSelector"))
                 return self.delete_collection(rt, namespace, matcher)
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
@@ -379,10 +530,12 @@ class Handler:
                 return _json(table(rt.plural, [obj], str(self.store.rv)))
             return _json(self.store.cached_json(obj))
         if method == "PUT":
-            return self.update(rt, ns, name, sub, await _body(request), q.get("dryRun"))
+            return self.update(rt, ns, name, sub, await _body(request), q.get("dryRun"),
+                               q.get("fieldValidation"))
         if method == "PATCH":
             body = await _body(request)
-            return self.patch(rt, ns, name, sub, body, request.content_type, q.get("dryRun"))
+            return self.patch(rt, ns, name, sub, body, request.content_type, q.get("dryRun"),
+                              q.get("fieldValidation"))
         if method == "DELETE":
             raw = await request.read()
             opts: Any = {}
@@ -428,10 +581,17 @@ class Handler:
             meta.pop("namespace", None)
 
     def create(
-        self, rt: ResourceType, namespace: str | None, obj: Any, dry_run: str | None
+        self, rt: ResourceType, namespace: str | None, obj: Any, dry_run: str | None,
+        field_validation: str | None = None,
     ) -> web.Response:
         self._check_identity(rt, obj, namespace)
         meta = obj["metadata"]
+        if meta.get("resourceVersion"):
+            raise ApiError(500, "", "resourceVersion should not be set on objects to be "
+                                    "created")
+        dropped = prune(rt, obj)
+        if dropped and field_validation == "Strict":
+            raise strict_error(rt, dropped)
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = str(meta["generateName"]) + secrets.token_hex(3)[:5]
         validate(rt, obj)
@@ -444,7 +604,9 @@ class Handler:
         if self.store.get(rt.plural, namespace or "", meta["name"]) is not None:
             raise already_exists(rt, meta["name"])
         if rt.plural == "pods":
-            obj["status"] = {"phase": "Pending", "qosClass": "Burstable"}
+            if isinstance(obj.get("spec"), dict):
+                default_requests(obj["spec"])
+            obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
         elif rt.plural == "namespaces":
             obj["status"] = {"phase": "Active"}
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
@@ -456,18 +618,21 @@ class Handler:
         if rt.plural == "reservations":
             self.cluster.controller.admit_reservation(obj)
         if dry_run:
-            return _json(obj, 201)
+            return _json(obj, 201, warning_headers(dropped))
         stored = self.store.create(rt.plural, obj)
         if rt.plural == "reservations":
             self.cluster.controller.reservation_created(stored)
-        return _json(self.store.cached_json(stored), 201)
+        return _json(self.store.cached_json(stored), 201, warning_headers(dropped))
 
     def _write(
         self, rt: ResourceType, cur: Obj, new: Any, sub: str | None, expect_rv: str | None,
-        dry_run: str | None,
+        dry_run: str | None, field_validation: str | None = None,
     ) -> web.Response:
         if not isinstance(new, dict):
             raise bad_request("the request body must be a JSON object")
+        dropped = prune(rt, new)
+        if dropped and field_validation == "Strict":
+            raise strict_error(rt, dropped)
         if sub == "status":
             obj = copy.deepcopy(cur)
             obj["status"] = new.get("status")
@@ -475,7 +640,7 @@ class Handler:
                 obj.pop("status")
         else:
             obj = new
-            if rt.has_status and rt.plural != "nodes":
+            if rt.has_status:  # the main resource never writes status (nodes neither)
                 if "status" in cur:
                     obj["status"] = copy.deepcopy(cur["status"])
                 else:
@@ -487,13 +652,13 @@ class Handler:
             obj["metadata"].pop("deletionTimestamp", None)
             validate(rt, obj)
         if dry_run:
-            return _json(obj)
+            return _json(obj, headers=warning_headers(dropped))
         stored = self.store.replace(rt.plural, obj, expect_rv=expect_rv)
-        return _json(self.store.cached_json(stored))
+        return _json(self.store.cached_json(stored), headers=warning_headers(dropped))
 
     def update(
         self, rt: ResourceType, ns: str, name: str, sub: str | None, body: Any,
-        dry_run: str | None,
+        dry_run: str | None, field_validation: str | None = None,
     ) -> web.Response:
         cur = self.store.get(rt.plural, ns, name)
         if cur is None:
@@ -509,14 +674,19 @@ class Handler:
             )
         rv = meta.get("resourceVersion") or None
         if sub == "status":
-            return self._write(rt, cur, body, sub, rv, dry_run)
+            return self._write(rt, cur, body, sub, rv, dry_run, field_validation)
         body.setdefault("metadata", {})["name"] = name
-        return self._write(rt, cur, body, sub, rv, dry_run)
+        return self._write(rt, cur, body, sub, rv, dry_run, field_validation)
 
     def patch(
         self, rt: ResourceType, ns: str, name: str, sub: str | None, body: Any,
-        content_type: str, dry_run: str | None,
+        content_type: str, dry_run: str | None, field_validation: str | None = None,
     ) -> web.Response:
+        if content_type == "application/strategic-merge-patch+json" and rt.plural in SCHEMAS:
+            raise ApiError(415, "UnsupportedMediaType",
+                           "the body of the request was in an unknown format - accepted "
+                           "media types include: application/json-patch+json, "
+                           "application/merge-patch+json, application/apply-patch+yaml")
         cur = self.store.get(rt.plural, ns, name)
         if cur is None:
             if content_type == "application/apply-patch+yaml" and sub is None:
@@ -532,14 +702,14 @@ class Handler:
             pmeta = body.get("metadata")
             expect = pmeta.get("resourceVersion") if isinstance(pmeta, dict) else None
         if sub == "status":
-            return self._write(rt, cur, merged, sub, expect, dry_run)
+            return self._write(rt, cur, merged, sub, expect, dry_run, field_validation)
         if not isinstance(merged, dict):
             raise ApiError(422, "Invalid", "the patched object is not a JSON object")
         merged.setdefault("metadata", {})
         if isinstance(merged["metadata"], dict):
             merged["metadata"]["name"] = name
             merged["metadata"].pop("resourceVersion", None)
-        return self._write(rt, cur, merged, sub, expect, dry_run)
+        return self._write(rt, cur, merged, sub, expect, dry_run, field_validation)
 
     def delete(self, rt: ResourceType, ns: str, name: str, opts: dict[str, Any]) -> web.Response:
         cur = self.store.get(rt.plural, ns, name)

@@ -11,6 +11,7 @@ live watchers.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 from collections import deque
@@ -35,6 +36,24 @@ def now_iso() -> str:
 
 def dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def encode_continue(rv: str, key: Key) -> str:
+    """A LIST continue token (like the real one: base64 JSON of the list's
+    resourceVersion and the last key returned)."""
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": int(rv), "start": f"{key[0]}/{key[1]}"})
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_continue(token: str) -> tuple[str, Key]:
+    """``(resourceVersion, last key)`` of a continue token; ApiError 400 if malformed."""
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        ns, _, name = str(data["start"]).partition("/")
+        return str(int(data["rv"])), (ns, name)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ApiError(400, "BadRequest",
+                       f"continue key is not valid: {type(exc).__name__}") from None
 
 
 @dataclass(frozen=True)
@@ -112,6 +131,8 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        if not self.reason:
+            del body["reason"]  # as the real server's internal errors
         if self.details is not None:
             body["details"] = self.details
         return body
@@ -224,6 +245,7 @@ class Store:
         # id(obj) -> (obj, JSON) for stored objects (immutable once stored); holding obj
         # keeps its id from being reused while the entry lives.
         self._bytes: dict[int, tuple[Obj, bytes]] = {}
+        self._item_bytes: dict[int, tuple[Obj, bytes]] = {}  # same, as a LIST item
         self.history: dict[str, deque[WatchEvent]] = {p: deque() for p in self.types}
         self.floor: dict[str, int] = {p: 0 for p in self.types}  # oldest rv still resumable
         self.watchers: dict[str, set[Watcher]] = {p: set() for p in self.types}
@@ -286,25 +308,50 @@ class Store:
             if isinstance(term[1], str):
                 index.setdefault(term, {})[key] = None
 
+    def list_item_json(self, obj: Obj) -> bytes:
+        """A built-in object as a LIST item: a real API server leaves its ``kind`` and
+        ``apiVersion`` out there (custom resources keep them)."""
+        entry = self._item_bytes.get(id(obj))
+        if entry is not None and entry[0] is obj:
+            return entry[1]
+        b = dumps({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
+        self._item_bytes[id(obj)] = (obj, b)
+        return b
+
     def list_json(
         self,
         plural: str,
         namespace: str | None,
         matcher: Matcher | None,
         label_terms: Iterable[tuple[str, str]] = (),
+        limit: int = 0,
+        token: str = "",
     ) -> bytes:
         """The LIST body; ``label_terms`` are the selector's ``key=value`` terms (the
-        matcher still decides, they only narrow what it is asked about)."""
+        matcher still decides, they only narrow what it is asked about). With ``limit``
+        the items come in key order (namespace, name), at most ``limit`` of them, with a
+        ``continue`` token for the rest (``token`` = such a token, from a page before)."""
         rt = self.types[plural]
-        parts = [
-            self.cached_json(o)
-            for o in self._candidates(plural, namespace, label_terms)
-            if matcher is None or matcher(o)
-        ]
-        head = dumps(
-            {"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
-             "metadata": {"resourceVersion": str(self.rv)}}
-        )
+        rv = str(self.rv)
+        objs = self._candidates(plural, namespace, label_terms)
+        meta: dict[str, Any] = {"resourceVersion": rv}
+        if limit > 0 or token:
+            start: Key | None = None
+            if token:
+                rv, start = decode_continue(token)
+                meta["resourceVersion"] = rv
+            objs = sorted(objs, key=self._key)
+            if start is not None:
+                objs = [o for o in objs if self._key(o) > start]
+            objs = [o for o in objs if matcher is None or matcher(o)]
+            matcher = None
+            if 0 < limit < len(objs):
+                meta["continue"] = encode_continue(rv, self._key(objs[limit - 1]))
+                meta["remainingItemCount"] = len(objs) - limit
+                objs = objs[:limit]
+        item = self.list_item_json if not rt.group else self.cached_json
+        parts = [item(o) for o in objs if matcher is None or matcher(o)]
+        head = dumps({"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta})
         return head[:-1] + b',"items":[' + b",".join(parts) + b"]}"
 
     # ------------------------------------------------------------------ writes
@@ -320,6 +367,7 @@ class Store:
             self._index(plural, self._key(obj), new, old)
         if old is not None:
             self._bytes.pop(id(old), None)
+            self._item_bytes.pop(id(old), None)
         ev = WatchEvent(self.rv, type_, new, old)
         hist = self.history[plural]
         hist.append(ev)
