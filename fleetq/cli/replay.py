@@ -3,14 +3,17 @@ applying it to the fleet.
 
 Runs :func:`fleetq.simulator.simulate` (the workflows' own admission and placement code in
 virtual time) and prints the report as rich tables or JSON (``-o json``); ``--plot FILE``
-also writes a PNG of queue lengths and utilisation over time (matplotlib, imported only
-then). A bad trace ends in one ``error: ...`` line naming the field, and exit code 1.
+also writes a PNG of queue lengths and utilisation over time: the queues that waited
+longest one by one, the rest summed, the busiest clusters, so it reads the same with 3
+queues or 1,000 (matplotlib, the ``fleetq[plot]`` extra, imported only then). A bad trace
+ends in one ``error: ...`` line naming the field, and exit code 1.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -143,56 +146,187 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
 
 # --------------------------------------------------------------------------- plot
 
+#: lines drawn per panel; the rest are summed (queues) or averaged (clusters) into one
+#: "others" line, so the figure reads the same with 3 queues or 1,000
+PLOT_TOP_QUEUES = 8
+PLOT_TOP_CLUSTERS = 4
+UNPLACED = "admitted, unplaced"
+PLOT_MISSING = "--plot needs matplotlib: pip install 'fleetq[plot]'"
+
+
+def _plot_unavailable() -> str | None:
+    """Why ``--plot`` cannot work here (matplotlib is the ``plot`` extra), or None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        broken = exc.name is not None and exc.name.split(".")[0] != "matplotlib"
+        return PLOT_MISSING + (f" (matplotlib does not import: {exc})" if broken else "")
+    return None
+
+
+def _stepped(series: Any, end: float) -> tuple[list[float], list[float]]:
+    """A step series as ``(xs, ys)`` for ``step(where="post")``, held until ``end``."""
+    return [*series.times, max(end, series.times[-1])], [*series.values, series.values[-1]]
+
+
+def _combined(series: list[Any], scale: float = 1.0) -> Any:
+    """The sum of step series (times ``scale``) as one step series: every change point
+    of every input is a change point of the result, in O(points log points)."""
+    import numpy as np
+
+    from fleetq.simulator import StepSeries
+
+    times = np.concatenate([np.asarray(s.times, dtype=float) for s in series])
+    deltas = np.concatenate([np.diff(np.asarray(s.values, dtype=float), prepend=0.0)
+                             for s in series])
+    order = np.argsort(times, kind="stable")
+    times, values = times[order], np.cumsum(deltas[order]) * scale
+    last = np.append(times[1:] != times[:-1], True)  # the value after all changes at t
+    out = StepSeries(float(times[0]), float(values[last][0]))
+    for t, v in zip(times[last][1:], values[last][1:], strict=True):
+        out.set(float(t), float(v))
+    return out
+
+
+@dataclass
+class PlotLines:
+    """What the plot draws, decided without matplotlib (testable on its own)."""
+
+    queue_count: int
+    #: the queues with the most job-seconds of waiting, at most PLOT_TOP_QUEUES
+    top: list[tuple[str, Any]]
+    #: the other queues that had waiting jobs, summed into one line (None: none left)
+    others: tuple[str, Any] | None
+    #: every queue summed, and the jobs admitted but not placed yet
+    total: Any | None
+    unplaced: Any | None
+    waiting_queue_count: int
+    cluster_count: int
+    #: ``(cluster label, resource, utilisation 0..1)``: the busiest clusters, then the
+    #: rest averaged per resource as ``others (N clusters, mean)``
+    clusters: list[tuple[str, str, Any]] = field(default_factory=list)
+
+
+def plot_lines(result: SimulationResult) -> PlotLines:
+    end = result.end
+    qseries = {k: v for k, v in result.series["queueLength"].items() if k != UNPLACED}
+    waited = {q: s.integral(end) for q, s in qseries.items()}
+    ranked = sorted((q for q in qseries if waited[q] > 0), key=lambda q: (-waited[q], q))
+    top, rest = ranked[:PLOT_TOP_QUEUES], ranked[PLOT_TOP_QUEUES:]
+    span = max(end - result.t0, 1e-9)
+    unplaced = result.series["queueLength"].get(UNPLACED)
+    lines = PlotLines(
+        queue_count=len(qseries),
+        top=[(f"{q} (avg {waited[q] / span:.1f})", qseries[q]) for q in top],
+        others=(f"others ({len(rest)} queues, summed)", _combined([qseries[q] for q in rest]))
+        if rest else None,
+        total=_combined([qseries[q] for q in ranked]) if ranked else None,
+        unplaced=unplaced if unplaced is not None and unplaced.peak() > 0 else None,
+        waiting_queue_count=len(ranked),
+        cluster_count=0,
+    )
+
+    by_cluster: dict[str, dict[str, Any]] = {}
+    for name, s in result.series["clusterUtilisation"].items():
+        cluster, _, resource = name.partition("/")
+        if resource != R.PODS:
+            by_cluster.setdefault(cluster, {})[resource] = s
+    busy = {c: sum(s.average(end) for s in rs.values()) / len(rs)
+            for c, rs in by_cluster.items()}
+    order = sorted(by_cluster, key=lambda c: (-busy[c], c))
+    shown, others = order[:PLOT_TOP_CLUSTERS], order[PLOT_TOP_CLUSTERS:]
+    if len(others) == 1:  # one more line says more than an "average of 1"
+        shown, others = order, []
+    lines.cluster_count = len(by_cluster)
+    lines.clusters = [(c, r, s) for c in sorted(shown) for r, s in by_cluster[c].items()]
+    if others:
+        label = f"others ({len(others)} clusters, mean)"
+        for r in sorted({r for c in others for r in by_cluster[c]}, key=_resource_order):
+            members = [by_cluster[c][r] for c in others if r in by_cluster[c]]
+            lines.clusters.append((label, r, _combined(members, 1.0 / len(members))))
+    return lines
+
+
+def _resource_order(name: str) -> tuple[int, str]:
+    known = (R.CPU, R.MEMORY, R.GPU)
+    return (known.index(name) if name in known else len(known), name)
+
 
 def write_plot(result: SimulationResult, path: Path, title: str) -> None:
-    """Two stacked subplots: queue lengths, and cluster utilisation per resource."""
+    """Stacked panels sharing the time axis, legends outside on the right: the queues
+    that waited longest (one line each); when there are more queues than that, a panel
+    above with every queue summed, the rest as "others" and the admitted-but-unplaced
+    jobs (summed over hundreds of queues they would flatten the single queues' scale);
+    and cluster utilisation per resource (the busiest clusters, the rest averaged)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    lines = plot_lines(result)
+    panels = 3 if lines.others is not None else 2
+    fig, axes = plt.subplots(panels, 1, figsize=(12, 3.2 * panels + 0.6), sharex=True)
+    totals, top, bottom = (axes[0], axes[1], axes[2]) if panels == 3 else (None, *axes)
+    legend: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0),
+                              "fontsize": "small", "title_fontsize": "small",
+                              "borderaxespad": 0}
+    unplaced_style = {"color": "black", "linestyle": "--", "linewidth": 1.0}
     try:
         end = result.end
-
-        def steps(ax: Any, series: Any, label: str, **kw: Any) -> None:
-            xs = [*series.times, max(end, series.times[-1])]
-            ys = [*series.values, series.values[-1]]
-            ax.step(xs, ys, where="post", label=label, linewidth=1.2, **kw)
-
-        for name, s in result.series["queueLength"].items():
-            steps(top, s, name, linestyle="--" if name == "admitted, unplaced" else "-")
+        n, waiting = lines.queue_count, lines.waiting_queue_count
+        axes[0].set_title(title)
+        if totals is not None and lines.others is not None and lines.total is not None:
+            totals.step(*_stepped(lines.total, end), where="post", color="C0", linewidth=1.4,
+                        label=f"all {waiting} queues that had waiting jobs")
+            label, s = lines.others
+            totals.step(*_stepped(s, end), where="post", color="0.45", linewidth=1.2,
+                        label=f"{label[:-1]}: all but the top {len(lines.top)})")
+            if lines.unplaced is not None:
+                totals.step(*_stepped(lines.unplaced, end), where="post", label=UNPLACED,
+                            **unplaced_style)
+            totals.set_ylabel("waiting jobs")
+            totals.grid(alpha=0.3)
+            totals.legend(title=f"fleet-wide: {n} queues", **legend)
+        for i, (label, s) in enumerate(lines.top):
+            top.step(*_stepped(s, end), where="post", label=label, color=f"C{i % 10}",
+                     linewidth=1.2)
+        if totals is None and lines.unplaced is not None:
+            top.step(*_stepped(lines.unplaced, end), where="post", label=UNPLACED,
+                     **unplaced_style)
         top.set_ylabel("waiting jobs")
-        top.set_title(title)
-        top.legend(loc="upper right", fontsize="small")
         top.grid(alpha=0.3)
+        if lines.top:
+            heading = (f"top {len(lines.top)} of {n} queues by waiting time"
+                       if lines.others is not None
+                       else f"{waiting} of {n} queues had jobs waiting")
+            top.legend(title=heading, **legend)
+        else:
+            top.text(0.5, 0.5, f"no job waited in any of the {n} queues",
+                     transform=top.transAxes, ha="center", va="center")
+
         colours: dict[str, str] = {}
         styles = {R.CPU: "-", R.MEMORY: ":", R.GPU: "--"}
-        for name, s in result.series["clusterUtilisation"].items():
-            cluster, _, resource = name.partition("/")
-            if resource == R.PODS:
-                continue
-            colour = colours.setdefault(cluster, f"C{len(colours) % 10}")
-            steps(bottom, _percent(s), name, color=colour,
-                  linestyle=styles.get(resource, "-."))
+        for cluster, resource, s in lines.clusters:
+            colour = ("0.45" if cluster.startswith("others (")
+                      else colours.setdefault(cluster, f"C{len(colours) % 10}"))
+            xs, ys = _stepped(s, end)
+            bottom.step(xs, [100 * y for y in ys], where="post", color=colour,
+                        linestyle=styles.get(resource, "-."), linewidth=1.2,
+                        label=f"{cluster} {resource}")
+        count = lines.cluster_count
+        heading = (f"busiest {min(count, PLOT_TOP_CLUSTERS)} of {count} clusters"
+                   if any(c.startswith("others (") for c, _, _ in lines.clusters)
+                   else f"{count} clusters")
         bottom.set_ylabel("allocated / allocatable (%)")
         bottom.set_xlabel("time (s)")
         bottom.set_ylim(0, 105)
-        bottom.legend(loc="upper right", fontsize="small", ncol=2)
         bottom.grid(alpha=0.3)
+        if lines.clusters:
+            bottom.legend(title=heading, **legend)
         fig.tight_layout()
-        fig.savefig(path, format="png", dpi=100)
+        fig.savefig(path, format="png", dpi=100, bbox_inches="tight")
     finally:
         plt.close(fig)
-
-
-def _percent(s: Any) -> Any:
-    from fleetq.simulator import StepSeries
-
-    out = StepSeries(s.times[0], s.values[0] * 100)
-    out.times = list(s.times)
-    out.values = [v * 100 for v in s.values]
-    return out
 
 
 # --------------------------------------------------------------------------- command
@@ -217,6 +351,8 @@ def register(app: typer.Typer) -> None:
 
         Reports makespan, quota and cluster utilisation, time to admission and to start,
         placement failures by reason and queue lengths, in virtual time."""
+        if plot is not None and (missing := _plot_unavailable()):
+            raise _fail(missing)  # before a simulation that may take a while
         try:
             tr = load_trace(trace)
         except TraceError as exc:
@@ -226,8 +362,6 @@ def register(app: typer.Typer) -> None:
         if plot is not None:
             try:
                 write_plot(result, plot, f"{trace.name} ({summary['policy']})")
-            except ImportError:
-                raise _fail("--plot needs matplotlib (pip install 'fleetq[plot]')") from None
             except OSError as exc:
                 raise _fail(f"--plot {plot}: cannot write ({exc.strerror})") from None
         if output is Output.JSON:

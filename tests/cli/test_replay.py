@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import random
+import struct
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from fleetq.cli import app
+from fleetq.cli.replay import PLOT_TOP_QUEUES, UNPLACED, plot_lines, write_plot
+from fleetq.simulator import SimulationResult, StepSeries
 
 TRACES = Path(__file__).resolve().parents[2] / "examples" / "traces"
 GANGS = str(TRACES / "gang-starvation.yaml")
@@ -83,3 +89,102 @@ def test_missing_trace_file(tmp_path: Path) -> None:
     assert code == 1
     lines = out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: trace ") and "cannot read" in lines[0]
+
+
+# --------------------------------------------------------------------------- plot at scale
+
+
+def many_queues(queues: int, clusters: int, seed: int = 3) -> SimulationResult:
+    """A replay result with ``queues`` queues (each waiting a different amount) and
+    ``clusters`` clusters, built directly: simulating 1,000 queues takes a minute."""
+    rng = random.Random(seed)
+    qlen: dict[str, StepSeries] = {}
+    for i in range(queues):
+        s, t, v = StepSeries(0.0), rng.uniform(0, 300), 0
+        for _ in range(rng.randrange(0, 40)):
+            v = max(0, v + rng.choice((1, 1, -1)))
+            s.set(t, v)
+            t += rng.uniform(5, 60)
+        s.set(t, 0)
+        qlen[f"root-team-{i:04d}-x{i % 7}"] = s
+    unplaced = StepSeries(0.0)
+    unplaced.set(10, 5)
+    unplaced.set(900, 0)
+    qlen[UNPLACED] = unplaced
+    util: dict[str, StepSeries] = {}
+    for j in range(clusters):
+        for r in ("cpu", "memory", "pods"):
+            s = StepSeries(0.0)
+            s.set(5, 0.2 + 0.8 * j / max(clusters, 1))
+            s.set(1500, 0)
+            util[f"cluster-{j:02d}/{r}"] = s
+    return SimulationResult({}, {"queueLength": qlen, "quotaUtilisation": {},
+                                 "clusterUtilisation": util}, 0.0, 2000.0)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", head[16:24])
+    return width, height
+
+
+def test_plot_of_1000_queues_draws_the_top_queues_and_sums_the_rest() -> None:
+    result = many_queues(1000, 20)
+    lines = plot_lines(result)
+    series = {k: v for k, v in result.series["queueLength"].items() if k != UNPLACED}
+    waited = sorted(series, key=lambda q: -series[q].integral(result.end))
+    waiting = [q for q in series if series[q].integral(result.end) > 0]
+    assert len(lines.top) == PLOT_TOP_QUEUES
+    assert [label.split(" (avg ")[0] for label, _ in lines.top] == waited[:PLOT_TOP_QUEUES]
+    assert lines.queue_count == 1000 and lines.waiting_queue_count == len(waiting)
+    assert lines.others is not None
+    label, others = lines.others
+    assert label == f"others ({len(waiting) - PLOT_TOP_QUEUES} queues, summed)"
+    rest = set(waiting) - set(waited[:PLOT_TOP_QUEUES])
+    assert lines.total is not None
+    for t in (0.0, 123.4, 450.0, 777.7, 1200.0, 1999.0):
+        assert others.at(t) == sum(series[q].at(t) for q in rest)
+        assert lines.total.at(t) == sum(series[q].at(t) for q in series)
+    assert lines.unplaced is result.series["queueLength"][UNPLACED]
+    # clusters: the busiest few by name, the others averaged per resource (pods left out)
+    shown = sorted({c for c, _, _ in lines.clusters})
+    assert shown == ["cluster-16", "cluster-17", "cluster-18", "cluster-19",
+                     "others (16 clusters, mean)"]
+    (cpu,) = [s for c, r, s in lines.clusters if c.startswith("others") and r == "cpu"]
+    assert cpu.at(10) == pytest.approx(sum(0.2 + 0.8 * j / 20 for j in range(16)) / 16)
+    assert {r for _, r, _ in lines.clusters} == {"cpu", "memory"}
+
+
+def test_plot_png_stays_the_same_size_from_5_to_1000_queues(tmp_path: Path) -> None:
+    sizes = {}
+    for queues, clusters in ((5, 2), (37, 3), (1000, 20)):
+        png = tmp_path / f"{queues}.png"
+        write_plot(many_queues(queues, clusters), png, f"{queues} queues")
+        sizes[queues] = png_size(png)
+    # the legend never grows with the queues: at most top-N lines per panel, outside the
+    # axes (37 queues used to stack a legend over a third of a 1100x700 figure)
+    for width, height in sizes.values():
+        assert 1000 <= width <= 1300 and 600 <= height <= 1100, sizes
+    assert sizes[37] == sizes[1000], sizes
+
+
+def test_plot_of_a_few_queues_draws_each_one(tmp_path: Path) -> None:
+    lines = plot_lines(many_queues(5, 2))
+    assert len(lines.top) == lines.waiting_queue_count <= 5
+    assert lines.others is None
+    assert {c for c, _, _ in lines.clusters} == {"cluster-00", "cluster-01"}
+
+
+def test_plot_without_matplotlib_is_one_line_naming_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    png = tmp_path / "out.png"
+    code, out = replay("--trace", small_trace(tmp_path), "--plot", str(png), "-o", "json")
+    assert code == 1
+    assert out.strip().splitlines() == [
+        "error: --plot needs matplotlib: pip install 'fleetq[plot]'"]
+    assert not png.exists()
