@@ -48,6 +48,7 @@ from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot, Taint
 from fleetq.cluster_health import ReadyStatus, TaintSettings, cluster_taints
 from fleetq.fleet_config import FleetConfigError
+from fleetq.models import gang_of, parse_job
 
 if TYPE_CHECKING:
     from activities.capacity_cache import CapacityCache
@@ -156,6 +157,9 @@ KF_REPLICA_TYPE = "training.kubeflow.org/replica-type"
 KF_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 
 PYTORCHJOB_API = "/apis/kubeflow.org/v1"
+#: runPolicy.managedBy of a job a MultiKueue manager dispatches: the member's operator
+#: leaves such a job alone, so the member copy does not carry it
+MULTIKUEUE_MANAGER = "kueue.x-k8s.io/multikueue"
 RESERVATION_API = "/apis/scheduling.koordinator.sh/v1alpha1"
 
 
@@ -1166,15 +1170,19 @@ class KubernetesMemberCluster:
             if k != "kubectl.kubernetes.io/last-applied-configuration"
         }
         spec = src.get("spec") or {}
-        replica_specs = spec.get("pytorchReplicaSpecs") or {}
-        total = sum(int((rs or {}).get("replicas", 1)) for rs in replica_specs.values())
+        # the gang fleetq admitted and placed: every replica, or the minimum the job may
+        # start with (minAvailable / elasticPolicy); a minAvailable written stays as is
+        minimum = len(gang_of(parse_job(req.manifest)).pods)
         annotations[WORKFLOW_ANNOTATION] = job.workflow_id
         annotations[GROUP_NAME_ANNOTATION] = job.name
-        annotations[MIN_MEMBER_ANNOTATION] = str(total)
+        annotations[MIN_MEMBER_ANNOTATION] = str(minimum)
         if req.run_seconds is not None and RUN_SECONDS_ANNOTATION not in annotations:
             annotations[RUN_SECONDS_ANNOTATION] = str(req.run_seconds)
         run_policy = spec.setdefault("runPolicy", {})
-        run_policy.setdefault("schedulingPolicy", {})["minAvailable"] = total
+        run_policy.setdefault("schedulingPolicy", {}).setdefault("minAvailable", minimum)
+        if run_policy.get("managedBy") == MULTIKUEUE_MANAGER:
+            # the member's own training-operator must run the copy fleetq placed there
+            del run_policy["managedBy"]
         affinity = json.dumps(
             {"reservationSelector": {OWNER_LABEL: job.owner_id}}, separators=(",", ":")
         )

@@ -181,6 +181,9 @@ class JobView(BaseModel):
     copies: list[str] = Field(default_factory=list)  # clusters holding a copy of the job
     evicted: list[str] = Field(default_factory=list)
     pending_purges: list[str] = Field(default_factory=list)
+    #: members holding a copy of the job that did not answer, since when (the time
+    #: their health taint was added, else when the job first saw them silent)
+    unreachable: dict[str, datetime] = Field(default_factory=dict)
     unhealthy_since: datetime | None = None
     pods: list[dict[str, Any]] = Field(default_factory=list)
     rejections: dict[str, str] = Field(default_factory=dict)

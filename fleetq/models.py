@@ -1056,6 +1056,18 @@ class Gang:
         n = len(self.pods)
         return f"gang of {n} pod{'' if n == 1 else 's'} (every replica)"
 
+    def summary_line(self, namespace: str, name: str) -> str:
+        """The job's one-line summary (Web UI, ``describe``): ``PyTorchJob
+        default/pytorch-test: 1 master + 2 workers, cpu 4.01, memory 4Gi``, with the
+        gang minimum where one applies (resources are the minimum's)."""
+        roles = " + ".join(
+            f"{n} {role}{'s' if n != 1 and role == 'worker' else ''}"
+            for role, n in self.declared_role_counts().items()
+        )
+        if self.is_minimum:
+            roles += f" (gang minimum {len(self.pods)})"
+        return f"PyTorchJob {namespace}/{name}: {roles}, {R.format_resources(self.total)}"
+
 
 def pod_requests(pod_spec: Mapping[str, Any]) -> R.Resources:
     """Effective requests of a pod the way kube-scheduler computes them: per container,

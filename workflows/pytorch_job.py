@@ -76,7 +76,6 @@ with workflow.unsafe.imports_passed_through():
         SA_STATE,
         job_workflow_id,
     )
-    from fleetq.resources import format_resources
     from workflows import metrics
 
 MAX_EVENTS = 30
@@ -609,6 +608,11 @@ class PyTorchJobWorkflow:
         view = self._require_view()
         self._since = status.observed
         view.pods = [p.model_dump() for p in status.pods]
+        if status.health == "Unknown":
+            added = [t.time_added for t in status.taints if t.time_added is not None]
+            view.unreachable.setdefault(status.cluster, min(added) if added else workflow.now())
+        else:
+            view.unreachable.pop(status.cluster, None)
         if status.health != "Unknown" or status.taints:  # the member's taints are known
             if status.evict_at is not None and self._evict_at is None:
                 self._event(
@@ -863,6 +867,7 @@ class PyTorchJobWorkflow:
             view.pending_purges.remove(cluster)
         if cluster in view.copies:
             view.copies.remove(cluster)
+        view.unreachable.pop(cluster, None)
 
     def _purger_finished(self) -> bool:
         return any(h.done() for h in self._purgers.values())
@@ -885,6 +890,7 @@ class PyTorchJobWorkflow:
                 view.pending_purges.remove(cluster)
             if cluster in view.copies:
                 view.copies.remove(cluster)
+            view.unreachable.pop(cluster, None)
             self._event(
                 "Normal", "Purged", f"copy on {cluster} purged as soon as it answered again"
             )
@@ -988,14 +994,7 @@ class PyTorchJobWorkflow:
         return self._view
 
     def _summary_line(self) -> str:
-        counts = self._gang.role_counts()
-        roles = " + ".join(
-            f"{n} {role}{'s' if n != 1 and role == 'worker' else ''}" for role, n in counts.items()
-        )
-        return (
-            f"PyTorchJob {self._job.metadata.namespace}/{self._job.metadata.name}: {roles}, "
-            f"{format_resources(self._gang.total)}"
-        )
+        return self._gang.summary_line(self._job.metadata.namespace, self._job.metadata.name)
 
     def _event(self, kind: Literal["Normal", "Warning"], reason: str, message: str) -> None:
         view = self._require_view()

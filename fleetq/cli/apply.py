@@ -82,13 +82,7 @@ def manifest_of(obj: FleetObject, raw: dict[str, Any] | None = None) -> dict[str
 def job_summary(job: PyTorchJob, priority_classes: dict[str, int] | None = None) -> str:
     """The workflow's static summary in the Web UI, e.g. ``PyTorchJob default/pytorch-test:
     1 master + 2 workers, cpu 4.01, memory 4Gi``."""
-    gang = gang_of(job, priority_classes)
-    counts = gang.role_counts()
-    roles = " + ".join(
-        f"{n} {role}{'s' if n != 1 and role == 'worker' else ''}" for role, n in counts.items()
-    )
-    return (f"PyTorchJob {job.metadata.namespace}/{job.metadata.name}: {roles}, "
-            f"{format_resources(gang.total)}")
+    return gang_of(job, priority_classes).summary_line(job.metadata.namespace, job.metadata.name)
 
 
 def update_error(exc: WorkflowUpdateFailedError) -> str:
@@ -101,13 +95,13 @@ def job_details(job: PyTorchJob, priority_classes: dict[str, int] | None = None)
     """The workflow's static details in the Web UI: the gang, in Markdown."""
     gang = gang_of(job, priority_classes)
     lines = ["| role | replicas | requests per pod |", "|---|---|---|"]
-    seen: dict[str, tuple[int, str]] = {}
+    requests: dict[str, str] = {}
     for pod in gang.pods:
-        count, req = seen.get(pod.role, (0, format_resources(pod.requests) or "-"))
-        seen[pod.role] = (count + 1, req)
-    lines += [f"| {role} | {count} | {req} |" for role, (count, req) in seen.items()]
-    lines += ["", f"Gang of {len(gang.pods)} pods, placed on one member cluster or not at all; "
-                  f"priority {gang.priority}."]
+        requests.setdefault(pod.role, format_resources(pod.requests) or "-")
+    lines += [f"| {role} | {count} | {requests.get(role, '-')} |"
+              for role, count in gang.declared_role_counts().items()]
+    lines += ["", f"{gang.minimum_line().capitalize()}: placed on one member cluster or not at "
+                  f"all; priority {gang.priority}."]
     return "\n".join(lines)
 
 
