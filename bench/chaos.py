@@ -278,6 +278,12 @@ def signalled(events: list[Any], name: str) -> bool:
         for e in events)
 
 
+def signal_count(events: list[Any], name: str) -> int:
+    return sum(1 for e in events
+               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+               and e.workflow_execution_signaled_event_attributes.signal_name == name)
+
+
 def workflow_task_failures(events: list[Any]) -> int:
     return sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
 
@@ -378,6 +384,32 @@ async def quota_leaks(client: Client, tree: str = TREE_NAME) -> list[str]:
         used = {k: v for k, v in q.usage.items() if v}
         if used:
             problems.append(f"quota node {q.node}: usage {used} after all jobs ended")
+    return problems
+
+
+async def leaf_quota_problems(client: Client, leaf: str, job_ids: Sequence[str],
+                              tree: str = TREE_NAME) -> list[str]:
+    """One kill point's own quota, read from the quota workflow once its jobs ended: its
+    leaf (``max-jobs: 1``) holds nothing and has nobody waiting, none of its jobs is a
+    holder, and none had its quota returned by the leak check (every job released its
+    quota itself)."""
+    from workflows.quota_tree import QuotaView
+
+    handle = client.get_workflow_handle(f"quota/kube-system/{tree}")
+    view: QuotaView = await handle.query("view", result_type=QuotaView)
+    holders: list[str] = await handle.query("holders", result_type=list[str])
+    problems = []
+    queue = next((q for q in view.queues if q.node == leaf), None)
+    if queue is None:
+        return [f"quota: no queue for leaf {leaf}"]
+    used = {k: v for k, v in queue.usage.items() if v}
+    if used or queue.admitted or queue.length:
+        problems.append(f"quota leaf {leaf}: usage {used}, {queue.admitted} admitted, "
+                        f"{queue.length} waiting after its jobs ended")
+    problems += [f"quota: {j} still holds quota after it ended" for j in job_ids
+                 if j in holders]
+    problems += [f"quota: {j} ended without releasing its quota (the leak check returned "
+                 "it)" for j in job_ids if j in view.leaks_recovered]
     return problems
 
 
@@ -579,6 +611,9 @@ class ChaosRig:
             problems += probs
             if h is handle:
                 state = st
+        assert self.client is not None
+        problems += await leaf_quota_problems(self.client, f"leaf-{point}",
+                                              [h.id for h in handles])
         return PointResult(point, not problems, hit or "(phase not reached)", problems,
                            time.monotonic() - started, state)
 
@@ -617,6 +652,10 @@ class ChaosRig:
             problems.append(f"{wid}: workflow {desc.status.name if desc.status else '?'}, "
                             f"expected {want_status.name}")
         events = await history_events(handle)
+        # one leaf, max-jobs 1, one grant: a second `admitted` would be a double admission
+        # (the quota workflow granting a re-sent enqueue again after the crash)
+        if (admissions := signal_count(events, "admitted")) != 1:
+            problems.append(f"{wid}: admitted {admissions} times, expected exactly once")
         if n := workflow_task_failures(events):
             why = task_failure_messages(events)
             problems.append(f"{wid}: {n} WorkflowTaskFailed events"
@@ -656,8 +695,11 @@ class ChaosRig:
             self.start_emulator()
         problems = [] if hit else [f"the job never reached Running before the {what}"]
         state, probs = await self.check_job(handle, "Succeeded", timeout)
-        return PointResult(what, not (problems + probs), hit or "(not reached)",
-                           problems + probs, time.monotonic() - started, state)
+        problems += probs
+        assert self.client is not None
+        problems += await leaf_quota_problems(self.client, f"leaf-{what}", [handle.id])
+        return PointResult(what, not problems, hit or "(not reached)", problems,
+                           time.monotonic() - started, state)
 
 
 async def _admitted(handle: WorkflowHandle[Any, Any]) -> bool:
