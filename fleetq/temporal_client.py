@@ -9,12 +9,14 @@ client uses the pydantic data converter; OpenTelemetry tracing is added when any
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sysconfig
 from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
@@ -22,11 +24,35 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client, Interceptor
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DefaultFailureConverter, PayloadConverter
 from temporalio.envconfig import ClientConfig
+from temporalio.exceptions import ApplicationError
 
 from fleetq.naming import INT_ATTRIBUTES, KEYWORD_ATTRIBUTES
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
+
+#: failure types that refuse bad input: their message is the whole story
+REFUSAL_TYPES = frozenset({"InvalidManifest"})
+
+
+class RefusalFailureConverter(DefaultFailureConverter):
+    """Temporal's failure converter, except that a refusal of bad input (a non-retryable
+    ``InvalidManifest``) carries no Python stack trace: ``temporal workflow result`` and
+    the Web UI show our one line, not fleetq's insides."""
+
+    def to_failure(
+        self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure
+    ) -> None:
+        super().to_failure(exception, payload_converter, failure)
+        if isinstance(exception, ApplicationError) and exception.type in REFUSAL_TYPES:
+            failure.stack_trace = ""
+
+
+#: what every fleetq client and worker uses: pydantic payloads, one-line refusals
+DATA_CONVERTER = dataclasses.replace(
+    pydantic_data_converter, failure_converter_class=RefusalFailureConverter
+)
 
 
 def search_attribute_keys() -> list[SearchAttributeKey[Any]]:
@@ -101,7 +127,7 @@ async def connect(
     config.update(kwargs)
     interceptors = list(config.pop("interceptors", [])) + setup_tracing()
     return await Client.connect(
-        **config, data_converter=pydantic_data_converter, interceptors=interceptors
+        **config, data_converter=DATA_CONVERTER, interceptors=interceptors
     )
 
 

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 from temporalio.testing import WorkflowEnvironment
 
 from fleetq.temporal_client import (
+    DATA_CONVERTER,
     ensure_search_attributes,
     search_attribute_keys,
     temporal_cli_path,
@@ -31,7 +31,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         extra += ["--namespace", ns]
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         search_attributes=search_attribute_keys(),
         dev_server_extra_args=extra,
     )
@@ -51,7 +51,7 @@ async def namespace_client(
     client = await Client.connect(
         env.client.service_client.config.target_host,
         namespace=namespace,
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         runtime=runtime,
     )
     await ensure_search_attributes(client)
@@ -63,7 +63,7 @@ async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
     """The time-skipping test server: durable timers of minutes or days pass instantly."""
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=str(test_server_path()),
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
     )
     try:
         yield env
