@@ -55,6 +55,7 @@ class ControlPlane:
     workdir: Path
     tls: TlsMaterial
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    apiserver_args: tuple[str, ...] = ()
     api_port: int = 0
     etcd_port: int = 0
     children: dict[str, Child] = field(default_factory=dict)
@@ -192,6 +193,7 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=0",
+            *self.apiserver_args,
         ])
 
         def ready() -> bool:
@@ -328,6 +330,7 @@ class RealFleet:
     topology: Topology
     build: Build
     out_dir: Path
+    apiserver_args: tuple[str, ...] = ()
     planes: list[ControlPlane] = field(default_factory=list)
 
     @property
@@ -350,7 +353,8 @@ class RealFleet:
         tls = make_material([HOST, "localhost"])
         try:
             for spec in self.topology.clusters:
-                plane = ControlPlane(spec, self.build, self.out_dir / spec.name, tls)
+                plane = ControlPlane(spec, self.build, self.out_dir / spec.name, tls,
+                                     apiserver_args=self.apiserver_args)
                 self.planes.append(plane)
                 say(f"starting {spec.name}: etcd, kube-apiserver"
                     + (", kube-scheduler, lifecycle" if spec.member else ""))

@@ -114,6 +114,24 @@ def real_plane() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def uncached_plane() -> Iterator[Any]:
+    """A real member whose API server has no watch cache: watches go to etcd, so a
+    compaction turns an older resourceVersion into 410 Gone at once (with the cache, a
+    real server serves history it still holds in memory, minutes of it)."""
+    from fleetq.controlplane.build import BuildError, build
+    from fleetq.controlplane.runner import RealFleet
+
+    try:
+        binaries = build()
+    except BuildError as exc:
+        pytest.skip(f"no real control plane: {exc}")
+    hub = parse_topology({"clusters": [{"name": CLUSTER, "member": False}]})
+    with tempfile.TemporaryDirectory(prefix="fleetq-cp-") as out, \
+            RealFleet(hub, binaries, Path(out), apiserver_args=("--watch-cache=false",)) as fleet:
+        yield fleet
+
+
+@pytest.fixture(scope="session")
 def emulated_member() -> Iterator[Any]:
     from fleetq.emulator import EmulatedFleet
 
@@ -122,15 +140,25 @@ def emulated_member() -> Iterator[Any]:
         yield fleet
 
 
-@pytest.fixture(scope="session", params=["emulated", "real"])
-def api(request: pytest.FixtureRequest) -> Raw:
-    """The same raw client over an emulated or a real member."""
-    if request.param == "real":
-        real = request.getfixturevalue("real_plane")
-        return Raw("real", Path(real.kubeconfig_path), CLUSTER, real.plane(CLUSTER).compact)
+def raw_client(request: pytest.FixtureRequest, kind: str) -> Raw:
+    if kind != "emulated":
+        real = request.getfixturevalue("real_plane" if kind == "real" else "uncached_plane")
+        return Raw(kind, Path(real.kubeconfig_path), CLUSTER, real.plane(CLUSTER).compact)
     emu = request.getfixturevalue("emulated_member")
 
     def compact() -> int:
         return int(emu._call(lambda: emu.emulator.cluster(CLUSTER).store.compact()))
 
     return Raw("emulated", Path(emu.kubeconfig_path), CLUSTER, compact)
+
+
+@pytest.fixture(scope="session", params=["emulated", "real"])
+def api(request: pytest.FixtureRequest) -> Raw:
+    """The same raw client over an emulated or a real member."""
+    return raw_client(request, str(request.param))
+
+
+@pytest.fixture(scope="session", params=["emulated", "real-uncached"])
+def api_uncached(request: pytest.FixtureRequest) -> Raw:
+    """Like ``api``, the real side without a watch cache (for 410 Gone)."""
+    return raw_client(request, str(request.param))
