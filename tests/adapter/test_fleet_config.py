@@ -99,3 +99,26 @@ def test_fleet_lookup_names_the_known_clusters(tmp_path: Path) -> None:
         assert list(fleet.clusters) == ["x"]
         with pytest.raises(KeyError, match="unknown cluster 'y' \\(fleet has x\\)"):
             fleet.get("y")
+
+
+def test_cluster_failover_settings_default_to_evict_after_300s(tmp_path: Path) -> None:
+    cfg = load_fleet_config(write(tmp_path, "kubeconfig: kube/config\nclusters: [{name: a}]\n"))
+    s = cfg.clusterFailover.settings()
+    assert (s.no_execute, s.unreachable_toleration_seconds, s.not_ready_toleration_seconds) == (
+        True, 300, 300)
+    assert cfg.unschedulableGraceSeconds == 60
+
+
+def test_cluster_failover_settings_are_read_and_checked(tmp_path: Path) -> None:
+    cfg = load_fleet_config(write(
+        tmp_path,
+        "kubeconfig: kube/config\nclusters: [{name: a}]\nunschedulableGraceSeconds: 5\n"
+        "clusterFailover: {noExecute: false, defaultUnreachableTolerationSeconds: null}\n"))
+    s = cfg.clusterFailover.settings()
+    assert (s.no_execute, s.unreachable_toleration_seconds) == (False, None)
+    assert cfg.unschedulableGraceSeconds == 5
+    with pytest.raises(FleetConfigError,
+                       match=r"clusterFailover\.defaultNotReadyTolerationSeconds"):
+        load_fleet_config(write(
+            tmp_path, "kubeconfig: kube/config\nclusters: [{name: a}]\n"
+            "clusterFailover: {defaultNotReadyTolerationSeconds: -1}\n"))
