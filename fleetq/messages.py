@@ -149,6 +149,8 @@ JobState = Literal[
     "Succeeded",
     "Failed",
     "Deleted",
+    # Only the CLI shows it: a workflow started by hand and refused (InvalidManifest).
+    "Refused",
 ]
 TERMINAL_STATES = ("Succeeded", "Failed", "Deleted")
 

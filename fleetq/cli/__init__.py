@@ -15,6 +15,7 @@ import typer
 from fleetq.cli import apply, delete, demo, describe, get, setup, sim, up, validate, worker
 from fleetq.cli import bench as bench_cmd
 from fleetq.cli import controlplane as controlplane_cmd
+from fleetq.cli.context import add_state_dir_option
 
 app = typer.Typer(
     name="fleetq",
@@ -33,6 +34,7 @@ validate.register(app)
 worker.register(app)
 bench_cmd.register(app)
 setup.register(app)
+add_state_dir_option(app)  # every command above: --state-dir / FLEETQ_STATE_DIR
 app.add_typer(sim.app, name="sim")
 app.add_typer(controlplane_cmd.app, name="controlplane")
 

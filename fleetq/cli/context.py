@@ -7,16 +7,22 @@ and ``FLEETQ_CONFIG`` override it, so the same commands work against a real Temp
 cluster and real member clusters. Every command runs through :func:`run`, which turns
 known failures (no fleet, NotFound, rejected updates) into one line and an exit code —
 never a traceback.
+
+Every command takes ``--state-dir DIR`` (same as ``FLEETQ_STATE_DIR=DIR``; default
+``~/.fleetq``): the state dir of the ``fleetq up`` whose fleet it should use.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, TypeVar, get_type_hints
 
 import typer
 from temporalio.client import Client
@@ -25,6 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from fleetq.embedded import (  # noqa: F401 - re-exported for the commands
     INFO_FILE,
     LOCK_FILE,
+    STATE_DIR_ENV,
     FleetInfo,
     default_state_dir,
     pid_alive,
@@ -36,6 +43,9 @@ from fleetq.temporal_client import DEFAULT_ADDRESS, connect
 T = TypeVar("T")
 
 FLEET_CONFIG_ENV = "FLEETQ_CONFIG"
+STATE_DIR_HELP = (f"State dir of the fleetq up whose fleet to use (its fleetq.json names "
+                  f"Temporal and the fleet config; TEMPORAL_ADDRESS and {FLEET_CONFIG_ENV} "
+                  f"override it). Default: ${STATE_DIR_ENV}, else ~/.fleetq")
 
 
 class CliError(Exception):
@@ -148,3 +158,58 @@ def is_tty() -> bool:
     with contextlib.suppress(Exception):
         return sys.stdout.isatty()
     return False
+
+
+# --------------------------------------------------------------------------- --state-dir
+
+
+def use_state_dir(state_dir: Path | str | None) -> None:
+    """``--state-dir DIR`` is ``FLEETQ_STATE_DIR=DIR`` for this command (and the processes
+    it starts), so every lookup of the running fleet (:func:`read_info`) sees it."""
+    if state_dir:
+        os.environ[STATE_DIR_ENV] = str(Path(state_dir).expanduser())
+
+
+def join_running_fleet_env() -> None:
+    """For ``fleetq worker``: a running ``fleetq up`` in the state dir supplies
+    ``TEMPORAL_ADDRESS`` and ``FLEETQ_CONFIG`` where they are not set."""
+    info = read_info()
+    if info is None:
+        return
+    if not os.environ.get("TEMPORAL_ADDRESS") and info.address:
+        os.environ["TEMPORAL_ADDRESS"] = info.address
+    if not os.environ.get(FLEET_CONFIG_ENV) and info.fleet_config:
+        os.environ[FLEET_CONFIG_ENV] = info.fleet_config
+
+
+def _with_state_dir(fn: Callable[..., Any], join_env: bool) -> Callable[..., Any]:
+    """``fn`` with one more option, ``--state-dir`` (env ``FLEETQ_STATE_DIR``)."""
+    sig = inspect.signature(fn, eval_str=True)
+    hints = get_type_hints(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, state_dir: Path | None = None, **kwargs: Any) -> Any:
+        use_state_dir(state_dir)
+        if join_env:
+            join_running_fleet_env()
+        return fn(*args, **kwargs)
+
+    param = inspect.Parameter(
+        "state_dir", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
+        default=typer.Option(None, "--state-dir", envvar=STATE_DIR_ENV, show_envvar=False,
+                             help=STATE_DIR_HELP))
+    wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[*sig.parameters.values(), param])
+    wrapper.__annotations__ = {**hints, "state_dir": Path | None}
+    return wrapper
+
+
+def add_state_dir_option(app: typer.Typer, join_env: tuple[str, ...] = ("worker",)) -> None:
+    """Give every command of ``app`` that has none a ``--state-dir`` option; those named
+    in ``join_env`` also take Temporal's address and the fleet config from it."""
+    for info in app.registered_commands:
+        fn = info.callback
+        if fn is None or "state_dir" in inspect.signature(fn).parameters:
+            continue
+        name = info.name or fn.__name__.replace("_", "-")
+        info.callback = _with_state_dir(fn, name in join_env)

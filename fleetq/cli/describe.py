@@ -5,44 +5,36 @@ and the quota short, or each cluster's placement rejection) and its Events.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import typer
 from temporalio.client import Client
-from temporalio.service import RPCError
 
 from fleetq.cli.context import CliError, get_client, guarded, run
-from fleetq.cli.get import (
-    QUERY_TIMEOUT,
-    get_registry,
+from fleetq.cli.get import (  # noqa: F401 - wait_info re-exported for older callers
     pod_rows,
     require_job,
     resource_kind,
+    wait_info,
+)
+from fleetq.cli.member_views import (
+    MemberSnapshot,
+    copies_line,
+    member_pod_rows,
+    read_members,
 )
 from fleetq.cli.output import age, plain_table
 from fleetq.messages import JobView
-from fleetq.naming import job_workflow_id, tree_workflow_id
+from fleetq.naming import job_workflow_id
 
 EVENT_SOURCE = "fleetq-scheduler"
 
 
-async def wait_info(client: Client, view: JobView) -> Any | None:
-    """The quota workflow's ``wait_info`` for a queued job (position and reason)."""
-    from fleetq.admission import WaitInfo
-
-    reg = await get_registry(client)
-    if reg is None or reg.tree is None:
-        return None
-    handle = client.get_workflow_handle(tree_workflow_id(reg.tree))
-    try:
-        return await handle.query("wait_info", job_workflow_id(view.namespace, view.name),
-                                  result_type=WaitInfo, rpc_timeout=QUERY_TIMEOUT)
-    except (RPCError, Exception):
-        return None
-
-
-def describe_lines(view: JobView, waiting: Any | None = None) -> list[str]:
-    """The text of ``describe pytorchjob`` for one job view."""
+def describe_lines(view: JobView, waiting: Any | None = None,
+                   members: MemberSnapshot | None = None) -> list[str]:
+    """The text of ``describe pytorchjob`` for one job view; with ``members`` (what the
+    member clusters report) its Copies line and Pods section come from the members."""
     out: list[str] = []
 
     def field(label: str, value: Any) -> None:
@@ -54,6 +46,9 @@ def describe_lines(view: JobView, waiting: Any | None = None) -> list[str]:
     field("Workflow", job_workflow_id(view.namespace, view.name))
     if view.summary:
         field("Spec", view.summary)
+    gang = getattr(view, "gang", None)
+    if gang:
+        field("Gang", gang)
     field("Priority", view.priority)
     field("Policy", view.policy or "<none>")
     field("Created", f"{view.created_at.isoformat() if view.created_at else '<unknown>'}"
@@ -62,8 +57,9 @@ def describe_lines(view: JobView, waiting: Any | None = None) -> list[str]:
     if view.reason:
         field("Reason", view.reason)
     field("Cluster", view.cluster or "<none>")
-    if view.copies:
-        field("Copies", ", ".join(view.copies))
+    copies = copies_line(view, members) if members is not None else ", ".join(view.copies)
+    if copies:
+        field("Copies", copies)
     if view.evicted:
         field("Evicted from", ", ".join(view.evicted))
     if view.pending_purges:
@@ -83,7 +79,11 @@ def describe_lines(view: JobView, waiting: Any | None = None) -> list[str]:
         for cluster, why in sorted(view.rejections.items()):
             text = why if why.startswith(f"{cluster}:") else f"{cluster}: {why}"
             out.append(f"  {text}")
-    headers, rows = pod_rows([view], all_namespaces=False, wide=True)
+    if members is not None:
+        headers, rows = member_pod_rows([view], members, all_namespaces=False, wide=True,
+                                        job=(view.namespace, view.name))
+    else:
+        headers, rows = pod_rows([view], all_namespaces=False, wide=True)
     out.append("Pods:" if rows else "Pods:         <none>")
     if rows:
         out.extend(f"  {line}" for line in plain_table(headers, rows))
@@ -103,12 +103,18 @@ def describe_lines(view: JobView, waiting: Any | None = None) -> list[str]:
     return out
 
 
-async def describe_job(client: Client, namespace: str, name: str) -> list[str]:
-    view = await require_job(client, namespace, name)
+async def describe_job(client: Client, namespace: str, name: str,
+                       fleet_config: str | None = None) -> list[str]:
+    """``describe pytorchjob``: the job's workflow view, its queue position when it
+    waits, and its copies and pods as the member clusters of ``fleet_config`` (default:
+    ``FLEETQ_CONFIG`` or the running ``fleetq up``) report them."""
+    view, members = await asyncio.gather(
+        require_job(client, namespace, name),
+        asyncio.to_thread(read_members, namespace, fleet_config))
     waiting = None
     if view.state == "Queued" or (view.queued and not view.admitted):
         waiting = await wait_info(client, view)
-    return describe_lines(view, waiting)
+    return describe_lines(view, waiting, members)
 
 
 def register(app: typer.Typer) -> None:

@@ -25,6 +25,13 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from fleetq.cli.context import CliError, fleet_config_path, get_client, guarded, not_found, run
+from fleetq.cli.member_views import (
+    MemberSnapshot,
+    member_copy_rows,
+    member_pod_objects,
+    member_pod_rows,
+    read_members,
+)
 from fleetq.cli.output import (
     age,
     as_list,
@@ -121,20 +128,36 @@ async def _view_of(client: Client, workflow_id: str, status: WorkflowExecutionSt
         except Exception as exc:
             return _fallback_view(ns, name, "Failed", f"result unreadable: {exc}", started)
     if status == WorkflowExecutionStatus.FAILED:
-        reason = "failed"
-        try:
-            await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
-        except WorkflowFailureError as exc:
-            cause = exc.cause
-            reason = getattr(cause, "message", None) or str(cause or exc)
-        except Exception as exc:
-            reason = str(exc)
-        return _fallback_view(ns, name, "Failed", reason, started)
+        return await _failed_view(handle, ns, name, started)
     if status == WorkflowExecutionStatus.TERMINATED:
         return _fallback_view(ns, name, "Failed", "workflow terminated", started)
     if status == WorkflowExecutionStatus.TIMED_OUT:
         return _fallback_view(ns, name, "Failed", "workflow timed out", started)
     return None
+
+
+#: ApplicationError types a job workflow fails with when it refuses its input at once
+REFUSAL_TYPES = ("InvalidManifest",)
+
+
+async def _failed_view(handle: Any, ns: str, name: str, started: datetime | None) -> JobView:
+    """A failed job workflow: ``Refused`` with the one-line reason when it refused its
+    input (a start by hand with an invalid manifest, a wrong workflow id, not a
+    PyTorchJob), else ``Failed``."""
+    from temporalio.exceptions import ApplicationError
+
+    reason, state = "failed", "Failed"
+    try:
+        await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        reason = getattr(cause, "message", None) or str(cause or exc)
+        if isinstance(cause, ApplicationError) and cause.type in REFUSAL_TYPES:
+            state = "Refused"
+    except Exception as exc:
+        reason = str(exc)
+    reason = (reason.strip().splitlines() or ["failed"])[0]
+    return _fallback_view(ns, name, state, reason, started)
 
 
 async def get_job(client: Client, namespace: str, name: str) -> JobView | None:
@@ -295,8 +318,54 @@ def _no_resources(namespace: str | None) -> None:
     typer.echo(f"No resources found{where}.", err=True)
 
 
+async def wait_info(client: Client, view: JobView, tree: str | None = None) -> Any | None:
+    """The quota workflow's ``wait_info`` for a queued job (queue, position, reason)."""
+    from fleetq.admission import WaitInfo
+
+    if tree is None:
+        reg = await get_registry(client)
+        if reg is None or reg.tree is None:
+            return None
+        tree = reg.tree
+    handle = client.get_workflow_handle(tree_workflow_id(tree))
+    try:
+        return await handle.query("wait_info", job_workflow_id(view.namespace, view.name),
+                                  result_type=WaitInfo, rpc_timeout=QUERY_TIMEOUT)
+    except Exception:
+        return None
+
+
+def is_waiting(view: JobView) -> bool:
+    """A job waiting in a queue for admission."""
+    return view.state == "Queued" or (view.queued and not view.admitted
+                                      and view.state in ("Validating", "Scheduling"))
+
+
+async def waiting_queues(client: Client, views: list[JobView]) -> dict[tuple[str, str], str]:
+    """``{(ns, name): "root-child-2-jfzsm (#3)"}`` for jobs waiting in a queue, from the
+    quota workflow's ``wait_info`` (bounded concurrency)."""
+    waiting = [v for v in views if is_waiting(v)]
+    if not waiting:
+        return {}
+    reg = await get_registry(client)
+    if reg is None or reg.tree is None:
+        return {}
+    gate = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
+
+    async def one(v: JobView) -> tuple[tuple[str, str], str] | None:
+        async with gate:
+            info = await wait_info(client, v, reg.tree)
+        if info is None:
+            return None
+        return (v.namespace, v.name), f"{info.queue} (#{info.position})"
+
+    found = await asyncio.gather(*(one(v) for v in waiting))
+    return dict(f for f in found if f is not None)
+
+
 def print_jobs(views: list[JobView], *, output: str | None, all_namespaces: bool,
-               namespace: str | None, single: bool = False) -> None:
+               namespace: str | None, single: bool = False,
+               queues: dict[tuple[str, str], str] | None = None) -> None:
     if output in ("yaml", "json"):
         objs = [job_object(v) for v in views]
         print_object(objs[0] if single and objs else as_list(objs), output)
@@ -311,7 +380,8 @@ def print_jobs(views: list[JobView], *, output: str | None, all_namespaces: bool
     for v in views:
         row: list[Any] = [v.name, v.state, age(v.created_at)]
         if output == "wide":
-            row += [v.cluster or "<none>", v.queue or "<none>", v.priority, v.reason or "-"]
+            queue = v.queue or (queues or {}).get((v.namespace, v.name)) or "<none>"
+            row += [v.cluster or "<none>", queue, v.priority, v.reason or "-"]
         rows.append(row)
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
@@ -321,7 +391,8 @@ def print_jobs(views: list[JobView], *, output: str | None, all_namespaces: bool
 
 
 def copy_rows(views: list[JobView], all_namespaces: bool) -> tuple[list[str], list[list[Any]]]:
-    """``get pytorchjob -M``: one row per member copy (``ADOPTION Y`` = the fleet owns it)."""
+    """``get pytorchjob -M`` from the workflows' view only (no fleet config to read the
+    members with): one row per copy fleetq knows of (``ADOPTION Y`` = the fleet owns it)."""
     headers = ["NAME", "CLUSTER", "STATE", "AGE", "ADOPTION"]
     rows: list[list[Any]] = []
     for v in views:
@@ -339,7 +410,8 @@ def copy_rows(views: list[JobView], all_namespaces: bool) -> tuple[list[str], li
 
 def pod_rows(views: list[JobView], all_namespaces: bool, wide: bool = False,
              ) -> tuple[list[str], list[list[Any]]]:
-    """``get pod -M``: the pods of every job on its member cluster."""
+    """``get pod -M`` from the workflows' view only: the pods of every job on its
+    current cluster, as the job's last watch saw them."""
     headers = ["NAME", "CLUSTER", "READY", "STATUS", "RESTARTS", "AGE"]
     if wide:
         headers.append("NODE")
@@ -383,141 +455,203 @@ def queue_rows(view: Any, started: datetime | None,
     return headers, rows
 
 
+# --------------------------------------------------------------------------- get KIND
+
+
+@dataclass
+class GetArgs:
+    """What ``fleetq get`` was asked, shared by the per-resource functions."""
+
+    name: str | None
+    namespace: str | None  # as given with -n
+    all_namespaces: bool
+    output: str | None
+    all_clusters: bool
+    #: the fleet config to read members with (None: FLEETQ_CONFIG or the running fleet)
+    fleet_config: str | None = None
+
+    @property
+    def ns(self) -> str | None:
+        """The namespace selected (None = all)."""
+        return None if self.all_namespaces else (self.namespace or "default")
+
+
+async def _members(args: GetArgs) -> MemberSnapshot | None:
+    return await asyncio.to_thread(read_members, args.ns, args.fleet_config)
+
+
+async def _get_pytorchjobs(client: Client, args: GetArgs) -> None:
+    if args.name is not None:
+        views = [await require_job(client, args.ns or "default", args.name)]
+    else:
+        views = await list_jobs(client, args.ns)
+    if args.all_clusters and args.output not in ("yaml", "json"):
+        snap = await _members(args)
+        if snap is None:
+            headers, rows = copy_rows(views, args.all_namespaces)
+        else:
+            headers, rows = member_copy_rows(views, snap, args.all_namespaces)
+        if rows:
+            print_table(headers, rows)
+        else:
+            _no_resources(args.ns)
+        return
+    queues = await waiting_queues(client, views) if args.output == "wide" else {}
+    print_jobs(views, output=args.output, all_namespaces=args.all_namespaces,
+               namespace=args.ns, single=args.name is not None, queues=queues)
+
+
+async def _get_pods(client: Client, args: GetArgs) -> None:
+    views, snap = await asyncio.gather(list_jobs(client, args.ns), _members(args))
+    wide = args.output == "wide"
+    if snap is None:
+        headers, rows = pod_rows(views, args.all_namespaces, wide=wide)
+        if args.name is not None:
+            rows = [r for r in rows if r[1 if args.all_namespaces else 0] == args.name]
+        pods = [dict(p, cluster=v.cluster, namespace=v.namespace) for v in views
+                for p in v.pods if args.name is None or p.get("name") == args.name]
+    else:
+        headers, rows = member_pod_rows(views, snap, args.all_namespaces, wide=wide,
+                                        name=args.name)
+        pods = member_pod_objects(snap, args.name)
+    if args.name is not None and not pods and not rows:
+        raise not_found("pods", args.name)
+    if args.output in ("yaml", "json"):
+        print_object(as_list(pods), args.output)
+    elif rows:
+        print_table(headers, rows)
+    else:
+        _no_resources(args.ns)
+
+
+async def _get_queues(client: Client, args: GetArgs) -> None:
+    qns = args.namespace or "kube-queue"
+    found = await quota_view(client)
+    if qns != "kube-queue" and not args.all_namespaces:
+        found = None
+    if found is None:
+        if args.output in ("yaml", "json"):
+            print_object(as_list([]), args.output)
+        else:
+            _no_resources(qns)
+        return
+    _, view, started = found
+    if args.name is not None:
+        view.queues = [q for q in view.queues if q.name == args.name]
+        if not view.queues:
+            raise not_found("queues.scheduling.x-k8s.io", args.name)
+    if args.output in ("yaml", "json"):
+        print_object(as_list([
+            {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "Queue",
+             "metadata": {"name": q.name, "namespace": "kube-queue"},
+             "spec": {"quota": q.node, "queuePolicy": q.policy},
+             "status": q.model_dump(mode="json", exclude={"name"})}
+            for q in view.queues]), args.output)
+        return
+    headers, rows = queue_rows(view, started, args.output == "wide")
+    print_table(headers, rows)
+
+
+async def _get_policies(client: Client, args: GetArgs) -> None:
+    reg = await get_registry(client)
+    ns, name = args.ns, args.name
+    items = []
+    for key, doc in sorted((reg.policies if reg else {}).items()):
+        p_ns, p_name = key.split("/", 1)
+        if (ns is None or p_ns == ns) and (name is None or p_name == name):
+            items.append((p_ns, p_name, doc))
+    if name is not None and not items:
+        raise not_found("propagationpolicies.policy.one.alibabacloud.com", name)
+    if args.output in ("yaml", "json"):
+        docs = [d for _, _, d in items]
+        print_object(docs[0] if name is not None else as_list(docs), args.output)
+        return
+    if not items:
+        _no_resources(ns)
+        return
+    headers = ["NAME", "SCHEDULING", "QUEUED", "AGE"]
+    rows = []
+    for p_ns, p_name, doc in items:
+        spec = doc.get("spec") or {}
+        sched = ((spec.get("placement") or {}).get("replicaScheduling") or {}).get(
+            "customSchedulingType") or "-"
+        queued = bool((spec.get("suspension") or {}).get("scheduling"))
+        row: list[Any] = [p_name, sched, str(queued).lower(), age(reg.started if reg else None)]
+        if args.all_namespaces:
+            row.insert(0, p_ns)
+        rows.append(row)
+    if args.all_namespaces:
+        headers.insert(0, "NAMESPACE")
+    print_table(headers, rows)
+
+
+async def _get_priority_classes(client: Client, args: GetArgs) -> None:
+    reg = await get_registry(client)
+    pcs = sorted((reg.priority_classes if reg else {}).items())
+    if args.name is not None:
+        pcs = [(n, v) for n, v in pcs if n == args.name]
+        if not pcs:
+            raise not_found("priorityclasses.scheduling.k8s.io", args.name)
+    if args.output in ("yaml", "json"):
+        objs = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                 "metadata": {"name": n}, "value": v} for n, v in pcs]
+        print_object(objs[0] if args.name is not None else as_list(objs), args.output)
+    elif pcs:
+        print_table(["NAME", "VALUE"], [[n, v] for n, v in pcs])
+    else:
+        _no_resources(None)
+
+
+async def _get_tree(client: Client, args: GetArgs) -> None:
+    reg = await get_registry(client)
+    found = await quota_view(client)
+    tree = found[0] if found else (reg.tree if reg else None)
+    if tree is None or (args.name is not None and tree.split("/", 1)[1] != args.name):
+        if args.name is not None:
+            raise not_found("elasticquotatrees.scheduling.sigs.k8s.io", args.name)
+        _no_resources(args.namespace or "kube-system")
+        return
+    t_ns, t_name = tree.split("/", 1)
+    if args.output in ("yaml", "json"):
+        status = found[1].model_dump(mode="json") if found else {}
+        print_object({"apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+                      "kind": "ElasticQuotaTree",
+                      "metadata": {"name": t_name, "namespace": t_ns},
+                      "status": status}, args.output)
+        return
+    headers = ["NAME", "QUEUES", "ADMITTED", "WAITING", "AGE"]
+    if found:
+        _, qv, started = found
+        row = [t_name, len(qv.queues), qv.holders, qv.waiting, age(started)]
+    else:
+        row = [t_name, "-", "-", "-", "<unknown>"]
+    print_table(headers, [row])
+
+
+GETTERS = {
+    "pytorchjob": _get_pytorchjobs,
+    "pod": _get_pods,
+    "queue": _get_queues,
+    "propagationpolicy": _get_policies,
+    "priorityclass": _get_priority_classes,
+    "elasticquotatree": _get_tree,
+}
+
+
 async def show_get(
     client: Client, kind: str, name: str | None, *, namespace: str | None,
     all_namespaces: bool, output: str | None, all_clusters: bool,
+    fleet_config: str | None = None,
 ) -> None:
-    """Print what ``fleetq get KIND [NAME]`` prints (member reads excluded)."""
-    ns = None if all_namespaces else (namespace or "default")
-    if kind == "pytorchjob":
-        if name is not None:
-            views = [await require_job(client, ns or "default", name)]
-        else:
-            views = await list_jobs(client, ns)
-        if all_clusters and output not in ("yaml", "json"):
-            headers, rows = copy_rows(views, all_namespaces)
-            if rows:
-                print_table(headers, rows)
-            else:
-                _no_resources(ns)
-            return
-        print_jobs(views, output=output, all_namespaces=all_namespaces, namespace=ns,
-                   single=name is not None)
-        return
-    if kind == "pod":
-        views = await list_jobs(client, ns)
-        headers, rows = pod_rows(views, all_namespaces, wide=output == "wide")
-        if name is not None:
-            rows = [r for r in rows if r[1 if all_namespaces else 0] == name]
-            if not rows:
-                raise not_found("pods", name)
-        if output in ("yaml", "json"):
-            pods = [dict(p, cluster=v.cluster, namespace=v.namespace)
-                    for v in views for p in v.pods if name is None or p.get("name") == name]
-            print_object(as_list(pods), output)
-        elif rows:
-            print_table(headers, rows)
-        else:
-            _no_resources(ns)
-        return
-    if kind == "queue":
-        qns = namespace or "kube-queue"
-        found = await quota_view(client)
-        if qns != "kube-queue" and not all_namespaces:
-            found = None
-        if found is None:
-            if output in ("yaml", "json"):
-                print_object(as_list([]), output)
-            else:
-                _no_resources(qns)
-            return
-        _, view, started = found
-        if name is not None:
-            view.queues = [q for q in view.queues if q.name == name]
-            if not view.queues:
-                raise not_found("queues.scheduling.x-k8s.io", name)
-        if output in ("yaml", "json"):
-            print_object(as_list([
-                {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "Queue",
-                 "metadata": {"name": q.name, "namespace": "kube-queue"},
-                 "spec": {"quota": q.node, "queuePolicy": q.policy},
-                 "status": q.model_dump(mode="json", exclude={"name"})}
-                for q in view.queues]), output)
-            return
-        headers, rows = queue_rows(view, started, output == "wide")
-        print_table(headers, rows)
-        return
-    reg = await get_registry(client)
-    if kind == "propagationpolicy":
-        items = []
-        for key, doc in sorted((reg.policies if reg else {}).items()):
-            p_ns, p_name = key.split("/", 1)
-            if (ns is None or p_ns == ns) and (name is None or p_name == name):
-                items.append((p_ns, p_name, doc))
-        if name is not None and not items:
-            raise not_found("propagationpolicies.policy.one.alibabacloud.com", name)
-        if output in ("yaml", "json"):
-            docs = [d for _, _, d in items]
-            print_object(docs[0] if name is not None else as_list(docs), output)
-        elif not items:
-            _no_resources(ns)
-        else:
-            headers = ["NAME", "SCHEDULING", "QUEUED", "AGE"]
-            rows = []
-            for p_ns, p_name, doc in items:
-                spec = doc.get("spec") or {}
-                sched = ((spec.get("placement") or {}).get("replicaScheduling") or {}).get(
-                    "customSchedulingType") or "-"
-                queued = bool((spec.get("suspension") or {}).get("scheduling"))
-                row: list[Any] = [p_name, sched, str(queued).lower(),
-                                  age(reg.started if reg else None)]
-                if all_namespaces:
-                    row.insert(0, p_ns)
-                rows.append(row)
-            if all_namespaces:
-                headers.insert(0, "NAMESPACE")
-            print_table(headers, rows)
-        return
-    if kind == "priorityclass":
-        pcs = sorted((reg.priority_classes if reg else {}).items())
-        if name is not None:
-            pcs = [(n, v) for n, v in pcs if n == name]
-            if not pcs:
-                raise not_found("priorityclasses.scheduling.k8s.io", name)
-        if output in ("yaml", "json"):
-            objs = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                     "metadata": {"name": n}, "value": v} for n, v in pcs]
-            print_object(objs[0] if name is not None else as_list(objs), output)
-        elif pcs:
-            print_table(["NAME", "VALUE"], [[n, v] for n, v in pcs])
-        else:
-            _no_resources(None)
-        return
-    if kind == "elasticquotatree":
-        found = await quota_view(client)
-        tree = found[0] if found else (reg.tree if reg else None)
-        if tree is None or (name is not None and tree.split("/", 1)[1] != name):
-            if name is not None:
-                raise not_found("elasticquotatrees.scheduling.sigs.k8s.io", name)
-            _no_resources(namespace or "kube-system")
-            return
-        t_ns, t_name = tree.split("/", 1)
-        if output in ("yaml", "json"):
-            status = found[1].model_dump(mode="json") if found else {}
-            print_object({"apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-                          "kind": "ElasticQuotaTree",
-                          "metadata": {"name": t_name, "namespace": t_ns},
-                          "status": status}, output)
-            return
-        headers = ["NAME", "QUEUES", "ADMITTED", "WAITING", "AGE"]
-        if found:
-            _, qv, started = found
-            row = [t_name, len(qv.queues), qv.holders, qv.waiting, age(started)]
-        else:
-            row = [t_name, "-", "-", "-", "<unknown>"]
-        print_table(headers, [row])
-        return
-    raise CliError(f'error: fleetq cannot get "{kind}"')
+    """Print what ``fleetq get KIND [NAME]`` prints (``-m CLUSTER`` excluded).
+
+    ``get pytorchjob -M`` and ``get pod`` read the member clusters of ``fleet_config``
+    (default: ``FLEETQ_CONFIG`` or the running ``fleetq up``)."""
+    getter = GETTERS.get(kind)
+    if getter is None:
+        raise CliError(f'error: fleetq cannot get "{kind}"')
+    await getter(client, GetArgs(name, namespace, all_namespaces, output, all_clusters,
+                                 fleet_config))
 
 
 def show_member(kind: str, name: str | None, cluster: str, namespace: str | None,

@@ -2,7 +2,9 @@
 
 ``fleetq sim serve`` runs emulated clusters in the foreground (Ctrl-C/SIGTERM stops
 them cleanly, saving ``--state``); ``fleetq sim fault`` talks to a running emulator's
-control endpoint, found with ``--control URL`` or the ``emulator.json`` in ``--state-dir``.
+control endpoint, found with ``--control URL``, else like every other command finds the
+fleet (``--state-dir`` / ``FLEETQ_STATE_DIR``, ``FLEETQ_CONFIG``): the ``emulator.json``
+beside the fleet config (``<state-dir>/sim/`` of a ``fleetq up``).
 """
 
 from __future__ import annotations
@@ -85,18 +87,51 @@ def serve(
         raise _fail(str(exc)) from None
 
 
+def _emulator_info_candidates(state_dir: Path | None) -> list[Path]:
+    """Where a running emulator's ``emulator.json`` may be, in the order the other
+    commands look for the fleet: ``--state-dir`` (a ``fleetq up`` state dir, whose
+    emulator lives in ``sim/``, or a ``sim serve --out-dir``); else next to
+    ``FLEETQ_CONFIG``; else the running ``fleetq up`` of ``$FLEETQ_STATE_DIR`` (or
+    ``~/.fleetq``); else ``$FLEETQ_SIM_DIR`` (``~/.fleetq/sim``)."""
+    from fleetq.cli.context import FLEET_CONFIG_ENV, default_state_dir, read_info
+
+    out: list[Path] = []
+    if state_dir is not None:
+        directory = state_dir.expanduser()
+        info = read_info(directory)
+        if info and info.fleet_config:
+            out.append(Path(info.fleet_config).parent / INFO_FILE)
+        out += [directory / "sim" / INFO_FILE, directory / INFO_FILE]
+        return out
+    env = os.environ.get(FLEET_CONFIG_ENV)
+    if env:
+        out.append(Path(env).expanduser().parent / INFO_FILE)
+    info = read_info()
+    if info and info.fleet_config:
+        out.append(Path(info.fleet_config).parent / INFO_FILE)
+    out += [default_state_dir() / "sim" / INFO_FILE, DEFAULT_DIR / INFO_FILE]
+    return list(dict.fromkeys(out))
+
+
 def _control_url(control: str | None, state_dir: Path | None) -> str:
+    """The control URL of the emulator of the fleet the other commands use."""
+    from fleetq.cli.context import pid_alive
+
     if control:
         return control.rstrip("/")
-    directory = state_dir or DEFAULT_DIR
-    info = directory / INFO_FILE
-    try:
-        data = json.loads(info.read_text())
-        return str(data["controlUrl"]).rstrip("/")
-    except (OSError, ValueError, KeyError):
-        raise _fail(
-            f"no running emulator found ({info} missing); pass --control URL or --state-dir"
-        ) from None
+    candidates = _emulator_info_candidates(state_dir)
+    for info in candidates:
+        try:
+            data = json.loads(info.read_text())
+            url = str(data["controlUrl"]).rstrip("/")
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(data.get("pid"), int) and not pid_alive(data["pid"]):
+            continue  # left behind by an emulator that was killed
+        return url
+    looked = ", ".join(str(c) for c in candidates)
+    raise _fail(f"no running emulator found (looked for {looked}); pass --control URL or "
+                "--state-dir DIR")
 
 
 @app.command()
@@ -108,7 +143,10 @@ def fault(
     ] = None,
     control: Annotated[str | None, typer.Option(help="Control URL of the emulator")] = None,
     state_dir: Annotated[
-        Path | None, typer.Option(help="The emulator's --out-dir (finds the control URL)")
+        Path | None,
+        typer.Option(help="State dir of the fleetq up whose emulator to use (or a sim "
+                          "serve --out-dir). Default: the fleet the other commands use "
+                          "(FLEETQ_CONFIG, else $FLEETQ_STATE_DIR, else ~/.fleetq)"),
     ] = None,
     status: Annotated[int, typer.Option(help="errors: HTTP status to answer")] = 500,
     rate: Annotated[float, typer.Option(help="errors: fraction of requests that fail")] = 1.0,

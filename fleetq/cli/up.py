@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
                                              help="Emulator topology YAML (default: shipped)"),
         state_dir: Path = typer.Option(None, "--state-dir",
                                        help="Where history, emulator state and logs live "
-                                            "(default ~/.fleetq)"),
+                                            "(default: $FLEETQ_STATE_DIR, else ~/.fleetq)"),
         no_worker: bool = typer.Option(False, "--no-worker",
                                        help="Do not start a worker (run `fleetq worker`)"),
         port: int = typer.Option(7233, "--port", help="Temporal gRPC port"),
