@@ -4,11 +4,13 @@ unreachable for less and for more than tolerationSeconds, failing pods, cordoned
 and Reservations whose TTL ran out.
 
 What is asserted about failover follows the workflow's documented semantics: the
-toleration timer starts when the job is *Unhealthy* (a Failed condition, failing pods) and
-an *Unknown* health (cluster unreachable) neither starts nor resets it. So a healthy job
-on a cluster that drops off the network is never failed over, however long the outage;
-a failed job is failed over exactly ``tolerationSeconds`` after it turned unhealthy, even
-if its cluster is unreachable by then, and the copy left there is purged once it is back.
+application toleration timer starts when the job is *Unhealthy* (a Failed condition,
+failing pods) and an *Unknown* health (cluster unreachable) neither starts nor resets it.
+A healthy job on a cluster that drops off the network is only moved by the cluster's
+``unreachable:NoExecute`` taint, after its toleration (300 s by default:
+``test_never_twice.py``), so short outages leave it where it is; a failed job is failed
+over exactly ``tolerationSeconds`` after it turned unhealthy, even if its cluster is
+unreachable by then, and the copy left there is purged once it is back.
 """
 
 from __future__ import annotations

@@ -281,3 +281,25 @@ async def test_strict_fencing_never_shows_two_copies(stack: Stack) -> None:
     assert sampler.samples and not sampler.doubles(), sampler.doubles()[:5]
     assert {h for _, h in sampler.samples} >= {frozenset({first})}
     await finish(stack, handle)
+
+
+async def test_new_jobs_avoid_an_unreachable_member_at_once(stack: Stack) -> None:
+    stack.emulated.set_reachable("cluster-a", False)
+    try:
+        member = stack.fleet.get("cluster-a")
+
+        def tainted() -> bool:
+            snap = member.capacity()
+            return any(t.key == TAINT_UNREACHABLE and t.effect == "NoSchedule"
+                       for t in snap.taints)
+
+        await until(lambda: asyncio.to_thread(tainted), 15, "cluster-a tainted")
+        handle, name = await start(stack, "avoid")
+        view = await running_on(stack, handle)
+        assert view.cluster == "cluster-b"
+        assert view.rejections["cluster-a"].endswith(
+            "cluster taint cluster.karmada.io/unreachable:NoSchedule not tolerated by "
+            "clusterTolerations"), view.rejections
+    finally:
+        stack.emulated.set_reachable("cluster-a", True)
+    await finish(stack, handle)
