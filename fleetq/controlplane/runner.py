@@ -31,8 +31,9 @@ from typing import Any
 import yaml
 
 from fleetq.controlplane.build import Build
+from fleetq.controlplane.proxy import Proxy, ProxyLoop, set_faults
 from fleetq.embedded import Child, EmbeddedError, free_port, spawn_child, stop_child
-from fleetq.emulator.controllers import node_object
+from fleetq.emulator.controllers import TERMINAL, finished_pod, node_object
 from fleetq.emulator.kubeconfig import write_private
 from fleetq.emulator.tls import TlsMaterial, make_material
 from fleetq.emulator.topology import ClusterSpec, Topology, node_names
@@ -59,6 +60,7 @@ class ControlPlane:
     api_port: int = 0
     etcd_port: int = 0
     children: dict[str, Child] = field(default_factory=dict)
+    proxy: Proxy | None = None  # fleetq's way in, with fault injection (RealFleet)
 
     @property
     def name(self) -> str:
@@ -69,8 +71,20 @@ class ControlPlane:
         return f"https://{HOST}:{self.api_port}"
 
     @property
+    def public_url(self) -> str:
+        """Where fleetq reaches this member: its fault proxy, else the API server."""
+        return f"https://{HOST}:{self.proxy.port}" if self.proxy else self.url
+
+    @property
     def kubeconfig(self) -> Path:
+        """Direct to the API server (the member's own scheduler and lifecycle use it)."""
         return self.workdir / "kubeconfig"
+
+    def server_ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(str(self.workdir / "tls" / "server.crt"),
+                            str(self.workdir / "tls" / "server.key"))
+        return ctx
 
     # -- start / stop
 
@@ -304,15 +318,16 @@ def _service_account_key() -> str:
                              serialization.NoEncryption()).decode()
 
 
-def kubeconfig_doc(planes: list[ControlPlane]) -> dict[str, Any]:
-    """One context per control plane (context name = cluster name)."""
+def kubeconfig_doc(planes: list[ControlPlane], direct: bool = True) -> dict[str, Any]:
+    """One context per control plane (context name = cluster name); ``direct=False``
+    points at each plane's fault proxy where it has one."""
     members = [p for p in planes if p.spec.member] or planes
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "preferences": {},
         "clusters": [{"name": p.name, "cluster": {
-            "server": p.url,
+            "server": p.url if direct else p.public_url,
             "certificate-authority-data": base64.b64encode(p.tls.ca_pem.encode()).decode(),
         }} for p in planes],
         "users": [{"name": f"{p.name}-admin", "user": {"token": p.token}} for p in planes],
@@ -331,7 +346,9 @@ class RealFleet:
     build: Build
     out_dir: Path
     apiserver_args: tuple[str, ...] = ()
+    fault_proxy: bool = True
     planes: list[ControlPlane] = field(default_factory=list)
+    _proxies: ProxyLoop | None = None
 
     @property
     def kubeconfig_path(self) -> Path:
@@ -359,11 +376,16 @@ class RealFleet:
                 say(f"starting {spec.name}: etcd, kube-apiserver"
                     + (", kube-scheduler, lifecycle" if spec.member else ""))
                 plane.start(timeout)
+            if self.fault_proxy:
+                self._proxies = ProxyLoop()
+                for plane in self.planes:
+                    plane.proxy = self._proxies.add(plane.url, plane.server_ssl_context(),
+                                                    plane.ssl_context())
         except BaseException:
             self.stop()
             raise
-        write_private(self.kubeconfig_path,
-                      yaml.safe_dump(kubeconfig_doc(self.planes), sort_keys=False))
+        write_private(self.kubeconfig_path, yaml.safe_dump(
+            kubeconfig_doc(self.planes, direct=False), sort_keys=False))
         write_private(self.fleet_config_path, yaml.safe_dump(self.fleet_config_doc(),
                                                              sort_keys=False))
         return self
@@ -382,10 +404,68 @@ class RealFleet:
         return doc
 
     def stop(self) -> None:
+        if self._proxies is not None:
+            with contextlib.suppress(Exception):
+                self._proxies.close()
+            self._proxies = None
         for plane in reversed(self.planes):
             with contextlib.suppress(Exception):
+                self.set_reachable(plane.name, True)
                 plane.stop()
         self.planes.clear()
+
+    # -- faults (the EmulatedFleet's vocabulary)
+
+    def set_reachable(self, cluster: str, reachable: bool) -> None:
+        """Freeze (SIGSTOP) or thaw the member's API server: connections are accepted by
+        the kernel and never answered, as with a hung or partitioned server."""
+        child = self.plane(cluster).children.get("kube-apiserver")
+        if child is not None and child.alive():
+            child.proc.send_signal(signal.SIGCONT if reachable else signal.SIGSTOP)
+
+    def inject_errors(self, cluster: str, status: int = 500, rate: float = 1.0,
+                      retry_after: float | None = None) -> None:
+        proxy = self._proxy(cluster)
+        set_faults(proxy, error_status=status, error_rate=rate, retry_after=retry_after)
+
+    def set_latency(self, cluster: str, seconds: float) -> None:
+        set_faults(self._proxy(cluster), latency=seconds)
+
+    def clear_faults(self, cluster: str) -> None:
+        self.set_reachable(cluster, True)
+        if self.plane(cluster).proxy is not None:
+            self._proxy(cluster).faults.clear()
+
+    def cordon(self, cluster: str, node: str, on: bool = True) -> bool:
+        code, _ = self.plane(cluster).request(
+            "PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": on or None}},
+            content_type="application/merge-patch+json")
+        return code == 200
+
+    def fail_job(self, cluster: str, namespace: str, name: str) -> bool:
+        """The job's pods fail (status subresource, as kubelet reports it); the lifecycle
+        controller then marks the job Failed."""
+        plane = self.plane(cluster)
+        job = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{name}"
+        if plane.request("GET", job)[0] != 200:
+            return False
+        _, pods = plane.request(
+            "GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector="
+                   f"training.kubeflow.org/job-name%3D{name}")
+        for pod in (pods or {}).get("items") or []:
+            if (pod.get("status") or {}).get("phase") in TERMINAL:
+                continue
+            status = finished_pod(pod, "Failed", "Error")["status"]
+            plane._must("PATCH", f"/api/v1/namespaces/{namespace}/pods/"
+                                 f"{pod['metadata']['name']}/status", {"status": status},
+                        content_type="application/merge-patch+json")
+        return True
+
+    def _proxy(self, cluster: str) -> Proxy:
+        proxy = self.plane(cluster).proxy
+        if proxy is None:
+            raise ControlPlaneError(f"{cluster}: started without a fault proxy")
+        return proxy
 
     def __enter__(self) -> RealFleet:
         return self.start()

@@ -111,12 +111,22 @@ def emulated(live_fleet: Any) -> Any:
     return live_fleet if isinstance(live_fleet, EmulatedFleet) else None
 
 
+#: Tests that need a member running Koordinator (reservations that become Available).
+NEEDS_KOORDINATOR = frozenset({
+    "test_placement_on_live_snapshots_sees_fragmentation_and_reservations",
+})
+
+
 @pytest.fixture
-def emulator(emulated: Any) -> Any:
-    """The emulated fleet, for tests that inject faults (skipped on real clusters)."""
-    if emulated is None:
-        pytest.skip("needs the emulator's fault injection")
-    return emulated
+def emulator(live_fleet: Any, request: pytest.FixtureRequest) -> Any:
+    """The live fleet, for tests that inject faults: the emulator, or real members (API
+    server frozen by SIGSTOP, errors and latency from their fault proxy, pods failed and
+    nodes cordoned through the API). Skipped on external clusters."""
+    if live_fleet is None:
+        pytest.skip("needs fault injection (emulated or real members started here)")
+    if _is_real(live_fleet) and request.node.originalname in NEEDS_KOORDINATOR:
+        pytest.skip("needs Koordinator's scheduler (real members are reservation: false)")
+    return live_fleet
 
 
 def write_fleet_config(path: Path, emulated: Any) -> Path:

@@ -1,0 +1,142 @@
+"""A fault-injecting loopback proxy in front of a real kube-apiserver.
+
+fleetq's kubeconfig for real members points at this proxy (same CA, same bearer token:
+it forwards the request as it came), so the fault vocabulary of the emulator — API
+errors at a rate with ``Retry-After``, added latency — applies to real members too, as
+a network fault between fleetq and the member would: the member's own scheduler and
+lifecycle controller talk to the API server directly. Responses are streamed, so watches
+pass through. All proxies of a fleet share one asyncio loop in one daemon thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import aiohttp
+from aiohttp import web
+
+from fleetq.embedded import free_port
+from fleetq.emulator.faults import Faults
+from fleetq.emulator.store import ApiError
+
+T = TypeVar("T")
+#: Headers that belong to one hop (or that aiohttp recomputes), never forwarded.
+HOP = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "content-length",
+                 "content-encoding", "upgrade", "proxy-connection", "te", "trailer"})
+REASONS = {429: "TooManyRequests", 503: "ServiceUnavailable", 504: "Timeout"}
+
+
+@dataclass
+class Proxy:
+    """One listening port that forwards to ``upstream`` (``https://127.0.0.1:PORT``)."""
+
+    upstream: str
+    server_ssl: ssl.SSLContext
+    client_ssl: ssl.SSLContext
+    faults: Faults = field(default_factory=Faults)
+    port: int = 0
+    _runner: web.AppRunner | None = None
+    _session: aiohttp.ClientSession | None = None
+
+    async def start(self, host: str = "127.0.0.1") -> None:
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=None),
+            auto_decompress=True)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        self.port = self.port or free_port(host)
+        site = web.TCPSite(self._runner, host, self.port, ssl_context=self.server_ssl)
+        await site.start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.shutdown()
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        f = self.faults
+        if f.latency > 0:
+            await asyncio.sleep(f.latency)
+        if f.should_fail():
+            code = f.error_status or 500
+            headers = {}
+            if f.retry_after is not None:
+                headers["Retry-After"] = str(max(1, round(f.retry_after)))
+            err = ApiError(code, REASONS.get(code, "InternalError"),
+                           f"injected fault: HTTP {code}", headers=headers)
+            return web.json_response(err.status(), status=code, headers=headers)
+        assert self._session is not None
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
+        async with self._session.request(request.method, self.upstream + request.path_qs,
+                                         headers=headers, data=body or None,
+                                         ssl=self.client_ssl) as up:
+            resp = web.StreamResponse(status=up.status, headers={
+                k: v for k, v in up.headers.items() if k.lower() not in HOP})
+            await resp.prepare(request)
+            try:
+                async for chunk in up.content.iter_any():
+                    await resp.write(chunk)
+                await resp.write_eof()
+            except (ConnectionResetError, aiohttp.ClientError, RuntimeError):
+                pass  # the client went away (a watch closed), or the API server did
+            return resp
+
+
+class ProxyLoop:
+    """The daemon thread and loop that run a fleet's proxies."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.proxies: list[Proxy] = []
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                         name="fleetq-fault-proxy")
+        self._thread.start()
+
+    def call(self, fn: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:
+        async def run() -> T:
+            return await fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout)
+
+    def add(self, upstream: str, server_ssl: ssl.SSLContext,
+            client_ssl: ssl.SSLContext) -> Proxy:
+        proxy = Proxy(upstream, server_ssl, client_ssl)
+        self.call(proxy.start)
+        self.proxies.append(proxy)
+        return proxy
+
+    def close(self) -> None:
+        """Stop every proxy and cancel what still streams (open watches)."""
+
+        async def stop_all() -> None:
+            for p in self.proxies:
+                await p.stop()
+            current = asyncio.current_task()
+            pending = [t for t in asyncio.all_tasks() if t is not current]
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+        # The loop itself keeps running (an idle daemon thread): aiohttp's request
+        # handlers finish on it after their connections close, and one finished on a
+        # closed loop would be garbage-collected mid-flight.
+        try:
+            self.call(stop_all, timeout=15)
+        finally:
+            self.proxies.clear()
+
+
+def set_faults(proxy: Proxy, **changes: Any) -> None:
+    """Change a proxy's fault state (plain attribute writes, read by its loop)."""
+    for key, value in changes.items():
+        setattr(proxy.faults, key, value)
