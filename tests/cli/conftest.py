@@ -31,7 +31,7 @@ class CliFleet:
     runner: CliRunner
 
     async def run(self, *args: str, stdin: str | None = None,
-                  env: dict[str, str] | None = None) -> Result:
+                  env: dict[str, str | None] | None = None) -> Result:
         """``fleetq ARGS`` as a user runs it; never a traceback."""
         result = await asyncio.to_thread(
             self.runner.invoke, app, list(args), input=stdin, env={**self.env, **(env or {})})
