@@ -34,18 +34,21 @@ import contextlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from activities.member_cluster import (
     KF_JOB_NAME,
+    OWNER_LABEL,
     PYTORCHJOB_API,
     RESERVATION_API,
     ApiError,
     ClusterUnreachable,
     KubeApi,
     WatchStream,
+    job_phase,
 )
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
@@ -201,6 +204,7 @@ class CapacityCache:
     """LIST+WATCH cache of one cluster's nodes, pods and reservations (see module doc)."""
 
     WATCH_TIMEOUT_S = 60
+    MAX_FINISHED = 10_000
     MAX_BACKOFF_S = 5.0
 
     def __init__(
@@ -237,6 +241,9 @@ class CapacityCache:
         self._threads: list[threading.Thread] = []
         self._watch_jobs = watch_jobs
         self._subs: dict[tuple[str, str], set[threading.Event]] = {}
+        #: PyTorchJobs seen finished: (namespace, name) -> (owner label, phase, message),
+        #: kept after the member deletes them (ttlSecondsAfterFinished), bounded
+        self._finished: OrderedDict[tuple[str, str], tuple[str, str, str]] = OrderedDict()
         self._subs_lock = threading.Lock()
         self.failover = failover or TaintSettings()
         #: the last probe's verdict ("Unknown"/"False" with a one-line reason)
@@ -425,8 +432,26 @@ class CapacityCache:
 
     def _apply_jobs(self, etype: str, obj: Mapping[str, Any]) -> bool:
         meta = _meta(obj)
-        self._notify(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        phase, message = job_phase(obj)
+        if phase in TERMINATED:
+            owner = str((meta.get("labels") or {}).get(OWNER_LABEL) or "")
+            self._finished[key] = (owner, phase, message)
+            self._finished.move_to_end(key)
+            while len(self._finished) > self.MAX_FINISHED:
+                self._finished.popitem(last=False)
+        self._notify(*key)
         return False
+
+    def finished_job(self, namespace: str, name: str, owner: str) -> tuple[str, str] | None:
+        """``(phase, message)`` if this cache saw the job (of this owner) Succeeded or
+        Failed: a member that deletes a finished job (``ttlSecondsAfterFinished``) must
+        not make fleetq think the job vanished and dispatch it again."""
+        with self._lock:
+            seen = self._finished.get((namespace, name))
+        if seen is None or seen[0] != owner:
+            return None
+        return seen[1], seen[2]
 
     def _replace(self, kind: str, items: list[dict[str, Any]]) -> bool:
         if kind == "nodes":

@@ -1180,6 +1180,9 @@ class KubernetesMemberCluster:
             annotations[RUN_SECONDS_ANNOTATION] = str(req.run_seconds)
         run_policy = spec.setdefault("runPolicy", {})
         run_policy.setdefault("schedulingPolicy", {}).setdefault("minAvailable", minimum)
+        # fleetq carries out runPolicy.suspend itself (no copy while suspended): a copy
+        # exists only to run
+        run_policy.pop("suspend", None)
         if run_policy.get("managedBy") == MULTIKUEUE_MANAGER:
             # the member's own training-operator must run the copy fleetq placed there
             del run_policy["managedBy"]
@@ -1285,6 +1288,20 @@ class KubernetesMemberCluster:
 
     def _status(self, job: JobRef) -> JobStatus:
         obj = self.api.get(self._job_path(job.namespace, job.name))
+        finished = (
+            self.cache.finished_job(job.namespace, job.name, job.owner_id) if obj is None else None
+        )
+        if finished is not None:  # finished, then deleted by the member (its TTL)
+            phase, message = finished
+            health: Health = "Healthy" if phase == "Succeeded" else "Unhealthy"
+            return JobStatus(
+                cluster=self.name,
+                health=health,
+                phase=phase,
+                reason=f"{message or phase} (the member has since deleted its copy, "
+                "ttlSecondsAfterFinished)",
+                observed=f"{health}/{phase}/deleted",
+            )
         if obj is None or _labels(obj).get(OWNER_LABEL) != job.owner_id:
             reason = (
                 f"PyTorchJob {job.ref} not found on {self.name}"
@@ -1302,7 +1319,7 @@ class KubernetesMemberCluster:
         pods = [p for p in items if not _meta(p).get("ownerReferences") or _owned_by(p, uid)]
         pods.sort(key=lambda p: str(_meta(p).get("name")))
         phase, message = job_phase(obj)
-        health: Health = "Healthy"
+        health = "Healthy"
         reason = message
         now = time.time()
         pod_statuses = []

@@ -146,6 +146,8 @@ JobState = Literal[
     "Created",
     "Running",
     "FailingOver",
+    # runPolicy.suspend (or fleetq suspend): no copy, no quota, until resumed
+    "Suspended",
     "Succeeded",
     "Failed",
     "Deleted",
@@ -187,6 +189,10 @@ class JobView(BaseModel):
     #: their health taint was added, else when the job first saw them silent)
     unreachable: dict[str, datetime] = Field(default_factory=dict)
     unhealthy_since: datetime | None = None
+    #: runPolicy.activeDeadlineSeconds after the first bind (reset by a suspension)
+    deadline_at: datetime | None = None
+    #: "gang minimum 3 of 5 pods (elasticPolicy.minReplicas)" / "gang of 3 pods ..."
+    gang: str = ""
     pods: list[dict[str, Any]] = Field(default_factory=list)
     rejections: dict[str, str] = Field(default_factory=dict)
     events: list[JobEvent] = Field(default_factory=list)

@@ -91,6 +91,9 @@ SA_SETTLE_SECONDS = 10.0
 #: its return; workflows started before it existed keep purging on timers
 PATCH_PURGE_WHEN_REACHABLE = "purge-when-reachable"
 PURGER_HEARTBEAT = timedelta(seconds=15)
+#: runPolicy honoured by the workflow (suspend, activeDeadlineSeconds): new behaviour for
+#: jobs whose manifest asks for it, so workflows started before it replay unchanged
+PATCH_RUN_POLICY = "run-policy"
 #: continue-as-new once a run's history passes this many events
 MAX_HISTORY_EVENTS = 1000
 WATCH_SECONDS = 300.0
@@ -127,6 +130,11 @@ class PyTorchJobWorkflow:
         self._purgers: dict[str, ActivityHandle[PurgeResult]] = {}
         self._evict_at: datetime | None = None
         self._evict_reason = ""
+        #: a suspension asked for (runPolicy.suspend at start, or the suspend signal) and
+        #: not yet carried out; a resume asked for while suspended
+        self._suspend_wanted = False
+        self._suspending = False
+        self._resume_wanted = False
 
     # ================================================================== run
     @workflow.run
@@ -186,6 +194,7 @@ class PyTorchJobWorkflow:
                 self._view.priority = self._gang.priority
                 self._view.queued = self._pol.queued
                 self._view.summary = self._summary_line()
+                self._view.gang = self._gang.minimum_line()
                 self._publish()
             return await self._lifecycle()
         except (asyncio.CancelledError, ActivityError) as exc:
@@ -199,14 +208,29 @@ class PyTorchJobWorkflow:
         view = self._require_view()
         for cluster in view.pending_purges:  # carried over by continue-as-new
             self._start_purger(cluster)
-        if self._pol.queued and self._grant is None and view.state not in TERMINAL_STATES:
-            await self._wait_for_admission()
+        if (
+            self._input.progress is None
+            and self._job.suspend
+            and workflow.patched(PATCH_RUN_POLICY)
+        ):
+            self._suspend_wanted = True
         while view.state not in TERMINAL_STATES:
+            if self._suspend_wanted:
+                await self._suspend()
+                continue
+            if self._pol.queued and self._grant is None:
+                await self._wait_for_admission()
+                if self._grant is None:  # a suspension came first
+                    continue
             if view.cluster is None:
                 placed = await self._schedule()
                 if not placed:
                     break
+                if self._suspend_wanted:
+                    continue
             outcome = await self._supervise()
+            if outcome == "suspend":
+                continue
             if outcome == "continue":
                 await self._settle_watches()
                 self._stop_purgers()  # the next run starts them again
@@ -292,7 +316,12 @@ class PyTorchJobWorkflow:
                 continue
             self._set_state("Queued", "waiting for quota")
             self._event("Normal", "Queued", f"enqueued in quota tree {tree_id}")
-            await workflow.wait_condition(lambda: self._grant is not None)
+            await workflow.wait_condition(
+                lambda: self._grant is not None or self._suspend_wanted
+            )
+            if self._grant is None:  # suspended while waiting: leave the queue
+                await self._release_quota()
+                return
         grant = self._grant
         if view.created_at is not None:
             metrics.admission_latency(
@@ -338,6 +367,9 @@ class PyTorchJobWorkflow:
         delay = 2.0
         last_reason = ""
         while True:
+            if self._deadline_passed():
+                await self._deadline_exceeded()
+                return False
             self._set_state("Scheduling", "evaluating member clusters")
             verdict: PlacementVerdict = await workflow.execute_local_activity(
                 "plan_placement",
@@ -395,6 +427,7 @@ class PyTorchJobWorkflow:
                     view.copies.append(cand.cluster)
                 view.bound_at = workflow.now()
                 view.rejections = rejections
+                self._arm_deadline()
                 # "health/phase": the first watch wakes on a phase or health change only,
                 # not on every pod the member creates on the way to Running
                 self._since = "Healthy/Created"
@@ -421,7 +454,13 @@ class PyTorchJobWorkflow:
                 self._event("Warning", "FailedScheduling", reason)
                 last_reason = reason
             self._set_state("Pending", reason)
-            await self._sleep_or_retry(delay, f"retry placement in {int(delay)}s")
+            pause = delay
+            if view.deadline_at is not None:
+                left = (view.deadline_at - workflow.now()).total_seconds()
+                pause = max(0.001, min(pause, left))
+            await self._sleep_or_retry(pause, f"retry placement in {int(pause)}s")
+            if self._suspend_wanted:
+                return True  # the lifecycle suspends (nothing was bound)
             delay = min(delay * 2, 60.0)
 
     async def _write(
@@ -487,7 +526,9 @@ class PyTorchJobWorkflow:
             current = watch
             try:
                 await workflow.wait_condition(
-                    lambda w=current: w.done() or self._purger_finished(),  # type: ignore[misc]
+                    lambda w=current: (  # type: ignore[misc]
+                        w.done() or self._purger_finished() or self._suspend_wanted
+                    ),
                     timeout=timeout,
                     timeout_summary=summary,
                 )
@@ -500,9 +541,14 @@ class PyTorchJobWorkflow:
                 if due == "evict":
                     await self._failover(cluster, f"on {self._evict_reason}")
                     return "failover"
+                if due == "deadline":
+                    await self._deadline_exceeded()
+                    return "done"
                 if due == "grace":
                     await self._purge_graceful_old("grace period ended")
                 continue
+            if self._suspend_wanted:
+                return "suspend"
             if not current.done():  # a copy left on a returning member was purged
                 self._collect_purgers()
                 continue
@@ -590,6 +636,15 @@ class PyTorchJobWorkflow:
                 f"failover tolerance {tolerance}s on {view.cluster}",
                 "failover",
             )
+        if view.deadline_at is not None:
+            remaining = (view.deadline_at - now).total_seconds()
+            if best[0] is None or remaining < best[0]:
+                seconds = self._job.active_deadline_seconds
+                best = (
+                    max(remaining, 0.001),
+                    f"runPolicy.activeDeadlineSeconds {seconds}",
+                    "deadline",
+                )
         if self._evict_at is not None:
             remaining = (self._evict_at - now).total_seconds()
             if best[0] is None or remaining < best[0]:
@@ -701,6 +756,81 @@ class PyTorchJobWorkflow:
         placed = await self._schedule()
         if placed:
             self._event("Normal", "Rescheduled", f"rescheduled from {old} to {view.cluster}")
+
+    # ================================================================== runPolicy
+    def _arm_deadline(self) -> None:
+        """runPolicy.activeDeadlineSeconds counts from the first bind (again from the
+        first bind after a suspension, as the operator resets startTime on resume)."""
+        view = self._require_view()
+        seconds = self._job.active_deadline_seconds
+        if (
+            seconds is not None
+            and view.deadline_at is None
+            and workflow.patched(PATCH_RUN_POLICY)
+        ):
+            view.deadline_at = workflow.now() + timedelta(seconds=max(0, seconds))
+
+    def _deadline_passed(self) -> bool:
+        view = self._require_view()
+        return view.deadline_at is not None and workflow.now() >= view.deadline_at
+
+    async def _deadline_exceeded(self) -> None:
+        """Fail the job with reason DeadlineExceeded: every copy purged; the quota is
+        released as the workflow ends."""
+        seconds = self._job.active_deadline_seconds
+        why = f"DeadlineExceeded: active longer than runPolicy.activeDeadlineSeconds {seconds}"
+        self._event("Warning", "DeadlineExceeded", why)
+        await self._purge_all("purge on DeadlineExceeded")
+        self._set_state("Failed", why)
+
+    async def _purge_all(self, why: str) -> None:
+        """Purge every copy the job has (current, left behind, pending), each until done."""
+        view = self._require_view()
+        clusters = list(
+            dict.fromkeys(
+                ([view.cluster] if view.cluster else [])
+                + view.copies
+                + view.pending_purges
+                + ([self._graceful_old] if self._graceful_old else [])
+            )
+        )
+        for cluster in clusters:
+            await self._purge_until_done(cluster, why)
+        view.copies, view.pending_purges = [], []
+        self._graceful_old, self._grace_deadline = None, None
+        await self._settle_watches()
+
+    async def _suspend(self) -> None:
+        """runPolicy.suspend / the suspend signal: purge every copy, give the quota back,
+        wait in Suspended until resumed, then queue again with the original submit time."""
+        view = self._require_view()
+        self._suspend_wanted, self._suspending = False, True
+        in_queue = self._grant is not None or view.state == "Queued"
+        had_copy = bool(view.cluster or view.copies or view.pending_purges)
+        self._event(
+            "Normal",
+            "Suspended",
+            "suspended: copies purged, quota released" if had_copy else "suspended",
+        )
+        await self._purge_all("purge on suspend")
+        view.cluster, view.pods, view.unhealthy_since = None, [], None
+        view.deadline_at = None
+        self._evict_at, self._evict_reason, self._since = None, "", ""
+        if in_queue:
+            await self._release_quota()
+        view.admitted, view.queue = False, None
+        self._set_state(
+            "Suspended", "suspended: holds no quota; resume with fleetq resume (signal resume)"
+        )
+        while not self._resume_wanted:
+            await workflow.wait_condition(
+                lambda: self._resume_wanted or self._grant is not None
+            )
+            if self._grant is not None:  # a grant that crossed our cancel: give it back
+                await self._release_quota()
+        self._resume_wanted, self._suspending = False, False
+        self._event("Normal", "Resumed", "resumed: placed again from the queue")
+        self._set_state("Queued" if self._pol.queued else "Scheduling", "resumed")
 
     async def _purge_graceful_old(self, why: str) -> None:
         old = self._graceful_old
@@ -1073,6 +1203,23 @@ class PyTorchJobWorkflow:
     @workflow.signal
     def admitted(self, grant: Grant) -> None:
         self._grant = grant
+
+    @workflow.signal
+    def suspend(self) -> None:
+        """Suspend the job (as ``runPolicy.suspend: true``): its copies are purged and its
+        quota released until ``resume``."""
+        view = self._view
+        if view is not None and view.state not in TERMINAL_STATES and view.state != "Suspended":
+            self._suspend_wanted = True
+            self._resume_wanted = False
+
+    @workflow.signal
+    def resume(self) -> None:
+        """Resume a suspended job: it queues again (keeping its submit time)."""
+        if self._suspend_wanted:  # not carried out yet: forget it
+            self._suspend_wanted = False
+        elif self._suspending:
+            self._resume_wanted = True
 
     @workflow.signal
     def retry_placement(self) -> None:

@@ -187,6 +187,8 @@ class ClusterController:
         #: (namespace, PyTorchJob name) -> names of the pods it owns: reconciling one job
         #: must not scan every pod of the namespace (that made the emulator O(n^2))
         self.pods_by_owner: dict[Key, set[str]] = {}
+        #: uids of finished jobs whose runPolicy.ttlSecondsAfterFinished deletion is armed
+        self.ttl_armed: set[str] = set()
         store.hooks.append(self._on_change)
 
     # ------------------------------------------------------------------ setup
@@ -783,7 +785,9 @@ class ClusterController:
         status = copy.deepcopy(job.get("status") or {})
         finished = _condition_true(status, "Succeeded") or _condition_true(status, "Failed")
         by_name = {p["metadata"]["name"]: p for p in owned}
-        if not finished:
+        # runPolicy.suspend: the operator creates no pods for a suspended job
+        suspended = ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend") is True
+        if not finished and not suspended:
             for role, index, tmpl, restart in replica_slots(job):
                 pname = f"{name}-{role}-{index}"
                 if pname not in by_name:
@@ -799,6 +803,27 @@ class ClusterController:
             new = {**job, "metadata": copy.deepcopy(job["metadata"]), "status": new_status}
             self.store.replace("pytorchjobs", new)
             self._job_events(job, status, new_status)
+        self._arm_ttl(job, new_status)
+
+    def _arm_ttl(self, job: Obj, status: Mapping[str, Any]) -> None:
+        """The operator's TTL: a finished job with ``runPolicy.ttlSecondsAfterFinished``
+        is deleted (with its pods) that long after its completionTime."""
+        ttl = ((job.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
+        uid = job["metadata"]["uid"]
+        done = _condition_true(status, "Succeeded") or _condition_true(status, "Failed")
+        if not done or not isinstance(ttl, int) or isinstance(ttl, bool) or uid in self.ttl_armed:
+            return
+        self.ttl_armed.add(uid)
+        completion = status.get("completionTime")
+        finished = parse_time(str(completion)) if completion else time.time()
+        key = _key(job)
+        self._later(finished + max(0, ttl) - time.time(), self._ttl_delete, key, uid)
+
+    def _ttl_delete(self, key: Key, uid: str) -> None:
+        self.ttl_armed.discard(uid)
+        job = self.store.get("pytorchjobs", *key)
+        if job is not None and job["metadata"]["uid"] == uid:
+            self.store.delete("pytorchjobs", *key)
 
     def owned_pods(self, namespace: str, name: str) -> list[Obj]:
         """The pods whose ownerReference is the PyTorchJob ``namespace/name``."""
