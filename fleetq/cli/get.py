@@ -4,8 +4,10 @@ Jobs are Temporal workflows (``pytorchjob/<ns>/<name>``): the list comes from Te
 visibility and each job's state from its ``status`` query (concurrently, bounded); a
 deleted job (cancelled workflow) is gone, a finished one keeps its final state like a
 completed Kubernetes object. Queues come from the quota workflow, policies and
-PriorityClasses from the fleet registry, and ``-m CLUSTER`` reads the member cluster
-itself. The read helpers here are shared by ``describe``, ``delete`` and ``demo``.
+PriorityClasses from the fleet registry. ``get pytorchjob -M`` and ``get pod`` merge the
+jobs with what the member clusters themselves hold (``member_views``), and ``-m CLUSTER``
+shows one member's own object. The read helpers here are shared by ``describe``,
+``delete`` and ``demo``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from fleetq.cli.context import CliError, fleet_config_path, get_client, guarded, not_found, run
 from fleetq.cli.member_views import (
     MemberSnapshot,
+    cli_member_api,
     member_copy_rows,
     member_pod_objects,
     member_pod_rows,
@@ -269,8 +272,8 @@ async def quota_view(client: Client) -> tuple[str, Any, datetime | None] | None:
 
 
 def member_api(cluster: str) -> Any:
-    """A :class:`KubeApi` for one member cluster of the fleet config."""
-    from activities.member_cluster import KubeApi
+    """A :class:`KubeApi` for one member cluster of the fleet config (short timeouts,
+    no retries)."""
     from fleetq.fleet_config import FleetConfigError, load_fleet_config
 
     path = fleet_config_path()
@@ -281,9 +284,7 @@ def member_api(cluster: str) -> Any:
     for c in config.clusters:
         if c.name == cluster:
             try:
-                return KubeApi.from_kubeconfig(
-                    c.name, config.cluster_kubeconfig(c), c.context_name,
-                    config.timeouts.connectSeconds, config.timeouts.readSeconds)
+                return cli_member_api(c, config)
             except FleetConfigError as exc:
                 raise CliError(f"error: {exc}") from None
     known = ", ".join(c.name for c in config.clusters) or "none"
@@ -490,7 +491,8 @@ async def _get_pytorchjobs(client: Client, args: GetArgs) -> None:
         if snap is None:
             headers, rows = copy_rows(views, args.all_namespaces)
         else:
-            headers, rows = member_copy_rows(views, snap, args.all_namespaces)
+            headers, rows = member_copy_rows(views, snap, args.all_namespaces,
+                                             orphans=args.name is None)
         if rows:
             print_table(headers, rows)
         else:
@@ -689,7 +691,9 @@ def register(app: typer.Typer) -> None:
                                             help="List across all namespaces"),
         output: str | None = typer.Option(None, "-o", "--output", help="wide | yaml | json"),
         all_clusters: bool = typer.Option(False, "-M", "--all-clusters",
-                                          help="Show the copies on member clusters"),
+                                          help="One row per member copy, read from the member "
+                                               "clusters (evicted copies still running, "
+                                               "unreachable members)"),
         member_cluster: str | None = typer.Option(
             None, "-m", "--member-cluster", help="Read the object from this member cluster"),
     ) -> None:

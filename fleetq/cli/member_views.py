@@ -124,26 +124,29 @@ class MemberSnapshot:
 # --------------------------------------------------------------------------- reading
 
 
+def cli_member_api(cluster: Any, config: Any) -> Any:
+    """A :class:`KubeApi` for one member of ``config``, as the CLI uses it: short
+    timeouts and no retries (a silent member is reported, not waited for)."""
+    from activities.member_cluster import KubeApi, RetryPolicy
+
+    api = KubeApi.from_kubeconfig(
+        cluster.name, config.cluster_kubeconfig(cluster), cluster.context_name,
+        min(CONNECT_TIMEOUT_S, config.timeouts.connectSeconds),
+        min(READ_TIMEOUT_S, config.timeouts.readSeconds), pool_size=2)
+    api.retry = RetryPolicy(attempts=1)
+    return api
+
+
 def _read_one(cluster: Any, config: Any, namespace: str | None) -> MemberRead:
-    from activities.member_cluster import (
-        MANAGED_BY,
-        ApiError,
-        ClusterUnreachable,
-        KubeApi,
-        RetryPolicy,
-    )
+    from activities.member_cluster import MANAGED_BY, ApiError, ClusterUnreachable
     from fleetq.fleet_config import FleetConfigError
 
     read = MemberRead(cluster.name)
     try:
-        api = KubeApi.from_kubeconfig(
-            cluster.name, config.cluster_kubeconfig(cluster), cluster.context_name,
-            min(CONNECT_TIMEOUT_S, config.timeouts.connectSeconds),
-            min(READ_TIMEOUT_S, config.timeouts.readSeconds), pool_size=2)
+        api = cli_member_api(cluster, config)
     except FleetConfigError as exc:
         read.error = read.why = f"{cluster.name}: {exc}"
         return read
-    api.retry = RetryPolicy(attempts=1)
     selector = f"{MANAGED_BY}=fleetq"
     jobs = f"{JOBS_PATH}/namespaces/{namespace}/pytorchjobs" if namespace else \
         f"{JOBS_PATH}/pytorchjobs"
@@ -276,12 +279,21 @@ def copy_age(snap: MemberSnapshot, view: JobView | None, namespace: str, name: s
     return "<unknown>"
 
 
-def member_copy_rows(views: list[JobView], snap: MemberSnapshot,
-                     all_namespaces: bool) -> tuple[list[str], list[list[Any]]]:
+def member_copy_rows(views: list[JobView], snap: MemberSnapshot, all_namespaces: bool,
+                     orphans: bool = False) -> tuple[list[str], list[list[Any]]]:
     """``get pytorchjob -M`` from the members: one row per (job, member) where the member
-    holds a copy or fleetq thinks it does."""
+    holds a copy or fleetq thinks it does. With ``orphans``, also the fleetq-managed
+    copies of jobs fleetq no longer has (deleted while their member was silent):
+    ``Orphaned, still running``, ADOPTION ``N``."""
     headers = ["NAME", "CLUSTER", "STATE", "AGE", "ADOPTION"]
     rows: list[list[Any]] = []
+    if orphans:
+        known = {(v.namespace, v.name) for v in views}
+        for ns, name in sorted(snap.job_keys() - known):
+            for c in snap.clusters:
+                state = copy_state(None, c, snap, ns, name)
+                if state is not None:
+                    rows.append([ns, name, c, state, copy_age(snap, None, ns, name, c), "N"])
     for v in views:
         clusters = expected_clusters(v)
         if v.cluster and v.cluster not in clusters:
@@ -294,13 +306,13 @@ def member_copy_rows(views: list[JobView], snap: MemberSnapshot,
             state = copy_state(v, c, snap, v.namespace, v.name)
             if state is None:
                 continue
-            row: list[Any] = [v.name, c, state, copy_age(snap, v, v.namespace, v.name, c), "Y"]
-            if all_namespaces:
-                row.insert(0, v.namespace)
-            rows.append(row)
+            rows.append([v.namespace, v.name, c, state,
+                         copy_age(snap, v, v.namespace, v.name, c), "Y"])
+    rows.sort(key=lambda r: (r[0], r[1]))  # stable: a job's current copy stays first
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
-    return headers, rows
+        return headers, rows
+    return headers, [r[1:] for r in rows]
 
 
 def pod_ready(pod: dict[str, Any]) -> str:

@@ -154,12 +154,18 @@ async def test_evicted_copy_still_running_shows_with_its_pods(cli_fleet: CliFlee
         pods_section = r.stdout[r.stdout.index("Pods:"):r.stdout.index("Events:")]
         assert pods_section.count(f" {other} ") == 3
         assert pods_section.count(f" {current} ") == 3
+
+        # deleted from the fleet, the copy fleetq did not know of is still there: orphaned
+        r = await cli.run("delete", "pytorchjob", "twice", "-n", NS)
+        assert r.exit_code == 0, r.output
+        rows = await rows_of(cli, "get", "pytorchjob", "-M", "-n", NS)
+        assert [[row[i] for i in (0, 1, 2, 4)] for row in rows[1:] if row[0] == "twice"] == [
+            ["twice", other, "Orphaned, still running", "N"]]
     finally:
         api.delete(f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/twice",
                    propagation="Background")
         api.close()
-        r = await cli.run("delete", "pytorchjob", "twice", "-n", NS)
-        assert r.exit_code == 0, r.output
+        await cli.run("delete", "pytorchjob", "twice", "-n", NS)
 
     # Once the stale copy and its pods are gone, nothing of it is listed.
     async def gone() -> bool:
@@ -268,6 +274,15 @@ async def test_queue_column_names_the_queue_and_position(cli_fleet: CliFleet,
         for name in ("q-third", "q-second", "q-first"):
             r = await cli.run("delete", "pytorchjob", name)
             assert r.exit_code == 0, r.output
+
+        # leave the fleet as we found it (the namespace is shared with test_commands)
+        async def tree_deleted() -> bool:
+            r = await cli.run("delete", "-f", TREE)
+            return r.exit_code == 0
+
+        await poll("the tree deleted once the jobs released their quota", tree_deleted)
+        r = await cli.run("delete", "-f", QUEUE_POLICY)
+        assert r.exit_code == 0, r.output
 
 
 async def test_refused_temporal_start_shows_refused(cli_fleet: CliFleet,
