@@ -12,7 +12,19 @@ import sys
 
 import typer
 
-from fleetq.cli import apply, delete, demo, describe, get, setup, sim, up, validate, worker
+from fleetq.cli import (
+    apply,
+    delete,
+    demo,
+    describe,
+    get,
+    setup,
+    sim,
+    suspend,
+    up,
+    validate,
+    worker,
+)
 from fleetq.cli import bench as bench_cmd
 from fleetq.cli import controlplane as controlplane_cmd
 from fleetq.cli.context import add_state_dir_option
@@ -30,6 +42,7 @@ apply.register(app)
 get.register(app)
 describe.register(app)
 delete.register(app)
+suspend.register(app)
 validate.register(app)
 worker.register(app)
 bench_cmd.register(app)
