@@ -382,3 +382,38 @@ async def test_without_fleet_config_falls_back_to_the_workflows_view(
         assert notes == ["note: no fleet config (set FLEETQ_CONFIG, or --state-dir of a running "
                          "fleetq up); showing fleetq's own view of the jobs, not what the "
                          "member clusters report"], (args, r.output)
+
+
+def test_every_fleet_command_takes_state_dir() -> None:
+    from typer.testing import CliRunner
+
+    from fleetq.cli import app
+
+    runner = CliRunner()
+    for args in (["get"], ["describe"], ["delete"], ["apply"], ["validate"], ["setup"],
+                 ["up"], ["demo"], ["sim", "fault"]):
+        r = runner.invoke(app, [*args, "--help"], env={"COLUMNS": "200"})
+        assert r.exit_code == 0, (args, r.output)
+        assert "--state-dir" in r.output, args
+    r = runner.invoke(app, ["get", "--help"], env={"COLUMNS": "200"})
+    assert "$FLEETQ_STATE_DIR" in r.output
+
+
+def test_worker_joins_the_fleet_of_its_state_dir(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetq.cli.context import join_running_fleet_env, use_state_dir
+
+    for var in ("TEMPORAL_ADDRESS", "FLEETQ_CONFIG", "FLEETQ_STATE_DIR"):
+        monkeypatch.setenv(var, "")  # restored after the test, even where it was unset
+        monkeypatch.delenv(var)
+    write_info(FleetInfo(pid=os.getpid(), address="127.0.0.1:7999",
+                         fleet_config=str(tmp_path / "fleet.yaml")), tmp_path)
+    use_state_dir(tmp_path)
+    join_running_fleet_env()
+    assert os.environ["FLEETQ_STATE_DIR"] == str(tmp_path)
+    assert os.environ["TEMPORAL_ADDRESS"] == "127.0.0.1:7999"
+    assert os.environ["FLEETQ_CONFIG"] == str(tmp_path / "fleet.yaml")
+    # what the user set wins
+    monkeypatch.setenv("FLEETQ_CONFIG", "/etc/fleetq/fleet.yaml")
+    join_running_fleet_env()
+    assert os.environ["FLEETQ_CONFIG"] == "/etc/fleetq/fleet.yaml"
