@@ -168,9 +168,12 @@ def test_kubectl_gets_nodes_and_pods(fleet: EmulatedFleet) -> None:
     assert time.monotonic() - t0 < 10
 
 
-@pytest.mark.slow
 def test_capacity_benchmark_scale(tmp_path: Path) -> None:
-    """20 clusters x 200 nodes x 2,000 running pods in one emulator; LIST stays fast."""
+    """20 clusters x 200 nodes x 2,000 running pods in one emulator; LIST stays fast.
+
+    In the normal suite (about 4 s): the bound is loose enough for a loaded 2-core
+    machine (a LIST takes ~0.3 s idle) and still catches a quadratic emulator; the
+    speed itself is measured in BENCHMARKS.md."""
     topo = parse_topology({"clusters": [
         {"name": f"c{i}", "nodeGroups": [{"count": 200, "cpu": "64", "memory": "256Gi"}]}
         for i in range(20)]})
@@ -181,9 +184,9 @@ def test_capacity_benchmark_scale(tmp_path: Path) -> None:
         t0 = time.monotonic()
         resp = core.list_pod_for_all_namespaces(_preload_content=False)
         items = json.loads(resp.data)["items"]
-        assert len(items) == 2000 and time.monotonic() - t0 < 1.0
+        assert len(items) == 2000 and time.monotonic() - t0 < 10.0
         body = pytorchjob("bench", 2)
         client.CustomObjectsApi(core.api_client).create_namespaced_custom_object(
             "kubeflow.org", "v1", "default", "pytorchjobs", body)
         wait_for(lambda: len([p for p in f.objects("c7", "pods")
-                              if p["status"]["phase"] == "Running"]) == 2003, timeout=10)
+                              if p["status"]["phase"] == "Running"]) == 2003, timeout=30)
