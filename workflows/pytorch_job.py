@@ -697,7 +697,7 @@ class PyTorchJobWorkflow:
                 reason = f"unhealthy on {status.cluster}: {status.reason}"
             self._set_state(state, reason)
         elif status.health == "Unknown":
-            self._set_state(view.state, f"{status.cluster} unreachable: {status.reason}")
+            self._set_state(view.state, status.reason or f"{status.cluster}: unreachable")
         elif status.phase == "Failed":
             self._set_state(
                 view.state if view.state != "Created" else "Running",
