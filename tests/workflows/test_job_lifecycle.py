@@ -28,6 +28,12 @@ from workflows import ALL_WORKFLOWS
 # workflow hung, more often on a loaded machine. `no_short_timer_beside_a_watch` pins it.)
 pytestmark = [pytest.mark.timeout(60)]
 
+#: How late a deadline may be acted on. Its timer fires on time, but the server's clock
+#: also runs with the real time the worker takes for the tasks around it, more on a busy
+#: machine. A deadline missed (acted on at the next watch) comes a rewatch pause, 10 s,
+#: later, so this still tells the two apart without depending on the machine's speed.
+LATE = 5.0
+
 
 class Harness:
     def __init__(self, env: WorkflowEnvironment, fleet: FakeFleet, task_queue: str) -> None:
@@ -197,7 +203,7 @@ async def test_failover_directly_after_toleration_purges_old_copy_first(harness:
     (unhealthy,) = events(view, "Unhealthy")
     (started,) = events(view, "FailoverStarted")
     waited = (started.time - unhealthy.time).total_seconds()
-    assert 30 <= waited < 31, waited
+    assert 30 <= waited < 30 + LATE, waited
     order = [(n, c) for n, c in harness.fleet.calls if n in ("purge", "bind")]
     assert order.index(("purge", "cluster-a")) < order.index(("bind", "cluster-b"))
     assert harness.fleet.copies == {"cluster-b"}
@@ -235,7 +241,7 @@ async def test_unknown_health_does_not_reset_the_failover_timer(harness: Harness
     view = await run_checked(harness, walkthrough_job("unknown"))
     (unhealthy,) = events(view, "Unhealthy")
     (started,) = events(view, "FailoverStarted")
-    assert 30 <= (started.time - unhealthy.time).total_seconds() < 31
+    assert 30 <= (started.time - unhealthy.time).total_seconds() < 30 + LATE
     # Directly, but cluster-a was unreachable: its copy was purged once it came back.
     assert events(view, "PurgeDeferred")
     assert harness.fleet.copies == {"cluster-b"}
@@ -275,7 +281,7 @@ async def test_graceful_purges_old_copy_after_grace_period(harness: Harness) -> 
     (evicted,) = events(view, "Evicted")
     (purged,) = events(view, "Purged")
     assert "grace period" in purged.message
-    assert 600 <= (purged.time - evicted.time).total_seconds() < 602
+    assert 600 <= (purged.time - evicted.time).total_seconds() < 600 + LATE
     assert harness.fleet.copies == {"cluster-b"}
 
 
