@@ -49,7 +49,8 @@ class Proxy:
             auto_decompress=True)
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self.handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        # open watches are cut at shutdown, not awaited
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         self.port = self.port or free_port(host)
         site = web.TCPSite(self._runner, host, self.port, ssl_context=self.server_ssl)
@@ -74,9 +75,22 @@ class Proxy:
             err = ApiError(code, REASONS.get(code, "InternalError"),
                            f"injected fault: HTTP {code}", headers=headers)
             return web.json_response(err.status(), status=code, headers=headers)
-        assert self._session is not None
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
+        for attempt in range(3):
+            try:
+                return await self._forward(request, headers, body)
+            except (aiohttp.ClientConnectionError, ConnectionResetError) as exc:
+                # nothing reached the API server (a connection it reset): try again
+                if attempt == 2:
+                    err = ApiError(502, "InternalError", f"fault proxy: upstream: {exc}")
+                    return web.json_response(err.status(), status=502)
+                await asyncio.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    async def _forward(self, request: web.Request, headers: dict[str, str],
+                       body: bytes) -> web.StreamResponse:
+        assert self._session is not None
         async with self._session.request(request.method, self.upstream + request.path_qs,
                                          headers=headers, data=body or None,
                                          ssl=self.client_ssl) as up:

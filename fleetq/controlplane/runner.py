@@ -375,6 +375,8 @@ class RealFleet:
                 self.planes.append(plane)
                 say(f"starting {spec.name}: etcd, kube-apiserver"
                     + (", kube-scheduler, lifecycle" if spec.member else ""))
+                # one after another, from this thread: a child gets its parent-death
+                # signal when the *thread* that started it ends
                 plane.start(timeout)
             if self.fault_proxy:
                 self._proxies = ProxyLoop()
