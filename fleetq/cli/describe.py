@@ -56,6 +56,9 @@ def describe_lines(view: JobView, waiting: Any | None = None,
     field("State", view.state)
     if view.reason:
         field("Reason", view.reason)
+    if view.deadline_at is not None and view.state not in ("Succeeded", "Failed", "Deleted"):
+        field("Deadline", f"{view.deadline_at.isoformat(timespec='seconds')} "
+                          "(runPolicy.activeDeadlineSeconds)")
     field("Cluster", view.cluster or "<none>")
     copies = copies_line(view, members) if members is not None else ", ".join(view.copies)
     if copies:

@@ -69,6 +69,7 @@ ALIASES = {
     "elasticquotatree": "elasticquotatree", "elasticquotatrees": "elasticquotatree",
     "eqt": "elasticquotatree",
     "priorityclass": "priorityclass", "priorityclasses": "priorityclass", "pc": "priorityclass",
+    "cluster": "cluster", "clusters": "cluster", "clusters.cluster.karmada.io": "cluster",
 }
 
 
@@ -77,7 +78,7 @@ def resource_kind(name: str) -> str:
     if kind is None:
         raise CliError(
             f'error: the server doesn\'t have a resource type "{name}" (fleetq knows: '
-            "pytorchjob, pod, queue, propagationpolicy, elasticquotatree, priorityclass)"
+            "pytorchjob, pod, queue, propagationpolicy, elasticquotatree, priorityclass, cluster)"
         )
     return kind
 
@@ -683,7 +684,7 @@ def register(app: typer.Typer) -> None:
     @guarded
     def get(
         resource: str = typer.Argument(..., help="pytorchjob | pod | queue | propagationpolicy "
-                                                 "| elasticquotatree | priorityclass"),
+                                                 "| elasticquotatree | priorityclass | cluster"),
         name: str | None = typer.Argument(None, help="Object name (all when omitted)"),
         namespace: str | None = typer.Option(None, "-n", "--namespace",
                                              help="Namespace (default: default)"),
@@ -700,6 +701,11 @@ def register(app: typer.Typer) -> None:
         """Display fleet objects (PyTorchJobs, their pods and copies, queues, policies)."""
         kind = resource_kind(resource)
         fmt = check_output(output)
+        if kind == "cluster":  # the members themselves: no Temporal needed
+            from fleetq.cli.clusters import show_clusters
+
+            show_clusters(name, fmt)
+            return
         if member_cluster is not None:
             show_member(kind, name, member_cluster,
                         None if all_namespaces else (namespace or "default"), fmt)
