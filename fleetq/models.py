@@ -713,21 +713,15 @@ class RunPolicy(Strict):
     written; fleetq itself acts on ``schedulingPolicy``, ``activeDeadlineSeconds``,
     ``ttlSecondsAfterFinished`` and ``suspend``."""
 
-    cleanPodPolicy: CleanPodPolicy | None = None
+    #: a string in the CRD (no enum, no webhook check): kept as written; the operator
+    #: knows None, Running and All
+    cleanPodPolicy: StrictStr | None = None
     ttlSecondsAfterFinished: Int32 | None = None
     activeDeadlineSeconds: Int64 | None = None
     backoffLimit: Int32 | None = None
     schedulingPolicy: SchedulingPolicy | None = None
     suspend: StrictBool | None = None
     managedBy: StrictStr | None = None
-
-    @field_validator("cleanPodPolicy", mode="before")
-    @classmethod
-    def _clean(cls, v: Any) -> Any:
-        if v is not None and v not in {p.value for p in CleanPodPolicy}:
-            shown = repr(v[:32]) if isinstance(v, str) else repr(v)[:32]
-            raise ValueError(f"{shown} is not a cleanPodPolicy (None, Running, All)")
-        return v
 
     @field_validator("managedBy")
     @classmethod
@@ -882,8 +876,11 @@ class PyTorchJob(BaseModel):
     @property
     def clean_pod_policy(self) -> CleanPodPolicy:
         """``runPolicy.cleanPodPolicy`` with the operator's default for PyTorchJob
-        (``None``: keep every pod) applied."""
-        return self.run_policy.cleanPodPolicy or CleanPodPolicy.NONE
+        (``None``: keep every pod) applied; a value the operator does not know counts
+        as that default too."""
+        written = self.run_policy.cleanPodPolicy
+        known = {p.value: p for p in CleanPodPolicy}
+        return known.get(written or "", CleanPodPolicy.NONE)
 
     @property
     def scheduling_policy(self) -> SchedulingPolicy | None:
