@@ -195,6 +195,7 @@ class EmbeddedFleet:
     port: int = 7233
     ui_port: int = 8233
     emulator_base_port: int | None = None
+    members: str = "emulated"  # or "real": control planes built from Go modules
     worker: bool = True
     progress: Progress = field(default=lambda _msg: None)
     children: list[Child] = field(default_factory=list)
@@ -226,10 +227,13 @@ class EmbeddedFleet:
                     raise EmbeddedError(
                         f"port {self.host}:{port} is already in use (another Temporal or "
                         f"fleetq up?); choose another with {what}")
+            if self.members == "real":
+                self._build_control_plane()
             deadline = time.monotonic() + timeout
-            # Temporal and the emulator do not depend on each other: start both at once.
+            # Temporal and the members do not depend on each other: start both at once.
             temporal = self._spawn_temporal()
-            emulator, info_file = self._spawn_emulator()
+            emulator, info_file = (self._spawn_real_members() if self.members == "real"
+                                   else self._spawn_emulator())
             self._wait_temporal(temporal, deadline)
             self._wait_emulator(emulator, info_file, deadline)
             if self.worker:
@@ -319,9 +323,35 @@ class EmbeddedFleet:
             argv += ["--base-port", str(self.emulator_base_port)]
         return self._spawn("emulator", argv), info_file
 
+    def _build_control_plane(self) -> None:
+        from fleetq.controlplane.build import BuildError, build, cached
+
+        if cached() is None:
+            self.progress("building the control plane from Go modules (cold: ~7 min on 2 "
+                          "cores; then cached)")
+        try:
+            build()
+        except BuildError as exc:
+            raise EmbeddedError(str(exc)) from None
+
+    def _spawn_real_members(self) -> tuple[Child, Path]:
+        self.progress("starting real member control planes (etcd, kube-apiserver, "
+                      "kube-scheduler)")
+        out_dir = self.state_dir / "controlplane"
+        info_file = out_dir / "controlplane.json"
+        with contextlib.suppress(OSError):
+            info_file.unlink()
+        argv = [sys.executable, "-c", FLEETQ_CLI, "controlplane", "serve",
+                "--out-dir", str(out_dir)]
+        if self.topology is not None:
+            argv += ["--topology", str(self.topology)]
+        return self._spawn("members", argv), info_file
+
     def _wait_emulator(self, child: Child, info_file: Path, deadline: float) -> None:
         out_dir = info_file.parent
-        self._wait(child, "member-cluster emulator", info_file.exists, deadline)
+        what = "real member control planes" if self.members == "real" else \
+            "member-cluster emulator"
+        self._wait(child, what, info_file.exists, deadline)
         data: dict[str, Any] = {}
         for _ in range(20):
             try:

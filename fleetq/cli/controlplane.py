@@ -8,6 +8,9 @@ cluster of a topology in the foreground and writes their kubeconfig and fleet co
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import signal
 import threading
 import time
@@ -18,12 +21,15 @@ import typer
 
 from fleetq.controlplane.build import BuildError, build, cached
 from fleetq.controlplane.runner import ControlPlaneError, RealFleet
+from fleetq.emulator.kubeconfig import write_private
 from fleetq.emulator.topology import TopologyError, default_topology, load_topology
 
 app = typer.Typer(help="Real control planes (etcd, kube-apiserver, kube-scheduler) built "
                        "from Go modules.", no_args_is_help=True)
 
 DEFAULT_DIR = Path("~/.fleetq/controlplane").expanduser()
+#: Written into --out-dir once every member is up (kubeconfig, fleet config, URLs).
+INFO_FILE = "controlplane.json"
 
 
 def _fail(message: str) -> typer.Exit:
@@ -53,7 +59,8 @@ def serve(
         Path, typer.Option(help="Where kubeconfig, fleet config and data go")
     ] = DEFAULT_DIR,
 ) -> None:
-    """Run one real control plane per topology cluster in the foreground (Ctrl-C stops)."""
+    """Run one real control plane per topology cluster in the foreground (Ctrl-C stops);
+    ``<out-dir>/controlplane.json`` says where they are once all are up."""
     try:
         topo = load_topology(topology) if topology else default_topology()
         binaries = build(progress=lambda msg: typer.echo(msg, err=True))
@@ -67,11 +74,24 @@ def serve(
         fleet.start(progress=lambda msg: typer.echo(msg, err=True))
     except ControlPlaneError as exc:
         raise _fail(str(exc)) from None
+    info = out_dir / INFO_FILE
+    write_private(info, json.dumps({
+        "pid": os.getpid(), "kubeconfig": str(fleet.kubeconfig_path),
+        "fleetConfig": str(fleet.fleet_config_path),
+        "clusters": {p.name: p.public_url for p in fleet.planes}}, indent=2))
     try:
         typer.echo(f"kubeconfig: {fleet.kubeconfig_path}")
         typer.echo(f"fleet config: {fleet.fleet_config_path}")
         typer.echo(f"try: {binaries.binary('kubectl')} --kubeconfig {fleet.kubeconfig_path} "
                    "get nodes")
-        stop.wait()
+        while not stop.wait(0.5):
+            dead = next((c for p in fleet.planes for c in p.children.values()
+                         if not c.alive()), None)
+            if dead is not None:
+                typer.echo(f"error: {dead.name} exited: {dead.tail(3)} (log: {dead.log})",
+                           err=True)
+                raise typer.Exit(1)
     finally:
+        with contextlib.suppress(OSError):
+            info.unlink()
         fleet.stop()

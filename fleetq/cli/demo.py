@@ -25,7 +25,7 @@ from fleetq.cli.apply import apply_objects, load_for_apply
 from fleetq.cli.context import CliError, guarded, is_tty
 from fleetq.cli.describe import describe_job
 from fleetq.cli.get import get_job, show_get
-from fleetq.cli.up import progress_printer, start_and_announce
+from fleetq.cli.up import Members, progress_printer, start_and_announce
 from fleetq.embedded import EmbeddedFleet, free_port
 from fleetq.messages import JobView
 from fleetq.temporal_client import connect
@@ -155,6 +155,10 @@ def register(app: typer.Typer) -> None:
                                       help="Seconds to wait for the pods to run"),
         keep: bool = typer.Option(False, "--keep",
                                   help="Keep the fleet running after the demo (Ctrl-C stops)"),
+        members: Members = typer.Option(
+            Members.emulated, "--members",
+            help="emulated (the default) or real: member clusters are real control planes "
+                 "built from Go modules, pods bound by the real kube-scheduler"),
     ) -> None:
         """Run the walkthrough end to end on a fresh embedded fleet (exit 0 = it works)."""
         examples = walkthrough_dir()
@@ -167,7 +171,7 @@ def register(app: typer.Typer) -> None:
         assert directory is not None
         update, finish = progress_printer()
         fleet = EmbeddedFleet(directory.resolve(), port=free_port(), ui_port=free_port(),
-                              progress=update)  # type: ignore[arg-type]
+                              progress=update, members=members.value)  # type: ignore[arg-type]
         ok = False
         try:
             start_and_announce(fleet, finish)

@@ -1,6 +1,7 @@
 """``fleetq up``: the embedded fleet in the foreground — Temporal dev server (history in
-``<state-dir>/temporal.db``, Web UI), the member-cluster emulator and a worker — until
-Ctrl-C or SIGTERM, which stop all three cleanly.
+``<state-dir>/temporal.db``, Web UI), member clusters (the emulator, or with ``--members
+real`` real control planes) and a worker — until Ctrl-C or SIGTERM, which stop all three
+cleanly.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 
@@ -15,6 +17,13 @@ import typer
 
 from fleetq.cli.context import CliError, default_state_dir, guarded, is_tty
 from fleetq.embedded import EmbeddedError, EmbeddedFleet
+
+
+class Members(StrEnum):
+    """The kinds of member clusters ``fleetq up`` and ``fleetq demo`` can start."""
+
+    emulated = "emulated"
+    real = "real"
 
 
 def progress_printer(quiet: bool = False) -> tuple[object, object]:
@@ -40,7 +49,7 @@ def endpoint_lines(fleet: EmbeddedFleet) -> list[str]:
     lines = [
         f"Temporal gRPC   {fleet.address}",
         f"Web UI          {fleet.ui_url}",
-        f"kubeconfig      {fleet.kubeconfig}   (members of the emulated fleet)",
+        f"kubeconfig      {fleet.kubeconfig}   (members of the {fleet.members} fleet)",
         f"fleet config    {fleet.fleet_config}",
         f"state dir       {fleet.state_dir}   (logs in {fleet.logs})",
     ]
@@ -80,8 +89,13 @@ def register(app: typer.Typer) -> None:
             None, "--emulator-base-port",
             help="Emulated cluster i listens on BASE+i (default: free ports)"),
         host: str = typer.Option("127.0.0.1", "--host", help="Address everything binds to"),
+        members: Members = typer.Option(
+            Members.emulated, "--members",
+            help="emulated (fast, the default) or real: etcd + kube-apiserver + "
+                 "kube-scheduler per member, built from Go modules (`fleetq controlplane "
+                 "build`)"),
     ) -> None:
-        """Start an embedded fleet (Temporal + Web UI, emulated members, worker)."""
+        """Start an embedded fleet (Temporal + Web UI, member clusters, worker)."""
         directory = (state_dir or default_state_dir()).expanduser().resolve()
         stop = threading.Event()
 
@@ -92,7 +106,8 @@ def register(app: typer.Typer) -> None:
         update, finish = progress_printer()
         fleet = EmbeddedFleet(directory, topology=topology, host=host, port=port,
                               ui_port=ui_port, emulator_base_port=emulator_base_port,
-                              worker=not no_worker, progress=update)  # type: ignore[arg-type]
+                              worker=not no_worker, progress=update,  # type: ignore[arg-type]
+                              members=members.value)
         try:
             start_and_announce(fleet, finish)
             typer.echo(f"fleetq is up (pid {__import__('os').getpid()}); try: fleetq apply -f "
@@ -105,7 +120,7 @@ def register(app: typer.Typer) -> None:
                                f"{dead.tail()} (log: {dead.log}); stopping", err=True)
                     code = 1
                     break
-            typer.echo("stopping worker, emulator and Temporal ...", err=True)
+            typer.echo("stopping worker, members and Temporal ...", err=True)
             t0 = time.monotonic()
             fleet.stop()
             typer.echo(f"stopped in {time.monotonic() - t0:.1f}s", err=True)
