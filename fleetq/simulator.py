@@ -76,6 +76,7 @@ from fleetq.emulator.topology import (
     parse_topology,
 )
 from fleetq.models import (
+    DNS1035_LABEL,
     DNS1123_LABEL,
     ClusterAffinity,
     ElasticQuotaTree,
@@ -176,10 +177,11 @@ class JobGroupSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if len(v) > 40 or not DNS1123_LABEL.fullmatch(v):
+        # job names are made from it, and a PyTorchJob's name is a DNS-1035 label
+        if len(v) > 40 or not DNS1035_LABEL.fullmatch(v):
             raise ValueError(
-                f"{v[:64]!r} is not a valid group name (lowercase DNS label, at most 40 "
-                "characters)"
+                f"{v[:64]!r} is not a valid group name (lowercase DNS-1035 label: a letter "
+                "first, at most 40 characters)"
             )
         return v
 

@@ -365,3 +365,14 @@ def test_load_trace_file_errors(tmp_path: Path) -> None:
     trace = tmp_path / "t.yaml"
     trace.write_text(yaml.safe_dump({"topology": "topo.yaml", "jobs": [group("a")]}))
     assert simulate(load_trace(trace)).summary()["jobs"]["completed"] == 1
+
+
+def test_a_group_name_must_make_valid_pytorchjob_names() -> None:
+    """Job names are made from the group name, and a PyTorchJob name is a DNS-1035 label
+    (a letter first), so a trace with a group starting with a digit is refused up front."""
+    from pydantic import ValidationError
+
+    from fleetq.simulator import JobGroupSpec
+
+    with pytest.raises(ValidationError, match="DNS-1035 label: a letter first"):
+        JobGroupSpec.model_validate({"name": "7b-train", "count": 1, "tasks": []})
