@@ -12,6 +12,13 @@ thousands of job workflow tasks (measured: 79 s in a 10,000-job burst). The cont
 therefore has its own task queue and a worker with its own pollers, thread, event loop
 and client. It still shares the GIL with the job side, so its task latency under load is
 no lower (BENCHMARKS.md); what it removes is the queueing.
+
+Worker Versioning (``--versioning`` / ``FLEETQ_WORKER_VERSIONING=1``): both workers poll
+as one version of the Worker Deployment ``fleetq`` (``--deployment-name`` /
+``FLEETQ_DEPLOYMENT_NAME``) with a build id made of the package version and the source
+revision (``FLEETQ_BUILD_ID`` overrides). Job workflows are Pinned to the version that
+started them, the quota and registry workflows Auto-Upgrade (docs/deploy.md). Off by
+default, so the embedded fleet and the tests keep unversioned workers.
 """
 
 from __future__ import annotations
@@ -20,20 +27,26 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import hashlib
+import importlib.metadata
 import importlib.util
 import logging
 import os
 import py_compile
+import re
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
@@ -42,6 +55,86 @@ from fleetq.temporal_client import connect, has_search_attributes
 from workflows import ALL_WORKFLOWS
 
 log = logging.getLogger("fleetq.worker")
+
+#: Worker Deployment name of every fleetq worker unless --deployment-name / env says
+DEFAULT_DEPLOYMENT_NAME = "fleetq"
+#: seconds a worker lets in-flight tasks finish on SIGTERM; the Kubernetes
+#: terminationGracePeriodSeconds in deploy/ must exceed it (tests/deploy checks)
+GRACEFUL_SHUTDOWN_SECONDS = 10.0
+_TRUE = {"1", "true", "yes", "on"}
+_PROJECT_DIR = Path(__file__).resolve().parent
+
+
+def deployment_name(flag: str | None = None) -> str:
+    """The Worker Deployment name: ``flag``, else FLEETQ_DEPLOYMENT_NAME, else ``fleetq``.
+    Temporal joins it to the build id with a dot, so it may not contain one."""
+    name = flag or os.environ.get("FLEETQ_DEPLOYMENT_NAME") or DEFAULT_DEPLOYMENT_NAME
+    if "." in name:
+        raise ValueError(f"deployment name {name!r} must not contain '.'")
+    return name
+
+
+def versioning_enabled(flag: bool | None = None) -> bool:
+    """``--versioning``, else FLEETQ_WORKER_VERSIONING=1; off by default."""
+    if flag is not None:
+        return flag
+    return os.environ.get("FLEETQ_WORKER_VERSIONING", "").strip().lower() in _TRUE
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("fleetq")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def source_revision(root: Path = _PROJECT_DIR) -> str:
+    """``git describe --always --dirty`` of the checkout the worker runs from, else
+    ``src`` plus a hash of the workflow sources (an installed package, an image)."""
+    if (root / ".git").exists():
+        try:
+            out = subprocess.run(
+                ["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=12"],
+                capture_output=True, text=True, timeout=5, check=True,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        if out:
+            return out
+    return "src" + workflow_sources_hash(root)[:12]
+
+
+def workflow_sources_hash(root: Path = _PROJECT_DIR) -> str:
+    """sha256 over the workflow code and the pure core it runs (``workflows/``,
+    ``fleetq/*.py``): what must not change under a running Pinned workflow."""
+    digest = hashlib.sha256()
+    files = sorted([*(root / "workflows").glob("*.py"), *(root / "fleetq").glob("*.py")])
+    for f in files:
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def build_id(override: str | None = None) -> str:
+    """``override``, else FLEETQ_BUILD_ID, else ``<package version>-<source revision>``,
+    kept to what a Kubernetes label value allows (the Deployment carries it as one)."""
+    raw = override or os.environ.get("FLEETQ_BUILD_ID")
+    if raw:
+        return raw
+    bid = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{package_version()}-{source_revision()}")
+    return bid[:63].strip("-_.")
+
+
+def deployment_config(
+    *, enabled: bool | None = None, name: str | None = None, build: str | None = None
+) -> WorkerDeploymentConfig | None:
+    """The WorkerDeploymentConfig of a versioned worker, or None when versioning is off."""
+    if not versioning_enabled(enabled):
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(deployment_name(name), build_id(build)),
+        use_worker_versioning=True,
+    )
 
 
 def metrics_runtime(prometheus_port: int | None = None) -> Runtime | None:
@@ -121,10 +214,12 @@ class ControlPlane:
         client: Client,
         task_queue: str = CONTROL_TASK_QUEUE,
         extra_workflows: Sequence[type] = (),
+        deployment: WorkerDeploymentConfig | None = None,
     ) -> None:
         self._client = client
         self.task_queue = task_queue
         self._extra_workflows = list(extra_workflows)
+        self._deployment = deployment
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -152,7 +247,8 @@ class ControlPlane:
             task_queue=self.task_queue,
             workflows=[QuotaTreeWorkflow, FleetRegistryWorkflow, *self._extra_workflows],
             activities=[checks.check_holders],
-            graceful_shutdown_timeout=timedelta(seconds=10),
+            graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_SECONDS),
+            deployment_config=self._deployment,
         )
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
@@ -227,15 +323,20 @@ def build_worker(
     extra_workflows: Sequence[type] = (),
     extra_activities: Sequence[Any] = (),
     extra_control_workflows: Sequence[type] = (),
+    workflows_override: Sequence[type] | None = None,
+    deployment: WorkerDeploymentConfig | None = None,
     **kwargs: Any,
 ) -> FleetqWorker:
     """The job worker on ``task_queue`` (every workflow type is registered there too, so
     a quota or registry workflow started there still runs) and, unless
-    ``control_task_queue`` is None, the control plane."""
+    ``control_task_queue`` is None, the control plane. ``deployment`` makes both poll as
+    one Worker Deployment Version; ``workflows_override`` replaces the job worker's
+    workflow list (the rollout test's deliberately incompatible version)."""
     executor = executor or concurrent.futures.ThreadPoolExecutor(
         max_workers=max_concurrent_activities, thread_name_prefix="fleetq-activity"
     )
-    workflows = [*ALL_WORKFLOWS, *extra_workflows]
+    base = list(ALL_WORKFLOWS) if workflows_override is None else list(workflows_override)
+    workflows = [*base, *extra_workflows]
     warm_workflow_bytecode(workflows)
     jobs = Worker(
         client,
@@ -244,11 +345,12 @@ def build_worker(
         activities=[*activities.all(), *extra_activities],
         activity_executor=executor,
         max_concurrent_activities=max_concurrent_activities,
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_SECONDS),
+        deployment_config=deployment,
         **kwargs,
     )
     control = (
-        ControlPlane(client, control_task_queue, extra_control_workflows)
+        ControlPlane(client, control_task_queue, extra_control_workflows, deployment)
         if control_task_queue
         else None
     )
@@ -264,6 +366,7 @@ async def run_worker(
     fleet_config: str | None = None,
     prometheus_port: int | None = None,
     ready: asyncio.Event | None = None,
+    deployment: WorkerDeploymentConfig | None = None,
 ) -> None:
     kwargs: dict[str, Any] = {}
     runtime = metrics_runtime(prometheus_port)
@@ -276,7 +379,11 @@ async def run_worker(
         client, fleet_source, search_attributes=await has_search_attributes(client)
     )
     worker = build_worker(
-        client, activities, task_queue=task_queue, control_task_queue=control_task_queue
+        client,
+        activities,
+        task_queue=task_queue,
+        control_task_queue=control_task_queue,
+        deployment=deployment,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -284,11 +391,14 @@ async def run_worker(
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
             loop.add_signal_handler(sig, stop.set)
     log.info(
-        "fleetq worker polling %s%s on %s (namespace %s)",
+        "fleetq worker polling %s%s on %s (namespace %s), %s",
         task_queue,
         f" and {control_task_queue}" if control_task_queue else "",
         client.service_client.config.target_host,
         client.namespace,
+        f"version {deployment.version.to_canonical_string()}"
+        if deployment is not None
+        else "unversioned",
     )
     async with worker:
         if ready is not None:
@@ -321,6 +431,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="serve Temporal worker metrics on 127.0.0.1:PORT/metrics",
     )
+    parser.add_argument(
+        "--versioning",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="poll as a Worker Deployment Version (default: FLEETQ_WORKER_VERSIONING=1, "
+        "else off)",
+    )
+    parser.add_argument(
+        "--deployment-name",
+        help=f"Worker Deployment name (default: FLEETQ_DEPLOYMENT_NAME, else "
+        f"{DEFAULT_DEPLOYMENT_NAME})",
+    )
+    parser.add_argument(
+        "--build-id",
+        help="build id (default: FLEETQ_BUILD_ID, else <version>-<git describe or source "
+        "hash>)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=os.environ.get("FLEETQ_LOG_LEVEL", "INFO"),
@@ -334,6 +461,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             control_task_queue=None if args.no_control else args.control_task_queue,
             fleet_config=args.fleet_config,
             prometheus_port=args.prometheus_port,
+            deployment=deployment_config(
+                enabled=args.versioning, name=args.deployment_name, build=args.build_id
+            ),
         )
     )
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from fleetq.messages import DeleteRequest, Resolution, ResolveInput
@@ -27,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["DeleteRequest", "FleetRegistryWorkflow", "RegistryState"]
 
 
-@workflow.defn(name="FleetRegistryWorkflow")
+@workflow.defn(name="FleetRegistryWorkflow", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class FleetRegistryWorkflow:
     @workflow.init
     def __init__(self, state: RegistryState) -> None:

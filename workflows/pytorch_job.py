@@ -26,7 +26,13 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
+from temporalio.common import (
+    RawValue,
+    RetryPolicy,
+    SearchAttributeKey,
+    SearchAttributeUpdate,
+    VersioningBehavior,
+)
 from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
@@ -112,7 +118,7 @@ MEMBER_RETRY = RetryPolicy(
 )
 
 
-@workflow.defn(name="PyTorchJobWorkflow")
+@workflow.defn(name="PyTorchJobWorkflow", versioning_behavior=VersioningBehavior.PINNED)
 class PyTorchJobWorkflow:
     def __init__(self) -> None:
         self._view: JobView | None = None
