@@ -21,6 +21,7 @@ import typer
 
 from fleetq.controlplane.build import BuildError, build, cached
 from fleetq.controlplane.runner import ControlPlaneError, RealFleet
+from fleetq.emulator.fleet import INFO_FILE as EMULATOR_INFO_FILE
 from fleetq.emulator.kubeconfig import write_private
 from fleetq.emulator.topology import TopologyError, default_topology, load_topology
 
@@ -60,7 +61,8 @@ def serve(
     ] = DEFAULT_DIR,
 ) -> None:
     """Run one real control plane per topology cluster in the foreground (Ctrl-C stops);
-    ``<out-dir>/controlplane.json`` says where they are once all are up."""
+    ``<out-dir>/controlplane.json`` says where they are once all are up, and ``fleetq sim
+    fault`` finds their fault control endpoint in ``<out-dir>/emulator.json``."""
     try:
         topo = load_topology(topology) if topology else default_topology()
         binaries = build(progress=lambda msg: typer.echo(msg, err=True))
@@ -75,10 +77,13 @@ def serve(
     except ControlPlaneError as exc:
         raise _fail(str(exc)) from None
     info = out_dir / INFO_FILE
-    write_private(info, json.dumps({
+    control = out_dir / EMULATOR_INFO_FILE  # where `fleetq sim fault` looks
+    doc = json.dumps({
         "pid": os.getpid(), "kubeconfig": str(fleet.kubeconfig_path),
-        "fleetConfig": str(fleet.fleet_config_path),
-        "clusters": {p.name: p.public_url for p in fleet.planes}}, indent=2))
+        "fleetConfig": str(fleet.fleet_config_path), "controlUrl": fleet.serve_control(),
+        "clusters": {p.name: p.public_url for p in fleet.planes}}, indent=2)
+    write_private(control, doc)
+    write_private(info, doc)
     try:
         typer.echo(f"kubeconfig: {fleet.kubeconfig_path}")
         typer.echo(f"fleet config: {fleet.fleet_config_path}")
@@ -92,6 +97,7 @@ def serve(
                            err=True)
                 raise typer.Exit(1)
     finally:
-        with contextlib.suppress(OSError):
-            info.unlink()
+        for path in (info, control):
+            with contextlib.suppress(OSError):
+                path.unlink()
         fleet.stop()

@@ -112,6 +112,7 @@ class ProxyLoop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.proxies: list[Proxy] = []
+        self._apps: list[web.AppRunner] = []
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True,
                                          name="fleetq-fault-proxy")
         self._thread.start()
@@ -129,10 +130,25 @@ class ProxyLoop:
         self.proxies.append(proxy)
         return proxy
 
+    def serve(self, app: web.Application, host: str = "127.0.0.1") -> str:
+        """Serve another aiohttp app (the fault control endpoint) on this loop; its URL."""
+
+        async def start() -> int:
+            runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+            await runner.setup()
+            port = free_port(host)
+            await web.TCPSite(runner, host, port).start()
+            self._apps.append(runner)
+            return port
+
+        return f"http://{host}:{self.call(start)}"
+
     def close(self) -> None:
         """Stop every proxy and cancel what still streams (open watches)."""
 
         async def stop_all() -> None:
+            for runner in self._apps:
+                await runner.cleanup()
             for p in self.proxies:
                 await p.stop()
             current = asyncio.current_task()
@@ -148,6 +164,7 @@ class ProxyLoop:
             self.call(stop_all, timeout=15)
         finally:
             self.proxies.clear()
+            self._apps.clear()
 
 
 def set_faults(proxy: Proxy, **changes: Any) -> None:

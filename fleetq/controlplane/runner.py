@@ -416,6 +416,14 @@ class RealFleet:
                 plane.stop()
         self.planes.clear()
 
+    def serve_control(self) -> str:
+        """Start the fault control endpoint (:mod:`fleetq.controlplane.control`); its URL."""
+        from fleetq.controlplane.control import control_app
+
+        if self._proxies is None:
+            raise ControlPlaneError("the control endpoint needs the fault proxies")
+        return self._proxies.serve(control_app(self))
+
     # -- faults (the EmulatedFleet's vocabulary)
 
     def set_reachable(self, cluster: str, reachable: bool) -> None:

@@ -9,6 +9,7 @@ import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,3 +63,75 @@ def test_walkthrough_runs_on_real_members_and_kubectl_sees_it(
                            text=True, check=True, timeout=30).stdout
     assert table.count("Running") == 3
     assert Path(real_fleet.fleet_config).is_file()
+
+
+def test_a_failed_job_fails_over_to_another_real_member(
+    real_fleet: EmbeddedFleet, tmp_path: Path
+) -> None:
+    """``fleetq sim fault CLUSTER fail-job`` on a real member (its pods fail through the
+    status subresource, as kubelet reports it): after the policy's toleration the job is
+    evicted, purged there (Immediately) and runs on another member."""
+    import sys
+    import time
+
+    import yaml
+
+    from fleetq.cli.apply import apply_objects, load_for_apply
+    from fleetq.cli.demo import walkthrough_dir
+    from fleetq.cli.get import get_job
+    from fleetq.controlplane.build import build
+    from fleetq.embedded import FLEETQ_CLI
+    from fleetq.temporal_client import connect
+
+    examples = walkthrough_dir()
+    policy = yaml.safe_load((examples / "propagationpolicy-gang.yaml").read_text())
+    policy["spec"]["failover"]["application"]["decisionConditions"]["tolerationSeconds"] = 2
+    policy["metadata"]["namespace"] = "failover"  # not queued, outside the quota tree
+    job = yaml.safe_load((examples / "pytorch-test.yaml").read_text())
+    job["metadata"].update(name="failover-test", namespace="failover")
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+
+    async def view_when(ok: Any, timeout: float) -> Any:
+        client = await connect(real_fleet.address)
+        deadline = time.monotonic() + timeout
+        view = None
+        while time.monotonic() < deadline:
+            view = await get_job(client, "failover", "failover-test")
+            if ok(view):
+                return view
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"not within {timeout}s: {view}")
+
+    async def apply(name: str) -> None:
+        client = await connect(real_fleet.address)
+        objects, classes, _ = load_for_apply([str(tmp_path / name)])
+        assert all(r.ok for r in await apply_objects(client, objects, priority_classes=classes))
+
+    def running(view: Any) -> bool:
+        return bool(view and view.state == "Running" and view.cluster
+                    and len(view.pods) >= 3
+                    and all(p.get("phase") == "Running" for p in view.pods))
+
+    asyncio.run(apply("policy.yaml"))
+    asyncio.run(apply("job.yaml"))
+    first = asyncio.run(view_when(running, 60)).cluster
+    fault = subprocess.run(
+        [sys.executable, "-c", FLEETQ_CLI, "sim", "fault", "--state-dir",
+         str(real_fleet.state_dir), first, "fail-job", "failover/failover-test"],
+        capture_output=True, text=True, timeout=60)
+    assert fault.returncode == 0, fault.stderr
+    moved = asyncio.run(view_when(lambda v: running(v) and v.cluster != first, 90))
+    assert moved.cluster != first
+
+    kubectl = [str(build().binary("kubectl")), "--kubeconfig", real_fleet.kubeconfig,
+               "--context", first]
+    deadline = time.monotonic() + 30
+    while True:
+        left = subprocess.run([*kubectl, "get", "pytorchjob", "failover-test", "-n", "failover",
+                               "--ignore-not-found", "-o", "name"],
+                              capture_output=True, text=True, check=True, timeout=30)
+        if not left.stdout.strip():
+            break
+        assert time.monotonic() < deadline, f"still on {first}: {left.stdout}"
+        time.sleep(0.2)
