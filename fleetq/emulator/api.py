@@ -31,6 +31,7 @@ from fleetq.emulator.store import (
     dumps,
     invalid,
     not_found,
+    status_details,
 )
 from fleetq.emulator.tables import table, wants_table
 from fleetq.models import DNS1123_LABEL, DNS1123_SUBDOMAIN, pod_requests
@@ -718,8 +719,10 @@ class Handler:
         pre = opts.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != cur["metadata"]["uid"]:
             raise ApiError(409, "Conflict",
-                           f'Precondition failed: UID in precondition: {pre["uid"]}, '
-                           f'UID in object meta: {cur["metadata"]["uid"]}')
+                           f'Operation cannot be fulfilled on {rt.kind} "{name}": the UID in '
+                           f'the precondition ({pre["uid"]}) does not match the UID in record '
+                           f'({cur["metadata"]["uid"]}). The object might have been deleted '
+                           "and then recreated", status_details(rt, name))
         if rt.plural == "namespaces":
             for other in self.store.types.values():
                 if other.namespaced:

@@ -138,7 +138,7 @@ class ApiError(Exception):
         return body
 
 
-def _details(rt: ResourceType, name: str, **extra: Any) -> dict[str, Any]:
+def status_details(rt: ResourceType, name: str, **extra: Any) -> dict[str, Any]:
     d: dict[str, Any] = {"name": name, "kind": rt.plural}
     if rt.group:
         d["group"] = rt.group
@@ -147,12 +147,14 @@ def _details(rt: ResourceType, name: str, **extra: Any) -> dict[str, Any]:
 
 
 def not_found(rt: ResourceType, name: str) -> ApiError:
-    return ApiError(404, "NotFound", f'{rt.group_resource} "{name}" not found', _details(rt, name))
+    return ApiError(404, "NotFound", f'{rt.group_resource} "{name}" not found',
+                    status_details(rt, name))
 
 
 def already_exists(rt: ResourceType, name: str) -> ApiError:
     return ApiError(
-        409, "AlreadyExists", f'{rt.group_resource} "{name}" already exists', _details(rt, name)
+        409, "AlreadyExists", f'{rt.group_resource} "{name}" already exists',
+        status_details(rt, name),
     )
 
 
@@ -162,7 +164,7 @@ def conflict(rt: ResourceType, name: str) -> ApiError:
         "Conflict",
         f'Operation cannot be fulfilled on {rt.group_resource} "{name}": the object has been '
         "modified; please apply your changes to the latest version and try again",
-        _details(rt, name),
+        status_details(rt, name),
     )
 
 
@@ -171,10 +173,10 @@ def invalid(rt: ResourceType, name: str, field_path: str, message: str) -> ApiEr
         422,
         "Invalid",
         f'{rt.kind} "{name}" is invalid: {field_path}: {message}',
-        _details(
+        {**status_details(
             rt, name,
             causes=[{"reason": "FieldValueInvalid", "message": message, "field": field_path}],
-        ),
+        ), "kind": rt.kind},  # a real 422 names the Kind here, not the resource
     )
 
 

@@ -303,3 +303,43 @@ def test_running_pod_deletion_is_graceful_then_gone(api: Raw, ns: str) -> None:
     r = api("DELETE", f"{base}/pending")
     assert r.status == 200
     assert api("GET", f"{base}/pending").status == 404
+
+
+def test_invalid_objects_are_422_with_causes(api: Raw, ns: str) -> None:
+    """Divergence: the emulator's 422 named the resource (``pods``) in ``details.kind``;
+    the real one names the Kind."""
+    r = api("POST", f"/api/v1/namespaces/{ns}/pods",
+            {"metadata": {"name": "empty"}, "spec": {"containers": []}})
+    assert r.status == 422 and r.body["reason"] == "Invalid"
+    assert r.body["message"].startswith('Pod "empty" is invalid: spec.containers: Required value')
+    assert r.body["details"]["name"] == "empty" and r.body["details"]["kind"] == "Pod"
+    assert any(c["field"] == "spec.containers" for c in r.body["details"]["causes"])
+    r = api("POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "Bad_Name"}})
+    assert r.status == 422 and r.body["reason"] == "Invalid"
+
+
+def test_dry_run_create_persists_nothing(api: Raw, ns: str) -> None:
+    r = api("POST", f"/api/v1/namespaces/{ns}/configmaps?dryRun=All",
+            {"metadata": {"name": "dry"}})
+    assert r.status == 201 and r.body["metadata"]["name"] == "dry"
+    assert api("GET", f"/api/v1/namespaces/{ns}/configmaps/dry").status == 404
+
+
+def test_delete_preconditions_and_bad_label_selectors(api: Raw, ns: str) -> None:
+    create(api, f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "c"}})
+    r = api("DELETE", f"/api/v1/namespaces/{ns}/configmaps/c",
+            {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "nope"}})
+    assert r.status == 409 and r.body["reason"] == "Conflict"
+    assert r.body["message"].startswith(  # divergence: the emulator had its own words
+        'Operation cannot be fulfilled on ConfigMap "c": the UID in the precondition (nope) '
+        "does not match the UID in record (")
+    r = api("DELETE", f"/api/v1/namespaces/{ns}/configmaps/c")
+    assert r.status == 200 and r.body["kind"] == "Status" and r.body["status"] == "Success"
+    assert r.body["details"]["name"] == "c" and r.body["details"]["kind"] == "configmaps"
+    r = api("GET", f"/api/v1/namespaces/{ns}/configmaps?labelSelector=a%20in%20(")
+    assert r.status == 400 and r.body["reason"] == "BadRequest"
+
+
+def test_list_in_a_missing_namespace_is_empty(api: Raw) -> None:
+    r = api("GET", f"{JOBS}/namespaces/no-such-ns-x/pytorchjobs")
+    assert r.status == 200 and r.body["items"] == []
