@@ -43,6 +43,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
@@ -52,6 +55,7 @@ from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.naming import CONTROL_TASK_QUEUE, TASK_QUEUE
 from fleetq.temporal_client import connect, has_search_attributes
+from fleetq.worker_health import DEFAULT_STALL_SECONDS, HealthServer, WorkerHealth
 from workflows import ALL_WORKFLOWS
 
 log = logging.getLogger("fleetq.worker")
@@ -137,15 +141,18 @@ def deployment_config(
     )
 
 
-def metrics_runtime(prometheus_port: int | None = None) -> Runtime | None:
+def metrics_runtime(
+    prometheus_port: int | None = None, prometheus_host: str = "127.0.0.1"
+) -> Runtime | None:
     """Temporal's worker metrics and fleetq's scheduler metrics (jobs by state, queue
     lengths, admission latency, placement failures, failovers): Prometheus on
-    127.0.0.1:PORT/metrics, or OpenTelemetry when OTEL_EXPORTER_OTLP_METRICS_ENDPOINT /
-    OTEL_EXPORTER_OTLP_ENDPOINT is set; none by default."""
+    HOST:PORT/metrics (127.0.0.1 unless told; 0.0.0.0 in a pod), or OpenTelemetry when
+    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT is set; none by
+    default."""
     if prometheus_port:
         return Runtime(
             telemetry=TelemetryConfig(
-                metrics=PrometheusConfig(bind_address=f"127.0.0.1:{prometheus_port}")
+                metrics=PrometheusConfig(bind_address=f"{prometheus_host}:{prometheus_port}")
             )
         )
     url = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get(
@@ -215,11 +222,13 @@ class ControlPlane:
         task_queue: str = CONTROL_TASK_QUEUE,
         extra_workflows: Sequence[type] = (),
         deployment: WorkerDeploymentConfig | None = None,
+        health: WorkerHealth | None = None,
     ) -> None:
         self._client = client
         self.task_queue = task_queue
         self._extra_workflows = list(extra_workflows)
         self._deployment = deployment
+        self._health = health
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -253,8 +262,16 @@ class ControlPlane:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         async with worker:
+            beat = (
+                asyncio.create_task(self._health.heartbeat("control"))
+                if self._health is not None
+                else None
+            )
             self._ready.set()
             await self._stop.wait()
+            if beat is not None:
+                beat.cancel()
+                self._health.forget("control")  # type: ignore[union-attr]
 
     def _run(self) -> None:
         try:
@@ -325,6 +342,7 @@ def build_worker(
     extra_control_workflows: Sequence[type] = (),
     workflows_override: Sequence[type] | None = None,
     deployment: WorkerDeploymentConfig | None = None,
+    health: WorkerHealth | None = None,
     **kwargs: Any,
 ) -> FleetqWorker:
     """The job worker on ``task_queue`` (every workflow type is registered there too, so
@@ -350,11 +368,75 @@ def build_worker(
         **kwargs,
     )
     control = (
-        ControlPlane(client, control_task_queue, extra_control_workflows, deployment)
+        ControlPlane(client, control_task_queue, extra_control_workflows, deployment, health)
         if control_task_queue
         else None
     )
     return FleetqWorker(jobs, control)
+
+
+async def polls(client: Client, task_queue: str, identity: str) -> bool:
+    """Whether the server lists a workflow poller of ``identity`` on ``task_queue``."""
+    resp = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return any(p.identity == identity for p in resp.pollers)
+
+
+def members_warm(fleet: Fleet) -> tuple[bool, str]:
+    """Whether every member's capacity cache finished its first LIST+WATCH sync."""
+    cold = sorted(
+        name
+        for name, member in fleet.clusters.items()
+        if not getattr(getattr(member, "cache", None), "synced", True)
+    )
+    if cold:
+        return False, "capacity cache not synced: " + ", ".join(cold)
+    return True, f"{len(fleet.clusters)} member caches synced"
+
+
+async def watch_readiness(
+    health: WorkerHealth,
+    client: Client,
+    activities: SchedulingActivities,
+    task_queues: Sequence[str],
+    *,
+    identity: str | None = None,
+    every: float = 0.5,
+) -> None:
+    """Set the readiness checks ``task-queue:<name>`` (the server lists this worker's
+    poller) and ``members`` (all capacity caches synced) as they become true; returns
+    when all are. The fleet is opened here, at start, so its caches warm before the
+    first job."""
+    who = identity or client.identity
+    pending = {f"task-queue:{q}": q for q in task_queues}
+    health.require(*pending, "members")
+    fleet: Fleet | None = None
+    members_ok = False
+    while pending or not members_ok:
+        for check, queue in list(pending.items()):
+            try:
+                if await polls(client, queue, who):
+                    health.set(check, True, f"polled by {who}")
+                    del pending[check]
+                else:
+                    health.set(check, False, f"no poller {who} on {queue} yet")
+            except Exception as exc:  # the server may be briefly unavailable
+                health.set(check, False, f"describe task queue: {exc}")
+        if not members_ok:
+            try:
+                if fleet is None:
+                    fleet = await asyncio.to_thread(lambda: activities.fleet)
+                members_ok, detail = members_warm(fleet)
+            except Exception as exc:  # a broken fleet config stays unready, and says why
+                members_ok, detail = False, f"fleet: {exc}"
+            health.set("members", members_ok, detail)
+        if pending or not members_ok:
+            await asyncio.sleep(every)
 
 
 async def run_worker(
@@ -367,9 +449,17 @@ async def run_worker(
     prometheus_port: int | None = None,
     ready: asyncio.Event | None = None,
     deployment: WorkerDeploymentConfig | None = None,
+    prometheus_host: str = "127.0.0.1",
+    health_port: int | None = None,
+    health_host: str = "127.0.0.1",
+    health: WorkerHealth | None = None,
+    stop: asyncio.Event | None = None,
 ) -> None:
+    """Run the worker until SIGTERM/SIGINT (or ``stop``). With ``health_port``, serve
+    /readyz and /livez there (``health`` is the state behind them; one is made if
+    not given)."""
     kwargs: dict[str, Any] = {}
-    runtime = metrics_runtime(prometheus_port)
+    runtime = metrics_runtime(prometheus_port, prometheus_host)
     if runtime is not None:
         kwargs["runtime"] = runtime
     client = await connect(address, namespace, **kwargs)
@@ -378,14 +468,16 @@ async def run_worker(
     activities = SchedulingActivities(
         client, fleet_source, search_attributes=await has_search_attributes(client)
     )
+    health = health or WorkerHealth()
     worker = build_worker(
         client,
         activities,
         task_queue=task_queue,
         control_task_queue=control_task_queue,
         deployment=deployment,
+        health=health,
     )
-    stop = asyncio.Event()
+    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
@@ -400,13 +492,26 @@ async def run_worker(
         if deployment is not None
         else "unversioned",
     )
-    async with worker:
-        if ready is not None:
-            ready.set()
-        await stop.wait()
-        log.info("shutting down: finishing in-flight tasks")
-    if activities._fleet is not None:
-        activities._fleet.close()
+    server = HealthServer(health, health_port, health_host).start() if health_port else None
+    queues = [task_queue, *([control_task_queue] if control_task_queue else [])]
+    try:
+        async with worker:
+            if ready is not None:
+                ready.set()
+            beat = asyncio.create_task(health.heartbeat("main"))
+            readiness = asyncio.create_task(
+                watch_readiness(health, client, activities, queues)
+            )
+            await stop.wait()
+            health.stopping()
+            readiness.cancel()
+            log.info("shutting down: finishing in-flight tasks")
+        beat.cancel()
+    finally:
+        if server is not None:
+            server.stop()
+        if activities._fleet is not None:
+            activities._fleet.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -430,6 +535,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=None,
         help="serve Temporal worker metrics on 127.0.0.1:PORT/metrics",
+    )
+    parser.add_argument(
+        "--prometheus-host",
+        default="127.0.0.1",
+        help="address of the metrics endpoint (0.0.0.0 in a pod; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=None,
+        help="serve /readyz and /livez on HOST:PORT",
+    )
+    parser.add_argument(
+        "--health-host",
+        default="127.0.0.1",
+        help="address of the health endpoints (0.0.0.0 in a pod; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--liveness-stall-seconds",
+        type=float,
+        default=DEFAULT_STALL_SECONDS,
+        help="/livez fails once an event loop has been stuck this long (default: %(default)s)",
     )
     parser.add_argument(
         "--versioning",
@@ -461,6 +588,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             control_task_queue=None if args.no_control else args.control_task_queue,
             fleet_config=args.fleet_config,
             prometheus_port=args.prometheus_port,
+            prometheus_host=args.prometheus_host,
+            health_port=args.health_port,
+            health_host=args.health_host,
+            health=WorkerHealth(stall_seconds=args.liveness_stall_seconds),
             deployment=deployment_config(
                 enabled=args.versioning, name=args.deployment_name, build=args.build_id
             ),
