@@ -100,6 +100,14 @@ PURGER_HEARTBEAT = timedelta(seconds=15)
 #: runPolicy honoured by the workflow (suspend, activeDeadlineSeconds): new behaviour for
 #: jobs whose manifest asks for it, so workflows started before it replay unchanged
 PATCH_RUN_POLICY = "run-policy"
+#: A deadline (failover tolerance, taint eviction, activeDeadlineSeconds, grace period)
+#: less than DEADLINE_NEAR_SECONDS away is slept out on a timer of its own and then acted
+#: on, instead of starting a watch with a near-zero timer beside it: a watch that answers
+#: at once made the next task cancel a timer the server was firing at that instant, which
+#: Temporal's time-skipping test server refuses and never retries (the workflow hangs;
+#: temporalio/sdk-java#2606), more often the more loaded the machine.
+PATCH_DEADLINE_ALONE = "deadline-alone"
+DEADLINE_NEAR_SECONDS = 1.0
 #: continue-as-new once a run's history passes this many events
 MAX_HISTORY_EVENTS = 1000
 WATCH_SECONDS = 300.0
@@ -525,33 +533,36 @@ class PyTorchJobWorkflow:
         while True:
             cluster = view.cluster
             assert cluster is not None
+            timeout, summary, due = self._next_deadline(tolerance)
+            if (
+                timeout is not None
+                and timeout < DEADLINE_NEAR_SECONDS
+                and workflow.patched(PATCH_DEADLINE_ALONE)
+            ):
+                if timeout > 0:  # a timer alone: nothing cancels it as it fires
+                    await workflow.sleep(timeout, summary=summary)
+                if self._suspend_wanted:
+                    return "suspend"
+                outcome = await self._on_deadline(due, cluster, tolerance)
+                if outcome:
+                    return outcome
+                continue
             if watch is None:  # else a deadline fired mid-window: keep waiting on it
                 settling = self._sa_settling
                 watch = self._start_watch(cluster, settling)
-            timeout, summary, due = self._next_deadline(tolerance)
             current = watch
             try:
                 await workflow.wait_condition(
                     lambda w=current: (  # type: ignore[misc]
                         w.done() or self._purger_finished() or self._suspend_wanted
                     ),
-                    timeout=timeout,
+                    timeout=None if timeout is None else max(timeout, 0.001),
                     timeout_summary=summary,
                 )
             except TimeoutError:
-                if due == "failover":
-                    # The old copy's watch is left running: the failover purges that copy
-                    # (now or once the new one is healthy) and the watch ends then.
-                    await self._failover(cluster, f"unhealthy on {cluster} for {tolerance or 0}s")
-                    return "failover"
-                if due == "evict":
-                    await self._failover(cluster, f"on {self._evict_reason}")
-                    return "failover"
-                if due == "deadline":
-                    await self._deadline_exceeded()
-                    return "done"
-                if due == "grace":
-                    await self._purge_graceful_old("grace period ended")
+                outcome = await self._on_deadline(due, cluster, tolerance)
+                if outcome:
+                    return outcome
                 continue
             if self._suspend_wanted:
                 return "suspend"
@@ -595,7 +606,7 @@ class PyTorchJobWorkflow:
                 # one (bounded by the next failover/grace deadline).
                 timeout, summary, _ = self._next_deadline(tolerance)
                 pause = self._input.rewatch_seconds
-                idle = pause if timeout is None else min(pause, timeout)
+                idle = pause if timeout is None else min(pause, max(timeout, 0.001))
                 await self._sleep_or_retry(idle, summary or f"re-watch {view.name} on {cluster}")
             iterations += 1
             info = workflow.info()
@@ -604,6 +615,24 @@ class PyTorchJobWorkflow:
                 or info.is_continue_as_new_suggested()
             ):
                 return "continue"
+
+    async def _on_deadline(self, due: str, cluster: str, tolerance: int | None) -> str | None:
+        """Act on the deadline ``due`` (from ``_next_deadline``): "failover" or "done" when
+        the job leaves ``cluster``, else None. At a failover the old copy's watch is left
+        running: the failover purges that copy (now or once the new one is healthy) and
+        the watch ends then."""
+        if due == "failover":
+            await self._failover(cluster, f"unhealthy on {cluster} for {tolerance or 0}s")
+            return "failover"
+        if due == "evict":
+            await self._failover(cluster, f"on {self._evict_reason}")
+            return "failover"
+        if due == "deadline":
+            await self._deadline_exceeded()
+            return "done"
+        if due == "grace":
+            await self._purge_graceful_old("grace period ended")
+        return None
 
     def _start_watch(self, cluster: str, settling: bool) -> ActivityHandle[JobStatus]:
         view = self._require_view()
@@ -632,13 +661,15 @@ class PyTorchJobWorkflow:
         return watch
 
     def _next_deadline(self, tolerance: int | None) -> tuple[float | None, str | None, str]:
+        """``(seconds to the nearest deadline, its summary, which)``; the seconds are
+        <= 0 once it is due (clamped where a timer is armed)."""
         view = self._require_view()
         now = workflow.now()
         best: tuple[float | None, str | None, str] = (None, None, "")
         if tolerance is not None and view.unhealthy_since is not None:
             remaining = (view.unhealthy_since + timedelta(seconds=tolerance) - now).total_seconds()
             best = (
-                max(remaining, 0.001),
+                remaining,
                 f"failover tolerance {tolerance}s on {view.cluster}",
                 "failover",
             )
@@ -647,19 +678,19 @@ class PyTorchJobWorkflow:
             if best[0] is None or remaining < best[0]:
                 seconds = self._job.active_deadline_seconds
                 best = (
-                    max(remaining, 0.001),
+                    remaining,
                     f"runPolicy.activeDeadlineSeconds {seconds}",
                     "deadline",
                 )
         if self._evict_at is not None:
             remaining = (self._evict_at - now).total_seconds()
             if best[0] is None or remaining < best[0]:
-                best = (max(remaining, 0.001), f"evict: {self._evict_reason}", "evict")
+                best = (remaining, f"evict: {self._evict_reason}", "evict")
         if self._graceful_old and self._grace_deadline is not None:
             remaining = (self._grace_deadline - now).total_seconds()
             if best[0] is None or remaining < best[0]:
                 best = (
-                    max(remaining, 0.001),
+                    remaining,
                     f"grace period before purging {self._graceful_old}",
                     "grace",
                 )
@@ -904,7 +935,8 @@ class PyTorchJobWorkflow:
         # Reservations were consumed by the pods; delete leftovers on every copy we hold.
         for cluster in list(view.pending_purges):
             await self._purge_until_done(cluster, "purge copy left while unreachable")
-            view.pending_purges.remove(cluster)
+            if cluster in view.pending_purges:  # _await_purger removes it itself
+                view.pending_purges.remove(cluster)
         if self._graceful_old:
             await self._purge_until_done(self._graceful_old, "purge old copy")
             self._graceful_old = None
