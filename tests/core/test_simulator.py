@@ -278,19 +278,16 @@ def test_fast_paths_do_not_change_results(monkeypatch: pytest.MonkeyPatch) -> No
     assert json.dumps(fast) == json.dumps(slow)
 
 
-@pytest.mark.slow
-def test_15000_jobs_simulate_quickly() -> None:
+def test_15000_jobs_all_complete() -> None:
+    """A trace at Kueue's medium scale runs to the end (its speed is a benchmark's
+    business: ``fleetq bench``, BENCHMARKS.md)."""
     doc = yaml.safe_load((TRACES / "mixed-teams.yaml").read_text())
     for g in doc["jobs"]:
         g["count"] = int(g["count"] * 7.5)
     trace = parse_trace(doc)
     assert trace.job_count == 15000
-    t = time.process_time()
     s = simulate(trace).summary()
-    elapsed = time.process_time() - t
-    print(f"15000 jobs simulated in {elapsed:.1f}s CPU")
     assert s["jobs"]["completed"] == 15000
-    assert elapsed < 30
 
 
 # --------------------------------------------------------------------------- reasons
