@@ -248,3 +248,29 @@ def test_wait_for_change_since_a_phase_skips_pod_churn_until_the_job_runs(
     # a full token from that status: any later change counts again
     later = ma.wait_for_change(job, first.observed, timeout_s=0.5)
     assert later.observed == first.observed
+
+
+def test_a_finished_job_the_member_deletes_keeps_its_phase(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    """ttlSecondsAfterFinished: the member deletes a finished job (here by hand, as its
+    TTL controller would). The adapter saw it finish, so it reports Succeeded, not
+    Missing: fleetq must never dispatch a finished job again."""
+    job = job_factory("ttl")
+    ma.bind(BindRequest(job=job, manifest=manifest(job), run_seconds=1))
+
+    def succeeded() -> Any:
+        st = ma.status(job)
+        return st if st.phase == "Succeeded" else None
+
+    eventually(succeeded, 30)
+    # the capacity cache's watch has seen the finished object before it goes
+    eventually(lambda: ma.cache.finished_job(job.namespace, job.name, job.owner_id), 10)
+    assert ma.api.delete(ma._job_path(job.namespace, job.name), propagation="Background")
+    eventually(lambda: ma.api.get(ma._job_path(job.namespace, job.name)) is None, 30)
+    st = ma.status(job)
+    assert (st.phase, st.health) == ("Succeeded", "Healthy")
+    assert "ttlSecondsAfterFinished" in st.reason
+    # a job of another owner with the same name is not mistaken for it
+    other = JobRef(namespace=job.namespace, name=job.name, workflow_id=job.workflow_id + "-x")
+    assert ma.status(other).phase == "Missing"
