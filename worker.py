@@ -65,14 +65,23 @@ DEFAULT_DEPLOYMENT_NAME = "fleetq"
 #: seconds a worker lets in-flight tasks finish on SIGTERM; the Kubernetes
 #: terminationGracePeriodSeconds in deploy/ must exceed it (tests/deploy checks)
 GRACEFUL_SHUTDOWN_SECONDS = 10.0
+#: the longest a SIGTERM'd worker takes to exit: the job worker's graceful shutdown, then
+#: the control plane's, then closing the member caches (a few seconds)
+SHUTDOWN_BUDGET_SECONDS = 2 * GRACEFUL_SHUTDOWN_SECONDS + 5
 _TRUE = {"1", "true", "yes", "on"}
 _PROJECT_DIR = Path(__file__).resolve().parent
 
 
 def deployment_name(flag: str | None = None) -> str:
-    """The Worker Deployment name: ``flag``, else FLEETQ_DEPLOYMENT_NAME, else ``fleetq``.
+    """The Worker Deployment name: ``flag``, else FLEETQ_DEPLOYMENT_NAME, else
+    TEMPORAL_DEPLOYMENT_NAME (set by the Temporal Worker Controller), else ``fleetq``.
     Temporal joins it to the build id with a dot, so it may not contain one."""
-    name = flag or os.environ.get("FLEETQ_DEPLOYMENT_NAME") or DEFAULT_DEPLOYMENT_NAME
+    name = (
+        flag
+        or os.environ.get("FLEETQ_DEPLOYMENT_NAME")
+        or os.environ.get("TEMPORAL_DEPLOYMENT_NAME")
+        or DEFAULT_DEPLOYMENT_NAME
+    )
     if "." in name:
         raise ValueError(f"deployment name {name!r} must not contain '.'")
     return name
@@ -120,9 +129,14 @@ def workflow_sources_hash(root: Path = _PROJECT_DIR) -> str:
 
 
 def build_id(override: str | None = None) -> str:
-    """``override``, else FLEETQ_BUILD_ID, else ``<package version>-<source revision>``,
-    kept to what a Kubernetes label value allows (the Deployment carries it as one)."""
-    raw = override or os.environ.get("FLEETQ_BUILD_ID")
+    """``override``, else FLEETQ_BUILD_ID, else TEMPORAL_WORKER_BUILD_ID (set by the
+    Temporal Worker Controller), else ``<package version>-<source revision>`` kept to what
+    a Kubernetes label value allows (the Deployment carries it as one)."""
+    raw = (
+        override
+        or os.environ.get("FLEETQ_BUILD_ID")
+        or os.environ.get("TEMPORAL_WORKER_BUILD_ID")
+    )
     if raw:
         return raw
     bid = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{package_version()}-{source_revision()}")
@@ -514,7 +528,8 @@ async def run_worker(
             activities._fleet.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The worker's command line (deploy/ manifests are checked against it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--address", help="Temporal frontend (default: TEMPORAL_ADDRESS)")
     parser.add_argument("--namespace", help="Temporal namespace (default: TEMPORAL_NAMESPACE)")
@@ -575,14 +590,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="build id (default: FLEETQ_BUILD_ID, else <version>-<git describe or source "
         "hash>)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=os.environ.get("FLEETQ_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # the Temporal Worker Controller passes the frontend as TEMPORAL_HOST_PORT
+    address = args.address or (
+        None if os.environ.get("TEMPORAL_ADDRESS") else os.environ.get("TEMPORAL_HOST_PORT")
+    )
     asyncio.run(
         run_worker(
-            address=args.address,
+            address=address,
             namespace=args.namespace,
             task_queue=args.task_queue,
             control_task_queue=None if args.no_control else args.control_task_queue,
