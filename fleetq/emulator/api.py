@@ -763,10 +763,18 @@ class Handler:
             timeout = float(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
         except ValueError:
             raise bad_request("timeoutSeconds must be a number") from None
+        initial = watch_list(q)
+        if initial:
+            since = None  # the current state first, "not older than" any given version
         resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         resp.enable_chunked_encoding()
         try:
             watcher = self.store.watch(rt.plural, namespace, matcher, since)
+            if initial:  # then the bookmark that ends the initial events (WatchList)
+                mark = {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {
+                    "resourceVersion": str(self.store.rv),
+                    "annotations": {"k8s.io/initial-events-end": "true"}}}
+                watcher.queue.put_nowait(b'{"type":"BOOKMARK","object":' + dumps(mark) + b"}\n")
         except ApiError as exc:
             await resp.prepare(request)
             await resp.write(b'{"type":"ERROR","object":' + dumps(exc.status()) + b"}\n")
@@ -802,6 +810,28 @@ class Handler:
         finally:
             self.store.unwatch(watcher)
         return resp
+
+
+def watch_list(q: Mapping[str, str]) -> bool:
+    """Whether a watch asks for its initial state as events (``sendInitialEvents``, the
+    WatchList protocol); 422 unless it also asks what the real server requires."""
+    raw = q.get("sendInitialEvents")
+    if raw is None:
+        return False
+    for field_name, ok, want in (
+        ("resourceVersionMatch", q.get("resourceVersionMatch") == "NotOlderThan",
+         "resourceVersionMatch to NotOlderThan"),
+        ("allowWatchBookmarks", q.get("allowWatchBookmarks") in ("true", "1"),
+         "allowWatchBookmarks to true"),
+    ):
+        if not ok:
+            msg = f"Forbidden: sendInitialEvents requires setting {want}"
+            raise ApiError(422, "Invalid",
+                           f'ListOptions.meta.k8s.io "" is invalid: {field_name}: {msg}',
+                           {"group": "meta.k8s.io", "kind": "ListOptions", "causes": [
+                               {"reason": "FieldValueForbidden", "message": msg,
+                                "field": field_name}]})
+    return raw in ("true", "1")
 
 
 def _success(rt: ResourceType, name: str, uid: str) -> dict[str, Any]:

@@ -143,6 +143,26 @@ def test_watch_from_a_list_resource_version_sees_only_later_changes(api: Raw, ns
     assert rvs == sorted(rvs) and rvs[0] > int(rv)
 
 
+def test_watch_list_ends_its_initial_events_with_a_bookmark(api: Raw, ns: str) -> None:
+    """Divergence: the emulator ignored ``sendInitialEvents`` (client-go's WatchList);
+    the real server sends the state as ADDED, then a BOOKMARK annotated
+    ``k8s.io/initial-events-end``, and refuses the request without NotOlderThan."""
+    create(api, f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "a"}})
+    base = f"/api/v1/namespaces/{ns}/configmaps?sendInitialEvents=true"
+    status, events = api.watch(
+        f"{base}&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", timeout_s=1)
+    assert status == 200
+    assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+    mark = events[1]["object"]
+    assert mark["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+    assert int(mark["metadata"]["resourceVersion"]) >= int(
+        events[0]["object"]["metadata"]["resourceVersion"])
+    status, body = api.watch(base, timeout_s=1)
+    assert status == 422 and body[0]["reason"] == "Invalid"
+    assert "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan" in \
+        body[0]["message"]
+
+
 # ---------------------------------------------------------------- writes
 
 
