@@ -536,7 +536,7 @@ class Handler:
         if method == "PATCH":
             body = await _body(request)
             return self.patch(rt, ns, name, sub, body, request.content_type, q.get("dryRun"),
-                              q.get("fieldValidation"))
+                              q.get("fieldValidation"), q.get("fieldManager"))
         if method == "DELETE":
             raw = await request.read()
             opts: Any = {}
@@ -652,6 +652,15 @@ class Handler:
                 raise bad_request("the name of the object does not match the name on the URL")
             obj["metadata"].pop("deletionTimestamp", None)
             validate(rt, obj)
+            if rt.plural == "pods" and mutable_pod_spec(obj.get("spec")) != mutable_pod_spec(
+                    cur.get("spec")):
+                raise invalid(rt, cur["metadata"]["name"], "spec",
+                              "Forbidden: pod updates may not change fields other than "
+                              "`spec.containers[*].image`,`spec.initContainers[*].image`,"
+                              "`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
+                              "additions to existing tolerations),"
+                              "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 "
+                              "if it was previously negative)")
         if dry_run:
             return _json(obj, headers=warning_headers(dropped))
         stored = self.store.replace(rt.plural, obj, expect_rv=expect_rv)
@@ -682,12 +691,19 @@ class Handler:
     def patch(
         self, rt: ResourceType, ns: str, name: str, sub: str | None, body: Any,
         content_type: str, dry_run: str | None, field_validation: str | None = None,
+        field_manager: str | None = None,
     ) -> web.Response:
         if content_type == "application/strategic-merge-patch+json" and rt.plural in SCHEMAS:
             raise ApiError(415, "UnsupportedMediaType",
                            "the body of the request was in an unknown format - accepted "
                            "media types include: application/json-patch+json, "
                            "application/merge-patch+json, application/apply-patch+yaml")
+        if content_type == "application/apply-patch+yaml" and not field_manager:
+            raise ApiError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: '
+                           "fieldManager: Required value: is required for apply patch",
+                           {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [{
+                               "reason": "FieldValueRequired", "field": "fieldManager",
+                               "message": "Required value: is required for apply patch"}]})
         cur = self.store.get(rt.plural, ns, name)
         if cur is None:
             if content_type == "application/apply-patch+yaml" and sub is None:
@@ -723,6 +739,10 @@ class Handler:
                            f'the precondition ({pre["uid"]}) does not match the UID in record '
                            f'({cur["metadata"]["uid"]}). The object might have been deleted '
                            "and then recreated", status_details(rt, name))
+        if rt.plural == "namespaces" and name in PROTECTED_NAMESPACES:
+            raise ApiError(403, "Forbidden",
+                           f'namespaces "{name}" is forbidden: this namespace may not be '
+                           "deleted", status_details(rt, name))
         if rt.plural == "namespaces":
             for other in self.store.types.values():
                 if other.namespaced:
@@ -810,6 +830,24 @@ class Handler:
         finally:
             self.store.unwatch(watcher)
         return resp
+
+
+#: Namespaces the real API server refuses to delete.
+PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
+
+
+def mutable_pod_spec(spec: Any) -> Any:
+    """A pod spec without what an update may change (images, activeDeadlineSeconds,
+    tolerations, terminationGracePeriodSeconds): two specs that differ here are a 422."""
+    if not isinstance(spec, dict):
+        return spec
+    out = {k: v for k, v in spec.items() if k not in (
+        "activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")}
+    for key in ("containers", "initContainers"):
+        if isinstance(out.get(key), list):
+            out[key] = [{k: v for k, v in c.items() if k != "image"}
+                        if isinstance(c, dict) else c for c in out[key]]
+    return out
 
 
 def watch_list(q: Mapping[str, str]) -> bool:

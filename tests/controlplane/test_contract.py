@@ -363,3 +363,37 @@ def test_delete_preconditions_and_bad_label_selectors(api: Raw, ns: str) -> None
 def test_list_in_a_missing_namespace_is_empty(api: Raw) -> None:
     r = api("GET", f"{JOBS}/namespaces/no-such-ns-x/pytorchjobs")
     assert r.status == 200 and r.body["items"] == []
+
+
+def test_a_pods_spec_is_immutable_but_for_images(api: Raw, ns: str) -> None:
+    """Divergence: the emulator let any pod spec change through."""
+    base = f"/api/v1/namespaces/{ns}/pods"
+    create(api, base, pod("p"))
+    r = api("PATCH", f"{base}/p", {"spec": {"nodeSelector": {"x": "y"}}}, content_type=MERGE)
+    assert r.status == 422 and r.body["reason"] == "Invalid"
+    assert r.body["message"].startswith('Pod "p" is invalid: spec: Forbidden: pod updates may '
+                                        "not change fields other than")
+    r = api("PATCH", f"{base}/p", {"metadata": {"labels": {"x": "y"}}}, content_type=MERGE)
+    assert r.status == 200
+    r = api("PATCH", f"{base}/p", [{"op": "replace", "path": "/spec/containers/0/image",
+                                    "value": "busybox:2"}], content_type=JSON_PATCH)
+    assert r.status == 200 and r.body["spec"]["containers"][0]["image"] == "busybox:2"
+
+
+def test_server_side_apply_needs_a_field_manager(api: Raw, ns: str) -> None:
+    """Divergence: the emulator applied without ``fieldManager``."""
+    doc = f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n  namespace: {ns}\n"
+    path = f"/api/v1/namespaces/{ns}/configmaps/b"
+    r = api("PATCH", path, doc.encode(), content_type="application/apply-patch+yaml")
+    assert r.status == 422 and "fieldManager: Required value" in r.body["message"]
+    r = api("PATCH", path + "?fieldManager=fleetq", doc.encode(),
+            content_type="application/apply-patch+yaml")
+    assert r.status in (200, 201) and r.body["metadata"]["name"] == "b"
+
+
+def test_system_namespaces_cannot_be_deleted(api: Raw) -> None:
+    """Divergence: the emulator deleted ``default`` (and everything in it)."""
+    r = api("DELETE", "/api/v1/namespaces/default")
+    assert r.status == 403 and r.body["reason"] == "Forbidden"
+    assert r.body["message"] == (
+        'namespaces "default" is forbidden: this namespace may not be deleted')
