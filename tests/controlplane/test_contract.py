@@ -253,6 +253,10 @@ def test_unknown_fields_of_a_custom_resource_are_pruned(api: Raw, ns: str) -> No
     assert "cleanPodPolicy" not in created["spec"]
     # ... and applies the schema's defaults
     assert created["spec"]["runPolicy"] == {"cleanPodPolicy": "None", "suspend": False}
+    body["metadata"]["name"] = "warned"
+    r = api("POST", f"{JOBS}/namespaces/{ns}/pytorchjobs", body)
+    assert r.status == 201
+    assert r.headers.get("Warning") == '299 - "unknown field \\"spec.cleanPodPolicy\\""'
     body["metadata"]["name"] = "strict"
     r = api("POST", f"{JOBS}/namespaces/{ns}/pytorchjobs?fieldValidation=Strict", body)
     assert r.status == 400 and 'unknown field "spec.cleanPodPolicy"' in r.body["message"]
