@@ -17,8 +17,12 @@ Worker Versioning (``--versioning`` / ``FLEETQ_WORKER_VERSIONING=1``): both work
 as one version of the Worker Deployment ``fleetq`` (``--deployment-name`` /
 ``FLEETQ_DEPLOYMENT_NAME``) with a build id made of the package version and the source
 revision (``FLEETQ_BUILD_ID`` overrides). Job workflows are Pinned to the version that
-started them, the quota and registry workflows Auto-Upgrade (docs/deploy.md). Off by
-default, so the embedded fleet and the tests keep unversioned workers.
+started them, the quota and registry workflows Auto-Upgrade (docs/deploy.md), set as
+each worker's default behaviour: the job worker's Pinned, the control plane's
+Auto-Upgrade. (Not on ``@workflow.defn``: a workflow that declares a behaviour fails every
+workflow task on an unversioned worker, "versioning behavior cannot be specified without
+deployment options being set with versioned mode".) Off by default, so the embedded
+fleet and the tests keep unversioned workers.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -47,7 +52,7 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
-from temporalio.common import WorkerDeploymentVersion
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
@@ -141,6 +146,21 @@ def build_id(override: str | None = None) -> str:
         return raw
     bid = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{package_version()}-{source_revision()}")
     return bid[:63].strip("-_.")
+
+
+def with_behavior(
+    config: WorkerDeploymentConfig | None, behavior: VersioningBehavior
+) -> WorkerDeploymentConfig | None:
+    """``config`` with ``behavior`` as the default of the workflows its worker runs."""
+    if config is None:
+        return None
+    return dataclasses.replace(config, default_versioning_behavior=behavior)
+
+
+#: the job worker's workflows end on the version that started them (PyTorchJobWorkflow)
+JOB_BEHAVIOR = VersioningBehavior.PINNED
+#: the control plane's follow the current version (QuotaTreeWorkflow, FleetRegistryWorkflow)
+CONTROL_BEHAVIOR = VersioningBehavior.AUTO_UPGRADE
 
 
 def deployment_config(
@@ -271,7 +291,7 @@ class ControlPlane:
             workflows=[QuotaTreeWorkflow, FleetRegistryWorkflow, *self._extra_workflows],
             activities=[checks.check_holders],
             graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_SECONDS),
-            deployment_config=self._deployment,
+            deployment_config=with_behavior(self._deployment, CONTROL_BEHAVIOR),
         )
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
@@ -378,7 +398,7 @@ def build_worker(
         activity_executor=executor,
         max_concurrent_activities=max_concurrent_activities,
         graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_SECONDS),
-        deployment_config=deployment,
+        deployment_config=with_behavior(deployment, JOB_BEHAVIOR),
         **kwargs,
     )
     control = (

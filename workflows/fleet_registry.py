@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from fleetq.messages import DeleteRequest, Resolution, ResolveInput
@@ -28,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["DeleteRequest", "FleetRegistryWorkflow", "RegistryState"]
 
 
-@workflow.defn(name="FleetRegistryWorkflow", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
+@workflow.defn(name="FleetRegistryWorkflow")
 class FleetRegistryWorkflow:
     @workflow.init
     def __init__(self, state: RegistryState) -> None:

@@ -26,13 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
-from temporalio.common import (
-    RawValue,
-    RetryPolicy,
-    SearchAttributeKey,
-    SearchAttributeUpdate,
-    VersioningBehavior,
-)
+from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
@@ -126,7 +120,7 @@ MEMBER_RETRY = RetryPolicy(
 )
 
 
-@workflow.defn(name="PyTorchJobWorkflow", versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name="PyTorchJobWorkflow")
 class PyTorchJobWorkflow:
     def __init__(self) -> None:
         self._view: JobView | None = None

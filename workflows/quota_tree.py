@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, VersioningBehavior
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -62,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["QuotaTreeInput", "QuotaTreeWorkflow", "QuotaView"]
 
 
-@workflow.defn(name="QuotaTreeWorkflow", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
+@workflow.defn(name="QuotaTreeWorkflow")
 class QuotaTreeWorkflow:
     @workflow.init
     def __init__(self, inp: QuotaTreeInput) -> None:
