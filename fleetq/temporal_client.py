@@ -79,7 +79,14 @@ def tracing_enabled() -> bool:
 
 def setup_tracing() -> list[Interceptor]:
     """Install an OpenTelemetry tracer provider from the standard OTEL_* environment and
-    return the Temporal tracing interceptor; nothing when tracing is not configured."""
+    return the Temporal tracing interceptor; nothing when tracing is not configured.
+
+    ``OTEL_TRACES_EXPORTER`` picks the exporter: ``otlp`` (the default, gRPC to
+    ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT``; needs the ``otlp`` install extra),
+    ``console`` or ``none``. An OTLP exporter that is configured but not installed, or an
+    exporter name we do not know, ends the process with one line on stderr instead of
+    quietly printing spans to the console. A tracer provider installed beforehand (an
+    SDK one: by the embedding program, or a test's in-memory exporter) is kept."""
     if not tracing_enabled():
         return []
     from opentelemetry import trace
@@ -88,21 +95,34 @@ def setup_tracing() -> list[Interceptor]:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
     from temporalio.contrib.opentelemetry import TracingInterceptor
 
+    exporter_name = (os.environ.get("OTEL_TRACES_EXPORTER") or "otlp").split(",")[0].strip()
+    if exporter_name == "none":
+        return []
     if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider(resource=Resource.create({"service.name": "fleetq"}))
-        exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").split(",")[0].strip()
         exporter: Any
         if exporter_name == "console":
             exporter = ConsoleSpanExporter()
-        else:
+        elif exporter_name == "otlp":
             try:
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
                     OTLPSpanExporter,
                 )
             except ImportError:
-                exporter = ConsoleSpanExporter()
-            else:
-                exporter = OTLPSpanExporter()
+                endpoint = os.environ.get(
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+                ) or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "(default localhost:4317)")
+                raise SystemExit(
+                    f"fleetq: OTLP tracing is configured (endpoint {endpoint}) but the OTLP "
+                    "exporter is not installed: pip install 'fleetq[otlp]', or unset "
+                    "OTEL_EXPORTER_OTLP_ENDPOINT / set OTEL_TRACES_EXPORTER=console"
+                ) from None
+            exporter = OTLPSpanExporter()
+        else:
+            raise SystemExit(
+                f"fleetq: OTEL_TRACES_EXPORTER={exporter_name!r} is not supported "
+                "(otlp, console or none)"
+            )
+        provider = TracerProvider(resource=Resource.create({"service.name": "fleetq"}))
         provider.add_span_processor(BatchSpanProcessor(exporter))
         trace.set_tracer_provider(provider)
     return [TracingInterceptor()]

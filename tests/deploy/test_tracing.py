@@ -1,0 +1,202 @@
+"""Tracing, as an operator turns it on (OTEL_* environment): one job makes one connected
+trace from ``fleetq apply`` through the job workflow and its activities down to the
+requests that write to the member cluster; an OTLP endpoint without the OTLP exporter
+installed stops the process with one line instead of printing spans to the console.
+
+The spans go to an in-memory exporter on the process's tracer provider (``setup_tracing``
+keeps a provider that is already installed). The member writes are the adapter's HTTP
+requests (``KubeApi._send``), wrapped here in a span each, which shows that the
+activity's trace context is current where the adapter writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.testing import WorkflowEnvironment
+from typer.testing import CliRunner
+
+from activities.fleet import Fleet
+from activities.member_cluster import KubeApi
+from activities.scheduling import SchedulingActivities
+from bench.chaos import job_manifest, policy_manifest, tree_manifest
+from fleetq.cli import app
+from fleetq.emulator import EmulatedFleet
+from fleetq.naming import job_workflow_id
+from fleetq.temporal_client import (
+    DATA_CONVERTER,
+    connect,
+    search_attribute_keys,
+    setup_tracing,
+    temporal_cli_path,
+)
+from worker import build_worker
+
+NS = "traced"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def spans() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    assert isinstance(trace.get_tracer_provider(), TracerProvider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield exporter
+    exporter.shutdown()  # the provider outlives the module; later spans are dropped
+
+
+@pytest.fixture(scope="module")
+def traced_env() -> Iterator[None]:
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OTEL_TRACES_EXPORTER", "otlp")  # never used: a provider is installed
+    yield
+    mp.undo()
+
+
+@pytest_asyncio.fixture(scope="module")
+async def traced_fleet(spans: InMemorySpanExporter, traced_env: None
+                       ) -> AsyncIterator[tuple[WorkflowEnvironment, EmulatedFleet]]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()),
+        data_converter=DATA_CONVERTER,
+        search_attributes=search_attribute_keys(),
+        dev_server_log_level="error",
+    )
+    emulated = EmulatedFleet(start_delay=0.05).start()
+    fleet = Fleet.from_config(emulated.fleet_config_path)
+    address = env.client.service_client.config.target_host
+    client = await connect(address)  # the worker's own way: tracing interceptors included
+    assert client.config()["interceptors"], "tracing is on: the client must be intercepted"
+    tracer = trace.get_tracer("fleetq-test-member-writes")
+    original = KubeApi._send
+
+    def traced_send(self: KubeApi, method: str, path: str, *args: Any, **kw: Any) -> Any:
+        if method == "GET":
+            return original(self, method, path, *args, **kw)
+        with tracer.start_as_current_span(f"member {method}", attributes={
+                "fleetq.member": self.name, "http.target": path}):
+            return original(self, method, path, *args, **kw)
+
+    KubeApi._send = traced_send  # type: ignore[method-assign,assignment]
+    worker = build_worker(client, SchedulingActivities(client, fleet, search_attributes=True))
+    try:
+        async with worker:
+            yield env, emulated
+    finally:
+        KubeApi._send = original  # type: ignore[method-assign]
+        fleet.close()
+        emulated.stop()
+        await env.shutdown()
+
+
+async def test_one_job_is_one_connected_trace_from_apply_to_the_member_writes(
+        traced_fleet: tuple[WorkflowEnvironment, EmulatedFleet],
+        spans: InMemorySpanExporter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env, _ = traced_fleet
+    name = f"traced-{uuid.uuid4().hex[:6]}"
+    manifests = tmp_path / "job.yaml"
+    manifests.write_text(yaml.safe_dump_all([
+        tree_manifest({"t": [NS]}, max_jobs=10, name="traced-tree"),
+        policy_manifest(NS, queued=True),
+        job_manifest(NS, name),
+    ]))
+    monkeypatch.setenv("TEMPORAL_ADDRESS", env.client.service_client.config.target_host)
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", env.client.namespace)
+    result = await asyncio.to_thread(CliRunner().invoke, app,
+                                     ["apply", "-f", str(manifests), "--run-seconds", "30"])
+    assert result.exit_code == 0, result.output
+    handle = env.client.get_workflow_handle(job_workflow_id(NS, name))
+
+    deadline = time.monotonic() + 30
+    while True:
+        view = await handle.query("status")
+        if view.get("state") == "Running":
+            break
+        assert time.monotonic() < deadline, view.get("state")
+        await asyncio.sleep(0.1)
+
+    def job_trace() -> tuple[ReadableSpan, list[ReadableSpan]]:
+        finished = list(spans.get_finished_spans())
+        (start,) = [s for s in finished if s.name == "StartWorkflow:PyTorchJobWorkflow"
+                    and dict(s.attributes or {}).get("temporalWorkflowID") == handle.id]
+        assert start.context is not None
+        tid = start.context.trace_id
+        return start, [s for s in finished if s.context is not None
+                       and s.context.trace_id == tid]
+
+    names: set[str] = set()
+    deadline = time.monotonic() + 15
+    while True:  # the bind activity's span ends when the activity returns
+        start, in_trace = job_trace()
+        names = {s.name for s in in_trace}
+        if "RunActivity:bind" in names:
+            break
+        assert time.monotonic() < deadline, sorted(names)
+        await asyncio.sleep(0.1)
+
+    # the root is the CLI's start of the workflow; everything else hangs below it
+    assert start.parent is None, "fleetq apply started the trace"
+    ids = {s.context.span_id for s in in_trace if s.context is not None}
+    for s in in_trace:
+        assert s is start or (s.parent is not None and s.parent.span_id in ids), s.name
+    for want in ("RunWorkflow:PyTorchJobWorkflow", "StartActivity:bind", "RunActivity:bind"):
+        assert want in names, (want, sorted(names))
+    writes = [s for s in in_trace if s.name.startswith("member ")]
+    bind = next(s for s in in_trace if s.name == "RunActivity:bind")
+    assert bind.context is not None
+    under_bind = [s for s in writes if s.parent is not None
+                  and s.parent.span_id == bind.context.span_id]
+    assert any(s.name == "member POST" and "pytorchjobs" in str(
+        dict(s.attributes or {}).get("http.target")) for s in under_bind), [
+        (s.name, dict(s.attributes or {})) for s in writes]
+    await handle.terminate("test done")
+
+
+def test_otlp_endpoint_without_the_exporter_fails_in_one_line() -> None:
+    # a fresh interpreter (no tracer provider yet), the exporter made unimportable
+    code = (
+        "import sys; sys.modules['opentelemetry.exporter.otlp.proto.grpc.trace_exporter']"
+        " = None\n"
+        "from fleetq.temporal_client import setup_tracing\n"
+        "setup_tracing()\n"
+        "print('fell back silently')\n"
+    )
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.example:4317",
+           "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "fell back" not in out.stdout
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "http://collector.example:4317" in lines[0] and "fleetq[otlp]" in lines[0]
+    # the worker's own entry point says the same and exits non-zero
+    out = subprocess.run([sys.executable, "worker.py"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == lines, out.stderr
+
+
+def test_no_tracing_configured_means_no_interceptor(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(var, raising=False)
+    assert setup_tracing() == []
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    assert setup_tracing() == []
