@@ -1,8 +1,11 @@
 """``fleetq worker``: the same process as ``python worker.py`` (every workflow and
 activity on the ``fleetq`` task queue), for installs that only have the console script.
 Options are passed through unchanged (``--address``, ``--namespace``, ``--task-queue``,
-``--fleet-config``, ``--prometheus-port``); Temporal's env config and ``FLEETQ_CONFIG``
-apply as usual.
+``--fleet-config``, ``--prometheus-port``/``--prometheus-host``, ``--health-port``/
+``--health-host`` for /readyz and /livez, ``--versioning``/``--deployment-name``/
+``--build-id`` for Worker Versioning); Temporal's env config, ``FLEETQ_CONFIG``,
+``FLEETQ_WORKER_VERSIONING``, ``FLEETQ_DEPLOYMENT_NAME`` and ``FLEETQ_BUILD_ID`` apply as
+usual. docs/deploy.md has the deployment and the rollout runbook.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ its own and the member-cluster emulator.
   turns 200 once it syncs and the server lists the worker's pollers on both queues.
 * /livez turns 503 while the worker's event loop is blocked and 200 again after.
 * The Prometheus endpoint serves Temporal's worker metrics and the scheduler metrics the
-  README names, after one job ran (and failed over) on the worker.
+  README names (jobs by state, queue lengths, quota holders, admission latency,
+  failovers, placement failures), after one job ran and failed over and one found no
+  room on the worker.
 * SIGTERM-style shutdown makes /readyz 503 before the worker stops.
 """
 
@@ -185,6 +187,7 @@ async def test_livez_fails_while_the_event_loop_is_stuck(running: Running) -> No
 
 
 async def test_prometheus_endpoint_serves_the_scheduler_metrics(running: Running) -> None:
+    running.emulated.set_reachable("cluster-a", True)  # when run without the first test
     ready = running.health_url + READY_PATH
     await poll(lambda: (get(ready)[0] == 200, get(ready)[1]), "ready", 30)
     client = running.env.client
@@ -214,8 +217,16 @@ async def test_prometheus_endpoint_serves_the_scheduler_metrics(running: Running
 
     v = await running_view()
     running.emulated.fail_job(v["cluster"], NS, name)
+    # a gang no member has room for: placement failures
+    big_name = f"big-{uuid.uuid4().hex[:6]}"
+    big = await client.start_workflow(
+        "PyTorchJobWorkflow",
+        {"manifest": job_manifest(NS, big_name, cpu="40"), "rewatch_seconds": 1.0,
+         "policy": policy_manifest(NS)},
+        id=job_workflow_id(NS, big_name), task_queue=TASK_QUEUE)
     want = ["fleetq_job_state_transitions", "fleetq_queue_length", "fleetq_quota_holders",
             "fleetq_admission_latency_seconds", "fleetq_failovers",
+            "fleetq_placement_failures",
             # Temporal's own worker metrics, same endpoint
             "temporal_workflow_task_execution_latency", "temporal_activity_execution_latency",
             "temporal_worker_task_slots_available"]
@@ -227,6 +238,7 @@ async def test_prometheus_endpoint_serves_the_scheduler_metrics(running: Running
 
     await poll(scraped, "metrics on the worker's endpoint", 30)
     await handle.terminate("test done")
+    await big.terminate("test done")
 
 
 async def _cli(running: Running, *args: str) -> int:
@@ -238,6 +250,7 @@ async def _cli(running: Running, *args: str) -> int:
 
 
 async def test_shutdown_turns_readiness_off_first(running: Running) -> None:
+    running.emulated.set_reachable("cluster-a", True)  # when run without the first test
     ready = running.health_url + READY_PATH
     await poll(lambda: (get(ready)[0] == 200, get(ready)[1]), "ready", 30)
     running.loop.call_soon_threadsafe(running.stop.set)
