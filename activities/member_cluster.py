@@ -814,7 +814,8 @@ def _pod_ready(pod: Mapping[str, Any]) -> bool:
     return bool(cs) and all(isinstance(c, dict) and c.get("ready") for c in cs)
 
 
-def _pod_restarts(pod: Mapping[str, Any]) -> int:
+def pod_restarts(pod: Mapping[str, Any]) -> int:
+    """Container restarts of a pod, summed (kubectl's RESTARTS)."""
     total = 0
     for c in (pod.get("status") or {}).get("containerStatuses") or []:
         if isinstance(c, dict):
@@ -1334,7 +1335,7 @@ class KubernetesMemberCluster:
                     node=str((p.get("spec") or {}).get("nodeName") or ""),
                     phase=pphase,
                     ready=_pod_ready(p),
-                    restarts=_pod_restarts(p),
+                    restarts=pod_restarts(p),
                     start_time=st.get("startTime"),
                 )
             )

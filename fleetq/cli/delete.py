@@ -19,9 +19,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from fleetq.cli.apply import RESOURCE_NAMES, load_for_apply, registry
 from fleetq.cli.context import CliError, get_client, guarded, not_found, run
-from fleetq.cli.get import JOB_RESOURCE, get_registry, quota_view, resource_kind
+from fleetq.cli.get import JOB_RESOURCE, existing_job, get_registry, quota_view, resource_kind
 from fleetq.models import FleetObject
-from fleetq.naming import job_workflow_id, quota_workflow_id
+from fleetq.naming import quota_workflow_id
 
 PLURALS = {
     "pytorchjob": (JOB_RESOURCE, "PyTorchJob"),
@@ -37,16 +37,8 @@ def deleted_line(kind: str, name: str) -> str:
 
 async def delete_job(client: Client, namespace: str, name: str, *, wait: bool,
                      timeout: float) -> str:
-    handle = client.get_workflow_handle(job_workflow_id(namespace, name))
-    try:
-        desc = await handle.describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise not_found(JOB_RESOURCE, name) from None
-        raise
-    if desc.status != WorkflowExecutionStatus.RUNNING:
-        if desc.status == WorkflowExecutionStatus.CANCELED:
-            raise not_found(JOB_RESOURCE, name)
+    handle, status = await existing_job(client, namespace, name)
+    if status != WorkflowExecutionStatus.RUNNING:
         # A finished job: forget it, as deleting a completed Kubernetes object does.
         return deleted_line("PyTorchJob", name)
     await handle.cancel()

@@ -23,6 +23,7 @@ from temporalio.client import (
     WorkflowExecution,
     WorkflowExecutionStatus,
     WorkflowFailureError,
+    WorkflowHandle,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -162,6 +163,22 @@ async def _failed_view(handle: Any, ns: str, name: str, started: datetime | None
         reason = str(exc)
     reason = (reason.strip().splitlines() or ["failed"])[0]
     return _fallback_view(ns, name, state, reason, started)
+
+
+async def existing_job(client: Client, namespace: str, name: str
+                       ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionStatus | None]:
+    """The job's workflow handle and status; kubectl's NotFound when it was never applied
+    or was deleted (its workflow cancelled)."""
+    handle = client.get_workflow_handle(job_workflow_id(namespace, name))
+    try:
+        desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise not_found(JOB_RESOURCE, name) from None
+        raise
+    if desc.status == WorkflowExecutionStatus.CANCELED:
+        raise not_found(JOB_RESOURCE, name)
+    return handle, desc.status
 
 
 async def get_job(client: Client, namespace: str, name: str) -> JobView | None:

@@ -15,7 +15,6 @@ the callers fall back to the workflows' view and say so once on stderr.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -340,15 +339,6 @@ def pod_status(pod: dict[str, Any]) -> str:
     return str(status.get("reason") or status.get("phase") or "Unknown")
 
 
-def pod_restarts(pod: dict[str, Any]) -> int:
-    total = 0
-    for c in (pod.get("status") or {}).get("containerStatuses") or []:
-        if isinstance(c, dict):
-            with contextlib.suppress(TypeError, ValueError):
-                total += int(c.get("restartCount") or 0)
-    return total
-
-
 def member_pod_rows(views: list[JobView], snap: MemberSnapshot, all_namespaces: bool,
                     wide: bool = False, name: str | None = None,
                     job: tuple[str, str] | None = None,
@@ -356,6 +346,8 @@ def member_pod_rows(views: list[JobView], snap: MemberSnapshot, all_namespaces: 
     """``get pod -M`` from the members: every fleetq-managed pod as its member reports
     it (pods of evicted copies included), plus one ``-`` row per unreachable member that
     should hold pods."""
+    from activities.member_cluster import pod_restarts
+
     headers = ["NAME", "CLUSTER", "READY", "STATUS", "RESTARTS", "AGE"]
     if wide:
         headers.append("NODE")

@@ -8,25 +8,17 @@ from __future__ import annotations
 
 import typer
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
 
-from fleetq.cli.context import CliError, get_client, guarded, not_found, run
-from fleetq.cli.get import JOB_RESOURCE, resource_kind
-from fleetq.naming import job_workflow_id
+from fleetq.cli.context import CliError, get_client, guarded, run
+from fleetq.cli.get import JOB_RESOURCE, existing_job, resource_kind
 
 PAST = {"suspend": "suspended", "resume": "resumed"}
 
 
 async def signal_job(namespace: str, name: str, signal: str) -> str:
     client = await get_client()
-    handle = client.get_workflow_handle(job_workflow_id(namespace, name))
-    try:
-        desc = await handle.describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise not_found(JOB_RESOURCE, name) from None
-        raise
-    if desc.status != WorkflowExecutionStatus.RUNNING:
+    handle, status = await existing_job(client, namespace, name)
+    if status != WorkflowExecutionStatus.RUNNING:
         raise CliError(f"error: PyTorchJob {namespace}/{name} has finished; nothing to {signal}")
     await handle.signal(signal)
     return f"{JOB_RESOURCE}/{name} {PAST[signal]}"

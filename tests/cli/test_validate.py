@@ -138,11 +138,10 @@ CASES = {
                  "  pytorchReplicaSpecs:\n"),
         f"{JOB}: spec.elasticPolicy.nProcPerNode must not be used with spec.nprocPerNode",
     ),
-    "unknown cleanPodPolicy": (
+    "cleanPodPolicy not a string": (
         _mutated(JOB_YAML, "  pytorchReplicaSpecs:\n",
-                 "  runPolicy: {cleanPodPolicy: Always}\n  pytorchReplicaSpecs:\n"),
-        f"{JOB}: spec.runPolicy.cleanPodPolicy 'Always' is not a cleanPodPolicy (None, Running, "
-        "All)",
+                 "  runPolicy: {cleanPodPolicy: 3}\n  pytorchReplicaSpecs:\n"),
+        f"{JOB}: spec.runPolicy.cleanPodPolicy must be a string",
     ),
     "policy without resourceSelectors": (
         POLICY_YAML[: POLICY_YAML.index("  resourceSelectors:")],

@@ -6,16 +6,21 @@ in tests/workflows/test_e2e.py."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from activities.member_cluster import BindResult, JobStatus, PodStatus, PurgeResult, ReserveResult
 from activities.quota_outbox import QuotaOutbox
@@ -30,6 +35,7 @@ from fleetq.messages import (
     Candidate,
     HolderCheck,
     HolderVerdict,
+    JobView,
     PlacementInput,
     PlacementVerdict,
     QuotaSignal,
@@ -307,3 +313,39 @@ class FakeFleet:
 
     def count(self, name: str, cluster: str | None = None) -> int:
         return sum(1 for n, c in self.calls if n == name and (cluster is None or c == cluster))
+
+
+class Harness:
+    """Starts jobs on a worker that runs the real workflows with a :class:`FakeFleet`."""
+
+    def __init__(self, env: WorkflowEnvironment, fleet: FakeFleet, task_queue: str) -> None:
+        self.env, self.fleet, self.task_queue = env, fleet, task_queue
+
+    async def start(self, manifest: dict[str, Any], **extra: Any) -> WorkflowHandle[Any, Any]:
+        from fleetq.naming import job_workflow_id
+
+        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        arg = {"manifest": manifest, **extra} if extra else manifest
+        return await self.env.client.start_workflow(
+            "PyTorchJobWorkflow",
+            arg,
+            id=job_workflow_id(ns, name),
+            task_queue=self.task_queue,
+            execution_timeout=timedelta(days=30),
+        )
+
+    async def run(self, manifest: dict[str, Any], **extra: Any) -> JobView:
+        handle = await self.start(manifest, **extra)
+        return JobView.model_validate(await handle.result())
+
+
+@asynccontextmanager
+async def running_harness(env: WorkflowEnvironment, fleet: FakeFleet) -> AsyncIterator[Harness]:
+    """A worker with every workflow and ``fleet``'s activities on a task queue of its own."""
+    from workflows import ALL_WORKFLOWS
+
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        env.client, task_queue=tq, workflows=ALL_WORKFLOWS, activities=fleet.activities()
+    ):
+        yield Harness(env, fleet, tq)

@@ -4,9 +4,7 @@ failover with each purgeMode, recovery inside the toleration, deletion, bad inpu
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -14,12 +12,16 @@ import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from fleetq.messages import JobView
-from fleetq.naming import job_workflow_id
-from tests.workflows.fakes import ClusterScript, FakeFleet, policy, walkthrough_job
-from workflows import ALL_WORKFLOWS
+from tests.workflows.fakes import (
+    ClusterScript,
+    FakeFleet,
+    Harness,
+    policy,
+    running_harness,
+    walkthrough_job,
+)
 
 # No reruns: a test here that depends on the machine's speed is a bug to fix. (One was:
 # at a failover or grace deadline the job started a watch with a 1 ms timer beside it; a
@@ -35,26 +37,6 @@ pytestmark = [pytest.mark.timeout(60)]
 LATE = 5.0
 
 
-class Harness:
-    def __init__(self, env: WorkflowEnvironment, fleet: FakeFleet, task_queue: str) -> None:
-        self.env, self.fleet, self.task_queue = env, fleet, task_queue
-
-    async def start(self, manifest: dict[str, Any], **extra: Any) -> WorkflowHandle[Any, Any]:
-        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-        arg = {"manifest": manifest, **extra} if extra else manifest
-        return await self.env.client.start_workflow(
-            "PyTorchJobWorkflow",
-            arg,
-            id=job_workflow_id(ns, name),
-            task_queue=self.task_queue,
-            execution_timeout=timedelta(days=30),
-        )
-
-    async def run(self, manifest: dict[str, Any], **extra: Any) -> JobView:
-        handle = await self.start(manifest, **extra)
-        return JobView.model_validate(await handle.result())
-
-
 @pytest_asyncio.fixture
 async def harness(ts_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
     fleet = FakeFleet(
@@ -66,11 +48,8 @@ async def harness(ts_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
         policy_doc=policy(),
         client=ts_env.client,
     )
-    tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        ts_env.client, task_queue=tq, workflows=ALL_WORKFLOWS, activities=fleet.activities()
-    ):
-        yield Harness(ts_env, fleet, tq)
+    async with running_harness(ts_env, fleet) as h:
+        yield h
 
 
 async def run_history_lengths(env: WorkflowEnvironment, wid: str, run_id: str | None) -> list[int]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,12 +13,17 @@ import pytest
 import pytest_asyncio
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from fleetq.messages import JobView
-from tests.workflows.fakes import ClusterScript, FakeFleet, policy, walkthrough_job
-from tests.workflows.test_job_lifecycle import Harness, events
-from workflows import ALL_WORKFLOWS
+from tests.workflows.fakes import (
+    ClusterScript,
+    FakeFleet,
+    Harness,
+    policy,
+    running_harness,
+    walkthrough_job,
+)
+from tests.workflows.test_job_lifecycle import events
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -31,11 +35,8 @@ async def harness(ts_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
         policy_doc=policy(),
         client=ts_env.client,
     )
-    tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        ts_env.client, task_queue=tq, workflows=ALL_WORKFLOWS, activities=fleet.activities()
-    ):
-        yield Harness(ts_env, fleet, tq)
+    async with running_harness(ts_env, fleet) as h:
+        yield h
 
 
 def with_run_policy(name: str, **run_policy: Any) -> dict[str, Any]:
