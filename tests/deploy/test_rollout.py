@@ -244,11 +244,11 @@ async def test_rollout_ramp_drain_and_rollback(rollout: Rollout) -> None:
         tree["spec"]["root"]["children"][1]["max"]["kube-queue/max-jobs"] = 100
         await apply_tree(r.client, parse_tree(tree), tree)
 
-        holder = await r.job(HOLD_NS, "hold", run_seconds=5)
+        holder = await r.job(HOLD_NS, "hold", run_seconds=8)
         await wait_state(holder, "Running")
         queued = await r.job(HOLD_NS, "queued", run_seconds=1)
         await wait_state(queued, "Queued")
-        failing = await r.job(FREE_NS, "fo", run_seconds=2, toleration=3)
+        failing = await r.job(FREE_NS, "fo", run_seconds=2, toleration=6)
         running = await wait_state(failing, "Running")
         assert running.cluster is not None
         r.emulated.fail_job(running.cluster, FREE_NS, running.name)
@@ -270,9 +270,15 @@ async def test_rollout_ramp_drain_and_rollback(rollout: Rollout) -> None:
         await worker_b.__aenter__()
         await r.until_cli("set-ramping-version", "--deployment-name", DEPLOYMENT,
                           "--build-id", B, "--percentage", "50")
-        ramped = [await r.job(FREE_NS, f"ramp{i}", run_seconds=1) for i in range(6)]
-        ramp_versions = {h.id: await _first_version(h) for h in ramped}
-        assert set(ramp_versions.values()) == {A, B}, ramp_versions
+        # new jobs split between the versions (by workflow id); start them until both
+        # got some (a 50 % ramp: 20 jobs all on one side would be a 2^-19 fluke)
+        ramped: list[WorkflowHandle[Any, Any]] = []
+        ramp_versions: dict[str, str] = {}
+        while set(ramp_versions.values()) != {A, B}:
+            assert len(ramped) < 20, ramp_versions
+            h = await r.job(FREE_NS, f"ramp{len(ramped)}", run_seconds=1)
+            ramped.append(h)
+            ramp_versions[h.id] = await _first_version(h)
         for h in ramped:
             assert await ran_on_b(h) == (ramp_versions[h.id] == B)
 
@@ -283,6 +289,9 @@ async def test_rollout_ramp_drain_and_rollback(rollout: Rollout) -> None:
         fo_at_switch = await view(failing)
         assert fo_at_switch is not None and not fo_at_switch.evicted, \
             "the failover finished before the switch: lengthen its toleration"
+        queued_at_switch = await view(queued)
+        assert queued_at_switch is not None and queued_at_switch.state == "Queued", \
+            "the queued job was admitted before the switch: lengthen the holder's run"
         on_b = await r.job(HOLD_NS, "new", run_seconds=1)
         assert await _first_version(on_b) == B and await ran_on_b(on_b)
         for h in in_flight_a:
