@@ -387,3 +387,27 @@ async def _quota_empty(quota: WorkflowHandle[Any, Any]) -> bool:
 async def _drainage(r: Rollout, build: str, status: str) -> bool:
     info = (await r.describe_version(build)).get("drainageInfo") or {}
     return str(info.get("drainageStatus", "")).lower() == status
+
+
+def test_workflows_declare_no_versioning_behavior_the_workers_set_it() -> None:
+    """A behaviour on @workflow.defn fails every workflow task on an unversioned worker
+    (fleetq up, the test suite): "versioning behavior cannot be specified without
+    deployment options being set with versioned mode". The behaviours are the workers'
+    defaults instead (worker.JOB_BEHAVIOR, worker.CONTROL_BEHAVIOR)."""
+    from temporalio.common import VersioningBehavior
+    from temporalio.workflow import _Definition
+
+    import worker
+    from workflows import ALL_WORKFLOWS
+
+    for wf in ALL_WORKFLOWS:
+        defn = _Definition.must_from_class(wf)
+        assert defn.versioning_behavior == VersioningBehavior.UNSPECIFIED, defn.name
+    assert worker.JOB_BEHAVIOR == VersioningBehavior.PINNED
+    assert worker.CONTROL_BEHAVIOR == VersioningBehavior.AUTO_UPGRADE
+    config = worker.deployment_config(enabled=True, name="fleetq", build="x")
+    assert config is not None
+    pinned = worker.with_behavior(config, worker.JOB_BEHAVIOR)
+    assert pinned is not None
+    assert pinned.default_versioning_behavior == VersioningBehavior.PINNED
+    assert worker.deployment_config(enabled=False) is None
