@@ -70,7 +70,8 @@ def test_a_failed_job_fails_over_to_another_real_member(
 ) -> None:
     """``fleetq sim fault CLUSTER fail-job`` on a real member (its pods fail through the
     status subresource, as kubelet reports it): after the policy's toleration the job is
-    evicted, purged there (Immediately) and runs on another member."""
+    evicted, purged there (Immediately) and runs on another member; ``fleetq delete``
+    then leaves nothing of it on that member."""
     import sys
     import time
 
@@ -134,4 +135,21 @@ def test_a_failed_job_fails_over_to_another_real_member(
         if not left.stdout.strip():
             break
         assert time.monotonic() < deadline, f"still on {first}: {left.stdout}"
+        time.sleep(0.2)
+
+    # fleetq delete purges the member copy (and, no garbage collector there, its pods)
+    gone = subprocess.run(
+        [sys.executable, "-c", FLEETQ_CLI, "delete", "pytorchjob", "failover-test", "-n",
+         "failover", "--state-dir", str(real_fleet.state_dir), "--timeout", "60"],
+        capture_output=True, text=True, timeout=90)
+    assert gone.returncode == 0, gone.stderr
+    on_moved = [str(build().binary("kubectl")), "--kubeconfig", real_fleet.kubeconfig,
+                "--context", moved.cluster, "-n", "failover"]
+    deadline = time.monotonic() + 30
+    while True:
+        left = subprocess.run([*on_moved, "get", "pytorchjob,pods", "-o", "name"],
+                              capture_output=True, text=True, check=True, timeout=30)
+        if not left.stdout.strip():
+            break
+        assert time.monotonic() < deadline, f"still on {moved.cluster}: {left.stdout}"
         time.sleep(0.2)
