@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import secrets
+import shutil
 import signal
 import ssl
 import sys
@@ -88,8 +89,26 @@ class ControlPlane:
 
     # -- start / stop
 
-    def start(self, timeout: float = 120.0) -> None:
+    def start(self, timeout: float = 120.0, attempts: int = 3) -> None:
+        """Start everything; a port taken between our probe and the child's bind (another
+        process on this machine) costs a retry on fresh ports."""
         deadline = time.monotonic() + timeout
+        for attempt in range(attempts):
+            try:
+                self._start_once(deadline)
+                return
+            except ControlPlaneError:
+                logs = self.workdir / "logs"
+                taken = any("address already in use" in f.read_text(errors="replace")
+                            for f in logs.glob("*.log"))
+                if not taken or attempt == attempts - 1:
+                    raise
+                self.api_port = self.etcd_port = 0
+                for f in logs.glob("*.log"):
+                    f.rename(f.with_suffix(f".log.{attempt}"))
+                shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
+
+    def _start_once(self, deadline: float) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         self.api_port = self.api_port or free_port()
