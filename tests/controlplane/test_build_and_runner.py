@@ -1,0 +1,57 @@
+"""The build cache and the runner's own behaviour (one real control plane, no member)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetq.controlplane.build import BINARIES, KUBERNETES_VERSION, Build, BuildError, build, cached
+from fleetq.controlplane.runner import ControlPlane
+from fleetq.emulator.tls import make_material
+from fleetq.emulator.topology import parse_topology
+
+
+@pytest.fixture(scope="module")
+def binaries() -> Build:
+    try:
+        return build()
+    except BuildError as exc:
+        pytest.skip(f"no real control plane: {exc}")
+
+
+def test_a_warm_build_is_a_stamp_read(binaries: Build) -> None:
+    start = time.monotonic()
+    again = cached()
+    assert again == binaries and time.monotonic() - start < 1.0
+    assert binaries.version == KUBERNETES_VERSION
+    for name in BINARIES:
+        assert binaries.binary(name).stat().st_size > 10_000_000
+    assert [p.name for p in binaries.crds] == [
+        "kubeflow.org_pytorchjobs.yaml", "scheduling.koordinator.sh_reservations.yaml"]
+    from fleetq.cli import app
+
+    result = CliRunner().invoke(app, ["controlplane", "build"])
+    assert result.exit_code == 0 and "cached" in result.output
+
+
+def test_a_port_taken_before_the_api_server_binds_costs_a_retry(
+    binaries: Build, tmp_path: Path
+) -> None:
+    spec = parse_topology({"clusters": [{"name": "x", "member": False}]}).clusters[0]
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        plane = ControlPlane(spec, binaries, tmp_path, make_material(["127.0.0.1"]),
+                             api_port=port)
+        plane.start()
+        try:
+            assert plane.api_port != port
+            assert plane.request("GET", "/readyz")[0] == 200
+            assert (tmp_path / "logs" / "kube-apiserver.log.0").is_file()
+        finally:
+            plane.stop()
