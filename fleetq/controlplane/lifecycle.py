@@ -10,8 +10,9 @@ training-operator would do, as one small process against the real API server.
   subresource), then Succeeded after ``fleetq.io/run-seconds`` (pod or job annotation);
   a bound pod being deleted gracefully is removed with grace period 0, as kubelet would
   confirm it.
+* **Namespace controller**: a namespace being deleted is emptied and finalized.
 
-Pods and jobs are mirrored by LIST+WATCH (re-LIST on ``410 Gone``) in two threads; every
+Pods, jobs and namespaces are mirrored by LIST+WATCH (re-LIST on ``410 Gone``) in two threads; every
 decision is taken in the main thread, so the cache and the timers need no locks.
 Run it as ``python -m fleetq.controlplane.lifecycle --kubeconfig K --cluster NAME``.
 """
@@ -50,6 +51,18 @@ log = logging.getLogger("fleetq.lifecycle")
 PODS = "/api/v1/pods"
 JOBS = "/apis/kubeflow.org/v1/pytorchjobs"
 MERGE = "application/merge-patch+json"
+#: What a deleted namespace is emptied of before it goes (there is no namespace
+#: controller on these members).
+NAMESPACED = (
+    "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs",
+    "/api/v1/namespaces/{ns}/pods",
+    "/api/v1/namespaces/{ns}/configmaps",
+    "/api/v1/namespaces/{ns}/secrets",
+    "/api/v1/namespaces/{ns}/persistentvolumeclaims",
+    "/api/v1/namespaces/{ns}/serviceaccounts",
+    "/api/v1/namespaces/{ns}/services",
+    "/api/v1/namespaces/{ns}/events",
+)
 Key = tuple[str, str]
 Obj = dict[str, Any]
 
@@ -155,7 +168,8 @@ class Lifecycle:
     # -- main loop
 
     def run(self) -> None:
-        for resource, path in (("pods", PODS), ("pytorchjobs", JOBS)):
+        for resource, path in (("pods", PODS), ("pytorchjobs", JOBS),
+                               ("namespaces", "/api/v1/namespaces")):
             threading.Thread(target=self._informer, args=(resource, path), daemon=True,
                              name=f"informer-{resource}").start()
         nodes, _ = self.api.list("/api/v1/nodes")
@@ -189,6 +203,11 @@ class Lifecycle:
         heapq.heappush(self.timers, (time.monotonic() + max(0.0, delay), self._seq, fn))
 
     def handle(self, resource: str, type_: str, obj: Any) -> None:
+        if resource == "namespaces":
+            for ns in obj if type_ == "SYNC" else [obj] if type_ != "DELETED" else []:
+                if ns["metadata"].get("deletionTimestamp"):
+                    self.finalize_namespace(ns)
+            return
         cache = self.pods if resource == "pods" else self.jobs
         changed: list[tuple[Key, Obj | None, Obj | None]] = []
         if type_ == "SYNC":
@@ -275,6 +294,25 @@ class Lifecycle:
     def _force_delete(self, key: Key) -> None:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
         self.api.call("DELETE", f"/api/v1/namespaces/{key[0]}/pods/{key[1]}", body=body)
+
+    # -- the namespace controller's part
+
+    def finalize_namespace(self, ns: Obj) -> None:
+        """Empty a namespace being deleted (the resources fleetq and its tests use), then
+        drop its ``kubernetes`` finalizer so the API server removes it."""
+        name = ns["metadata"]["name"]
+        if "kubernetes" not in ((ns.get("spec") or {}).get("finalizers") or []):
+            return
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+        for base in NAMESPACED:
+            path = base.format(ns=name)
+            code, listed = self.api.call("GET", path)
+            if code != 200 or not isinstance(listed, dict):
+                continue  # a resource this member does not serve
+            for item in listed.get("items") or []:
+                self.api.call("DELETE", f"{path}/{item['metadata']['name']}", body=body)
+        done = {**ns, "spec": {**(ns.get("spec") or {}), "finalizers": []}}
+        self.api.call("PUT", f"/api/v1/namespaces/{name}/finalize", body=done)
 
     # -- PyTorchJob operator
 

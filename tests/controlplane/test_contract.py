@@ -401,3 +401,19 @@ def test_system_namespaces_cannot_be_deleted(api: Raw) -> None:
     assert r.status == 403 and r.body["reason"] == "Forbidden"
     assert r.body["message"] == (
         'namespaces "default" is forbidden: this namespace may not be deleted')
+
+
+def test_a_deleted_namespace_goes_with_its_objects(api: Raw) -> None:
+    """Real: Terminating (creates in it refused) until it is emptied and finalized — by
+    the namespace controller, here the lifecycle controller's part of it; the emulator
+    removes it at once. Either way it is gone shortly, with its objects."""
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    create(api, "/api/v1/namespaces", {"metadata": {"name": name}})
+    create(api, f"/api/v1/namespaces/{name}/configmaps", {"metadata": {"name": "c"}})
+    create(api, f"{JOBS}/namespaces/{name}/pytorchjobs", job("j"))
+    r = api("DELETE", f"/api/v1/namespaces/{name}")
+    assert r.status == 200 and r.body["status"]["phase"] == "Terminating"
+    r = api("POST", f"/api/v1/namespaces/{name}/configmaps", {"metadata": {"name": "new"}})
+    assert r.status in (403, 404)  # real: "... because it is being terminated"
+    eventually(lambda: api("GET", f"/api/v1/namespaces/{name}").status == 404)
+    assert api("GET", f"{JOBS}/namespaces/{name}/pytorchjobs").body["items"] == []
