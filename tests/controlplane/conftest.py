@@ -100,7 +100,8 @@ class Raw:
 
 @pytest.fixture(scope="session")
 def real_plane() -> Iterator[Any]:
-    """One real member: etcd + kube-apiserver + kube-scheduler + lifecycle controller."""
+    """One real member: etcd + kube-apiserver + kube-scheduler + lifecycle controller,
+    talked to directly (no fault proxy between: the contract is the API server's)."""
     from fleetq.controlplane.build import BuildError, build
     from fleetq.controlplane.runner import RealFleet
 
@@ -109,7 +110,7 @@ def real_plane() -> Iterator[Any]:
     except BuildError as exc:
         pytest.skip(f"no real control plane: {exc}")
     with tempfile.TemporaryDirectory(prefix="fleetq-cp-") as out, \
-            RealFleet(topology(), binaries, Path(out)) as fleet:
+            RealFleet(topology(), binaries, Path(out), fault_proxy=False) as fleet:
         yield fleet
 
 
@@ -127,7 +128,8 @@ def uncached_plane() -> Iterator[Any]:
         pytest.skip(f"no real control plane: {exc}")
     hub = parse_topology({"clusters": [{"name": CLUSTER, "member": False}]})
     with tempfile.TemporaryDirectory(prefix="fleetq-cp-") as out, \
-            RealFleet(hub, binaries, Path(out), apiserver_args=("--watch-cache=false",)) as fleet:
+            RealFleet(hub, binaries, Path(out), apiserver_args=("--watch-cache=false",),
+                      fault_proxy=False) as fleet:
         yield fleet
 
 
