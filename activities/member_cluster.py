@@ -1184,6 +1184,12 @@ class KubernetesMemberCluster:
         # fleetq carries out runPolicy.suspend itself (no copy while suspended): a copy
         # exists only to run
         run_policy.pop("suspend", None)
+        # spec.cleanPodPolicy (the walkthrough writes it there, as PyTorchJobs before
+        # runPolicy did) is runPolicy.cleanPodPolicy in kubeflow.org/v1: a real API server
+        # would prune it, so the member copy carries it where the operator reads it
+        legacy = spec.pop("cleanPodPolicy", None)
+        if legacy is not None:
+            run_policy.setdefault("cleanPodPolicy", legacy)
         if run_policy.get("managedBy") == MULTIKUEUE_MANAGER:
             # the member's own training-operator must run the copy fleetq placed there
             del run_policy["managedBy"]

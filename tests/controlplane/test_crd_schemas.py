@@ -81,22 +81,20 @@ def test_reserve_writes_reservations_and_rolls_back_when_none_becomes_available(
     assert left.status == 200 and left.body["items"] == []
 
 
-def test_the_pytorchjob_we_bind_is_schema_valid_but_for_the_walkthroughs_clean_pod_policy(
+def test_the_pytorchjob_we_bind_is_schema_valid_with_the_walkthroughs_clean_pod_policy(
     real: Raw, adapter: KubernetesMemberCluster
 ) -> None:
     """The walkthrough's manifest puts ``cleanPodPolicy`` under ``spec`` (training-operator
-    v1 has it under ``spec.runPolicy``): a real server drops it, strict validation names
-    it, and everything fleetq adds is valid."""
+    v1 has it under ``spec.runPolicy``, and a real server would drop it): the member copy
+    carries it under ``runPolicy``, and strict validation accepts everything we bind."""
     manifest = yaml.safe_load(WALKTHROUGH.read_text())
+    assert manifest["spec"]["cleanPodPolicy"] == "None"
     real("POST", "/api/v1/namespaces", {"metadata": {"name": "team-a"}})
     path = f"/apis/kubeflow.org/v1/namespaces/{JOB.namespace}/pytorchjobs{STRICT}"
     body = adapter.member_manifest(BindRequest(job=JOB, manifest=manifest, reserved=True,
                                                run_seconds=30))
     r = real("POST", path, body)
-    assert r.status == 400
-    assert r.body["message"].endswith('strict decoding error: unknown field "spec.cleanPodPolicy"')
-    body["spec"].pop("cleanPodPolicy")
-    r = real("POST", path, body)
     assert r.status == 201, r.body
+    assert r.body["spec"]["runPolicy"]["cleanPodPolicy"] == "None"
     assert r.body["spec"]["runPolicy"]["schedulingPolicy"] == \
         body["spec"]["runPolicy"]["schedulingPolicy"]
