@@ -42,6 +42,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.watch.watch import iter_resp_lines
+from opentelemetry import trace
 from pydantic import BaseModel, Field
 
 from fleetq import resources as R
@@ -75,6 +76,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+_TRACER = trace.get_tracer("fleetq.member")
 
 # --------------------------------------------------------------------------- errors
 
@@ -480,7 +482,26 @@ class KubeApi:
         retry: bool = True,
     ) -> tuple[int, Any]:
         """One request with retries; returns ``(status, decoded JSON or None)`` for any
-        definite answer; raises :class:`ClusterUnreachable` otherwise."""
+        definite answer; raises :class:`ClusterUnreachable` otherwise. A write is one
+        OpenTelemetry span (``member POST``...), a child of the activity's span when
+        tracing is on (a no-op otherwise)."""
+        if method == "GET":
+            return self._call(method, path, body, content_type, timeout, retry)
+        with _TRACER.start_as_current_span(
+            f"member {method}",
+            attributes={"fleetq.member": self.name, "http.target": path.split("?", 1)[0]},
+        ):
+            return self._call(method, path, body, content_type, timeout, retry)
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        content_type: str,
+        timeout: tuple[float, float] | None,
+        retry: bool,
+    ) -> tuple[int, Any]:
         tmo = timeout or (self.connect_s, self.read_s)
         policy = self.retry
         start = time.monotonic()

@@ -4,9 +4,8 @@ requests that write to the member cluster; an OTLP endpoint without the OTLP exp
 installed stops the process with one line instead of printing spans to the console.
 
 The spans go to an in-memory exporter on the process's tracer provider (``setup_tracing``
-keeps a provider that is already installed). The member writes are the adapter's HTTP
-requests (``KubeApi._send``), wrapped here in a span each, which shows that the
-activity's trace context is current where the adapter writes.
+keeps a provider that is already installed). The member writes are the adapter's own
+spans (``KubeApi.call``: one ``member POST`` / ``DELETE``... per write request).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -31,7 +29,6 @@ from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
 from activities.fleet import Fleet
-from activities.member_cluster import KubeApi
 from activities.scheduling import SchedulingActivities
 from bench.chaos import job_manifest, policy_manifest, tree_manifest
 from fleetq.cli import app
@@ -85,23 +82,11 @@ async def traced_fleet(spans: InMemorySpanExporter, traced_env: None
     address = env.client.service_client.config.target_host
     client = await connect(address)  # the worker's own way: tracing interceptors included
     assert client.config()["interceptors"], "tracing is on: the client must be intercepted"
-    tracer = trace.get_tracer("fleetq-test-member-writes")
-    original = KubeApi._send
-
-    def traced_send(self: KubeApi, method: str, path: str, *args: Any, **kw: Any) -> Any:
-        if method == "GET":
-            return original(self, method, path, *args, **kw)
-        with tracer.start_as_current_span(f"member {method}", attributes={
-                "fleetq.member": self.name, "http.target": path}):
-            return original(self, method, path, *args, **kw)
-
-    KubeApi._send = traced_send  # type: ignore[method-assign,assignment]
     worker = build_worker(client, SchedulingActivities(client, fleet, search_attributes=True))
     try:
         async with worker:
             yield env, emulated
     finally:
-        KubeApi._send = original  # type: ignore[method-assign]
         fleet.close()
         emulated.stop()
         await env.shutdown()
