@@ -153,3 +153,85 @@ def test_a_failed_job_fails_over_to_another_real_member(
             break
         assert time.monotonic() < deadline, f"still on {moved.cluster}: {left.stdout}"
         time.sleep(0.2)
+
+
+def test_a_partitioned_real_member_is_left_and_purged_as_soon_as_it_answers(
+    real_fleet: EmbeddedFleet, tmp_path: Path
+) -> None:
+    """Never twice, on real members: the job's member is frozen (its kube-apiserver
+    SIGSTOPped: connections accepted, never answered); its unreachable:NoExecute taint
+    outlasts the policy's 3 s toleration, the job runs on another member, and once the
+    frozen member answers again kubectl on it finds nothing of the job within 5 s."""
+    import sys
+    import time
+
+    import yaml
+
+    from fleetq.cli.apply import apply_objects, load_for_apply
+    from fleetq.cli.demo import walkthrough_dir
+    from fleetq.cli.get import get_job
+    from fleetq.controlplane.build import build
+    from fleetq.embedded import FLEETQ_CLI
+    from fleetq.temporal_client import connect
+
+    ns, name = "partition", "partition-test"
+    policy = yaml.safe_load((walkthrough_dir() / "propagationpolicy-gang.yaml").read_text())
+    policy["metadata"]["namespace"] = ns
+    policy["spec"]["placement"]["clusterTolerations"] = [{
+        "key": "cluster.karmada.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+        "tolerationSeconds": 3}]
+    job = yaml.safe_load((walkthrough_dir() / "pytorch-test.yaml").read_text())
+    job["metadata"].update(name=name, namespace=ns)
+    (tmp_path / "all.yaml").write_text(yaml.safe_dump_all([policy, job]))
+
+    async def apply() -> None:
+        client = await connect(real_fleet.address)
+        objects, classes, _ = load_for_apply([str(tmp_path / "all.yaml")])
+        assert all(r.ok for r in await apply_objects(client, objects, priority_classes=classes))
+
+    async def view_when(ok: Any, timeout: float) -> Any:
+        client = await connect(real_fleet.address)
+        deadline = time.monotonic() + timeout
+        view = None
+        while time.monotonic() < deadline:
+            view = await get_job(client, ns, name)
+            if ok(view):
+                return view
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"not within {timeout}s: {view}")
+
+    def fault(cluster: str, action: str) -> None:
+        done = subprocess.run(
+            [sys.executable, "-c", FLEETQ_CLI, "sim", "fault", "--state-dir",
+             str(real_fleet.state_dir), cluster, action],
+            capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+
+    asyncio.run(apply())
+    first = asyncio.run(view_when(lambda v: v and v.state == "Running" and v.cluster, 60)).cluster
+    fault(first, "unreachable")
+    try:
+        moved = asyncio.run(view_when(
+            lambda v: v and v.state == "Running" and v.cluster not in (None, first), 120))
+        assert moved.pending_purges == [first]
+        assert any("cluster.karmada.io/unreachable:NoExecute" in e.message
+                   for e in moved.events if e.reason == "FailoverStarted")
+    finally:
+        fault(first, "reachable")
+    back = time.monotonic()
+    kubectl = [str(build().binary("kubectl")), "--kubeconfig", real_fleet.kubeconfig,
+               "--context", first, "-n", ns]
+    while True:
+        left = subprocess.run([*kubectl, "get", "pytorchjob,pods", "-o", "name"],
+                              capture_output=True, text=True, check=True, timeout=30)
+        if not left.stdout.strip():
+            break
+        assert time.monotonic() - back < 5.0, f"still on {first}: {left.stdout}"
+        time.sleep(0.1)
+    print(f"partitioned copy gone from real {first} {time.monotonic() - back:.2f}s after "
+          "it answered again")
+    gone = subprocess.run(
+        [sys.executable, "-c", FLEETQ_CLI, "delete", "pytorchjob", name, "-n", ns,
+         "--state-dir", str(real_fleet.state_dir), "--timeout", "60"],
+        capture_output=True, text=True, timeout=90)
+    assert gone.returncode == 0, gone.stderr
