@@ -235,3 +235,51 @@ def test_a_partitioned_real_member_is_left_and_purged_as_soon_as_it_answers(
          "--state-dir", str(real_fleet.state_dir), "--timeout", "60"],
         capture_output=True, text=True, timeout=90)
     assert gone.returncode == 0, gone.stderr
+
+
+def test_max_jobs_one_serialises_queued_jobs_on_real_members(
+    real_fleet: EmbeddedFleet, tmp_path: Path
+) -> None:
+    """The walkthrough's leaf child-2 admits one job at a time (kube-queue/max-jobs: 1):
+    of two queued jobs the second is admitted only once the first has finished on its
+    real member."""
+    import time
+
+    import yaml
+
+    from fleetq.cli.apply import apply_objects, load_for_apply
+    from fleetq.cli.delete import delete_job
+    from fleetq.cli.demo import walkthrough_dir
+    from fleetq.cli.get import get_job
+    from fleetq.temporal_client import connect
+
+    docs = [yaml.safe_load((walkthrough_dir() / f).read_text())
+            for f in ("elasticquotatree.yaml", "propagationpolicy-gang-queue.yaml")]
+    for name in ("serial-a", "serial-b"):
+        job = yaml.safe_load((walkthrough_dir() / "pytorch-test.yaml").read_text())
+        job["metadata"]["name"] = name
+        docs.append(job)
+    (tmp_path / "all.yaml").write_text(yaml.safe_dump_all(docs))
+
+    async def scenario() -> tuple[Any, Any]:
+        client = await connect(real_fleet.address)
+        if await get_job(client, "default", "pytorch-test") is not None:  # the walkthrough's
+            await delete_job(client, "default", "pytorch-test", wait=True, timeout=60)
+        objects, classes, _ = load_for_apply([str(tmp_path / "all.yaml")])
+        results = await apply_objects(client, objects, priority_classes=classes, run_seconds=4)
+        assert all(r.ok for r in results), [r for r in results if not r.ok]
+        deadline = time.monotonic() + 120
+        while True:
+            a = await get_job(client, "default", "serial-a")
+            b = await get_job(client, "default", "serial-b")
+            assert a is not None and b is not None
+            if a.state == "Running":
+                assert b.state == "Queued", (b.state, b.reason)
+            if a.state == "Succeeded" and b.state == "Succeeded":
+                return a, b
+            assert time.monotonic() < deadline, (a.state, b.state)
+            await asyncio.sleep(0.2)
+
+    a, b = asyncio.run(scenario())
+    (admitted_b,) = [e.time for e in b.events if e.reason == "Admitted"]
+    assert a.finished_at is not None and admitted_b >= a.finished_at
