@@ -300,6 +300,8 @@ class PyTorchJobWorkflow:
         )
         delay = 5.0
         while self._grant is None:
+            if self._suspend_wanted:  # suspended before the quota workflow took it
+                return
             tree_id = self._resolution.tree_workflow_id
             if tree_id is None:
                 self._set_state("Queued", "no ElasticQuotaTree is applied to the fleet")
@@ -785,7 +787,7 @@ class PyTorchJobWorkflow:
                 "Normal", "Evicted", f"evicted from {old}; old copy kept (purgeMode {mode_name})"
             )
         placed = await self._schedule()
-        if placed:
+        if placed and view.cluster is not None:  # (not when a suspension came first)
             self._event("Normal", "Rescheduled", f"rescheduled from {old} to {view.cluster}")
 
     # ================================================================== runPolicy
