@@ -73,6 +73,13 @@ MEMBER_KINDS = [k for k in ("emulated", "real")
                 if os.environ.get("FLEETQ_TEST_MEMBERS", "both") in ("both", k)]
 
 
+#: members that can hold Reservations: the emulator (real members run no Koordinator
+#: scheduler, so they are ``reservation: false``), or external clusters that say so
+RESERVATION_MEMBERS = ["external"] if REAL else [k for k in MEMBER_KINDS if k != "real"]
+#: for tests of Reservations: run on the members that have them, instead of skipping
+on_reservation_members = pytest.mark.parametrize("members", RESERVATION_MEMBERS, indirect=True)
+
+
 @pytest.fixture(scope="session", params=["external"] if REAL else MEMBER_KINDS)
 def members(request: pytest.FixtureRequest) -> str:
     """Which kind of member clusters this run of the test talks to."""
@@ -112,20 +119,13 @@ def emulated(live_fleet: Any) -> Any:
 
 
 #: Tests that need a member running Koordinator (reservations that become Available).
-NEEDS_KOORDINATOR = frozenset({
-    "test_placement_on_live_snapshots_sees_fragmentation_and_reservations",
-})
-
-
 @pytest.fixture
-def emulator(live_fleet: Any, request: pytest.FixtureRequest) -> Any:
+def emulator(live_fleet: Any) -> Any:
     """The live fleet, for tests that inject faults: the emulator, or real members (API
     server frozen by SIGSTOP, errors and latency from their fault proxy, pods failed and
     nodes cordoned through the API). Skipped on external clusters."""
     if live_fleet is None:
         pytest.skip("needs fault injection (emulated or real members started here)")
-    if _is_real(live_fleet) and request.node.originalname in NEEDS_KOORDINATOR:
-        pytest.skip("needs Koordinator's scheduler (real members are reservation: false)")
     return live_fleet
 
 

@@ -22,7 +22,7 @@ from activities.member_cluster import (
 )
 from fleetq.resources import CPU
 
-from .conftest import eventually, manifest, member
+from .conftest import eventually, manifest, member, on_reservation_members
 
 WALKTHROUGH = Path(__file__).resolve().parents[2] / "examples" / "pytorch-test.yaml"
 
@@ -201,6 +201,7 @@ def test_purge_leaves_nothing_and_can_be_repeated(
     assert ma.status(job).phase == "Missing"
 
 
+@on_reservation_members
 def test_walkthrough_job_lands_on_its_reserved_nodes(
     ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
 ) -> None:

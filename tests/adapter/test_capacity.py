@@ -15,7 +15,7 @@ from activities.member_cluster import (
 from fleetq.capacity import ClusterSnapshot
 from fleetq.resources import CPU, fits
 
-from .conftest import eventually, manifest, member
+from .conftest import eventually, manifest, member, on_reservation_members
 
 
 def _view(s: ClusterSnapshot) -> dict[str, tuple[Any, ...]]:
@@ -119,6 +119,7 @@ def test_cordoned_node_shows_unschedulable(
     eventually(lambda: not {n.name: n.unschedulable for n in m.capacity().nodes}[node])
 
 
+@on_reservation_members
 def test_placement_on_live_snapshots_sees_fragmentation_and_reservations(
     emulator: Any, fleet: Fleet, names: dict[str, str], job_factory: Callable[..., JobRef]
 ) -> None:

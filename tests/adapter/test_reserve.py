@@ -21,7 +21,7 @@ from activities.member_cluster import (
 )
 from fleetq.resources import CPU
 
-from .conftest import eventually, member
+from .conftest import eventually, member, on_reservation_members
 
 
 @pytest.fixture
@@ -62,6 +62,7 @@ def race(
     return [results[i] for i in range(len(jobs))]
 
 
+@on_reservation_members
 def test_racing_jobs_never_both_get_the_same_room(
     cm: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
 ) -> None:
@@ -80,6 +81,7 @@ def test_racing_jobs_never_both_get_the_same_room(
         cm.release_reservations(jobs[oks[0]])
 
 
+@on_reservation_members
 def test_gang_reservation_is_all_or_nothing(
     cm: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
 ) -> None:
@@ -98,6 +100,7 @@ def test_gang_reservation_is_all_or_nothing(
     assert free_cpu(cm) == free
 
 
+@on_reservation_members
 def test_reserve_is_idempotent_and_release_is_repeatable(
     cm: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
 ) -> None:
@@ -128,6 +131,7 @@ def test_reserve_is_idempotent_and_release_is_repeatable(
     assert owned(cm, job) == []
 
 
+@on_reservation_members
 def test_reservation_pinned_elsewhere_is_replaced_not_reused(
     cm: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
 ) -> None:
@@ -144,6 +148,7 @@ def test_reservation_pinned_elsewhere_is_replaced_not_reused(
     cm.release_reservations(job)
 
 
+@on_reservation_members
 def test_expired_reservation_is_never_reused(
     cm: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
 ) -> None:
