@@ -118,7 +118,6 @@ def emulated(live_fleet: Any) -> Any:
     return live_fleet if isinstance(live_fleet, EmulatedFleet) else None
 
 
-#: Tests that need a member running Koordinator (reservations that become Available).
 @pytest.fixture
 def emulator(live_fleet: Any) -> Any:
     """The live fleet, for tests that inject faults: the emulator, or real members (API
