@@ -16,6 +16,13 @@ only hits its own job. The fleet registry and the quota workflow run on a separa
 
 ``python -m bench.chaos`` (or ``fleetq bench chaos``) runs the full matrix and prints
 ``kill points tried / survived`` and ``RESULT chaos <survived/tried> (target 1.0)``.
+
+``ChaosRig(members="real")`` (``python -m bench.chaos --members real``) runs the kill
+points around the bind (:data:`REAL_KILL_POINTS`) against real member control planes
+(:mod:`fleetq.controlplane.runner`) instead: the members' fault proxies add the latency
+that opens the window, the mid-bind kill lands between the bind's namespace write and its
+PyTorchJob write (read from the API servers directly), and each job is checked on the
+members with the build's kubectl (``tests/controlplane/test_crash_real.py``).
 """
 
 from __future__ import annotations
@@ -34,8 +41,9 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
@@ -54,6 +62,9 @@ from fleetq.naming import (
 )
 from fleetq.temporal_client import connect, temporal_cli_path
 
+if TYPE_CHECKING:
+    from fleetq.controlplane.runner import RealFleet
+
 ROOT = Path(__file__).resolve().parents[1]
 #: the phases of a job at which the worker is killed, in lifecycle order
 KILL_POINTS = ("queued", "admitted", "capacity", "reserving", "binding", "created", "running",
@@ -65,6 +76,17 @@ MEMBERS = ("cluster-a", "cluster-b")
 TREE_NAME = "chaos-tree"
 OWNER_LABEL = "fleetq.io/owner"
 HOLDING_PHASES = ("Available", "Pending")
+#: kill points of the rig on real members (``ChaosRig(members="real")``): the worker
+#: killed while its bind writes to a real API server, and killed once the bind completed,
+#: before the watch has read anything
+REAL_KILL_POINTS = ("binding", "bound")
+#: added by the members' fault proxies to every request of fleetq's (the member's own
+#: scheduler and lifecycle controller talk to their API server directly): the window in
+#: which the bind is caught between its namespace write and its PyTorchJob write
+REAL_LATENCY = 0.5
+#: two real members the chaos jobs may use; no hub (the chaos policies propagate no deps)
+REAL_TOPOLOGY: dict[str, Any] = {"clusters": [
+    {"name": c, "nodeGroups": [{"count": 1, "cpu": 4, "memory": "8Gi"}]} for c in MEMBERS]}
 
 
 # --------------------------------------------------------------------------- processes
@@ -153,7 +175,15 @@ class TemporalServer:
         return argv
 
     async def start(self, timeout: float = 60.0) -> None:
+        self.spawn()
+        await self.wait_ready(timeout)
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it (see :meth:`wait_ready`)."""
         self.proc = Proc("temporal", self.argv(), self.log).start()
+
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while True:
             if not self.proc.alive():
@@ -284,6 +314,28 @@ def signal_count(events: list[Any], name: str) -> int:
                and e.workflow_execution_signaled_event_attributes.signal_name == name)
 
 
+def bind_outcome(events: list[Any]) -> str:
+    """How the job's bind ended, from its history: the attempt that completed it and
+    whether that attempt created the member copy or found it there (its own, adopted)."""
+    done = [e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED]
+    binds = {e.event_id for e in events
+             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+             and e.activity_task_scheduled_event_attributes.activity_type.name == "bind"}
+    out = []
+    for e in done:
+        attrs = e.activity_task_completed_event_attributes
+        if attrs.scheduled_event_id not in binds:
+            continue
+        started = next((x for x in events if x.event_id == attrs.started_event_id), None)
+        attempt = started.activity_task_started_event_attributes.attempt if started else 0
+        try:
+            created = json.loads(attrs.result.payloads[0].data).get("created")
+        except (IndexError, ValueError, AttributeError):
+            created = None
+        out.append(f"bind attempt {attempt} {'created' if created else 'found'} the copy")
+    return ", ".join(out) or "no bind completed"
+
+
 def workflow_task_failures(events: list[Any]) -> int:
     return sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
 
@@ -369,6 +421,158 @@ def job_reservations(fleet: EmulatedFleet, workflow_id: str,
     return out
 
 
+#: what ``kubectl get`` reads of a job on a real member (the Reservation CRD is installed on
+#: every real member, though no Koordinator scheduler runs there)
+KUBECTL_KINDS = "pytorchjobs.kubeflow.org,pods,reservations.scheduling.koordinator.sh"
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+
+
+class RealMembers:
+    """Real member control planes for the rig (:class:`fleetq.controlplane.runner.
+    RealFleet`: etcd, kube-apiserver, kube-scheduler and the lifecycle controller per
+    member, binaries built from the Go modules or reused). fleetq reaches each member
+    through its fault proxy, which adds ``latency`` to every request; what lies on the
+    members is read straight from their API servers, with the build's kubectl."""
+
+    def __init__(self, workdir: Path, latency: float) -> None:
+        self.workdir = workdir
+        self.latency = latency
+        self.fleet: RealFleet | None = None
+        self.kubectl = ""
+        #: one context per member, straight to its API server (not through its proxy)
+        self.kubeconfig = workdir / "members-direct.kubeconfig"
+
+    def start(self, fleet_config: Path) -> None:
+        """Build (or reuse) the binaries and start the members; blocking, and from the
+        calling thread on purpose: the members' processes die with the thread that
+        started them. Raises :class:`fleetq.controlplane.build.BuildError` when the
+        control plane cannot be built."""
+        from fleetq.controlplane.build import build
+        from fleetq.controlplane.runner import RealFleet, kubeconfig_doc
+        from fleetq.emulator.kubeconfig import write_private
+        from fleetq.emulator.topology import parse_topology
+
+        binaries = build()
+        self.kubectl = str(binaries.binary("kubectl"))
+        fleet = RealFleet(parse_topology(REAL_TOPOLOGY, "chaos topology"), binaries,
+                          self.workdir / "controlplane")
+        self.fleet = fleet.start()
+        for c in MEMBERS:
+            fleet.set_latency(c, self.latency)
+        write_private(self.kubeconfig, yaml.safe_dump(kubeconfig_doc(fleet.planes),
+                                                      sort_keys=False))
+        doc = fleet.fleet_config_doc()
+        doc["timeouts"] = {"connectSeconds": 1.0, "readSeconds": 3.0}
+        doc["cacheTTLSeconds"] = 0.5
+        fleet_config.write_text(yaml.safe_dump(doc))
+
+    def stop(self) -> None:
+        if self.fleet is not None:
+            self.fleet.stop()
+            self.fleet = None
+
+    async def bind_writing(self, namespace: str, name: str) -> str:
+        """Which member a bind is half-way through, read from the API servers directly:
+        the job's namespace is there (the bind's first write) and its PyTorchJob is not
+        yet. "missed ..." when the PyTorchJob is already there too; empty when neither."""
+        assert self.fleet is not None
+        for plane in self.fleet.planes:
+            ns, _ = await asyncio.to_thread(plane.request, "GET",
+                                            f"/api/v1/namespaces/{namespace}", None, 2.0)
+            if ns != 200:
+                continue
+            job, _ = await asyncio.to_thread(
+                plane.request, "GET",
+                f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{name}", None, 2.0)
+            if job == 404:
+                return f"bind writing on {plane.name} (ns, no job)"
+            return f"missed: PyTorchJob already on {plane.name} (HTTP {job})"
+        return ""
+
+    async def objects(self, cluster: str, namespace: str) -> list[dict[str, Any]]:
+        """The PyTorchJobs, pods and Reservations in ``namespace`` of ``cluster``
+        (Reservations are cluster-scoped: all of them), by ``kubectl get -o json``."""
+        proc = await asyncio.create_subprocess_exec(
+            self.kubectl, "--kubeconfig", str(self.kubeconfig), "--context", cluster,
+            "get", KUBECTL_KINDS, "-n", namespace, "-o", "json",
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"kubectl get on {cluster}: {err.decode().strip()[:300]}")
+        items: list[dict[str, Any]] = json.loads(out)["items"]
+        return items
+
+    async def job_problems(self, workflow_id: str, view: JobView | None,
+                           expect: str) -> tuple[list[str], dict[str, Any]]:
+        """What is wrong on the members with the job of ``workflow_id`` once it ended
+        ``expect``, and its member copy (``{}`` when none).
+
+        Succeeded: exactly one PyTorchJob on exactly one member, the one the job reports,
+        carrying the job's owner label and itself Succeeded; its pods exactly the gang's
+        (one per replica, every one controlled by that copy, Succeeded) and no pod of
+        the job on any other member. Deleted: nothing of the job anywhere. Either way no
+        Reservation of the job on any member."""
+        ns, name = workflow_id.split("/")[1:]
+        owner = owner_id(workflow_id)
+        problems: list[str] = []
+        jobs: dict[str, list[dict[str, Any]]] = {}
+        pods: dict[str, list[dict[str, Any]]] = {}
+        for c in MEMBERS:
+            items = await self.objects(c, ns)
+
+            def labels(o: dict[str, Any]) -> dict[str, str]:
+                return dict(o["metadata"].get("labels") or {})
+
+            jobs[c] = [o for o in items
+                       if o.get("kind") == "PyTorchJob" and o["metadata"]["name"] == name]
+            pods[c] = [o for o in items
+                       if o.get("kind") == "Pod" and labels(o).get(JOB_NAME_LABEL) == name]
+            problems += [f"{workflow_id}: Reservation {o['metadata']['name']} on {c} "
+                         f"({(o.get('status') or {}).get('phase') or 'Pending'})"
+                         for o in items if o.get("kind") == "Reservation"
+                         and labels(o).get(OWNER_LABEL) == owner]
+        copies = {c: len(js) for c, js in jobs.items() if js}
+        if expect == "Deleted":
+            left = {c: len(ps) for c, ps in pods.items() if ps}
+            if copies or left:
+                problems.append(f"{workflow_id}: deleted but PyTorchJobs {copies} and pods "
+                                f"{left} remain on the members")
+            return problems, {}
+        if sorted(copies.values()) != [1]:
+            problems.append(f"{workflow_id}: member PyTorchJobs {copies}, expected exactly "
+                            "one on exactly one member")
+            return problems, {}
+        (cluster,) = copies
+        copy = jobs[cluster][0]
+        if view is not None and view.cluster != cluster:
+            problems.append(f"{workflow_id}: the copy is on {cluster} but the job says "
+                            f"{view.cluster}")
+        if (theirs := dict(copy["metadata"].get("labels") or {}).get(OWNER_LABEL)) != owner:
+            problems.append(f"{workflow_id}: the copy on {cluster} has owner {theirs}, "
+                            f"expected {owner}")
+        conditions = (copy.get("status") or {}).get("conditions") or []
+        if expect == "Succeeded" and not any(
+                c.get("type") == "Succeeded" and c.get("status") == "True" for c in conditions):
+            problems.append(f"{workflow_id}: the copy on {cluster} is not Succeeded: "
+                            f"{[c.get('type') for c in conditions]}")
+        want = {f"{name}-master-0", f"{name}-worker-0"}
+        got = {p["metadata"]["name"] for p in pods[cluster]}
+        if got != want or len(pods[cluster]) != len(want):
+            problems.append(f"{workflow_id}: pods {sorted(got)} on {cluster}, expected "
+                            f"{sorted(want)}")
+        uid = copy["metadata"]["uid"]
+        for p in pods[cluster]:
+            refs = [r.get("uid") for r in p["metadata"].get("ownerReferences") or []]
+            phase = (p.get("status") or {}).get("phase")
+            if refs != [uid] or (expect == "Succeeded" and phase != "Succeeded"):
+                problems.append(f"{workflow_id}: pod {p['metadata']['name']} on {cluster} "
+                                f"owned by {refs} ({phase}), expected the copy {uid} "
+                                "(Succeeded)")
+        problems += [f"{workflow_id}: pods {[p['metadata']['name'] for p in ps]} left on "
+                     f"{c}, which has no copy" for c, ps in pods.items() if ps and c != cluster]
+        return problems, copy
+
+
 async def quota_leaks(client: Client, tree: str = TREE_NAME) -> list[str]:
     """Problems with the quota workflow once every job has ended: usage must be exactly
     zero on every node, nobody holds or waits."""
@@ -424,22 +628,38 @@ class PointResult:
     problems: list[str]
     seconds: float
     state: str = ""
+    note: str = ""  # what happened around the kill, where the rig can tell (real members)
 
     def line(self) -> str:
         verdict = "survived" if self.survived else "FAILED"
         text = (f"{self.point:<17} {verdict:<9} killed at: {self.hit:<34} "
                 f"final: {self.state or '-':<10} {self.seconds:5.1f}s")
+        if self.note:
+            text += f"\n    ({self.note})"
         return text + "".join(f"\n    - {p}" for p in self.problems)
 
 
 class ChaosRig:
     """Temporal dev server (process, SQLite) + emulator (this process, state file, fixed
-    ports) + a control worker (process) for the registry and quota workflows."""
+    ports) + a control worker (process) for the registry and quota workflows.
 
-    def __init__(self, workdir: Path, *, latency: float = 0.15, run_seconds: int = 4,
-                 log: Callable[[str], None] = lambda _m: None) -> None:
+    With ``members="real"`` the members are real control planes instead of the emulator
+    (:class:`RealMembers`, ``latency`` added by their fault proxies, default
+    :data:`REAL_LATENCY`); the kill points are then :data:`REAL_KILL_POINTS`, no restarts,
+    and every job is checked on the members with kubectl."""
+
+    def __init__(self, workdir: Path, *, latency: float | None = None, run_seconds: int = 4,
+                 log: Callable[[str], None] = lambda _m: None,
+                 members: str = "emulated") -> None:
+        if members not in ("emulated", "real"):
+            raise ValueError(f"members must be 'emulated' or 'real', not {members!r}")
         self.workdir = workdir
-        self.latency = latency
+        self.members = members
+        self.latency = latency if latency is not None else (
+            REAL_LATENCY if members == "real" else 0.15)
+        self.real = RealMembers(workdir, self.latency) if members == "real" else None
+        self.kill_times: dict[str, float] = {}
+        self._notes: dict[str, str] = {}
         self.run_seconds = run_seconds
         self.log = log
         self.temporal = TemporalServer(workdir)
@@ -455,9 +675,15 @@ class ChaosRig:
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self, points: Sequence[str]) -> None:
-        self.log("starting Temporal dev server (SQLite) and the emulator")
-        self.start_emulator()
-        await self.temporal.start()
+        if self.real is not None:
+            self.log("starting Temporal dev server (SQLite) and real member control planes")
+            self.temporal.spawn()  # it comes up while the members start
+            self.real.start(self.fleet_config)
+            await self.temporal.wait_ready()
+        else:
+            self.log("starting Temporal dev server (SQLite) and the emulator")
+            self.start_emulator()
+            await self.temporal.start()
         self.client = await connect(self.temporal.address)
         self.control = worker_proc(self.workdir, self.temporal.address, TASK_QUEUE,
                                    self.fleet_config, 0).start()
@@ -496,6 +722,8 @@ class ChaosRig:
             self.control.kill(signal.SIGTERM)
         self.temporal.kill(signal.SIGTERM)
         self.stop_emulator()
+        if self.real is not None:
+            self.real.stop()
 
     # ---------------------------------------------------------------- workers
     def start_worker(self, task_queue: str) -> Proc:
@@ -552,6 +780,22 @@ class ChaosRig:
                 e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
                 and e.event_id > grants[0] for e in events) else ""
 
+        async def bind_completed() -> str:
+            """The bind's completion is in the history; whether the workflow has asked
+            for the watch yet (with the proxy's latency, it has read nothing either way)."""
+            events = await history_events(handle)
+            binds = {e.event_id for e in events
+                     if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                     and e.activity_task_scheduled_event_attributes.activity_type.name
+                     == "bind"}
+            done = [e.event_id for e in events
+                    if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                    and e.activity_task_completed_event_attributes.scheduled_event_id in binds]
+            if not done:
+                return ""
+            watch = activity_scheduled(events, "watch_status", done[0])
+            return f"bind completed, watch {'scheduled' if watch else 'not asked'}"
+
         t = 60.0
         if point == "queued":
             return str(await poll(lambda: state_is("Queued"), t))
@@ -563,8 +807,18 @@ class ChaosRig:
             return str(await poll(placing, t, 0.01))
         if point == "reserving":
             return str(await poll(lambda: scheduled("reserve"), t, 0.01))
+        if point == "binding" and self.real is not None:
+            # the bind activity has started writing: its namespace is on the member and
+            # its PyTorchJob not yet (the proxy's latency holds each write that long)
+            if not await poll(lambda: scheduled("bind"), t, 0.01):
+                return ""
+            ns, name = handle.id.split("/")[1:]
+            real = self.real
+            return str(await poll(lambda: real.bind_writing(ns, name), t, 0.01))
         if point == "binding":
             return str(await poll(lambda: scheduled("bind"), t, 0.01))
+        if point == "bound":
+            return str(await poll(bind_completed, t, 0.01))
         if point == "created":
             return str(await poll(lambda: state_is("Created"), t, 0.01))
         if point == "running":
@@ -597,11 +851,14 @@ class ChaosRig:
         handles.append(handle)
         hit = await self._trigger(point, handle)
         self.kill_worker(tq)
-        await asyncio.sleep(0.5)
+        self.kill_times[point] = time.time()
+        if self.real is None:
+            await asyncio.sleep(0.5)
         self.start_worker(tq)
         problems: list[str] = []
-        if not hit:
-            problems.append(f"the job never reached phase {point!r}")
+        if not hit or hit.startswith("missed"):
+            problems.append(f"the job never reached phase {point!r}"
+                            + (f" ({hit})" if hit else ""))
         expect = "Deleted" if point == "releasing" else "Succeeded"
         state = ""
         for h in handles:
@@ -615,12 +872,14 @@ class ChaosRig:
         problems += await leaf_quota_problems(self.client, f"leaf-{point}",
                                               [h.id for h in handles])
         return PointResult(point, not problems, hit or "(phase not reached)", problems,
-                           time.monotonic() - started, state)
+                           time.monotonic() - started, state,
+                           self._notes.pop(handle.id, ""))
 
     async def check_job(self, handle: WorkflowHandle[Any, Any], expect: str, timeout: float,
                         failed_over: bool = False) -> tuple[str, list[str]]:
         """Wait for the job to end and check it against what it should have reached."""
-        assert self.client is not None and self.emulator is not None
+        assert self.client is not None
+        assert self.emulator is not None or self.real is not None
         problems: list[str] = []
         wid = handle.id
         ns, name = wid.split("/")[1:]
@@ -656,10 +915,19 @@ class ChaosRig:
         # (the quota workflow granting a re-sent enqueue again after the crash)
         if (admissions := signal_count(events, "admitted")) != 1:
             problems.append(f"{wid}: admitted {admissions} times, expected exactly once")
+        if self.real is not None:
+            # on real members: none caused by our code or worker (a closing task refused
+            # because an event arrived meanwhile is Temporal's design, see
+            # code_task_failures), and the members themselves checked with kubectl
+            problems += [f"{wid}: WorkflowTaskFailed: {f}" for f in code_task_failures(events)]
+            probs, copy = await self.real.job_problems(wid, view, expect)
+            self._note_copy(wid, copy, events)
+            return state, problems + probs
         if n := workflow_task_failures(events):
             why = task_failure_messages(events)
             problems.append(f"{wid}: {n} WorkflowTaskFailed events"
                             + (f": {why[0]}" if why else ""))
+        assert self.emulator is not None
         copies = member_copies(self.emulator, ns, name)
         if expect == "Deleted":
             if copies:
@@ -677,6 +945,23 @@ class ChaosRig:
             if phase in HOLDING_PHASES or expect == "Deleted":
                 problems.append(f"{wid}: Reservation {rname} left on {cluster} ({phase})")
         return state, problems
+
+    def _note_copy(self, wid: str, copy: dict[str, Any], events: list[Any]) -> None:
+        """For the mid-bind kill, say who wrote the member copy: the killed worker (its
+        request, held by the proxy, still reached the API server after the kill; the
+        retried bind then adopted it) or the worker that took over (the bind retried
+        after its start-to-close timeout). At the kill the copy was not there yet (the
+        trigger checked)."""
+        point = wid.split("/")[1].removeprefix("chaos-")
+        killed = self.kill_times.get(point)
+        created = (copy.get("metadata") or {}).get("creationTimestamp")
+        if point != "binding" or killed is None or not created:
+            return
+        at = datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
+        # creationTimestamp has whole seconds; the retry comes a minute later
+        who = ("written by the killed worker's request, after the kill" if at < killed + 5
+               else "written by the new worker's retried bind")
+        self._notes[wid] = f"member copy {who}; {bind_outcome(events)}"
 
     # ---------------------------------------------------------------- restarts
     async def run_restart(self, what: str, timeout: float = 180.0) -> PointResult:
@@ -732,12 +1017,19 @@ class MatrixResult:
 
 async def run_matrix(points: Sequence[str] = KILL_POINTS, restarts: Sequence[str] = RESTARTS,
                      *, workdir: Path | None = None,
-                     log: Callable[[str], None] = lambda _m: None) -> MatrixResult:
+                     log: Callable[[str], None] = lambda _m: None,
+                     members: str = "emulated") -> MatrixResult:
     """Run the kill points concurrently, then the restarts one at a time; finally check
-    that the quota tree holds nothing."""
+    that the quota tree holds nothing. ``members="real"``: real control planes instead of
+    the emulator, for :data:`REAL_KILL_POINTS` (no restarts)."""
+    if members == "real":
+        unsupported = [p for p in points if p not in REAL_KILL_POINTS] + list(restarts)
+        if unsupported:
+            raise ValueError(f"on real members the rig runs {', '.join(REAL_KILL_POINTS)} "
+                             f"only, not {', '.join(unsupported)}")
     own = workdir is None
     wd = Path(tempfile.mkdtemp(prefix="fleetq-chaos-")) if workdir is None else workdir
-    rig = ChaosRig(wd, log=log)
+    rig = ChaosRig(wd, log=log, members=members)
     try:
         await rig.start([*points, *restarts])
         results: list[PointResult] = []
@@ -761,27 +1053,36 @@ async def run_matrix(points: Sequence[str] = KILL_POINTS, restarts: Sequence[str
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="fleetq crash matrix (kill points and "
                                                  "restarts); loopback only")
-    parser.add_argument("--points", default=",".join(KILL_POINTS),
-                        help=f"comma-separated kill points (default all: {','.join(KILL_POINTS)})")
-    parser.add_argument("--restarts", default=",".join(RESTARTS),
-                        help="comma-separated restarts, or '' for none")
+    parser.add_argument("--points", default=None,
+                        help=f"comma-separated kill points (default all: {','.join(KILL_POINTS)}; "
+                             f"on real members {','.join(REAL_KILL_POINTS)})")
+    parser.add_argument("--restarts", default=None,
+                        help="comma-separated restarts, or '' for none (default all on "
+                             "emulated members, none on real ones)")
+    parser.add_argument("--members", choices=("emulated", "real"), default="emulated",
+                        help="emulated members (default) or real control planes built from "
+                             "the Go modules (fleetq controlplane build)")
     parser.add_argument("--workdir", default=None, help="keep logs and state here")
     parser.add_argument("--json", action="store_true", help="print results as JSON too")
     args = parser.parse_args(argv)
-    points = [p for p in args.points.split(",") if p]
-    restarts = [r for r in args.restarts.split(",") if r]
-    unknown = [p for p in points if p not in KILL_POINTS] + [
-        r for r in restarts if r not in RESTARTS]
+    real = args.members == "real"
+    have_points, have_restarts = (REAL_KILL_POINTS, ()) if real else (KILL_POINTS, RESTARTS)
+    points = [p for p in (args.points or ",".join(have_points)).split(",") if p]
+    restarts = [r for r in (",".join(have_restarts) if args.restarts is None
+                            else args.restarts).split(",") if r]
+    unknown = [p for p in points if p not in have_points] + [
+        r for r in restarts if r not in have_restarts]
     if unknown:
-        print(f"error: unknown kill point(s) {', '.join(unknown)} (have: "
-              f"{', '.join(KILL_POINTS + RESTARTS)})", file=sys.stderr)
+        print(f"error: unknown kill point(s) {', '.join(unknown)} on {args.members} members "
+              f"(have: {', '.join(have_points + have_restarts)})", file=sys.stderr)
         return 2
     workdir = Path(args.workdir) if args.workdir else None
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     result = asyncio.run(run_matrix(points, restarts, workdir=workdir,
-                                    log=lambda m: print(f"chaos: {m}", flush=True)))
+                                    log=lambda m: print(f"chaos: {m}", flush=True),
+                                    members=args.members))
     for r in result.results:
         print(r.line())
     for p in result.quota_problems:

@@ -6,6 +6,11 @@ errors at a rate with ``Retry-After``, added latency — applies to real members
 a network fault between fleetq and the member would: the member's own scheduler and
 lifecycle controller talk to the API server directly. Responses are streamed, so watches
 pass through. All proxies of a fleet share one asyncio loop in one daemon thread.
+
+Latency delays a request the proxy already holds in whole, as a network delays what was
+sent: a write whose sender dies meanwhile (a SIGKILLed worker) still reaches the API
+server (the crash tests on real members rely on it). A request is sent upstream again only
+when the API server's connection failed, never because the client went away.
 """
 
 from __future__ import annotations
@@ -65,6 +70,14 @@ class Proxy:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         f = self.faults
+        # The request is taken in whole before the latency, as a network delays what was
+        # already sent: a write whose sender dies meanwhile (a SIGKILLed worker) still
+        # reaches the API server.
+        try:
+            body = await request.read()
+        except (ConnectionResetError, aiohttp.ClientPayloadError):
+            # the client went away before it finished sending: nothing to forward
+            return web.Response(status=400, text="fault proxy: request incomplete")
         if f.latency > 0:
             await asyncio.sleep(f.latency)
         if f.should_fail():
@@ -75,7 +88,6 @@ class Proxy:
             err = ApiError(code, REASONS.get(code, "InternalError"),
                            f"injected fault: HTTP {code}", headers=headers)
             return web.json_response(err.status(), status=code, headers=headers)
-        body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
         for attempt in range(3):
             try:
@@ -96,8 +108,10 @@ class Proxy:
                                          ssl=self.client_ssl) as up:
             resp = web.StreamResponse(status=up.status, headers={
                 k: v for k, v in up.headers.items() if k.lower() not in HOP})
-            await resp.prepare(request)
             try:
+                # inside the try: a client gone by now (its worker killed) must not make
+                # the caller send the request upstream again
+                await resp.prepare(request)
                 async for chunk in up.content.iter_any():
                     await resp.write(chunk)
                 await resp.write_eof()
