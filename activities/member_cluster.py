@@ -320,6 +320,7 @@ class MemberCluster(Protocol):
     ) -> JobStatus: ...
     def purge(self, job: JobRef) -> PurgeResult: ...
     def leftovers(self, job: JobRef) -> list[str]: ...
+    def probe_ready(self, read_s: float | None = None) -> tuple[ReadyStatus, str]: ...
 
 
 def observed_changed(observed: str, since: str) -> bool:
@@ -644,12 +645,14 @@ class KubeApi:
         """Does the API server answer at all (any non-5xx status counts)?"""
         return self.probe_ready()[0] == "True"
 
-    def probe_ready(self) -> tuple[ReadyStatus, str]:
-        """The member's Ready condition from one ``GET /version``: ``True`` (it answers),
-        ``False`` (it answers with 5xx/429: up but not serving) or ``Unknown`` (no
-        answer), with a one-line reason."""
+    def probe_ready(self, read_s: float | None = None) -> tuple[ReadyStatus, str]:
+        """The member's Ready condition from one ``GET /version`` (read timeout
+        ``read_s``, default the configured one): ``True`` (it answers), ``False`` (it
+        answers with 5xx/429: up but not serving) or ``Unknown`` (no answer), with a
+        one-line reason."""
+        timeout = None if read_s is None else (self.connect_s, min(self.read_s, read_s))
         try:
-            status, _ = self.call("GET", "/version", retry=False)
+            status, _ = self.call("GET", "/version", retry=False, timeout=timeout)
         except ClusterUnreachable as exc:
             if exc.status is not None:
                 return "False", f"{self.name}: not ready (HTTP {exc.status})"
@@ -1452,6 +1455,10 @@ class KubernetesMemberCluster:
             self.cache.unsubscribe(job.namespace, job.name, event)
 
     # -- purge
+
+    def probe_ready(self, read_s: float | None = None) -> tuple[ReadyStatus, str]:
+        """Does the member answer now (one quick request, no retries)?"""
+        return self.api.probe_ready(read_s)
 
     def leftovers(self, job: JobRef) -> list[str]:
         """What of the job is still on the member (its PyTorchJob and pods, terminating

@@ -55,6 +55,8 @@ from fleetq.registry import RegistryState, resolve_from_state
 REGISTRY_MAX_AGE = 1.0
 #: how often purge_when_reachable asks an unreachable member whether it answers again
 PURGE_POLL_SECONDS = 1.0
+#: purge_when_reachable's "do you answer?" waits at most this long for the member
+PURGE_PROBE_READ_SECONDS = 5.0
 
 
 class ReserveInput(BaseModel):
@@ -285,12 +287,14 @@ class SchedulingActivities:
         deleted: list[str] = []
         while True:
             activity.heartbeat(len(deleted))
+            # one quick request first, so a member that hangs (or answers 5xx, which the
+            # purge's own calls would retry for a while) cannot outlast the heartbeat
+            ready, _ = member.probe_ready(read_s=PURGE_PROBE_READ_SECONDS)
             try:
-                deleted += member.purge(inp.job).deleted
-                if not inp.confirm:
-                    return PurgeResult(deleted=deleted)
-                if not member.leftovers(inp.job):
-                    return PurgeResult(deleted=deleted)
+                if ready == "True":
+                    deleted += member.purge(inp.job).deleted
+                    if not inp.confirm or not member.leftovers(inp.job):
+                        return PurgeResult(deleted=deleted)
             except ClusterUnreachable:
                 pass
             activity.wait_for_cancelled_sync(PURGE_POLL_SECONDS)

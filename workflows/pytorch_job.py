@@ -91,6 +91,8 @@ SA_SETTLE_SECONDS = 10.0
 #: its return; workflows started before it existed keep purging on timers
 PATCH_PURGE_WHEN_REACHABLE = "purge-when-reachable"
 PURGER_HEARTBEAT = timedelta(seconds=15)
+#: after a purge_when_reachable that failed for good (not for an unreachable member)
+PURGE_RETRY_SECONDS = 30.0
 #: runPolicy honoured by the workflow (suspend, activeDeadlineSeconds): new behaviour for
 #: jobs whose manifest asks for it, so workflows started before it replay unchanged
 PATCH_RUN_POLICY = "run-policy"
@@ -1021,12 +1023,29 @@ class PyTorchJobWorkflow:
         if confirm and running is not None and not running.done():
             running.cancel()  # restart it so that it confirms
             self._purgers.pop(cluster)
-        handle = self._start_purger(cluster, confirm=confirm)
-        if handle is None:
-            await self._purge_until_done_on_timers(cluster, "purge copy")
-        else:
-            await handle
-            self._purgers.pop(cluster, None)
+        while True:
+            handle = self._start_purger(cluster, confirm=confirm)
+            if handle is None:
+                await self._purge_until_done_on_timers(cluster, "purge copy")
+                break
+            try:
+                await handle
+                break
+            except ActivityError as exc:
+                if cancelled_by_delete(exc):
+                    raise
+                # e.g. the member left the fleet config: say so; strict fencing still
+                # never lets a new copy start before the old one is confirmed gone
+                self._event(
+                    "Warning", "PurgeFailed", f"could not purge {cluster}: {exc.cause or exc}"
+                )
+                if not confirm:
+                    return
+                await workflow.sleep(
+                    PURGE_RETRY_SECONDS, summary=f"retry confirming the copy on {cluster} is gone"
+                )
+            finally:
+                self._purgers.pop(cluster, None)
         if cluster in view.pending_purges:
             view.pending_purges.remove(cluster)
         if cluster in view.copies:
