@@ -105,7 +105,7 @@ def live_fleet(members: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     try:
         binaries = build(progress=lambda msg: print(f"[controlplane] {msg}", flush=True))
     except BuildError as exc:
-        pytest.skip(f"no real control plane: {exc}")
+        pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
     with RealFleet(_load_topology(TOPOLOGY), binaries, out) as real:
         yield real
 

@@ -23,7 +23,7 @@ def real_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFle
     try:
         build()
     except BuildError as exc:
-        pytest.skip(f"no real control plane: {exc}")
+        pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
     fleet = EmbeddedFleet(tmp_path_factory.mktemp("embedded-real"), port=free_port(),
                           ui_port=free_port(), members="real")
     fleet.start(timeout=120)
