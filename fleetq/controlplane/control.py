@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from fleetq.emulator.faults import ACTIONS, ControlError
+from fleetq.emulator.faults import ControlError, parse_fault
 
 if TYPE_CHECKING:
     from fleetq.controlplane.runner import RealFleet
@@ -23,44 +23,22 @@ if TYPE_CHECKING:
 
 def apply_action(fleet: RealFleet, cluster: str, action: str, args: dict[str, Any]) -> str:
     """Apply one fault action to a real member (blocking); a one-line description."""
-    names = [p.name for p in fleet.planes]
-    if cluster not in names:
-        raise ControlError(f"unknown cluster {cluster!r} (have: {', '.join(names)})")
-    if action in ("unreachable", "reachable"):
-        fleet.set_reachable(cluster, action == "reachable")
-        return f"{cluster}: {action} (API server {'thawed' if action == 'reachable' else 'frozen'})"
-    if action == "fail-job":
-        ns, _, name = str(args.get("job") or "").rpartition("/")
-        if not name:
-            raise ControlError("fail-job needs NAMESPACE/NAME")
-        if not fleet.fail_job(cluster, ns or "default", name):
-            raise ControlError(f"{cluster}: no PyTorchJob {ns or 'default'}/{name}")
-        return f"{cluster}: job {ns or 'default'}/{name} failed"
-    if action in ("cordon", "uncordon"):
-        node = str(args.get("node") or "")
-        if not fleet.cordon(cluster, node, action == "cordon"):
-            raise ControlError(f"{cluster}: no node {node!r}")
-        return f"{cluster}: node {node} {action}ed"
-    if action == "errors":
-        status = int(args.get("status", 500))
-        rate = float(args.get("rate", 1.0))
-        if not 400 <= status <= 599:
-            raise ControlError("errors --status must be an HTTP error code (400-599)")
-        if not 0.0 <= rate <= 1.0:
-            raise ControlError("errors --rate must be between 0 and 1")
-        ra = args.get("retry_after")
-        fleet.inject_errors(cluster, status, rate, None if ra is None else float(ra))
-        return f"{cluster}: {int(rate * 100)}% of requests answer {status}"
-    if action == "latency":
-        seconds = float(args.get("seconds", 0))
-        if seconds < 0:
-            raise ControlError("latency --seconds must not be negative")
-        fleet.set_latency(cluster, seconds)
-        return f"{cluster}: {seconds:g}s added latency"
-    if action == "clear":
+    req = parse_fault([p.name for p in fleet.planes], cluster, action, args)
+    if req.action in ("unreachable", "reachable"):
+        fleet.set_reachable(cluster, req.action == "reachable")  # SIGSTOP / SIGCONT
+    elif req.action == "fail-job":
+        if not fleet.fail_job(cluster, req.namespace, req.name):
+            raise ControlError(f"{cluster}: no PyTorchJob {req.namespace}/{req.name}")
+    elif req.action in ("cordon", "uncordon"):
+        if not fleet.cordon(cluster, req.node, req.action == "cordon"):
+            raise ControlError(f"{cluster}: no node {req.node!r}")
+    elif req.action == "errors":
+        fleet.inject_errors(cluster, req.status, req.rate, req.retry_after)
+    elif req.action == "latency":
+        fleet.set_latency(cluster, req.seconds)
+    else:
         fleet.clear_faults(cluster)
-        return f"{cluster}: faults cleared"
-    raise ControlError(f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
+    return req.done(cluster)
 
 
 def control_app(fleet: RealFleet) -> web.Application:

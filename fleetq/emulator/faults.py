@@ -51,29 +51,50 @@ class ControlError(ValueError):
     """A control request that cannot be applied (unknown cluster, job or node)."""
 
 
-async def apply_action(emu: Emulator, cluster: str, action: str, args: dict[str, Any]) -> str:
-    """Apply one fault action; returns a one-line human description."""
-    if cluster not in emu.clusters:
-        raise ControlError(f"unknown cluster {cluster!r} (have: {', '.join(emu.clusters)})")
-    if action == "unreachable":
-        await emu.set_reachable(cluster, False)
-        return f"{cluster}: unreachable"
-    if action == "reachable":
-        await emu.set_reachable(cluster, True)
-        return f"{cluster}: reachable"
+@dataclass(frozen=True)
+class FaultRequest:
+    """One fault action, checked: what ``fleetq sim fault CLUSTER ACTION ...`` asks of
+    the emulator's and the real members' control endpoints alike."""
+
+    action: str
+    namespace: str = ""
+    name: str = ""  # fail-job
+    node: str = ""  # cordon / uncordon
+    status: int = 500  # errors
+    rate: float = 1.0
+    retry_after: float | None = None
+    seconds: float = 0.0  # latency
+
+    def done(self, cluster: str) -> str:
+        """The one line that says it was applied."""
+        if self.action in ("unreachable", "reachable"):
+            return f"{cluster}: {self.action}"
+        if self.action == "fail-job":
+            return f"{cluster}: job {self.namespace}/{self.name} failed"
+        if self.action in ("cordon", "uncordon"):
+            return f"{cluster}: node {self.node} {self.action}ed"
+        if self.action == "errors":
+            return f"{cluster}: {int(self.rate * 100)}% of requests answer {self.status}"
+        if self.action == "latency":
+            return f"{cluster}: {self.seconds:g}s added latency"
+        return f"{cluster}: faults cleared"
+
+
+def parse_fault(clusters: list[str], cluster: str, action: str,
+                args: dict[str, Any]) -> FaultRequest:
+    """Check a fault request against the known clusters; :class:`ControlError` (one line)
+    for anything that cannot be applied."""
+    if cluster not in clusters:
+        raise ControlError(f"unknown cluster {cluster!r} (have: {', '.join(clusters)})")
+    if action in ("unreachable", "reachable", "clear"):
+        return FaultRequest(action)
     if action == "fail-job":
-        ref = str(args.get("job") or "")
-        ns, _, name = ref.rpartition("/")
+        ns, _, name = str(args.get("job") or "").rpartition("/")
         if not name:
             raise ControlError("fail-job needs NAMESPACE/NAME")
-        if not emu.clusters[cluster].controller.fail_job(ns or "default", name):
-            raise ControlError(f"{cluster}: no PyTorchJob {ns or 'default'}/{name}")
-        return f"{cluster}: job {ns or 'default'}/{name} failed"
+        return FaultRequest(action, namespace=ns or "default", name=name)
     if action in ("cordon", "uncordon"):
-        node = str(args.get("node") or "")
-        if not emu.clusters[cluster].controller.set_cordon(node, action == "cordon"):
-            raise ControlError(f"{cluster}: no node {node!r}")
-        return f"{cluster}: node {node} {action}ed"
+        return FaultRequest(action, node=str(args.get("node") or ""))
     if action == "errors":
         status = int(args.get("status", 500))
         rate = float(args.get("rate", 1.0))
@@ -82,18 +103,34 @@ async def apply_action(emu: Emulator, cluster: str, action: str, args: dict[str,
         if not 0.0 <= rate <= 1.0:
             raise ControlError("errors --rate must be between 0 and 1")
         ra = args.get("retry_after")
-        emu.inject_errors(cluster, status, rate, None if ra is None else float(ra))
-        return f"{cluster}: {int(rate * 100)}% of requests answer {status}"
+        return FaultRequest(action, status=status, rate=rate,
+                            retry_after=None if ra is None else float(ra))
     if action == "latency":
         seconds = float(args.get("seconds", 0))
         if seconds < 0:
             raise ControlError("latency --seconds must not be negative")
-        emu.clusters[cluster].faults.latency = seconds
-        return f"{cluster}: {seconds:g}s added latency"
-    if action == "clear":
-        await emu.clear_faults(cluster)
-        return f"{cluster}: faults cleared"
+        return FaultRequest(action, seconds=seconds)
     raise ControlError(f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
+
+
+async def apply_action(emu: Emulator, cluster: str, action: str, args: dict[str, Any]) -> str:
+    """Apply one fault action; returns a one-line human description."""
+    req = parse_fault(list(emu.clusters), cluster, action, args)
+    if req.action in ("unreachable", "reachable"):
+        await emu.set_reachable(cluster, req.action == "reachable")
+    elif req.action == "fail-job":
+        if not emu.clusters[cluster].controller.fail_job(req.namespace, req.name):
+            raise ControlError(f"{cluster}: no PyTorchJob {req.namespace}/{req.name}")
+    elif req.action in ("cordon", "uncordon"):
+        if not emu.clusters[cluster].controller.set_cordon(req.node, req.action == "cordon"):
+            raise ControlError(f"{cluster}: no node {req.node!r}")
+    elif req.action == "errors":
+        emu.inject_errors(cluster, req.status, req.rate, req.retry_after)
+    elif req.action == "latency":
+        emu.clusters[cluster].faults.latency = req.seconds
+    else:
+        await emu.clear_faults(cluster)
+    return req.done(cluster)
 
 
 def control_app(emu: Emulator) -> web.Application:
