@@ -152,7 +152,13 @@ def test_watch_list_ends_its_initial_events_with_a_bookmark(api: Raw, ns: str) -
     status, events = api.watch(
         f"{base}&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", timeout_s=1)
     assert status == 200
-    assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+    types = [e["type"] for e in events]
+    assert types[:2] == ["ADDED", "BOOKMARK"], types
+    # a real server may add its own bookmark as the watch is about to time out (seen in
+    # one of two full runs): never anything but bookmarks after the initial events
+    assert set(types[2:]) <= {"BOOKMARK"}, types
+    assert all("k8s.io/initial-events-end" not in (e["object"]["metadata"].get("annotations")
+                                                   or {}) for e in events[2:])
     mark = events[1]["object"]
     assert mark["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
     assert int(mark["metadata"]["resourceVersion"]) >= int(
