@@ -85,7 +85,7 @@ async def test_active_deadline_fails_the_job_and_purges_the_member_copy(stack: S
     assert view.reason.startswith("DeadlineExceeded"), view.reason
     assert view.bound_at is not None
     (exceeded,) = [e for e in view.events if e.reason == "DeadlineExceeded"]
-    assert 3 <= (exceeded.time - view.bound_at).total_seconds() < 6
+    assert 3 <= (exceeded.time - view.bound_at).total_seconds() < 10  # a busy worker is late
     assert member_copies(stack.emulated, NS, view.name) == {}
 
 
