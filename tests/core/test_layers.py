@@ -1,0 +1,34 @@
+"""The layers the README promises, enforced: import-linter's contracts (pyproject.toml,
+``[tool.importlinter]``) must hold — bench above the CLI above workflows above
+activities, and a pure core with no Temporal, no HTTP server, no adapter and, of the
+kubernetes package, only the quantity parsing in ``fleetq.resources``."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_import_contracts_hold() -> None:
+    lint = Path(sys.executable).parent / "lint-imports"
+    assert lint.exists(), "import-linter is part of the test extra"
+    done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout and "3 kept" in done.stdout, done.stdout[-1500:]
+
+
+def test_the_core_uses_only_kubernetes_quantity_parsing() -> None:
+    tree = ast.parse((ROOT / "fleetq" / "resources.py").read_text())
+    kube = [
+        (node.module, [a.name for a in node.names])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kubernetes")
+    ]
+    plain = [a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for a in node.names if a.name.startswith("kubernetes")]
+    assert kube == [("kubernetes.utils", ["parse_quantity"])] and plain == []
