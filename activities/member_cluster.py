@@ -29,7 +29,6 @@ import hashlib
 import json
 import logging
 import random
-import re
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -49,7 +48,9 @@ from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot, Taint
 from fleetq.cluster_health import ReadyStatus, TaintSettings, cluster_taints
 from fleetq.fleet_config import FleetConfigError
+from fleetq.kube_values import format_go_duration, go_duration_or_none, parse_rfc3339
 from fleetq.models import gang_of, parse_job
+from fleetq.naming import KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE, owner_id
 
 if TYPE_CHECKING:
     from activities.capacity_cache import CapacityCache
@@ -154,20 +155,12 @@ RUN_SECONDS_ANNOTATION = "fleetq.io/run-seconds"
 MIN_MEMBER_ANNOTATION = "fleetq.io/min-member"
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
-KF_JOB_NAME = "training.kubeflow.org/job-name"
-KF_REPLICA_TYPE = "training.kubeflow.org/replica-type"
-KF_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 
 PYTORCHJOB_API = "/apis/kubeflow.org/v1"
 #: runPolicy.managedBy of a job a MultiKueue manager dispatches: the member's operator
 #: leaves such a job alone, so the member copy does not carry it
 MULTIKUEUE_MANAGER = "kueue.x-k8s.io/multikueue"
 RESERVATION_API = "/apis/scheduling.koordinator.sh/v1alpha1"
-
-
-def owner_id(workflow_id: str) -> str:
-    """``fleetq.io/owner`` value: first 16 hex chars of sha256(workflow id)."""
-    return hashlib.sha256(workflow_id.encode()).hexdigest()[:16]
 
 
 def job_label(namespace: str, name: str) -> str:
@@ -675,40 +668,6 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
     return labels if isinstance(labels, dict) else {}
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_go_duration(value: Any) -> float | None:
-    """``"10m"``, ``"1h30m"``, ``"600s"`` -> seconds (None if not a duration)."""
-    if not isinstance(value, str) or not value:
-        return None
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(value):
-        if m.start() != pos:
-            return None
-        total += float(m.group(1)) * _UNIT[m.group(2)]
-        pos = m.end()
-    return total if pos == len(value) else None
-
-
-def format_go_duration(seconds: int) -> str:
-    if seconds % 3600 == 0:
-        return f"{seconds // 3600}h"
-    if seconds % 60 == 0:
-        return f"{seconds // 60}m"
-    return f"{seconds}s"
-
-
 def _q(name: str) -> str:
     return quote(name, safe="")
 
@@ -1020,10 +979,10 @@ class KubernetesMemberCluster:
     @staticmethod
     def _seconds_left(obj: Mapping[str, Any]) -> float | None:
         spec = obj.get("spec") or {}
-        expires = _parse_time(spec.get("expires"))
+        expires = parse_rfc3339(spec.get("expires"))
         if expires is None:
-            created = _parse_time(_meta(obj).get("creationTimestamp"))
-            ttl = parse_go_duration(spec.get("ttl"))
+            created = parse_rfc3339(_meta(obj).get("creationTimestamp"))
+            ttl = go_duration_or_none(spec.get("ttl"))
             if created is None or ttl is None:
                 return None
             return created.timestamp() + ttl - time.time()
@@ -1379,7 +1338,7 @@ class KubernetesMemberCluster:
                         and cond.get("type") == "PodScheduled"
                         and cond.get("status") == "False"
                     ):
-                        since = _parse_time(cond.get("lastTransitionTime")) or _parse_time(
+                        since = parse_rfc3339(cond.get("lastTransitionTime")) or parse_rfc3339(
                             _meta(p).get("creationTimestamp")
                         )
                         waited = now - since.timestamp() if since is not None else 0.0

@@ -60,6 +60,9 @@ from fleetq.naming import (
     job_workflow_id,
     owner_id,
 )
+from fleetq.naming import (
+    KF_JOB_NAME as JOB_NAME_LABEL,
+)
 from fleetq.temporal_client import connect, temporal_cli_path
 
 if TYPE_CHECKING:
@@ -424,7 +427,6 @@ def job_reservations(fleet: EmulatedFleet, workflow_id: str,
 #: what ``kubectl get`` reads of a job on a real member (the Reservation CRD is installed on
 #: every real member, though no Koordinator scheduler runs there)
 KUBECTL_KINDS = "pytorchjobs.kubeflow.org,pods,reservations.scheduling.koordinator.sh"
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 
 
 class RealMembers:

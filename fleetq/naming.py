@@ -50,3 +50,10 @@ def tree_workflow_id(tree: str) -> str:
 def owner_id(workflow_id: str) -> str:
     """Label-safe owner id of a fleet job (see docs/member-contract.md)."""
     return hashlib.sha256(workflow_id.encode()).hexdigest()[:16]
+
+
+# Kubeflow training-operator's labels on a PyTorchJob's pods (the adapter reads them, the
+# emulator and the control-plane lifecycle set them)
+KF_JOB_NAME = "training.kubeflow.org/job-name"
+KF_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+KF_REPLICA_INDEX = "training.kubeflow.org/replica-index"

@@ -16,6 +16,7 @@ import typer
 import yaml
 
 from fleetq.cli.context import CliError, is_tty
+from fleetq.kube_values import parse_rfc3339
 
 OUTPUT_FORMATS = ("wide", "yaml", "json")
 
@@ -60,15 +61,8 @@ def human_duration(seconds: float) -> str:
 
 
 def parse_time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, str) and value:
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    return None
+    """A datetime or RFC 3339 text as an aware datetime (``fleetq.kube_values``)."""
+    return parse_rfc3339(value)
 
 
 def age(since: Any, now: datetime | None = None) -> str:

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import copy
 import json
-import re
 import time
 import uuid
 from collections.abc import Mapping
@@ -33,11 +32,12 @@ from fleetq import resources as R
 from fleetq.emulator.selectors import match_label_selector
 from fleetq.emulator.store import Key, Obj, Store, now_iso
 from fleetq.emulator.topology import ClusterSpec, node_names
+from fleetq.kube_values import parse_go_duration, parse_rfc3339
 from fleetq.models import pod_requests
+from fleetq.naming import KF_JOB_NAME as JOB_NAME
+from fleetq.naming import KF_REPLICA_INDEX as REPLICA_INDEX
+from fleetq.naming import KF_REPLICA_TYPE as REPLICA_TYPE
 
-JOB_NAME = "training.kubeflow.org/job-name"
-REPLICA_TYPE = "training.kubeflow.org/replica-type"
-REPLICA_INDEX = "training.kubeflow.org/replica-index"
 OPERATOR_NAME = "training.kubeflow.org/operator-name"
 RUN_SECONDS = "fleetq.io/run-seconds"
 RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
@@ -45,30 +45,17 @@ RESERVATION_ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"
 DEFAULT_TTL = 24 * 3600.0
 TERMINAL = ("Succeeded", "Failed")
 
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_duration(text: str) -> float:
-    """Go ``time.Duration`` text (``10m``, ``1h30m``, ``30s``, ``1.5h``) → seconds."""
-    s = str(text).strip()
-    if s in ("0", ""):
-        return 0.0
-    pos = 0
-    total = 0.0
-    for m in _DURATION.finditer(s):
-        if m.start() != pos:
-            raise ValueError(f"{text!r} is not a duration (like 10m, 1h30m, 30s)")
-        total += float(m.group(1)) * _UNIT[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or pos == 0:
-        raise ValueError(f"{text!r} is not a duration (like 10m, 1h30m, 30s)")
-    return total
+    """Go ``time.Duration`` text → seconds (``fleetq.kube_values``)."""
+    return parse_go_duration(text)
 
 
 def parse_time(text: str) -> float:
-    """RFC3339 → epoch seconds."""
-    return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    """RFC 3339 → epoch seconds; ValueError when it is not a timestamp."""
+    parsed = parse_rfc3339(str(text))
+    if parsed is None:
+        raise ValueError(f"{str(text)[:40]!r} is not an RFC 3339 time")
+    return parsed.timestamp()
 
 
 def iso(ts: float) -> str:
