@@ -115,14 +115,16 @@ async def run_demo(fleet: EmbeddedFleet, examples: Path, timeout: float) -> bool
     await show_get(client, "pytorchjob", None, namespace=None, all_namespaces=False,
                    output=None, all_clusters=False)
     _say(f"fleetq describe pytorchjob {JOB_NAME}")
-    for line in await describe_job(client, JOB_NS, JOB_NAME):
+    # the members of this fleet, read directly (its state dir is not the default one)
+    members = fleet.fleet_config or None
+    for line in await describe_job(client, JOB_NS, JOB_NAME, fleet_config=members):
         typer.echo(line)
     _say("fleetq get pytorchjob -M")
     await show_get(client, "pytorchjob", None, namespace=None, all_namespaces=False,
-                   output=None, all_clusters=True)
+                   output=None, all_clusters=True, fleet_config=members)
     _say("fleetq get pod -M")
     await show_get(client, "pod", None, namespace=None, all_namespaces=False,
-                   output=None, all_clusters=True)
+                   output=None, all_clusters=True, fleet_config=members)
     typer.echo("")
     if job_ready(view):
         assert view is not None

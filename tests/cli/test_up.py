@@ -99,3 +99,5 @@ def test_demo_runs_the_walkthrough(tmp_path: Path) -> None:
     assert len(pods) == 3
     assert len({p[1] for p in pods}) == 1 and all(p[3] == "Running" for p in pods)
     assert "OK: all 3 pods of default/pytorch-test are Running on" in out
+    # its views read its own members, not a fallback to the workflow's view
+    assert "no fleet config" not in proc.stderr, proc.stderr
