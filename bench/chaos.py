@@ -1003,6 +1003,17 @@ async def _state(handle: WorkflowHandle[Any, Any], state: str) -> str:
 class MatrixResult:
     results: list[PointResult]
     quota_problems: list[str]
+    #: start to teardown of the whole run, as the caller measured it
+    seconds: float = 0.0
+
+    def point(self, name: str) -> PointResult:
+        """The result of kill point (or restart) ``name``, which ran exactly once."""
+        (found,) = [r for r in self.results if r.point == name]
+        return found
+
+    def report(self) -> str:
+        """One line per point, then any quota problem."""
+        return "\n".join([r.line() for r in self.results] + self.quota_problems)
 
     @property
     def tried(self) -> int:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from fleetq.emulator.faults import ControlError, parse_fault
+from fleetq.emulator.faults import ControlError, fault_control_app, parse_fault
 
 if TYPE_CHECKING:
     from fleetq.controlplane.runner import RealFleet
@@ -42,8 +42,8 @@ def apply_action(fleet: RealFleet, cluster: str, action: str, args: dict[str, An
 
 
 def control_app(fleet: RealFleet) -> web.Application:
-    async def index(request: web.Request) -> web.Response:
-        return web.json_response({
+    def index() -> dict[str, Any]:
+        return {
             "clusters": {
                 p.name: {"url": p.public_url, "member": p.spec.member,
                          "faults": p.proxy.faults.to_dict() if p.proxy else {}}
@@ -51,26 +51,11 @@ def control_app(fleet: RealFleet) -> web.Application:
             },
             "kubeconfig": str(fleet.kubeconfig_path),
             "fleetConfig": str(fleet.fleet_config_path),
-        })
+        }
 
-    async def fault(request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            return web.json_response({"error": "body must be JSON"}, status=400)
-        if not isinstance(body, dict):
-            return web.json_response({"error": "body must be a JSON object"}, status=400)
-        cluster = request.match_info["cluster"]
-        action = str(body.get("action", ""))
-        try:  # blocking (API calls, signals): off the loop the proxies share
-            msg = await asyncio.get_running_loop().run_in_executor(
-                None, apply_action, fleet, cluster, action, body)
-        except (ControlError, ValueError, TypeError) as exc:
-            return web.json_response({"error": str(exc)}, status=400)
-        return web.json_response({"ok": True, "message": msg})
+    async def apply(cluster: str, action: str, body: dict[str, Any]) -> str:
+        # blocking (API calls, signals): off the loop the proxies share
+        return await asyncio.get_running_loop().run_in_executor(
+            None, apply_action, fleet, cluster, action, body)
 
-    app = web.Application()
-    app.router.add_get("/", index)
-    app.router.add_get("/clusters", index)
-    app.router.add_post("/clusters/{cluster}/faults", fault)
-    return app
+    return fault_control_app(index, apply)

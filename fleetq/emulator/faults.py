@@ -9,6 +9,7 @@ the cluster API ports, always on loopback; ``fleetq sim fault`` talks to it.
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -133,16 +134,19 @@ async def apply_action(emu: Emulator, cluster: str, action: str, args: dict[str,
     return req.done(cluster)
 
 
-def control_app(emu: Emulator) -> web.Application:
-    async def index(request: web.Request) -> web.Response:
-        return web.json_response({
-            "clusters": {
-                name: {"url": c.url, "faults": c.faults.to_dict(), "member": c.spec.member}
-                for name, c in emu.clusters.items()
-            },
-            "kubeconfig": str(emu.kubeconfig_path) if emu.kubeconfig_path else None,
-            "fleetConfig": str(emu.fleet_config_path) if emu.fleet_config_path else None,
-        })
+#: carries out one checked fault request: (cluster, action, request body) -> its line
+FaultApplier = Callable[[str, str, dict[str, Any]], Awaitable[str]]
+
+
+def fault_control_app(
+    index: Callable[[], dict[str, Any]], apply: FaultApplier
+) -> web.Application:
+    """The control endpoint ``fleetq sim fault`` speaks to, for emulated and real members
+    alike: ``GET /clusters`` (``index()``) and ``POST /clusters/{name}/faults`` with
+    ``{"action": ...}``; a request that cannot be applied is a 400 with one line."""
+
+    async def show(request: web.Request) -> web.Response:
+        return web.json_response(index())
 
     async def fault(request: web.Request) -> web.Response:
         try:
@@ -152,15 +156,30 @@ def control_app(emu: Emulator) -> web.Application:
         if not isinstance(body, dict):
             return web.json_response({"error": "body must be a JSON object"}, status=400)
         try:
-            msg = await apply_action(
-                emu, request.match_info["cluster"], str(body.get("action", "")), body
-            )
+            msg = await apply(request.match_info["cluster"], str(body.get("action", "")), body)
         except (ControlError, ValueError, TypeError) as exc:
             return web.json_response({"error": str(exc)}, status=400)
         return web.json_response({"ok": True, "message": msg})
 
     app = web.Application()
-    app.router.add_get("/", index)
-    app.router.add_get("/clusters", index)
+    app.router.add_get("/", show)
+    app.router.add_get("/clusters", show)
     app.router.add_post("/clusters/{cluster}/faults", fault)
     return app
+
+
+def control_app(emu: Emulator) -> web.Application:
+    def index() -> dict[str, Any]:
+        return {
+            "clusters": {
+                name: {"url": c.url, "faults": c.faults.to_dict(), "member": c.spec.member}
+                for name, c in emu.clusters.items()
+            },
+            "kubeconfig": str(emu.kubeconfig_path) if emu.kubeconfig_path else None,
+            "fleetConfig": str(emu.fleet_config_path) if emu.fleet_config_path else None,
+        }
+
+    async def apply(cluster: str, action: str, body: dict[str, Any]) -> str:
+        return await apply_action(emu, cluster, action, body)
+
+    return fault_control_app(index, apply)

@@ -26,33 +26,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import pytest
 import pytest_asyncio
 
-from bench.chaos import REAL_KILL_POINTS, MatrixResult, PointResult, run_matrix
+from bench.chaos import REAL_KILL_POINTS, MatrixResult, run_matrix
 
 #: fleet start to teardown; about 80 s warm on this project's 2-core machines, of which
 #: 60 s are the lost bind's start-to-close timeout
 BUDGET_SECONDS = 150
 
 
-@dataclass
-class Crashes:
-    result: MatrixResult
-    seconds: float
-
-    def point(self, name: str) -> PointResult:
-        (found,) = [r for r in self.result.results if r.point == name]
-        return found
-
-    def report(self) -> str:
-        return "\n".join([r.line() for r in self.result.results] + self.result.quota_problems)
-
-
 @pytest_asyncio.fixture(scope="module")
-async def crashes(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Crashes]:
+async def crashes(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[MatrixResult]:
     from fleetq.controlplane.build import BuildError, build
 
     try:
@@ -64,16 +50,16 @@ async def crashes(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cra
     started = time.monotonic()
     result = await run_matrix(REAL_KILL_POINTS, (), workdir=tmp_path_factory.mktemp("crash"),
                               members="real")
-    c = Crashes(result, time.monotonic() - started)
-    print(f"\nworker crashes on real members: {c.result.tried} points in {c.seconds:.0f}s\n"
-          f"{c.report()}")
-    yield c
+    result.seconds = time.monotonic() - started
+    print(f"\nworker crashes on real members: {result.tried} points in {result.seconds:.0f}s\n"
+          f"{result.report()}")
+    yield result
 
 
 @pytest.mark.timeout(BUDGET_SECONDS + 60)
 @pytest.mark.parametrize("point", REAL_KILL_POINTS)
 async def test_worker_killed_at_bind_on_real_members_runs_the_job_once(
-    crashes: Crashes, point: str
+    crashes: MatrixResult, point: str
 ) -> None:
     r = crashes.point(point)
     assert not r.problems, r.line()
@@ -90,9 +76,9 @@ async def test_worker_killed_at_bind_on_real_members_runs_the_job_once(
 
 @pytest.mark.timeout(60)
 async def test_crashes_on_real_members_leak_no_quota_and_fit_their_budget(
-    crashes: Crashes,
+    crashes: MatrixResult,
 ) -> None:
-    assert [r.point for r in crashes.result.results] == list(REAL_KILL_POINTS)
-    assert crashes.result.quota_problems == [], crashes.report()
-    assert crashes.result.ok, crashes.report()
+    assert [r.point for r in crashes.results] == list(REAL_KILL_POINTS)
+    assert crashes.quota_problems == [], crashes.report()
+    assert crashes.ok, crashes.report()
     assert crashes.seconds < BUDGET_SECONDS, crashes.report()

@@ -13,43 +13,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import pytest
 import pytest_asyncio
 
-from bench.chaos import KILL_POINTS, RESTARTS, MatrixResult, PointResult, run_matrix
+from bench.chaos import KILL_POINTS, RESTARTS, MatrixResult, run_matrix
 
 #: the whole matrix, fleet start to teardown, on this project's 2-core machines
 BUDGET_SECONDS = 360
 
 
-@dataclass
-class Matrix:
-    result: MatrixResult
-    seconds: float
-
-    def point(self, name: str) -> PointResult:
-        (found,) = [r for r in self.result.results if r.point == name]
-        return found
-
-    def report(self) -> str:
-        return "\n".join([r.line() for r in self.result.results] + self.result.quota_problems)
-
-
 @pytest_asyncio.fixture(scope="module")
-async def matrix(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Matrix]:
+async def matrix(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[MatrixResult]:
     started = time.monotonic()
     result = await run_matrix(KILL_POINTS, RESTARTS,
                               workdir=tmp_path_factory.mktemp("chaos"))
-    m = Matrix(result, time.monotonic() - started)
-    print(f"\ncrash matrix: {m.result.tried} points in {m.seconds:.0f}s\n{m.report()}")
-    yield m
+    result.seconds = time.monotonic() - started
+    print(f"\ncrash matrix: {result.tried} points in {result.seconds:.0f}s\n{result.report()}")
+    yield result
 
 
 @pytest.mark.timeout(BUDGET_SECONDS)
 @pytest.mark.parametrize("point", [*KILL_POINTS, *RESTARTS])
-async def test_kill_point_loses_nothing(matrix: Matrix, point: str) -> None:
+async def test_kill_point_loses_nothing(matrix: MatrixResult, point: str) -> None:
     r = matrix.point(point)
     assert r.survived, r.line()
     assert not r.problems, r.line()
@@ -58,8 +44,8 @@ async def test_kill_point_loses_nothing(matrix: Matrix, point: str) -> None:
 
 
 @pytest.mark.timeout(60)
-async def test_matrix_leaves_no_quota_and_fits_its_budget(matrix: Matrix) -> None:
-    assert [r.point for r in matrix.result.results] == [*KILL_POINTS, *RESTARTS]
-    assert matrix.result.quota_problems == [], matrix.report()
-    assert matrix.result.ok, matrix.report()
+async def test_matrix_leaves_no_quota_and_fits_its_budget(matrix: MatrixResult) -> None:
+    assert [r.point for r in matrix.results] == [*KILL_POINTS, *RESTARTS]
+    assert matrix.quota_problems == [], matrix.report()
+    assert matrix.ok, matrix.report()
     assert matrix.seconds < BUDGET_SECONDS, matrix.report()
