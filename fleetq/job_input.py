@@ -10,11 +10,14 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 from fleetq.admission import Grant
 from fleetq.messages import JobView, Resolution
 from fleetq.models import errors_from_validation
+
+
+class InvalidJobInput(ValueError):
+    """Workflow input that can never be run; the workflow fails with this message."""
 
 
 class JobProgress(BaseModel):
@@ -42,22 +45,13 @@ class JobInput(BaseModel):
     @classmethod
     def from_arg(cls, arg: Any) -> JobInput:
         """The plain ``temporal`` CLI passes the PyTorchJob manifest itself; our CLI passes
-        ``{"manifest": ..., "policy": ...}``. Bad input is a non-retryable failure of the
-        workflow (never of its workflow task, which Temporal would retry forever)."""
+        ``{"manifest": ..., "policy": ...}``. Bad input raises ``InvalidJobInput``."""
         if isinstance(arg, dict) and "manifest" in arg and "kind" not in arg:
             try:
                 return cls.model_validate(arg)
             except ValidationError as exc:
-                raise invalid_input(str(errors_from_validation("workflow input", exc))) from None
+                raise InvalidJobInput(str(errors_from_validation("workflow input", exc))) from None
         if isinstance(arg, dict):
             return cls(manifest=arg)
-        raise invalid_input("workflow input must be a PyTorchJob manifest (a JSON object)")
+        raise InvalidJobInput("workflow input must be a PyTorchJob manifest (a JSON object)")
 
-
-def cancelled_by_delete(exc: BaseException) -> bool:
-    """An activity that ended because the workflow itself was cancelled (deleted)."""
-    return isinstance(exc, ActivityError) and isinstance(exc.cause, CancelledError)
-
-
-def invalid_input(message: str) -> ApplicationError:
-    return ApplicationError(message, type="InvalidManifest", non_retryable=True)

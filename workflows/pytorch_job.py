@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.scheduling import BindInput, PurgeInput, ReserveInput, WatchInput
     from fleetq.admission import AdmissionRequest, Grant
-    from fleetq.job_input import JobInput, JobProgress, cancelled_by_delete, invalid_input
+    from fleetq.job_input import InvalidJobInput, JobInput, JobProgress
     from fleetq.messages import (
         TERMINAL_STATES,
         GangShape,
@@ -77,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
         job_workflow_id,
     )
     from workflows import metrics
+    from workflows.errors import cancelled_by_delete, invalid_input
 
 MAX_EVENTS = 30
 #: states too short-lived to be worth a search-attribute upsert (a history event each)
@@ -155,7 +156,10 @@ class PyTorchJobWorkflow:
             raise invalid_input(
                 f"workflow input is not a JSON object ({type(exc).__name__})"
             ) from None
-        inp = JobInput.from_arg(decoded)
+        try:
+            inp = JobInput.from_arg(decoded)
+        except InvalidJobInput as exc:
+            raise invalid_input(str(exc)) from None
         try:
             job = parse_job(inp.manifest)
         except ManifestErrors as exc:
