@@ -72,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5, help="cold LIST samples (median)")
     args = ap.parse_args(argv)
 
-    from fleetq.emulator import EmulatedFleet, parse_topology
+    from fleetq.emulator.fleet import EmulatedFleet
+    from fleetq.topology import parse_topology
 
     out = Path(tempfile.mkdtemp(prefix="fleetq-bench-capacity-"))
     topo = parse_topology(topology(args.clusters, args.nodes), "bench topology")

@@ -51,7 +51,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
-from fleetq.emulator import EmulatedFleet
+from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.naming import (
     INT_ATTRIBUTES,
@@ -452,7 +452,7 @@ class RealMembers:
         from fleetq.controlplane.build import build
         from fleetq.controlplane.runner import RealFleet, kubeconfig_doc
         from fleetq.emulator.kubeconfig import write_private
-        from fleetq.emulator.topology import parse_topology
+        from fleetq.topology import parse_topology
 
         binaries = build()
         self.kubectl = str(binaries.binary("kubectl"))

@@ -23,7 +23,7 @@ from fleetq.controlplane.build import BuildError, build, cached
 from fleetq.controlplane.runner import ControlPlaneError, RealFleet
 from fleetq.emulator.fleet import INFO_FILE as EMULATOR_INFO_FILE
 from fleetq.emulator.kubeconfig import write_private
-from fleetq.emulator.topology import TopologyError, default_topology, load_topology
+from fleetq.topology import TopologyError, default_topology, load_topology
 
 app = typer.Typer(help="Real control planes (etcd, kube-apiserver, kube-scheduler) built "
                        "from Go modules.", no_args_is_help=True)

@@ -23,7 +23,7 @@ import typer
 
 from fleetq.emulator.faults import ACTIONS
 from fleetq.emulator.fleet import INFO_FILE, Emulator, EmulatorError
-from fleetq.emulator.topology import TopologyError, default_topology, load_topology
+from fleetq.topology import TopologyError, default_topology, load_topology
 
 app = typer.Typer(help="Member-cluster emulator (loopback Kubernetes API servers).",
                   no_args_is_help=True)

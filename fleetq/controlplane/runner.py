@@ -37,7 +37,7 @@ from fleetq.embedded import Child, EmbeddedError, free_port, spawn_child, stop_c
 from fleetq.emulator.controllers import TERMINAL, finished_pod, node_object
 from fleetq.emulator.kubeconfig import write_private
 from fleetq.emulator.tls import TlsMaterial, make_material
-from fleetq.emulator.topology import ClusterSpec, Topology, node_names
+from fleetq.topology import ClusterSpec, Topology, node_names
 
 HOST = "127.0.0.1"
 CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"

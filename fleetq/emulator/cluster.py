@@ -16,7 +16,7 @@ from fleetq.emulator.api import build_app
 from fleetq.emulator.controllers import ClusterController
 from fleetq.emulator.faults import Faults
 from fleetq.emulator.store import CORE, PYTORCHJOBS, RESERVATIONS, Store
-from fleetq.emulator.topology import ClusterSpec
+from fleetq.topology import ClusterSpec
 
 
 class EmulatedCluster:

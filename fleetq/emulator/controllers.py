@@ -31,12 +31,12 @@ from typing import Any
 from fleetq import resources as R
 from fleetq.emulator.selectors import match_label_selector
 from fleetq.emulator.store import Key, Obj, Store, now_iso
-from fleetq.emulator.topology import ClusterSpec, node_names
 from fleetq.kube_values import parse_go_duration, parse_rfc3339
 from fleetq.models import pod_requests
 from fleetq.naming import KF_JOB_NAME as JOB_NAME
 from fleetq.naming import KF_REPLICA_INDEX as REPLICA_INDEX
 from fleetq.naming import KF_REPLICA_TYPE as REPLICA_TYPE
+from fleetq.topology import ClusterSpec, node_names
 
 OPERATOR_NAME = "training.kubeflow.org/operator-name"
 RUN_SECONDS = "fleetq.io/run-seconds"

@@ -28,7 +28,7 @@ from fleetq.emulator.cluster import EmulatedCluster
 from fleetq.emulator.faults import control_app
 from fleetq.emulator.kubeconfig import write_files, write_private
 from fleetq.emulator.store import Obj
-from fleetq.emulator.topology import Topology, default_topology
+from fleetq.topology import Topology, default_topology
 
 T = TypeVar("T")
 STATE_VERSION = 1

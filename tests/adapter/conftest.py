@@ -64,7 +64,7 @@ TTL_S = 0.5
 
 
 def _load_topology(doc: dict[str, Any]) -> Any:
-    from fleetq.emulator import parse_topology
+    from fleetq.topology import parse_topology
 
     return parse_topology(doc, "adapter test topology")
 
@@ -94,7 +94,7 @@ def live_fleet(members: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         return
     out = tmp_path_factory.mktemp(members)
     if members == "emulated":
-        from fleetq.emulator import EmulatedFleet
+        from fleetq.emulator.fleet import EmulatedFleet
 
         with EmulatedFleet(_load_topology(TOPOLOGY), out_dir=out) as fleet:
             yield fleet
@@ -113,7 +113,7 @@ def live_fleet(members: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 @pytest.fixture(scope="session")
 def emulated(live_fleet: Any) -> Any:
     """The session's emulated fleet (None on real members or external clusters)."""
-    from fleetq.emulator import EmulatedFleet
+    from fleetq.emulator.fleet import EmulatedFleet
 
     return live_fleet if isinstance(live_fleet, EmulatedFleet) else None
 

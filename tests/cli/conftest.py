@@ -17,7 +17,7 @@ from typer.testing import CliRunner, Result
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.cli import app
-from fleetq.emulator import EmulatedFleet
+from fleetq.emulator.fleet import EmulatedFleet
 from tests.conftest import namespace_client
 from worker import build_worker
 

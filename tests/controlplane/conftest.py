@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fleetq.emulator.topology import ClusterSpec, Topology, parse_topology
+from fleetq.topology import ClusterSpec, Topology, parse_topology
 
 CLUSTER = "cluster-x"
 TOPOLOGY: dict[str, Any] = {"clusters": [{
@@ -135,7 +135,7 @@ def uncached_plane() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def emulated_member() -> Iterator[Any]:
-    from fleetq.emulator import EmulatedFleet
+    from fleetq.emulator.fleet import EmulatedFleet
 
     with tempfile.TemporaryDirectory(prefix="fleetq-emu-") as out, \
             EmulatedFleet(topology(), out_dir=Path(out)) as fleet:

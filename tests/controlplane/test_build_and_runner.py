@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from fleetq.controlplane.build import BINARIES, KUBERNETES_VERSION, Build, BuildError, build, cached
 from fleetq.controlplane.runner import ControlPlane
 from fleetq.emulator.tls import make_material
-from fleetq.emulator.topology import parse_topology
+from fleetq.topology import parse_topology
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fleetq.emulator.topology import parse_topology
+from fleetq.topology import parse_topology
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 MGMT = "mgmt"

@@ -38,7 +38,7 @@ from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from bench.chaos import job_manifest, job_view, policy_manifest, tree_manifest
 from fleetq.cli.apply import apply_tree
-from fleetq.emulator import EmulatedFleet
+from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView, QuotaView
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id, tree_workflow_id

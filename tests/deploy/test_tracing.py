@@ -32,7 +32,7 @@ from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from bench.chaos import job_manifest, policy_manifest, tree_manifest
 from fleetq.cli import app
-from fleetq.emulator import EmulatedFleet
+from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.naming import job_workflow_id
 from fleetq.temporal_client import (
     DATA_CONVERTER,

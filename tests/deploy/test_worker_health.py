@@ -35,7 +35,7 @@ from temporalio.worker import WorkerDeploymentConfig
 
 from bench.chaos import job_manifest, policy_manifest, tree_manifest
 from fleetq.cli.apply import apply_tree
-from fleetq.emulator import EmulatedFleet
+from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id
 from fleetq.temporal_client import search_attribute_keys, temporal_cli_path

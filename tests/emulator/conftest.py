@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from fleetq.emulator import EmulatedFleet, parse_topology
+from fleetq.emulator.fleet import EmulatedFleet
+from fleetq.topology import parse_topology
 
 SMALL = {
     "clusters": [

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from fleetq.emulator import EmulatedFleet
+from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.emulator.selectors import SelectorError, parse_label_selector
 
 from .conftest import api_client

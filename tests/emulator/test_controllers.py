@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from fleetq.emulator import EmulatedFleet
+from fleetq.emulator.fleet import EmulatedFleet
 
 from .conftest import api_client, conditions, pytorchjob, wait_for
 

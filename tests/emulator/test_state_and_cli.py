@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from fleetq.emulator import EmulatedFleet, TopologyError, load_topology, parse_topology
+from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.fleet_config import load_fleet_config
+from fleetq.topology import TopologyError, load_topology, parse_topology
 
 from .conftest import SMALL, api_client, pytorchjob, wait_for
 

@@ -32,7 +32,7 @@ from activities.member_cluster import KubeApi
 from activities.scheduling import SchedulingActivities
 from bench.chaos import job_manifest, job_view, tree_manifest
 from fleetq.cli.apply import apply_registry_object, apply_tree
-from fleetq.emulator import EmulatedFleet
+from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id

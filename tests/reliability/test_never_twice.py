@@ -25,7 +25,7 @@ from typing import Any
 from activities.scheduling import SchedulingActivities
 from bench.chaos import job_manifest, policy_manifest
 from fleetq.cluster_health import TAINT_UNREACHABLE
-from fleetq.emulator import EmulatedFleet
+from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
 from tests.reliability.conftest import Stack

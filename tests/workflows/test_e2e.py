@@ -22,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.cli.apply import apply_objects, start_job
-from fleetq.emulator import EmulatedFleet
+from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.models import parse_object
 from fleetq.naming import job_workflow_id
