@@ -58,9 +58,9 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
+from fleetq.client.connection import connect, has_search_attributes
 from fleetq.naming import CONTROL_TASK_QUEUE, TASK_QUEUE
-from fleetq.temporal_client import connect, has_search_attributes
-from fleetq.worker_health import DEFAULT_STALL_SECONDS, HealthServer, WorkerHealth
+from fleetq.runtime.worker_health import DEFAULT_STALL_SECONDS, HealthServer, WorkerHealth
 from workflows import ALL_WORKFLOWS
 
 log = logging.getLogger("fleetq.worker")

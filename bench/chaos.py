@@ -51,6 +51,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
+from fleetq.client.connection import connect, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.naming import (
@@ -63,7 +64,6 @@ from fleetq.naming import (
 from fleetq.naming import (
     KF_JOB_NAME as JOB_NAME_LABEL,
 )
-from fleetq.temporal_client import connect, temporal_cli_path
 
 if TYPE_CHECKING:
     from fleetq.controlplane.runner import RealFleet

@@ -31,10 +31,10 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
-from fleetq.embedded import EmbeddedFleet, free_port
+from fleetq.client.connection import connect
 from fleetq.messages import QuotaBatch, QuotaMessage
 from fleetq.naming import CONTROL_TASK_QUEUE, REGISTRY_WORKFLOW_ID
-from fleetq.temporal_client import connect
+from fleetq.runtime.embedded import EmbeddedFleet, free_port
 from workflows.fleet_registry import RegistryState
 
 #: Temporal's history-length warning; a run above it is a failed benchmark.
@@ -47,7 +47,7 @@ def run_main(coro: Coroutine[Any, Any, int]) -> int:
     from temporalio.client import WorkflowFailureError
     from temporalio.service import RPCError
 
-    from fleetq.embedded import EmbeddedError
+    from fleetq.runtime.embedded import EmbeddedError
 
     try:
         return asyncio.run(coro)

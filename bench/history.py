@@ -46,6 +46,7 @@ from bench.common import (
     run_main,
 )
 from fleetq.cli.apply import apply_objects, load_for_apply
+from fleetq.client.connection import test_server_path
 from fleetq.messages import (
     Candidate,
     HolderCheck,
@@ -57,7 +58,6 @@ from fleetq.messages import (
     ResolveInput,
 )
 from fleetq.naming import job_workflow_id
-from fleetq.temporal_client import test_server_path
 from worker import build_worker
 from workflows import ALL_WORKFLOWS
 from workflows.pytorch_job import MAX_HISTORY_EVENTS

@@ -53,7 +53,7 @@ from bench.common import (
     run_main,
 )
 from bench.holder import HolderInput, QuotaHolder
-from fleetq.temporal_client import temporal_cli_path
+from fleetq.client.connection import temporal_cli_path
 from worker import build_worker
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
 

@@ -11,7 +11,7 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.testing import WorkflowEnvironment
 
-from fleetq.temporal_client import (
+from fleetq.client.connection import (
     DATA_CONVERTER,
     ensure_search_attributes,
     search_attribute_keys,

@@ -53,7 +53,7 @@ app.add_typer(controlplane_cmd.app, name="controlplane")
 
 
 def _flush_telemetry() -> None:
-    from fleetq.temporal_client import tracing_enabled
+    from fleetq.client.connection import tracing_enabled
 
     if not tracing_enabled():
         return

@@ -30,6 +30,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from fleetq.cli.context import CliError, get_client, guarded, run
+from fleetq.client.connection import has_search_attributes
 from fleetq.manifests import STDIN, STDIN_NAME, load_manifests
 from fleetq.models import (
     ElasticQuotaTree,
@@ -51,7 +52,6 @@ from fleetq.naming import (
     quota_workflow_id,
 )
 from fleetq.resources import format_resources
-from fleetq.temporal_client import has_search_attributes
 from workflows.fleet_registry import RegistryState
 from workflows.quota_tree import QuotaTreeInput
 

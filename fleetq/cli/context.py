@@ -28,7 +28,8 @@ import typer
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from fleetq.embedded import (  # noqa: F401 - re-exported for the commands
+from fleetq.client.connection import DEFAULT_ADDRESS, connect
+from fleetq.runtime.embedded import (  # noqa: F401 - re-exported for the commands
     INFO_FILE,
     LOCK_FILE,
     STATE_DIR_ENV,
@@ -38,7 +39,6 @@ from fleetq.embedded import (  # noqa: F401 - re-exported for the commands
     read_info,
     write_info,
 )
-from fleetq.temporal_client import DEFAULT_ADDRESS, connect
 
 T = TypeVar("T")
 

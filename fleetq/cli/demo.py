@@ -26,9 +26,9 @@ from fleetq.cli.context import CliError, guarded, is_tty
 from fleetq.cli.describe import describe_job
 from fleetq.cli.get import get_job, show_get
 from fleetq.cli.up import Members, progress_printer, start_and_announce
-from fleetq.embedded import EmbeddedFleet, free_port
+from fleetq.client.connection import connect
 from fleetq.messages import JobView
-from fleetq.temporal_client import connect
+from fleetq.runtime.embedded import EmbeddedFleet, free_port
 
 WALKTHROUGH = ("elasticquotatree.yaml", "propagationpolicy-gang-queue.yaml", "pytorch-test.yaml")
 JOB_NS, JOB_NAME = "default", "pytorch-test"

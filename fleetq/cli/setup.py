@@ -9,7 +9,7 @@ import typer
 
 from fleetq.cli.apply import registry
 from fleetq.cli.context import get_client, guarded, run
-from fleetq.temporal_client import ensure_search_attributes
+from fleetq.client.connection import ensure_search_attributes
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,7 @@ from types import FrameType
 import typer
 
 from fleetq.cli.context import CliError, default_state_dir, guarded, is_tty
-from fleetq.embedded import EmbeddedError, EmbeddedFleet
+from fleetq.runtime.embedded import EmbeddedError, EmbeddedFleet
 
 
 class Members(StrEnum):

@@ -25,9 +25,9 @@ from typing import Any, TypeVar
 import aiohttp
 from aiohttp import web
 
-from fleetq.embedded import free_port
 from fleetq.emulator.faults import Faults
 from fleetq.emulator.store import ApiError
+from fleetq.runtime.embedded import free_port
 
 T = TypeVar("T")
 #: Headers that belong to one hop (or that aiohttp recomputes), never forwarded.

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from activities.member_cluster import MANAGED_BY, RESERVATION_AFFINITY, KubeApi
-from fleetq.embedded import FleetInfo, free_port, write_info
+from fleetq.client.connection import temporal_cli_path
 from fleetq.emulator.fleet import INFO_FILE as EMULATOR_INFO
 from fleetq.naming import TASK_QUEUE
-from fleetq.temporal_client import temporal_cli_path
+from fleetq.runtime.embedded import FleetInfo, free_port, write_info
 from tests.cli.conftest import EXAMPLES, CliFleet
 
 NS = "views"

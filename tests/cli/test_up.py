@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from fleetq.embedded import free_port, pid_alive
+from fleetq.runtime.embedded import free_port, pid_alive
 
 FLEETQ = [sys.executable, "-c", "from fleetq.cli import main; main()"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fleetq.embedded import EmbeddedFleet, free_port
+from fleetq.runtime.embedded import EmbeddedFleet, free_port
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +80,9 @@ def test_a_failed_job_fails_over_to_another_real_member(
     from fleetq.cli.apply import apply_objects, load_for_apply
     from fleetq.cli.demo import walkthrough_dir
     from fleetq.cli.get import get_job
+    from fleetq.client.connection import connect
     from fleetq.controlplane.build import build
-    from fleetq.embedded import FLEETQ_CLI
-    from fleetq.temporal_client import connect
+    from fleetq.runtime.embedded import FLEETQ_CLI
 
     examples = walkthrough_dir()
     policy = yaml.safe_load((examples / "propagationpolicy-gang.yaml").read_text())
@@ -170,9 +170,9 @@ def test_a_partitioned_real_member_is_left_and_purged_as_soon_as_it_answers(
     from fleetq.cli.apply import apply_objects, load_for_apply
     from fleetq.cli.demo import walkthrough_dir
     from fleetq.cli.get import get_job
+    from fleetq.client.connection import connect
     from fleetq.controlplane.build import build
-    from fleetq.embedded import FLEETQ_CLI
-    from fleetq.temporal_client import connect
+    from fleetq.runtime.embedded import FLEETQ_CLI
 
     ns, name = "partition", "partition-test"
     policy = yaml.safe_load((walkthrough_dir() / "propagationpolicy-gang.yaml").read_text())
@@ -251,7 +251,7 @@ def test_max_jobs_one_serialises_queued_jobs_on_real_members(
     from fleetq.cli.delete import delete_job
     from fleetq.cli.demo import walkthrough_dir
     from fleetq.cli.get import get_job
-    from fleetq.temporal_client import connect
+    from fleetq.client.connection import connect
 
     docs = [yaml.safe_load((walkthrough_dir() / f).read_text())
             for f in ("elasticquotatree.yaml", "propagationpolicy-gang-queue.yaml")]

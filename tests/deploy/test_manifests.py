@@ -21,7 +21,7 @@ import yaml
 
 import worker
 from fleetq.fleet_config import FleetConfig
-from fleetq.worker_health import LIVE_PATH, READY_PATH
+from fleetq.runtime.worker_health import LIVE_PATH, READY_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -191,7 +191,7 @@ def test_containerfile_python_layer_builds_and_imports(tmp_path: Path) -> None:
                     str(wheel)], check=True, timeout=120)
     check = (
         "import worker, workflows.pytorch_job, workflows.quota_tree, "
-        "workflows.fleet_registry, activities.scheduling, fleetq.worker_health, "
+        "workflows.fleet_registry, activities.scheduling, fleetq.runtime.worker_health, "
         "fleetq.cli\n"
         f"assert worker.__file__.startswith({str(target)!r}), worker.__file__\n"
         "import os; os.environ.pop('FLEETQ_BUILD_ID', None)\n"

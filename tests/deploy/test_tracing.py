@@ -32,15 +32,15 @@ from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from bench.chaos import job_manifest, policy_manifest, tree_manifest
 from fleetq.cli import app
-from fleetq.emulator.fleet import EmulatedFleet
-from fleetq.naming import job_workflow_id
-from fleetq.temporal_client import (
+from fleetq.client.connection import (
     DATA_CONVERTER,
     connect,
     search_attribute_keys,
     setup_tracing,
     temporal_cli_path,
 )
+from fleetq.emulator.fleet import EmulatedFleet
+from fleetq.naming import job_workflow_id
 from worker import build_worker
 
 NS = "traced"
@@ -160,7 +160,7 @@ def test_otlp_endpoint_without_the_exporter_fails_in_one_line() -> None:
     code = (
         "import sys; sys.modules['opentelemetry.exporter.otlp.proto.grpc.trace_exporter']"
         " = None\n"
-        "from fleetq.temporal_client import setup_tracing\n"
+        "from fleetq.client.connection import setup_tracing\n"
         "setup_tracing()\n"
         "print('fell back silently')\n"
     )

@@ -35,11 +35,11 @@ from temporalio.worker import WorkerDeploymentConfig
 
 from bench.chaos import job_manifest, policy_manifest, tree_manifest
 from fleetq.cli.apply import apply_tree
+from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id
-from fleetq.temporal_client import search_attribute_keys, temporal_cli_path
-from fleetq.worker_health import LIVE_PATH, READY_PATH, WorkerHealth
+from fleetq.runtime.worker_health import LIVE_PATH, READY_PATH, WorkerHealth
 from worker import run_worker
 
 NS = "health"

@@ -32,11 +32,11 @@ from activities.member_cluster import KubeApi
 from activities.scheduling import SchedulingActivities
 from bench.chaos import job_manifest, job_view, tree_manifest
 from fleetq.cli.apply import apply_registry_object, apply_tree
+from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id
-from fleetq.temporal_client import search_attribute_keys, temporal_cli_path
 from worker import build_worker
 
 #: quota leaves (and their namespaces) every reliability test may use

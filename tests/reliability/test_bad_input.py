@@ -37,8 +37,8 @@ from typer.testing import CliRunner
 
 from bench.chaos import history_events, job_manifest, member_copies, workflow_task_failures
 from fleetq.cli import app
+from fleetq.client.connection import temporal_cli_path
 from fleetq.naming import TASK_QUEUE, job_workflow_id
-from fleetq.temporal_client import temporal_cli_path
 from tests.reliability.conftest import REL_TREE, Stack
 
 NS = "bad"

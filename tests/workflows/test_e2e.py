@@ -22,11 +22,11 @@ from temporalio.testing import WorkflowEnvironment
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.cli.apply import apply_objects, start_job
+from fleetq.client.connection import temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.models import parse_object
 from fleetq.naming import job_workflow_id
-from fleetq.temporal_client import temporal_cli_path
 from tests.conftest import namespace_client
 from tests.workflows.fakes import load, policy, walkthrough_job
 from worker import build_worker, metrics_runtime

@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from fleetq.temporal_client import DATA_CONVERTER
+from fleetq.client.connection import DATA_CONVERTER
 from tests.workflows.fakes import ClusterScript, FakeFleet, policy, walkthrough_job
 from workflows import ALL_WORKFLOWS
 

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from fleetq.client.connection import connect, ensure_search_attributes, temporal_cli_path
 from fleetq.naming import (
     CONTROL_TASK_QUEUE,
     INT_ATTRIBUTES,
@@ -36,7 +37,6 @@ from fleetq.naming import (
     REGISTRY_WORKFLOW_ID,
     TASK_QUEUE,
 )
-from fleetq.temporal_client import connect, ensure_search_attributes, temporal_cli_path
 
 Progress = Callable[[str], None]
 STATE_DIR_ENV = "FLEETQ_STATE_DIR"
