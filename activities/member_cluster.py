@@ -6,7 +6,7 @@ safe to call from many threads at once. It speaks only the standard Kubernetes R
 plus PyTorchJob and Reservation custom resources (``docs/member-contract.md``), so the
 same code drives real clusters and the emulator.
 
-What travels back to workflows is deliberately small (the pydantic models below): names,
+What travels back to workflows is deliberately small (the models of ``fleetq.messages``): names,
 phases and counts — never node lists, secret data or kubeconfigs.
 
 Robustness rules every call follows:
@@ -33,8 +33,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -42,37 +41,40 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.watch.watch import iter_resp_lines
 from opentelemetry import trace
-from pydantic import BaseModel, Field
 
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot, Taint
 from fleetq.cluster_health import ReadyStatus, TaintSettings, cluster_taints
 from fleetq.fleet_config import FleetConfigError
 from fleetq.kube_values import format_go_duration, go_duration_or_none, parse_rfc3339
+from fleetq.messages import (
+    MISSING_PHASE,
+    BindRequest,
+    BindResult,
+    Health,
+    JobRef,
+    JobStatus,
+    MemberTaint,
+    PodReservation,
+    PodStatus,
+    PurgeResult,
+    ReserveRequest,
+    ReserveResult,
+)
 from fleetq.models import gang_of, parse_job
-from fleetq.naming import KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE, owner_id
+from fleetq.naming import KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE
 
 if TYPE_CHECKING:
     from activities.capacity_cache import CapacityCache
 
 __all__ = [
     "ApiError",
-    "BindRequest",
-    "BindResult",
     "ClusterUnreachable",
     "ConflictError",
     "FleetConfigError",
-    "JobRef",
-    "JobStatus",
     "KubeApi",
     "KubernetesMemberCluster",
-    "MemberTaint",
     "MemberCluster",
-    "PodReservation",
-    "PodStatus",
-    "PurgeResult",
-    "ReserveRequest",
-    "ReserveResult",
     "RetryPolicy",
 ]
 
@@ -177,120 +179,13 @@ def reservation_name(job: JobRef, role: str, index: int) -> str:
     return f"{job.name}-{job.namespace}-{role.lower()}-{index}-{job.owner_id[:8]}"
 
 
-# --------------------------------------------------------------------------- wire models
-
-
-class JobRef(BaseModel):
-    namespace: str
-    name: str
-    workflow_id: str
-
-    @property
-    def owner_id(self) -> str:
-        return owner_id(self.workflow_id)
-
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    def labels(self) -> dict[str, str]:
-        return {
-            MANAGED_BY: "fleetq",
-            JOB_LABEL: job_label(self.namespace, self.name),
-            OWNER_LABEL: self.owner_id,
-        }
-
-
-class PodReservation(BaseModel):
-    role: str  # "master" | "worker"
-    index: int
-    node: str  # chosen by the fleet's placement
-    requests: dict[str, int]  # milli-units
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
-
-
-class ReserveRequest(BaseModel):
-    job: JobRef
-    pods: list[PodReservation]
-    ttl_seconds: int = 600
-
-
-class ReserveResult(BaseModel):
-    ok: bool
-    reservations: list[str] = Field(default_factory=list)
-    reason: str = ""
-
-
-class BindRequest(BaseModel):
-    job: JobRef
-    manifest: dict[str, Any]  # the user's PyTorchJob manifest, as validated
-    reserved: bool = False
-    propagate_deps: bool = False
-    run_seconds: int | None = None
-
-
-class BindResult(BaseModel):
-    created: bool  # False: it already existed and is ours
-    uid: str
-    deps: list[str] = Field(default_factory=list)  # "Secret default/x"
-
-
-class PodStatus(BaseModel):
-    name: str
-    node: str = ""
-    phase: str
-    ready: bool
-    restarts: int
-    start_time: str | None = None
-
-
-Health = Literal["Healthy", "Unhealthy", "Unknown"]
-#: the phase of a job that has no copy on the member
-MISSING_PHASE = "Missing"
-
-
-class MemberTaint(BaseModel):
-    """A taint on fleetq's view of a member (``cluster.karmada.io/unreachable``...)."""
-
-    key: str
-    value: str = ""
-    effect: str
-    time_added: datetime | None = None
-
-    @classmethod
-    def of(cls, taint: Taint) -> MemberTaint:
-        added = taint.time_added
-        return cls(
-            key=taint.key,
-            value=taint.value,
-            effect=taint.effect,
-            time_added=None if added is None else datetime.fromtimestamp(added, UTC),
-        )
-
-    def to_taint(self) -> Taint:
-        added = None if self.time_added is None else self.time_added.timestamp()
-        return Taint(self.key, self.value, self.effect, added)
-
-
-class JobStatus(BaseModel):
-    cluster: str
-    health: Health
-    phase: str  # Created|Running|Succeeded|Failed|Missing|Unknown
-    reason: str = ""
-    pods: list[PodStatus] = Field(default_factory=list)
-    replica_statuses: dict[str, dict[str, int]] = Field(default_factory=dict)
-    observed: str = ""  # change token: differs whenever health, phase, job or pods change
-    #: the member's health taints while it is unreachable / not ready
-    taints: list[MemberTaint] = Field(default_factory=list)
-    #: when a NoExecute taint evicts the job (its policy's tolerations considered;
-    #: set by the watch activity), and why
-    evict_at: datetime | None = None
-    evict_reason: str = ""
-
-
-class PurgeResult(BaseModel):
-    deleted: list[str] = Field(default_factory=list)
+def job_labels(job: JobRef) -> dict[str, str]:
+    """The labels every object fleetq creates for a job carries on the member."""
+    return {
+        MANAGED_BY: "fleetq",
+        JOB_LABEL: job_label(job.namespace, job.name),
+        OWNER_LABEL: job.owner_id,
+    }
 
 
 @runtime_checkable
@@ -757,7 +652,7 @@ def _copy_dep(kind: str, obj: Mapping[str, Any], job: JobRef) -> dict[str, Any] 
         "metadata": {
             "name": meta.get("name"),
             "namespace": job.namespace,
-            "labels": {**(meta.get("labels") or {}), **job.labels()},
+            "labels": {**(meta.get("labels") or {}), **job_labels(job)},
             "annotations": annotations,
         },
     }
@@ -946,7 +841,7 @@ class KubernetesMemberCluster:
             "kind": "Reservation",
             "metadata": {
                 "name": reservation_name(job, pod.role, pod.index),
-                "labels": job.labels(),
+                "labels": job_labels(job),
                 "annotations": {WORKFLOW_ANNOTATION: job.workflow_id},
             },
             "spec": {
@@ -1147,7 +1042,7 @@ class KubernetesMemberCluster:
         job = req.job
         src = _drop_none(json.loads(json.dumps(req.manifest)))  # deep, JSON-clean copy
         meta = src.get("metadata") or {}
-        labels = {**(meta.get("labels") or {}), **job.labels()}
+        labels = {**(meta.get("labels") or {}), **job_labels(job)}
         annotations = {
             k: v
             for k, v in (meta.get("annotations") or {}).items()
@@ -1181,7 +1076,7 @@ class KubernetesMemberCluster:
         )
         for _role, template in _templates(src):
             tmeta = template.setdefault("metadata", {})
-            tmeta["labels"] = {**(tmeta.get("labels") or {}), **job.labels()}
+            tmeta["labels"] = {**(tmeta.get("labels") or {}), **job_labels(job)}
             if req.reserved:
                 tmeta["annotations"] = {
                     **(tmeta.get("annotations") or {}),

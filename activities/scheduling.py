@@ -15,36 +15,32 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.fleet import Fleet
-from activities.member_cluster import (
-    ApiError,
-    BindRequest,
-    BindResult,
-    ClusterUnreachable,
-    ConflictError,
-    JobRef,
-    JobStatus,
-    PurgeResult,
-    ReserveRequest,
-    ReserveResult,
-)
+from activities.member_cluster import ApiError, ClusterUnreachable, ConflictError
 from activities.quota_outbox import QuotaOutbox, QuotaRefused
 from fleetq.cluster_health import eviction_due
 from fleetq.messages import (
+    BindInput,
+    BindResult,
     Candidate,
     HolderCheck,
     HolderVerdict,
+    JobStatus,
     PlacementInput,
     PlacementVerdict,
+    PurgeInput,
+    PurgeResult,
     QuotaSignal,
+    ReserveInput,
+    ReserveResult,
     Resolution,
     ResolveInput,
+    WatchInput,
 )
 from fleetq.models import ClusterAffinity, PropagationPolicy, Toleration, parse_policy
 from fleetq.naming import REGISTRY_WORKFLOW_ID
@@ -57,36 +53,6 @@ REGISTRY_MAX_AGE = 1.0
 PURGE_POLL_SECONDS = 1.0
 #: purge_when_reachable's "do you answer?" waits at most this long for the member
 PURGE_PROBE_READ_SECONDS = 5.0
-
-
-class ReserveInput(BaseModel):
-    cluster: str
-    request: ReserveRequest
-
-
-class BindInput(BaseModel):
-    cluster: str
-    request: BindRequest
-
-
-class WatchInput(BaseModel):
-    cluster: str
-    job: JobRef
-    #: "" (return at once), an earlier status's ``observed`` token (return on any
-    #: change), or "health/phase" (return when either changes)
-    since: str = ""
-    timeout_seconds: float = 300.0
-    #: the policy's placement.clusterTolerations: with them the watch says when a
-    #: NoExecute health taint on the member evicts the job (``JobStatus.evict_at``)
-    cluster_tolerations: list[dict[str, Any]] = Field(default_factory=list)
-
-
-class PurgeInput(BaseModel):
-    cluster: str
-    job: JobRef
-    #: purge_when_reachable only: return only once the job and its pods are gone from
-    #: the member (strict fencing), not once the deletes were accepted
-    confirm: bool = False
 
 
 async def deliver_quota_message(outbox: QuotaOutbox, inp: QuotaSignal) -> bool:

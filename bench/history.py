@@ -34,8 +34,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.member_cluster import BindResult, JobStatus, PodStatus, PurgeResult, ReserveResult
-from activities.scheduling import BindInput, PurgeInput, ReserveInput, WatchInput
 from bench.common import (
     HISTORY_WARN_EVENTS,
     RunStats,
@@ -48,14 +46,23 @@ from bench.common import (
 from fleetq.cli.apply import apply_objects, load_for_apply
 from fleetq.client.connection import test_server_path
 from fleetq.messages import (
+    BindInput,
+    BindResult,
     Candidate,
     HolderCheck,
     HolderVerdict,
+    JobStatus,
     JobView,
     PlacementInput,
     PlacementVerdict,
+    PodStatus,
+    PurgeInput,
+    PurgeResult,
+    ReserveInput,
+    ReserveResult,
     Resolution,
     ResolveInput,
+    WatchInput,
 )
 from fleetq.naming import job_workflow_id
 from worker import build_worker

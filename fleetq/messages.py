@@ -2,20 +2,23 @@
 
 Everything here goes through Temporal history, so it stays small: pod *shapes* grouped by
 role instead of pod lists, cluster names and one-line reasons instead of node lists, and
-never a kubeconfig or Secret data. The member-cluster verdicts (``JobRef``,
-``ReserveRequest``, ``JobStatus``...) live beside the adapter in
-``activities/member_cluster.py``.
+never a kubeconfig or Secret data. Every Temporal contract lives here (activity and
+workflow inputs and outputs, the member-cluster verdicts included), so workflows import
+plain data models and never an adapter module; this module is pure core (no Temporal,
+no Kubernetes client).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from fleetq.admission import AdmissionRequest, AdmissionState, QueueInfo, QueuePolicy
+from fleetq.capacity import Taint
 from fleetq.models import Gang, GangPod
+from fleetq.naming import owner_id
 
 # --------------------------------------------------------------------------- gang shapes
 
@@ -133,6 +136,148 @@ class HolderCheck(BaseModel):
 
 class HolderVerdict(BaseModel):
     gone: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- member clusters
+
+
+class JobRef(BaseModel):
+    """A fleet job as a member cluster knows it: its name and the workflow that owns
+    its copies (``owner_id`` is the ``fleetq.io/owner`` label value)."""
+
+    namespace: str
+    name: str
+    workflow_id: str
+
+    @property
+    def owner_id(self) -> str:
+        return owner_id(self.workflow_id)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class PodReservation(BaseModel):
+    role: str  # "master" | "worker"
+    index: int
+    node: str  # chosen by the fleet's placement
+    requests: dict[str, int]  # milli-units
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ReserveRequest(BaseModel):
+    job: JobRef
+    pods: list[PodReservation]
+    ttl_seconds: int = 600
+
+
+class ReserveResult(BaseModel):
+    ok: bool
+    reservations: list[str] = Field(default_factory=list)
+    reason: str = ""
+
+
+class BindRequest(BaseModel):
+    job: JobRef
+    manifest: dict[str, Any]  # the user's PyTorchJob manifest, as validated
+    reserved: bool = False
+    propagate_deps: bool = False
+    run_seconds: int | None = None
+
+
+class BindResult(BaseModel):
+    created: bool  # False: it already existed and is ours
+    uid: str
+    deps: list[str] = Field(default_factory=list)  # "Secret default/x"
+
+
+class PodStatus(BaseModel):
+    name: str
+    node: str = ""
+    phase: str
+    ready: bool
+    restarts: int
+    start_time: str | None = None
+
+
+Health = Literal["Healthy", "Unhealthy", "Unknown"]
+#: the phase of a job that has no copy on the member
+MISSING_PHASE = "Missing"
+
+
+class MemberTaint(BaseModel):
+    """A taint on fleetq's view of a member (``cluster.karmada.io/unreachable``...)."""
+
+    key: str
+    value: str = ""
+    effect: str
+    time_added: datetime | None = None
+
+    @classmethod
+    def of(cls, taint: Taint) -> MemberTaint:
+        added = taint.time_added
+        return cls(
+            key=taint.key,
+            value=taint.value,
+            effect=taint.effect,
+            time_added=None if added is None else datetime.fromtimestamp(added, UTC),
+        )
+
+    def to_taint(self) -> Taint:
+        added = None if self.time_added is None else self.time_added.timestamp()
+        return Taint(self.key, self.value, self.effect, added)
+
+
+class JobStatus(BaseModel):
+    cluster: str
+    health: Health
+    phase: str  # Created|Running|Succeeded|Failed|Missing|Unknown
+    reason: str = ""
+    pods: list[PodStatus] = Field(default_factory=list)
+    replica_statuses: dict[str, dict[str, int]] = Field(default_factory=dict)
+    observed: str = ""  # change token: differs whenever health, phase, job or pods change
+    #: the member's health taints while it is unreachable / not ready
+    taints: list[MemberTaint] = Field(default_factory=list)
+    #: when a NoExecute taint evicts the job (its policy's tolerations considered;
+    #: set by the watch activity), and why
+    evict_at: datetime | None = None
+    evict_reason: str = ""
+
+
+class PurgeResult(BaseModel):
+    deleted: list[str] = Field(default_factory=list)
+
+
+class ReserveInput(BaseModel):
+    cluster: str
+    request: ReserveRequest
+
+
+class BindInput(BaseModel):
+    cluster: str
+    request: BindRequest
+
+
+class WatchInput(BaseModel):
+    cluster: str
+    job: JobRef
+    #: "" (return at once), an earlier status's ``observed`` token (return on any
+    #: change), or "health/phase" (return when either changes)
+    since: str = ""
+    timeout_seconds: float = 300.0
+    #: the policy's placement.clusterTolerations: with them the watch says when a
+    #: NoExecute health taint on the member evicts the job (``JobStatus.evict_at``)
+    cluster_tolerations: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class PurgeInput(BaseModel):
+    cluster: str
+    job: JobRef
+    #: purge_when_reachable only: return only once the job and its pods are gone from
+    #: the member (strict fencing), not once the deletes were accepted
+    confirm: bool = False
 
 
 # --------------------------------------------------------------------------- job view

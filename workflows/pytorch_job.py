@@ -31,30 +31,31 @@ from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
-    from activities.member_cluster import (
-        BindRequest,
-        BindResult,
-        JobRef,
-        JobStatus,
-        PodReservation,
-        PurgeResult,
-        ReserveRequest,
-        ReserveResult,
-    )
-    from activities.scheduling import BindInput, PurgeInput, ReserveInput, WatchInput
     from fleetq.admission import AdmissionRequest, Grant
     from fleetq.job_input import InvalidJobInput, JobInput, JobProgress
     from fleetq.messages import (
         TERMINAL_STATES,
+        BindInput,
+        BindRequest,
+        BindResult,
         GangShape,
         JobEvent,
+        JobRef,
         JobState,
+        JobStatus,
         JobView,
         PlacementInput,
         PlacementVerdict,
+        PodReservation,
+        PurgeInput,
+        PurgeResult,
         QuotaSignal,
+        ReserveInput,
+        ReserveRequest,
+        ReserveResult,
         Resolution,
         ResolveInput,
+        WatchInput,
     )
     from fleetq.models import (
         Gang,

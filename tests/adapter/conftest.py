@@ -33,7 +33,8 @@ import pytest
 import yaml
 
 from activities.fleet import Fleet
-from activities.member_cluster import JobRef, KubeApi, KubernetesMemberCluster
+from activities.member_cluster import KubeApi, KubernetesMemberCluster
+from fleetq.messages import JobRef
 
 REAL_KUBECONFIG = os.environ.get("FLEETQ_TEST_KUBECONFIG")
 REAL_CONTEXTS = [c for c in os.environ.get("FLEETQ_TEST_CONTEXTS", "").split(",") if c]

@@ -12,14 +12,8 @@ import pytest
 import yaml
 
 from activities.fleet import Fleet
-from activities.member_cluster import (
-    BindRequest,
-    ConflictError,
-    JobRef,
-    KubernetesMemberCluster,
-    PodReservation,
-    ReserveRequest,
-)
+from activities.member_cluster import ConflictError, KubernetesMemberCluster
+from fleetq.messages import BindRequest, JobRef, PodReservation, ReserveRequest
 from fleetq.resources import CPU
 
 from .conftest import eventually, manifest, member, on_reservation_members

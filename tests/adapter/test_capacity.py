@@ -6,13 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from activities.fleet import Fleet
-from activities.member_cluster import (
-    BindRequest,
-    JobRef,
-    PodReservation,
-    ReserveRequest,
-)
 from fleetq.capacity import ClusterSnapshot
+from fleetq.messages import BindRequest, JobRef, PodReservation, ReserveRequest
 from fleetq.resources import CPU, fits
 
 from .conftest import eventually, manifest, member, on_reservation_members

@@ -10,14 +10,8 @@ from typing import Any
 import pytest
 
 from activities.fleet import Fleet
-from activities.member_cluster import (
-    BindRequest,
-    ClusterUnreachable,
-    JobRef,
-    KubernetesMemberCluster,
-    PodReservation,
-    ReserveRequest,
-)
+from activities.member_cluster import ClusterUnreachable, KubernetesMemberCluster
+from fleetq.messages import BindRequest, JobRef, PodReservation, ReserveRequest
 from fleetq.resources import CPU
 
 from .conftest import CONNECT_S, READ_S, TTL_S, eventually, manifest, member

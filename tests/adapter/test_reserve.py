@@ -11,14 +11,11 @@ import pytest
 from activities.fleet import Fleet
 from activities.member_cluster import (
     OWNER_LABEL,
-    JobRef,
     KubeApi,
     KubernetesMemberCluster,
-    PodReservation,
-    ReserveRequest,
-    ReserveResult,
     reservation_name,
 )
+from fleetq.messages import JobRef, PodReservation, ReserveRequest, ReserveResult
 from fleetq.resources import CPU
 
 from .conftest import eventually, member, on_reservation_members

@@ -11,14 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from activities.member_cluster import (
-    BindRequest,
-    JobRef,
-    KubeApi,
-    KubernetesMemberCluster,
-    PodReservation,
-    ReserveRequest,
-)
+from activities.member_cluster import KubeApi, KubernetesMemberCluster
+from fleetq.messages import BindRequest, JobRef, PodReservation, ReserveRequest
 from fleetq.resources import CPU, MEMORY
 
 from .conftest import CLUSTER, Raw

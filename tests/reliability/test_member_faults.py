@@ -21,16 +21,9 @@ import uuid
 
 import pytest
 
-from activities.member_cluster import (
-    BindRequest,
-    ClusterUnreachable,
-    JobRef,
-    KubernetesMemberCluster,
-    PodReservation,
-    ReserveRequest,
-)
+from activities.member_cluster import ClusterUnreachable, KubernetesMemberCluster
 from bench.chaos import job_manifest, job_reservations, member_copies, policy_manifest
-from fleetq.messages import JobView
+from fleetq.messages import BindRequest, JobRef, JobView, PodReservation, ReserveRequest
 from fleetq.naming import job_workflow_id
 from tests.reliability.conftest import READ_S, Stack
 

@@ -22,25 +22,27 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.member_cluster import BindResult, JobStatus, PodStatus, PurgeResult, ReserveResult
 from activities.quota_outbox import QuotaOutbox
-from activities.scheduling import (
-    BindInput,
-    PurgeInput,
-    ReserveInput,
-    WatchInput,
-    deliver_quota_message,
-)
+from activities.scheduling import deliver_quota_message
 from fleetq.messages import (
+    BindInput,
+    BindResult,
     Candidate,
     HolderCheck,
     HolderVerdict,
+    JobStatus,
     JobView,
     PlacementInput,
     PlacementVerdict,
+    PodStatus,
+    PurgeInput,
+    PurgeResult,
     QuotaSignal,
+    ReserveInput,
+    ReserveResult,
     Resolution,
     ResolveInput,
+    WatchInput,
 )
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "examples"
