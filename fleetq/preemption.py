@@ -1,0 +1,804 @@
+"""Preemption decisions: which admitted gangs give way, for whom, and why (issue 18).
+
+Today a waiting job can only wait; this module decides, once and deterministically, when
+it may instead take quota or capacity from running jobs. It only *decides*: the quota
+workflow signals the victims, waits for them to release, then admits the preemptor; the
+simulator replays the same decisions in virtual time. Pure: no Temporal, no I/O, no clock
+(time is an argument), no randomness.
+
+Policy (annotations, both on the ElasticQuotaTree, both default ``Never``):
+
+* ``fleetq.io/preemption: Never | LowerPriority`` -- *priority preemption* within a node:
+  a waiting job whose quota does not fit may evict admitted jobs of strictly lower
+  priority charged to the same quota node (which includes its ``kube-queue/max-jobs``);
+* ``fleetq.io/reclaim: Never | LowerPriority | Any`` -- *reclaim* across the tree: a job
+  whose node is below its ``min`` takes quota back from nodes borrowing above their own
+  ``min`` (``LowerPriority``: only from lower-priority jobs; ``Any``: any priority);
+* ``fleetq.io/fair-share-weight: "child-1=2,child-2=0.5"`` -- per-node weights for fair
+  sharing (default 1, positive numbers). The tree's nodes carry no annotations of their
+  own (``QuotaNodeSpec`` is strict), so the weights sit on the tree, one ``node=weight``
+  pair per node.
+
+Per job (PyTorchJob annotations): ``fleetq.io/preemptible: "false"`` opts out of ever
+being a victim; ``fleetq.io/preemption-grace-seconds`` (default 30) is how long a victim
+gets to stop before its member copy is purged.
+
+Rules every decision keeps (the property tests in ``tests/core`` check them):
+
+* victims are whole gangs (one admitted job is one unit), never opted-out jobs, and with
+  a ``LowerPriority`` rule never of priority >= the preemptor's;
+* candidates are taken in a deterministic order -- reclaim candidates before the
+  preemptor's own node, the borrower with the highest weighted fair share first, then
+  lowest priority, then the most recently admitted (least work lost), then job id -- until
+  the preemptor fits, and the set is then made *minimal*: no victim can be dropped with
+  the preemptor still fitting;
+* nothing is preempted for a job that would not fit even with every candidate gone, and
+  once the victims have released, admitting the preemptor keeps usage under ``max`` at
+  its node and every ancestor;
+* reclaim only serves a node below its ``min`` that stays within its ``min`` (for the
+  resources ``min`` names) once the preemptor is admitted, and only takes from a node
+  whose path up to the common ancestor with the preemptor's node borrows above ``min`` in
+  a resource the preemptor asks for; so a reclaimed borrower can never reclaim back.
+
+Fair sharing (as Kueue's): a node's *dominant resource share* (DRS) is the largest, over
+resources, of its quota borrowed above ``min`` divided by what its parent can share (the
+parent's ``max``, else its ``min``); the *weighted share* is DRS / weight.
+:func:`fair_share_order` orders nodes wanting the same idle quota lowest weighted share
+first; reclaim takes from the borrower with the highest weighted share first,
+recomputed after every victim.
+
+Capacity preemption (:func:`plan_capacity_preemption`): quota admitted the job but no
+member has room. Exactly one cluster is chosen where evicting lower-priority preemptible
+gangs makes the whole gang fit node by node (:func:`fleetq.placement.place_gang` on the
+snapshot with the victims' pods given back), the cheapest such cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from fleetq import resources as R
+from fleetq.admission import Admission, AdmissionRequest
+from fleetq.capacity import ClusterSnapshot, NodeCapacity
+from fleetq.models import ClusterAffinity, ElasticQuotaTree, Gang, ManifestError, PyTorchJob
+from fleetq.placement import ClusterChoice, TolerationLike, place_gang
+
+__all__ = [
+    "DEFAULT_GRACE_SECONDS",
+    "FAIR_SHARE_WEIGHT_ANNOTATION",
+    "GRACE_ANNOTATION",
+    "PREEMPTIBLE_ANNOTATION",
+    "PREEMPTION_ANNOTATION",
+    "RECLAIM_ANNOTATION",
+    "AdmittedJob",
+    "CapacityPlan",
+    "HolderInfo",
+    "JobPreemptionPolicy",
+    "PreemptionMode",
+    "PreemptionPlan",
+    "PreemptionReason",
+    "Preemptor",
+    "QuotaNodeLimits",
+    "QuotaSnapshot",
+    "ReclaimMode",
+    "RunningGang",
+    "RunningPod",
+    "TreePreemptionPolicy",
+    "Victim",
+    "fair_share_order",
+    "job_policy",
+    "job_policy_from_annotations",
+    "plan_capacity_preemption",
+    "plan_quota_preemption",
+    "preemptor_from_request",
+    "snapshot_from_admission",
+    "tree_policy",
+    "weighted_shares",
+]
+
+PREEMPTION_ANNOTATION = "fleetq.io/preemption"
+RECLAIM_ANNOTATION = "fleetq.io/reclaim"
+FAIR_SHARE_WEIGHT_ANNOTATION = "fleetq.io/fair-share-weight"
+PREEMPTIBLE_ANNOTATION = "fleetq.io/preemptible"
+GRACE_ANNOTATION = "fleetq.io/preemption-grace-seconds"
+DEFAULT_GRACE_SECONDS = 30
+#: Longest grace period accepted (one day), so a typo cannot park a preemptor for years.
+MAX_GRACE_SECONDS = 86_400
+
+
+# --------------------------------------------------------------------------- policy
+
+
+class PreemptionMode(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+
+
+class ReclaimMode(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+class PreemptionReason(StrEnum):
+    """Why a victim is preempted (the metric label; :attr:`Victim.message` says more)."""
+
+    PRIORITY = "Priority"  # a higher-priority job of the same quota node
+    RECLAIM = "Reclaim"  # a node below its min takes back borrowed quota
+    CAPACITY = "Capacity"  # a higher-priority gang needs room on a member cluster
+
+
+@dataclass(frozen=True)
+class TreePreemptionPolicy:
+    """The tree's preemption policy; ``weights`` holds the nodes with a weight other
+    than the default 1."""
+
+    preemption: PreemptionMode = PreemptionMode.NEVER
+    reclaim: ReclaimMode = ReclaimMode.NEVER
+    weights: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def enabled(self) -> bool:
+        return self.preemption is not PreemptionMode.NEVER or self.reclaim is not ReclaimMode.NEVER
+
+    def weight(self, node: str) -> float:
+        return self.weights.get(node, 1.0)
+
+
+@dataclass(frozen=True)
+class JobPreemptionPolicy:
+    """A job's own say: whether it may be a victim and how long it gets to stop."""
+
+    preemptible: bool = True
+    grace_seconds: int = DEFAULT_GRACE_SECONDS
+
+
+def _field(key: str) -> str:
+    return f"metadata.annotations.{key}"
+
+
+def _got(value: str) -> str:
+    return repr(value[:32])
+
+
+def _tree_ref(tree: ElasticQuotaTree) -> str:
+    return f"ElasticQuotaTree {tree.metadata.namespace or 'default'}/{tree.metadata.name}"
+
+
+def _tree_nodes(tree: ElasticQuotaTree) -> list[str]:
+    out: list[str] = []
+    stack = [tree.spec.root]
+    while stack:
+        node = stack.pop()
+        out.append(node.name)
+        stack.extend(reversed(node.children))
+    return out
+
+
+def _parse_weights(ref: str, value: str, nodes: Collection[str]) -> dict[str, float]:
+    where = _field(FAIR_SHARE_WEIGHT_ANNOTATION)
+    weights: dict[str, float] = {}
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, number = (p.strip() for p in item.partition("="))
+        if not sep or not name:
+            raise ManifestError(
+                ref, where, f"must be node=weight pairs separated by commas, got {_got(item)}"
+            )
+        if name not in nodes:
+            raise ManifestError(ref, where, f"names no node of the tree: {_got(name)}")
+        if name in weights:
+            raise ManifestError(ref, where, f"gives node {name!r} a weight twice")
+        try:
+            weight = float(number)
+        except ValueError:
+            weight = math.nan
+        if not (math.isfinite(weight) and weight > 0):
+            raise ManifestError(
+                ref, where, f"weight of {name!r} must be a positive number, got {_got(number)}"
+            )
+        weights[name] = weight
+    return {k: v for k, v in weights.items() if v != 1.0}
+
+
+def tree_policy(tree: ElasticQuotaTree | None) -> TreePreemptionPolicy:
+    """The preemption policy written on ``tree`` (``Never``/``Never`` without a tree).
+    A bad value raises one :class:`~fleetq.models.ManifestError` naming the tree and the
+    annotation, e.g. ``ElasticQuotaTree kube-system/t: metadata.annotations.fleetq.io/
+    reclaim must be Never, LowerPriority or Any, got 'always'``."""
+    if tree is None:
+        return TreePreemptionPolicy()
+    ref = _tree_ref(tree)
+    notes = tree.metadata.annotations
+    raw = notes.get(PREEMPTION_ANNOTATION, PreemptionMode.NEVER.value)
+    try:
+        preemption = PreemptionMode(raw)
+    except ValueError:
+        raise ManifestError(
+            ref, _field(PREEMPTION_ANNOTATION), f"must be Never or LowerPriority, got {_got(raw)}"
+        ) from None
+    raw = notes.get(RECLAIM_ANNOTATION, ReclaimMode.NEVER.value)
+    try:
+        reclaim = ReclaimMode(raw)
+    except ValueError:
+        raise ManifestError(
+            ref,
+            _field(RECLAIM_ANNOTATION),
+            f"must be Never, LowerPriority or Any, got {_got(raw)}",
+        ) from None
+    weights: dict[str, float] = {}
+    raw_weights = notes.get(FAIR_SHARE_WEIGHT_ANNOTATION)
+    if raw_weights is not None:
+        weights = _parse_weights(ref, raw_weights, set(_tree_nodes(tree)))
+    return TreePreemptionPolicy(preemption, reclaim, weights)
+
+
+def job_policy_from_annotations(ref: str, annotations: Mapping[str, str]) -> JobPreemptionPolicy:
+    """A job's :class:`JobPreemptionPolicy` from its annotations; ``ref`` names the job
+    in the error (``PyTorchJob default/x``)."""
+    raw = annotations.get(PREEMPTIBLE_ANNOTATION, "true")
+    if raw not in ("true", "false"):
+        raise ManifestError(
+            ref, _field(PREEMPTIBLE_ANNOTATION), f'must be "true" or "false", got {_got(raw)}'
+        )
+    raw_grace = annotations.get(GRACE_ANNOTATION)
+    grace = DEFAULT_GRACE_SECONDS
+    if raw_grace is not None:
+        text = raw_grace.strip()
+        if not (text.isascii() and text.isdigit() and int(text) <= MAX_GRACE_SECONDS):
+            raise ManifestError(
+                ref,
+                _field(GRACE_ANNOTATION),
+                f"must be a whole number of seconds between 0 and {MAX_GRACE_SECONDS}, "
+                f"got {_got(raw_grace)}",
+            )
+        grace = int(text)
+    return JobPreemptionPolicy(preemptible=raw == "true", grace_seconds=grace)
+
+
+def job_policy(job: PyTorchJob) -> JobPreemptionPolicy:
+    """:func:`job_policy_from_annotations` of a PyTorchJob."""
+    return job_policy_from_annotations(f"PyTorchJob {job.ref}", job.metadata.annotations)
+
+
+# --------------------------------------------------------------------------- quota model
+
+
+@dataclass(frozen=True)
+class QuotaNodeLimits:
+    """One node of the quota tree: where it hangs and its limits (milli-units)."""
+
+    name: str
+    parent: str | None
+    min: Mapping[str, int] = field(default_factory=dict)
+    max: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AdmittedJob:
+    """One admitted job (a whole gang) as a possible victim.
+
+    ``request`` is its quota request (``fleetq.models.quota_request``, with its
+    ``kube-queue/max-jobs``); ``node`` the node it is charged to; ``admitted_seq`` orders
+    admissions (larger = admitted later)."""
+
+    job_id: str
+    node: str
+    request: Mapping[str, int]
+    priority: int
+    admitted_seq: int
+    preemptible: bool = True
+    grace_seconds: int = DEFAULT_GRACE_SECONDS
+
+
+@dataclass(frozen=True)
+class QuotaSnapshot:
+    """The quota tree, its admitted jobs and its policy, as a decision sees them.
+
+    Usage is derived from ``admitted`` (charged to the job's node and every ancestor),
+    as :class:`fleetq.quota.QuotaTree` keeps it."""
+
+    nodes: tuple[QuotaNodeLimits, ...]
+    admitted: tuple[AdmittedJob, ...]
+    policy: TreePreemptionPolicy = TreePreemptionPolicy()
+
+
+@dataclass(frozen=True)
+class Preemptor:
+    """The waiting job that may preempt: its quota node, priority and quota request."""
+
+    job_id: str
+    node: str
+    priority: int
+    request: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Victim:
+    """One gang to preempt, for whom, and why (``message`` is the event text:
+    ``priority 1000 > 10``, ``reclaim for child-1 below min``)."""
+
+    job_id: str
+    preemptor: str
+    reason: PreemptionReason
+    message: str
+    priority: int
+    grace_seconds: int
+    node: str = ""  # quota node charged (quota preemption)
+    cluster: str = ""  # member cluster (capacity preemption)
+
+
+@dataclass(frozen=True)
+class PreemptionPlan:
+    """Quota preemption decided for one waiting job: admit it once every victim has
+    released its quota."""
+
+    preemptor: str
+    node: str
+    victims: tuple[Victim, ...]
+
+    @property
+    def reasons(self) -> dict[PreemptionReason, int]:
+        out: dict[PreemptionReason, int] = {}
+        for v in self.victims:
+            out[v.reason] = out.get(v.reason, 0) + 1
+        return out
+
+
+class _Tree:
+    """Index over a snapshot: nodes, chains (node then ancestors) and usage."""
+
+    def __init__(self, snap: QuotaSnapshot) -> None:
+        self.nodes: dict[str, QuotaNodeLimits] = {}
+        for n in snap.nodes:
+            if n.name in self.nodes:
+                raise ValueError(f"quota node {n.name!r} is given twice")
+            self.nodes[n.name] = n
+        self.chain: dict[str, tuple[str, ...]] = {}
+        for name in self.nodes:
+            chain = [name]
+            while (parent := self.nodes[chain[-1]].parent) is not None:
+                if parent not in self.nodes:
+                    raise ValueError(f"quota node {chain[-1]!r} has unknown parent {parent!r}")
+                if parent in chain:
+                    raise ValueError(f"quota node {name!r} is its own ancestor")
+                chain.append(parent)
+            self.chain[name] = tuple(chain)
+        self.usage: dict[str, R.Resources] = {name: {} for name in self.nodes}
+        self.jobs: dict[str, AdmittedJob] = {}
+        for job in snap.admitted:
+            if job.job_id in self.jobs:
+                raise ValueError(f"admitted job {job.job_id!r} is given twice")
+            if job.node not in self.nodes:
+                raise ValueError(f"admitted job {job.job_id!r} is charged to unknown {job.node!r}")
+            self.jobs[job.job_id] = job
+            self.charge(self.usage, job, 1)
+
+    def charge(self, usage: dict[str, R.Resources], job: AdmittedJob, sign: int) -> None:
+        for n in self.chain[job.node]:
+            R.add_into(usage[n], job.request, sign)
+
+    def fits(self, usage: Mapping[str, R.Resources], node: str, request: Mapping[str, int]) -> bool:
+        for n in self.chain[node]:
+            mx, us = self.nodes[n].max, usage[n]
+            for k, v in request.items():
+                if v > 0:
+                    m = mx.get(k)
+                    if m is not None and us.get(k, 0) + v > m:
+                        return False
+        return True
+
+    def below_min(self, usage: Mapping[str, R.Resources], node: str) -> bool:
+        """As :meth:`fleetq.quota.QuotaNode.below_min`."""
+        positive = [(k, v) for k, v in self.nodes[node].min.items() if v > 0]
+        return bool(positive) and all(usage[node].get(k, 0) < v for k, v in positive)
+
+    def within_min_after(
+        self, usage: Mapping[str, R.Resources], node: str, request: Mapping[str, int]
+    ) -> bool:
+        """Whether ``node`` stays within its ``min`` (resources ``min`` names) once
+        ``request`` is charged to it."""
+        us = usage[node]
+        return all(
+            us.get(k, 0) + request.get(k, 0) <= v for k, v in self.nodes[node].min.items() if v > 0
+        )
+
+    def drs(self, usage: Mapping[str, R.Resources], node: str) -> float:
+        """Dominant resource share of quota borrowed above ``min``, relative to what the
+        parent can share (its ``max``, else its ``min``); 0 for the root."""
+        spec = self.nodes[node]
+        if spec.parent is None:
+            return 0.0
+        parent = self.nodes[spec.parent]
+        best = 0.0
+        for k, used in usage[node].items():
+            if k == R.MAX_JOBS:
+                continue
+            borrowed = used - spec.min.get(k, 0)
+            pool = parent.max.get(k) or parent.min.get(k) or 0
+            if borrowed > 0 and pool > 0:
+                best = max(best, borrowed / pool)
+        return best
+
+    def weighted(
+        self, usage: Mapping[str, R.Resources], node: str, policy: TreePreemptionPolicy
+    ) -> float:
+        return self.drs(usage, node) / policy.weight(node)
+
+
+def weighted_shares(snapshot: QuotaSnapshot) -> dict[str, float]:
+    """Every node's dominant resource share of borrowed quota divided by its weight
+    (0 for a node within its ``min``), in snapshot order."""
+    tree = _Tree(snapshot)
+    return {n: tree.weighted(tree.usage, n, snapshot.policy) for n in tree.nodes}
+
+
+def fair_share_order(
+    snapshot: QuotaSnapshot, wanting: Iterable[tuple[str, Mapping[str, int]]]
+) -> list[str]:
+    """Nodes wanting the same idle quota, in the order they should get it: lowest
+    weighted share first, each counted *as if its request were admitted* (as Kueue's
+    fair sharing ranks admissions), then the share without it, then node name.
+    ``wanting`` holds ``(node, request)`` pairs, one per node (e.g. each queue's head);
+    a node named twice keeps its first request."""
+    tree = _Tree(snapshot)
+    seen: dict[str, Mapping[str, int]] = {}
+    for node, request in wanting:
+        if node not in tree.nodes:
+            raise KeyError(f"quota tree has no node {node!r}")
+        seen.setdefault(node, request)
+
+    def key(item: tuple[str, Mapping[str, int]]) -> tuple[float, float, str]:
+        node, request = item
+        after = {node: R.add(tree.usage[node], request)}
+        share_after = tree.drs(after, node) / snapshot.policy.weight(node)
+        return share_after, tree.weighted(tree.usage, node, snapshot.policy), node
+
+    return [node for node, _ in sorted(seen.items(), key=key)]
+
+
+def _victim_key(job: AdmittedJob) -> tuple[int, int, str]:
+    return job.priority, -job.admitted_seq, job.job_id
+
+
+def _lca_path(tree: _Tree, node: str, other: str) -> tuple[str, ...] | None:
+    """``node``'s chain strictly below its lowest common ancestor with ``other``; None
+    when ``node`` is ``other``'s ancestor or descendant (or ``other`` itself)."""
+    others = set(tree.chain[other])
+    path: list[str] = []
+    for n in tree.chain[node]:
+        if n in others:
+            break
+        path.append(n)
+    if not path or other in tree.chain[node]:
+        return None
+    return tuple(path)
+
+
+def plan_quota_preemption(snapshot: QuotaSnapshot, preemptor: Preemptor) -> PreemptionPlan | None:
+    """The victims whose quota, once released, lets ``preemptor`` be admitted, or None
+    when it fits already, the policy allows no preemption for it, or it would not fit
+    even with every candidate gone. See the module docstring for the rules."""
+    tree = _Tree(snapshot)
+    policy = snapshot.policy
+    node = preemptor.node
+    if node not in tree.nodes:
+        raise KeyError(f"quota tree has no node {node!r}")
+    request = preemptor.request
+    usage = {n: dict(u) for n, u in tree.usage.items()}
+    if tree.fits(usage, node, request) or not policy.enabled:
+        return None
+    # Priority preemption: lower-priority jobs of the preemptor's own node.
+    own: list[AdmittedJob] = []
+    if policy.preemption is PreemptionMode.LOWER_PRIORITY:
+        own = sorted(
+            (
+                j
+                for j in tree.jobs.values()
+                if j.node == node
+                and j.preemptible
+                and j.priority < preemptor.priority
+                and j.job_id != preemptor.job_id
+            ),
+            key=_victim_key,
+        )
+    # Reclaim: jobs of borrowers elsewhere in the tree, by node.
+    reclaim: dict[str, list[AdmittedJob]] = {}
+    paths: dict[str, tuple[str, ...]] = {}
+    asks = [k for k, v in request.items() if v > 0 and k != R.MAX_JOBS]
+    if (
+        policy.reclaim is not ReclaimMode.NEVER
+        and tree.below_min(usage, node)
+        and tree.within_min_after(usage, node, request)
+    ):
+        for j in sorted(tree.jobs.values(), key=_victim_key):
+            if not j.preemptible or j.job_id == preemptor.job_id:
+                continue
+            if policy.reclaim is ReclaimMode.LOWER_PRIORITY and j.priority >= preemptor.priority:
+                continue
+            if j.node not in paths:
+                path = _lca_path(tree, j.node, node)
+                if path is None:
+                    continue
+                paths[j.node] = path
+            reclaim.setdefault(j.node, []).append(j)
+
+    def borrows(n: str) -> bool:
+        mins, us = tree.nodes[n].min, usage[n]
+        return any(us.get(k, 0) > mins.get(k, 0) for k in asks)
+
+    chosen: list[tuple[AdmittedJob, PreemptionReason]] = []
+
+    def take(job: AdmittedJob, reason: PreemptionReason) -> bool:
+        chosen.append((job, reason))
+        tree.charge(usage, job, -1)
+        return tree.fits(usage, node, request)
+
+    fitted = False
+    while reclaim and not fitted:
+        open_nodes = [n for n in reclaim if all(borrows(p) for p in paths[n])]
+        if not open_nodes:
+            break
+        target = min(open_nodes, key=lambda n: (-tree.weighted(usage, n, policy), n))
+        job = reclaim[target].pop(0)
+        if not reclaim[target]:
+            del reclaim[target]
+        fitted = take(job, PreemptionReason.RECLAIM)
+    for job in own:
+        if fitted:
+            break
+        fitted = take(job, PreemptionReason.PRIORITY)
+    if not fitted:
+        return None
+    # Minimal: drop every victim the preemptor can do without (latest first). Fit only
+    # gets harder as victims are dropped, so one pass leaves no droppable victim.
+    for i in range(len(chosen) - 1, -1, -1):
+        job = chosen[i][0]
+        tree.charge(usage, job, 1)
+        if tree.fits(usage, node, request):
+            del chosen[i]
+        else:
+            tree.charge(usage, job, -1)
+    victims = tuple(
+        Victim(
+            job_id=job.job_id,
+            preemptor=preemptor.job_id,
+            reason=reason,
+            message=(
+                f"priority {preemptor.priority} > {job.priority}"
+                if reason is PreemptionReason.PRIORITY
+                else f"reclaim for {node} below min"
+            ),
+            priority=job.priority,
+            grace_seconds=job.grace_seconds,
+            node=job.node,
+        )
+        for job, reason in sorted(chosen, key=lambda c: _victim_key(c[0]))
+    )
+    return PreemptionPlan(preemptor=preemptor.job_id, node=node, victims=victims)
+
+
+# --------------------------------------------------------------------------- adapter
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """What :class:`fleetq.admission.Admission` does not keep about an admitted job."""
+
+    priority: int
+    policy: JobPreemptionPolicy = JobPreemptionPolicy()
+
+
+def snapshot_from_admission(
+    admission: Admission, holders: Mapping[str, HolderInfo]
+) -> QuotaSnapshot:
+    """The :class:`QuotaSnapshot` of an :class:`~fleetq.admission.Admission`: its tree,
+    usage, admitted jobs (admission order gives ``admitted_seq``) and the tree's policy.
+
+    ``Admission`` keeps no priority or annotations for admitted jobs (its persisted
+    state drops them), so the caller supplies them in ``holders``; an admitted job
+    missing there counts for usage but is never a victim."""
+    quota = admission.quota
+    nodes = tuple(QuotaNodeLimits(n.name, n.parent, dict(n.min), dict(n.max)) for n in quota)
+    admitted: list[AdmittedJob] = []
+    for seq, job_id in enumerate(admission.holders()):
+        holding = quota.holdings[job_id]
+        info = holders.get(job_id)
+        admitted.append(
+            AdmittedJob(
+                job_id=job_id,
+                node=holding.node,
+                request=dict(holding.request),
+                priority=info.priority if info is not None else 0,
+                admitted_seq=seq,
+                preemptible=info is not None and info.policy.preemptible,
+                grace_seconds=(
+                    info.policy.grace_seconds if info is not None else DEFAULT_GRACE_SECONDS
+                ),
+            )
+        )
+    return QuotaSnapshot(nodes, tuple(admitted), tree_policy(quota.tree))
+
+
+def preemptor_from_request(admission: Admission, request: AdmissionRequest) -> Preemptor:
+    """The :class:`Preemptor` for a waiting job's admission request."""
+    return Preemptor(
+        job_id=request.job_id,
+        node=admission.quota.leaf_for(request.namespace),
+        priority=request.priority,
+        request=dict(request.request),
+    )
+
+
+# --------------------------------------------------------------------------- capacity
+
+
+@dataclass(frozen=True)
+class RunningPod:
+    node: str
+    requests: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class RunningGang:
+    """An admitted job running on a member cluster, with its pods' nodes."""
+
+    job_id: str
+    cluster: str
+    priority: int
+    pods: tuple[RunningPod, ...]
+    started_at: float  # epoch seconds the run started (work lost counts from here)
+    preemptible: bool = True
+    grace_seconds: int = DEFAULT_GRACE_SECONDS
+
+    def work(self, now: float) -> float:
+        """cpu·seconds this run has done by ``now`` (what preempting it wastes)."""
+        cpu = sum(p.requests.get(R.CPU, 0) for p in self.pods) / R.MILLI
+        return cpu * max(0.0, now - self.started_at)
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    """Capacity preemption on exactly one cluster: evict ``victims``, then place the
+    gang as ``choice`` (computed on the snapshot with the victims' pods given back)."""
+
+    cluster: str
+    victims: tuple[Victim, ...]
+    choice: ClusterChoice
+    work_lost: float  # cpu·s of the victims' runs
+
+    @property
+    def cost(self) -> tuple[int, int, float, str]:
+        """Lower is cheaper: highest victim priority, victim count, work lost, name."""
+        top = max(v.priority for v in self.victims)
+        return top, len(self.victims), round(self.work_lost, 6), self.cluster
+
+
+def _without(snap: ClusterSnapshot, gangs: Iterable[RunningGang]) -> ClusterSnapshot:
+    """``snap`` with the pods of ``gangs`` given back to their nodes (a fresh snapshot
+    with an empty ``resource_version``, so no placement cache mistakes it for ``snap``)."""
+    freed: dict[str, tuple[R.Resources, int]] = {}
+    for g in gangs:
+        for p in g.pods:
+            res, count = freed.get(p.node, ({}, 0))
+            freed[p.node] = (R.add(res, p.requests), count + 1)
+    nodes: list[NodeCapacity] = []
+    for n in snap.nodes:
+        got = freed.get(n.name)
+        if got is None:
+            nodes.append(n)
+            continue
+        res, count = got
+        requested = {k: max(0, v - res.get(k, 0)) for k, v in n.requested.items()}
+        nodes.append(
+            dataclasses.replace(
+                n,
+                requested={k: v for k, v in requested.items() if v},
+                pods_used=max(0, n.pods_used - count),
+            )
+        )
+    return dataclasses.replace(snap, nodes=nodes, resource_version="")
+
+
+def plan_capacity_preemption(
+    preemptor: str,
+    gang: Gang,
+    clusters: Sequence[ClusterSnapshot],
+    running: Iterable[RunningGang],
+    now: float,
+    *,
+    affinity: ClusterAffinity | None = None,
+    cluster_tolerations: Sequence[TolerationLike] = (),
+    exclude: Collection[str] = (),
+) -> CapacityPlan | None:
+    """Exactly one cluster where evicting lower-priority, preemptible gangs lets
+    ``gang`` (the job ``preemptor``) fit node by node, with those victims; or None when
+    the gang fits somewhere without preemption (place it normally) or nowhere even with
+    every candidate gone.
+
+    On each cluster the placement filters apply as in :func:`~fleetq.placement.
+    place_gang` (same ``affinity``, ``cluster_tolerations``, ``exclude``). Candidates
+    (priority < ``gang.priority``, not opted out) are taken lowest priority first, then
+    least work lost (most recently started), then job id, until the gang fits; the set is
+    then made minimal (no victim can be dropped with the gang still fitting). Among
+    clusters the cheapest wins: lowest highest-victim-priority, then fewest victims, then
+    least work lost (cpu·s), then cluster name."""
+
+    def place(snaps: Sequence[ClusterSnapshot]) -> ClusterChoice | None:
+        return place_gang(
+            gang,
+            snaps,
+            affinity=affinity,
+            cluster_tolerations=cluster_tolerations,
+            exclude=exclude,
+        ).best
+
+    if place(clusters) is not None:
+        return None
+    by_cluster: dict[str, list[RunningGang]] = {}
+    for g in running:
+        if g.preemptible and g.priority < gang.priority and g.job_id != preemptor:
+            by_cluster.setdefault(g.cluster, []).append(g)
+    best: CapacityPlan | None = None
+    for snap in sorted(clusters, key=lambda c: c.name):
+        cands = sorted(
+            by_cluster.get(snap.name, ()), key=lambda g: (g.priority, g.work(now), g.job_id)
+        )
+        if not cands:
+            continue
+
+        def fit(gangs: Sequence[RunningGang], snap: ClusterSnapshot = snap) -> ClusterChoice | None:
+            return place([_without(snap, gangs)])
+
+        if fit(cands) is None:
+            continue
+        # Smallest prefix that fits (binary search; the full list fits).
+        lo, hi = 0, len(cands)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fit(cands[:mid]) is not None:
+                hi = mid
+            else:
+                lo = mid
+        chosen = list(cands[:hi])
+        chosen = _minimal(chosen, lambda gs: fit(gs) is not None)
+        choice = fit(chosen)
+        assert choice is not None
+        victims = tuple(
+            Victim(
+                job_id=g.job_id,
+                preemptor=preemptor,
+                reason=PreemptionReason.CAPACITY,
+                message=f"room on {snap.name} for priority {gang.priority} > {g.priority}",
+                priority=g.priority,
+                grace_seconds=g.grace_seconds,
+                cluster=snap.name,
+            )
+            for g in chosen
+        )
+        plan = CapacityPlan(snap.name, victims, choice, sum(g.work(now) for g in chosen))
+        if best is None or plan.cost < best.cost:
+            best = plan
+    return best
+
+
+def _minimal(
+    chosen: list[RunningGang], fits: Callable[[Sequence[RunningGang]], bool]
+) -> list[RunningGang]:
+    """Drop victims (latest first) while the rest still fits, until no single victim can
+    be dropped (repeated: node-by-node placement is a heuristic, not monotone)."""
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(chosen) - 1, -1, -1):
+            rest = chosen[:i] + chosen[i + 1 :]
+            if fits(rest):
+                chosen = rest
+                changed = True
+    return chosen
