@@ -33,17 +33,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from activities.member_cluster import ApiError, ClusterUnreachable, KubeApi
-from fleetq.emulator.controllers import (
+from fleetq.emulator.kube_objects import RUN_SECONDS, TERMINAL, finished_pod, iso, parse_time
+from fleetq.emulator.pytorchjob_operator import (
     JOB_NAME,
     OPERATOR_NAME,
     REPLICA_INDEX,
     REPLICA_TYPE,
-    RUN_SECONDS,
-    TERMINAL,
-    finished_pod,
-    iso,
     job_status,
-    parse_time,
     replica_slots,
 )
 

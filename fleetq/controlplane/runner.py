@@ -33,7 +33,7 @@ import yaml
 
 from fleetq.controlplane.build import Build
 from fleetq.controlplane.proxy import Proxy, ProxyLoop, set_faults
-from fleetq.emulator.controllers import TERMINAL, finished_pod, node_object
+from fleetq.emulator.kube_objects import TERMINAL, finished_pod, node_object
 from fleetq.emulator.kubeconfig import write_private
 from fleetq.emulator.tls import TlsMaterial, make_material
 from fleetq.runtime.embedded import Child, EmbeddedError, free_port, spawn_child, stop_child

@@ -22,6 +22,7 @@ import yaml
 from aiohttp import web
 
 from fleetq import resources as R
+from fleetq.emulator.kube_objects import parse_duration, parse_time
 from fleetq.emulator.selectors import SelectorError, parse_selectors, selector_matcher
 from fleetq.emulator.store import (
     ApiError,
@@ -172,8 +173,6 @@ def validate(rt: ResourceType, obj: Obj) -> None:
         owners = spec.get("owners")
         if not isinstance(owners, list) or not owners:
             raise invalid(rt, name, "spec.owners", "Required value")
-        from fleetq.emulator.controllers import parse_duration, parse_time
-
         if spec.get("ttl") is not None:
             try:
                 parse_duration(str(spec["ttl"]))
