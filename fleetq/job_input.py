@@ -6,32 +6,16 @@ models for every job (they are passed through, like the rest of ``fleetq``).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from fleetq.admission import Grant
-from fleetq.messages import JobView, Resolution
+from fleetq.lifecycle import JobProgress
 from fleetq.models import errors_from_validation
 
 
 class InvalidJobInput(ValueError):
     """Workflow input that can never be run; the workflow fails with this message."""
-
-
-class JobProgress(BaseModel):
-    """Everything a run hands to the next one on continue-as-new."""
-
-    view: JobView
-    resolution: Resolution
-    grant: Grant | None = None
-    since: str = ""
-    graceful_old: str | None = None
-    grace_deadline: datetime | None = None
-    #: a NoExecute health taint on the current member evicts the job at this time
-    evict_at: datetime | None = None
-    evict_reason: str = ""
 
 
 class JobInput(BaseModel):
@@ -54,4 +38,3 @@ class JobInput(BaseModel):
         if isinstance(arg, dict):
             return cls(manifest=arg)
         raise InvalidJobInput("workflow input must be a PyTorchJob manifest (a JSON object)")
-

@@ -1,0 +1,596 @@
+"""The decisions of one PyTorchJob's life, apart from the workflow that carries them out.
+
+``workflows/pytorch_job.py`` orchestrates (activities, timers, signals, continue-as-new);
+every *decision* it takes lives here, as plain functions of the run's state (one
+``JobProgress``, carried whole across continue-as-new) and of the time, which the caller
+passes in (the workflow passes ``workflow.now()``). Nothing here does I/O or knows
+Temporal, so each rule is unit- and property-tested on its own:
+
+- health and the failover timer: ``observe`` (a watch's status) and ``next_deadline``
+  (failover tolerance, taint eviction, ``activeDeadlineSeconds``, grace period);
+- what a watch's status ends: ``judge``;
+- purge-mode semantics: ``failover_plan`` and ``leave_cluster``;
+- candidate and backoff policy: ``candidates``, ``Backoff``, ``placement_pause``;
+- runPolicy: ``deadline_to_arm``, ``deadline_passed``, ``deadline_exceeded_reason``;
+- what a job shows: ``record_event``, ``details_markdown``, ``search_attribute_changes``.
+
+Functions that change the run's state change the ``JobProgress`` (or ``JobView``) they
+are given and return what the workflow must announce, in order (``Notice``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from fleetq.admission import Grant
+from fleetq.messages import (
+    Candidate,
+    JobEvent,
+    JobState,
+    JobStatus,
+    JobView,
+    PlacementVerdict,
+    Resolution,
+)
+from fleetq.models import ApplicationFailover, PurgeMode
+from fleetq.naming import SA_CLUSTER, SA_JOB, SA_NAMESPACE, SA_PRIORITY, SA_QUEUE, SA_STATE
+
+#: a job keeps its last MAX_EVENTS events (``fleetq describe`` shows them)
+MAX_EVENTS = 30
+#: states too short-lived to be worth a search-attribute upsert (a history event each)
+TRANSIENT_STATES: tuple[JobState, ...] = ("Validating", "Scheduling")
+#: states published to search attributes only once they last: a job normally leaves
+#: Created for Running within seconds, so Created is upserted only if the first watch
+#: window (SA_SETTLE_SECONDS) ends with the job still there
+SETTLING_STATES: tuple[JobState, ...] = ("Created",)
+SA_SETTLE_SECONDS = 10.0
+#: a deadline nearer than this is slept out on a timer of its own, not beside a watch
+DEADLINE_NEAR_SECONDS = 1.0
+#: the shortest timer the workflow arms for a deadline already due
+MIN_TIMER_SECONDS = 0.001
+#: placement tries at most this many ranked candidates per round
+MAX_CANDIDATES = 3
+#: the first watch after a bind wakes on a phase or health change only, not on every pod
+#: the member creates on the way to Running
+FIRST_WATCH_SINCE = "Healthy/Created"
+#: the grace period of purgeMode Gracefully when the policy names none
+DEFAULT_GRACE_SECONDS = 600
+
+EventType = Literal["Normal", "Warning"]
+
+
+class JobProgress(BaseModel):
+    """The run's state: everything a run hands to the next one on continue-as-new."""
+
+    view: JobView
+    resolution: Resolution
+    grant: Grant | None = None
+    #: the change token of the last status seen (a watch returns when it differs)
+    since: str = ""
+    #: purgeMode Gracefully: the old copy, purged once the new one is healthy ...
+    graceful_old: str | None = None
+    #: ... or at this time
+    grace_deadline: datetime | None = None
+    #: a NoExecute health taint on the current member evicts the job at this time
+    evict_at: datetime | None = None
+    evict_reason: str = ""
+
+
+class Reason(StrEnum):
+    """The reasons of the events a job records (``fleetq describe``, like kubectl's)."""
+
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    BOUND = "ScheduleBindingSucceed"
+    BINDING_FAILED = "ScheduleBindingFailed"
+    FAILED_SCHEDULING = "FailedScheduling"
+    UNHEALTHY = "Unhealthy"
+    RECOVERED = "Recovered"
+    TAINT_EVICTION = "TaintEviction"
+    FAILOVER_STARTED = "FailoverStarted"
+    EVICTED = "Evicted"
+    RESCHEDULED = "Rescheduled"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    PURGED = "Purged"
+    PURGE_DEFERRED = "PurgeDeferred"
+    PURGE_FAILED = "PurgeFailed"
+    DELETED = "Deleted"
+
+
+@dataclass(frozen=True)
+class Announce:
+    """Record an event on the job."""
+
+    type: EventType
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
+class Transition:
+    """Move the job to ``state`` (or keep it there) for ``reason``."""
+
+    state: JobState
+    reason: str
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """Nothing to announce, but what the job shows may have changed: publish it."""
+
+
+Notice = Announce | Transition | Refresh
+
+
+# ---------------------------------------------------------------------- backoff
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Doubling retry pauses from ``initial`` seconds, never above ``cap``."""
+
+    initial: float
+    cap: float
+
+    def after(self, delay: float) -> float:
+        return min(delay * 2, self.cap)
+
+
+#: retrying placement while nothing fits
+PLACEMENT_BACKOFF = Backoff(initial=2.0, cap=60.0)
+#: waiting for a PropagationPolicy, an ElasticQuotaTree or its quota workflow
+RESOLVE_BACKOFF = Backoff(initial=5.0, cap=120.0)
+#: purging on durable timers (workflows started before purge_when_reachable)
+PURGE_BACKOFF = Backoff(initial=5.0, cap=300.0)
+
+
+# ---------------------------------------------------------------------- deadlines
+
+
+class Due(StrEnum):
+    """What a deadline of the bound job is for."""
+
+    FAILOVER = "failover"  # unhealthy for the policy's tolerationSeconds
+    DEADLINE = "deadline"  # runPolicy.activeDeadlineSeconds
+    EVICT = "evict"  # a NoExecute taint outlasted its toleration
+    GRACE = "grace"  # purgeMode Gracefully: the old copy's grace period
+
+
+@dataclass(frozen=True)
+class Deadline:
+    due: Due
+    #: seconds from now; <= 0 once due
+    seconds: float
+    #: what the workflow's timer says it waits for
+    summary: str
+
+    @property
+    def near(self) -> bool:
+        """Near enough to be slept out on a timer of its own, then acted on."""
+        return self.seconds < DEADLINE_NEAR_SECONDS
+
+    @property
+    def timer_seconds(self) -> float:
+        return max(self.seconds, MIN_TIMER_SECONDS)
+
+
+def next_deadline(
+    progress: JobProgress,
+    *,
+    tolerance: int | None,
+    active_deadline_seconds: int | None,
+    now: datetime,
+) -> Deadline | None:
+    """The nearest deadline of the bound job (on a tie, the first of failover tolerance,
+    active deadline, taint eviction, grace period), or None."""
+    view = progress.view
+    best: Deadline | None = None
+
+    def consider(due: Due, at: datetime, summary: str) -> None:
+        nonlocal best
+        seconds = (at - now).total_seconds()
+        if best is None or seconds < best.seconds:
+            best = Deadline(due, seconds, summary)
+
+    if tolerance is not None and view.unhealthy_since is not None:
+        consider(
+            Due.FAILOVER,
+            view.unhealthy_since + timedelta(seconds=tolerance),
+            f"failover tolerance {tolerance}s on {view.cluster}",
+        )
+    if view.deadline_at is not None:
+        consider(
+            Due.DEADLINE,
+            view.deadline_at,
+            f"runPolicy.activeDeadlineSeconds {active_deadline_seconds}",
+        )
+    if progress.evict_at is not None:
+        consider(Due.EVICT, progress.evict_at, f"evict: {progress.evict_reason}")
+    if progress.graceful_old and progress.grace_deadline is not None:
+        consider(
+            Due.GRACE,
+            progress.grace_deadline,
+            f"grace period before purging {progress.graceful_old}",
+        )
+    return best
+
+
+def failover_reason(due: Due, cluster: str, tolerance: int | None, evict_reason: str) -> str:
+    """Why the job leaves ``cluster`` at a FAILOVER or EVICT deadline."""
+    if due == Due.EVICT:
+        return f"on {evict_reason}"
+    return f"unhealthy on {cluster} for {tolerance or 0}s"
+
+
+def rewatch_pause(rewatch_seconds: float, deadline: Deadline | None) -> float:
+    """The pause after a watch window that ended quietly, cut short by a deadline."""
+    if deadline is None:
+        return rewatch_seconds
+    return min(rewatch_seconds, deadline.timer_seconds)
+
+
+# ---------------------------------------------------------------------- health
+
+
+def watch_changed(progress: JobProgress, status: JobStatus) -> bool:
+    """The watch returned a change (not the end of a quiet window)."""
+    return status.observed != progress.since or not status.observed
+
+
+def unknown_status(cluster: str, why: str) -> JobStatus:
+    """What a failed watch means: the member's state is unknown (like an unreachable
+    member, it neither starts nor resets the failover timer)."""
+    return JobStatus(
+        cluster=cluster,
+        health="Unknown",
+        phase="Unknown",
+        reason=f"watch failed: {why}",
+        observed="watch-failed",
+    )
+
+
+def observe(progress: JobProgress, status: JobStatus, now: datetime) -> list[Notice]:
+    """Take in a watch's status: pods, unreachable members, taint eviction, the failover
+    timer (started by Unhealthy, reset by Healthy, untouched by Unknown) and the state
+    shown."""
+    view = progress.view
+    notices: list[Notice] = []
+    progress.since = status.observed
+    view.pods = [p.model_dump() for p in status.pods]
+    if status.health == "Unknown":
+        added = [t.time_added for t in status.taints if t.time_added is not None]
+        view.unreachable.setdefault(status.cluster, min(added) if added else now)
+    else:
+        view.unreachable.pop(status.cluster, None)
+    if status.health != "Unknown" or status.taints:  # the member's taints are known
+        if status.evict_at is not None and progress.evict_at is None:
+            notices.append(
+                Announce(
+                    "Warning",
+                    Reason.TAINT_EVICTION,
+                    f"{status.evict_reason or status.cluster}: evicting at "
+                    f"{status.evict_at.isoformat(timespec='seconds')}",
+                )
+            )
+        progress.evict_at, progress.evict_reason = status.evict_at, status.evict_reason
+    if status.health == "Unhealthy":
+        if view.unhealthy_since is None:
+            view.unhealthy_since = now
+            notices.append(
+                Announce(
+                    "Warning",
+                    Reason.UNHEALTHY,
+                    f"job unhealthy on {status.cluster}: {status.reason or status.phase}",
+                )
+            )
+    elif status.health == "Healthy":
+        if view.unhealthy_since is not None:
+            notices.append(
+                Announce("Normal", Reason.RECOVERED, f"job healthy again on {status.cluster}")
+            )
+        view.unhealthy_since = None
+    notices.append(_shown_state(view, status))
+    return notices
+
+
+def _shown_state(view: JobView, status: JobStatus) -> Transition | Refresh:
+    if status.phase in ("Running", "Created") and status.health != "Unknown":
+        state: JobState = "Running" if status.phase == "Running" else "Created"
+        reason = status.reason or f"{status.phase.lower()} on {status.cluster}"
+        if status.health == "Unhealthy":
+            reason = f"unhealthy on {status.cluster}: {status.reason}"
+        return Transition(state, reason)
+    if status.health == "Unknown":
+        return Transition(view.state, status.reason or f"{status.cluster}: unreachable")
+    if status.phase == "Failed":  # failover is on (else judge ends the job)
+        return Transition(
+            view.state if view.state != "Created" else "Running",
+            f"failed on {status.cluster}: {status.reason}",
+        )
+    return Refresh()
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a watch's status (already observed) asks of the workflow, in this order."""
+
+    #: the job is over (Succeeded, or Failed without a failover policy)
+    ending: Transition | None = None
+    #: purgeMode Gracefully: the new copy is healthy, the old one goes now
+    purge_graceful_old: bool = False
+    #: fail over at once (tolerationSeconds 0 and unhealthy)
+    fail_over_now: bool = False
+
+
+def judge(
+    progress: JobProgress, status: JobStatus, *, tolerance: int | None, failover: bool
+) -> Judgement:
+    cluster = status.cluster
+    if status.phase == "Succeeded":
+        return Judgement(ending=Transition("Succeeded", f"completed on {cluster}"))
+    if status.phase == "Failed" and not failover:
+        return Judgement(ending=Transition("Failed", status.reason or f"failed on {cluster}"))
+    return Judgement(
+        purge_graceful_old=bool(progress.graceful_old)
+        and status.health == "Healthy"
+        and status.phase == "Running",
+        fail_over_now=tolerance == 0 and progress.view.unhealthy_since is not None,
+    )
+
+
+# ---------------------------------------------------------------------- failover
+
+
+class OldCopy(StrEnum):
+    """What a failover does with the copy on the member it leaves."""
+
+    CONFIRM_GONE = "confirm-gone"  # Directly + fleetq.io/fencing Strict
+    PURGE_FIRST = "purge-first"  # Directly: purged (or deferred) before placing again
+    PURGE_LATER = "purge-later"  # Gracefully: once the new copy is healthy, or grace ends
+    KEEP = "keep"  # Never
+
+
+@dataclass(frozen=True)
+class FailoverPlan:
+    mode: PurgeMode
+    #: purgeMode as the policy spells it (``Immediately`` stays ``Immediately``)
+    mode_name: str
+    old_copy: OldCopy
+    grace_seconds: int
+
+    def started_message(self, why: str) -> str:
+        return f"job {why}; purgeMode {self.mode_name}"
+
+    def evicted_message(self, old: str) -> str:
+        if self.old_copy == OldCopy.CONFIRM_GONE:
+            return (
+                f"evicted from {old}; old copy confirmed gone before rescheduling "
+                "(fleetq.io/fencing: Strict)"
+            )
+        if self.old_copy == OldCopy.PURGE_FIRST:
+            return f"evicted from {old}; old copy purged first"
+        if self.old_copy == OldCopy.PURGE_LATER:
+            return (
+                f"evicted from {old}; old copy purged once the new one is healthy "
+                f"or after {self.grace_seconds}s"
+            )
+        return f"evicted from {old}; old copy kept (purgeMode {self.mode_name})"
+
+
+def failover_plan(fo: ApplicationFailover | None, *, strict_fencing: bool) -> FailoverPlan:
+    """purgeMode semantics; a job without a failover policy (evicted by a taint) purges
+    its old copy directly."""
+    mode = fo.purgeMode if fo else PurgeMode.DIRECTLY
+    if mode == PurgeMode.DIRECTLY:
+        old_copy = OldCopy.CONFIRM_GONE if strict_fencing else OldCopy.PURGE_FIRST
+    elif mode == PurgeMode.GRACEFULLY:
+        old_copy = OldCopy.PURGE_LATER
+    else:
+        old_copy = OldCopy.KEEP
+    return FailoverPlan(
+        mode=mode,
+        mode_name=fo.purge_mode_name if fo else "Immediately",
+        old_copy=old_copy,
+        grace_seconds=fo.grace_seconds if fo else DEFAULT_GRACE_SECONDS,
+    )
+
+
+def leave_cluster(progress: JobProgress, old: str) -> None:
+    """The job is evicted from ``old``: no cluster, no health timer, no eviction."""
+    view = progress.view
+    view.evicted.append(old)
+    view.cluster = None
+    view.unhealthy_since = None
+    progress.evict_at, progress.evict_reason = None, ""
+    progress.since = ""
+
+
+def keep_old_copy(progress: JobProgress, old: str, plan: FailoverPlan, now: datetime) -> None:
+    """The old copy's bookkeeping for the plans that do not purge it first."""
+    view = progress.view
+    if plan.old_copy == OldCopy.PURGE_LATER:
+        progress.graceful_old = old
+        progress.grace_deadline = now + timedelta(seconds=plan.grace_seconds)
+    elif plan.old_copy == OldCopy.KEEP and old in view.copies:
+        view.copies.remove(old)
+
+
+# ---------------------------------------------------------------------- placement
+
+
+def candidates(verdict: PlacementVerdict) -> list[Candidate]:
+    """The ranked candidates one placement round tries, best first."""
+    return verdict.candidates[:MAX_CANDIDATES]
+
+
+def unplaceable_reason(verdict: PlacementVerdict) -> str | None:
+    """Why the job can never be placed (no member is eligible at all), else None."""
+    if not verdict.candidates and not verdict.eligible:
+        return "no member cluster is eligible: " + verdict.reason()
+    return None
+
+
+def pending_reason(rejections: dict[str, str]) -> str:
+    """Why the job waits for room: every member's rejection, in cluster order."""
+    return "; ".join(f"{c}: {r}" for c, r in sorted(rejections.items())) or (
+        "no member cluster has room"
+    )
+
+
+def placement_pause(delay: float, deadline_at: datetime | None, now: datetime) -> float:
+    """The pause before the next placement round: the backoff, cut at the active
+    deadline (acted on at the next round)."""
+    if deadline_at is None:
+        return delay
+    left = (deadline_at - now).total_seconds()
+    return max(MIN_TIMER_SECONDS, min(delay, left))
+
+
+def record_bind(
+    progress: JobProgress, cluster: str, rejections: dict[str, str], now: datetime
+) -> None:
+    """The job is bound on ``cluster``."""
+    view = progress.view
+    view.cluster = cluster
+    if cluster not in view.copies:
+        view.copies.append(cluster)
+    view.bound_at = now
+    view.rejections = rejections
+    progress.since = FIRST_WATCH_SINCE
+
+
+# ---------------------------------------------------------------------- runPolicy
+
+
+def deadline_to_arm(view: JobView, active_deadline_seconds: int | None) -> bool:
+    """runPolicy.activeDeadlineSeconds counts from the first bind (again from the first
+    bind after a suspension, as the operator resets startTime on resume)."""
+    return active_deadline_seconds is not None and view.deadline_at is None
+
+
+def deadline_at(active_deadline_seconds: int, now: datetime) -> datetime:
+    return now + timedelta(seconds=max(0, active_deadline_seconds))
+
+
+def deadline_passed(view: JobView, now: datetime) -> bool:
+    return view.deadline_at is not None and now >= view.deadline_at
+
+
+def deadline_exceeded_reason(active_deadline_seconds: int | None) -> str:
+    return (
+        "DeadlineExceeded: active longer than runPolicy.activeDeadlineSeconds "
+        f"{active_deadline_seconds}"
+    )
+
+
+# ---------------------------------------------------------------------- copies
+
+
+def copies_to_purge(progress: JobProgress, *, current: bool = True) -> list[str]:
+    """Every member holding (or maybe holding) a copy of the job, once each: the current
+    one (with ``current``), those left behind, those pending a purge, the graceful old."""
+    view = progress.view
+    return list(
+        dict.fromkeys(
+            ([view.cluster] if current and view.cluster else [])
+            + view.copies
+            + view.pending_purges
+            + ([progress.graceful_old] if progress.graceful_old else [])
+        )
+    )
+
+
+def forget_copy(view: JobView, cluster: str) -> None:
+    """``cluster``'s copy is gone."""
+    if cluster in view.pending_purges:
+        view.pending_purges.remove(cluster)
+    if cluster in view.copies:
+        view.copies.remove(cluster)
+
+
+def forget_placement(progress: JobProgress) -> None:
+    """A suspension purged every copy: nothing bound, nothing watched, no deadline."""
+    view = progress.view
+    view.cluster, view.pods, view.unhealthy_since = None, [], None
+    view.deadline_at = None
+    progress.evict_at, progress.evict_reason, progress.since = None, "", ""
+
+
+def suspended_message(had_copy: bool) -> str:
+    return "suspended: copies purged, quota released" if had_copy else "suspended"
+
+
+# ---------------------------------------------------------------------- what a job shows
+
+
+def record_event(
+    view: JobView, kind: EventType, reason: Reason | str, message: str, now: datetime
+) -> None:
+    """Append an event; a repeat of the last one counts up instead (as Kubernetes
+    aggregates events); only the last MAX_EVENTS are kept."""
+    reason = str(reason)
+    last = view.events[-1] if view.events else None
+    if last is not None and last.reason == reason and last.message == message:
+        last.count += 1
+        last.time = now
+    else:
+        view.events.append(JobEvent(type=kind, reason=reason, message=message, time=now))
+    del view.events[:-MAX_EVENTS]
+
+
+def details_markdown(view: JobView) -> str:
+    """The workflow's current details (Markdown, shown by the Temporal UI)."""
+    last = view.events[-1] if view.events else None
+    lines = [
+        f"**{view.state}** — {view.reason}" if view.reason else f"**{view.state}**",
+        "",
+        f"- cluster: `{view.cluster or '-'}`",
+        f"- queue: `{view.queue or ('waiting' if view.queued and not view.admitted else '-')}`",
+        f"- priority: {view.priority}",
+    ]
+    if view.evicted:
+        lines.append(f"- evicted from: {', '.join(view.evicted)}")
+    if view.pending_purges:
+        lines.append(f"- purge pending on: {', '.join(view.pending_purges)}")
+    if last is not None:
+        lines.append(f"- last event: {last.reason}: {last.message}")
+    return "\n".join(lines)
+
+
+def search_attributes(view: JobView) -> dict[str, str | int]:
+    """fleetq's search attributes of the job (``fleetq list`` filters on them)."""
+    return {
+        SA_STATE: view.state,
+        SA_CLUSTER: view.cluster or "",
+        SA_QUEUE: view.queue or "",
+        SA_JOB: f"{view.namespace}/{view.name}",
+        SA_NAMESPACE: view.namespace,
+        SA_PRIORITY: view.priority,
+    }
+
+
+def search_attribute_changes(
+    view: JobView, last: dict[str, Any], *, flush: bool = False
+) -> dict[str, str | int]:
+    """The search attributes to upsert, given those set already (``last``): none in a
+    transient state, none in a settling one unless ``flush``; an empty keyword never set
+    is the same as unset."""
+    if view.state in TRANSIENT_STATES or (view.state in SETTLING_STATES and not flush):
+        return {}
+    return {
+        k: v
+        for k, v in search_attributes(view).items()
+        if last.get(k) != v and not (v == "" and k not in last)
+    }
+
+
+def settling(view: JobView, last: dict[str, Any]) -> bool:
+    """The job is in a state published only once it lasts, and not published yet."""
+    return view.state in SETTLING_STATES and last.get(SA_STATE) != view.state
