@@ -18,6 +18,8 @@ import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import jsonpatch
+import jsonpointer
 import yaml
 from aiohttp import web
 
@@ -344,67 +346,18 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
-def _pointer(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise bad_request(f"invalid JSON pointer {path!r}")
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-
-
-def _walk(doc: Any, parts: list[str]) -> Any:
-    for p in parts:
-        doc = doc[int(p)] if isinstance(doc, list) else doc[p]
-    return doc
-
-
 def json_patch(doc: Any, ops: Any) -> Any:
-    """RFC 6902 JSON patch (add, remove, replace, move, copy, test)."""
-    if not isinstance(ops, list):
+    """RFC 6902 JSON patch (the ``jsonpatch`` library) on a copy of ``doc``, failing as
+    kube-apiserver does: a body that is not a list of operations is 400 BadRequest (it
+    cannot be decoded); an operation that cannot be applied (a failed ``test``, a missing
+    path, an unknown op, a malformed pointer) is 422 Invalid."""
+    if not isinstance(ops, list) or not all(isinstance(op, dict) for op in ops):
         raise bad_request("a JSON patch must be a list of operations")
-    doc = copy.deepcopy(doc)
-    for op in ops:
-        try:
-            kind = op["op"]
-            parts = _pointer(op["path"])
-            if kind in ("add", "replace", "test", "remove"):
-                parent = _walk(doc, parts[:-1]) if parts else None
-                last = parts[-1] if parts else None
-                if kind == "test":
-                    if _walk(doc, parts) != op.get("value"):
-                        raise ApiError(422, "Invalid", f"test operation failed at {op['path']}")
-                    continue
-                if parent is None:
-                    if kind == "remove":
-                        raise bad_request("cannot remove the whole document")
-                    doc = copy.deepcopy(op["value"])
-                    continue
-                assert last is not None
-                if kind == "remove":
-                    if isinstance(parent, list):
-                        parent.pop(int(last))
-                    else:
-                        del parent[last]
-                elif isinstance(parent, list):
-                    idx = len(parent) if last == "-" else int(last)
-                    if kind == "add":
-                        parent.insert(idx, copy.deepcopy(op["value"]))
-                    else:
-                        parent[idx] = copy.deepcopy(op["value"])
-                else:
-                    if kind == "replace" and last not in parent:
-                        raise KeyError(last)
-                    parent[last] = copy.deepcopy(op["value"])
-            elif kind in ("move", "copy"):
-                value = copy.deepcopy(_walk(doc, _pointer(op["from"])))
-                if kind == "move":
-                    doc = json_patch(doc, [{"op": "remove", "path": op["from"]}])
-                doc = json_patch(doc, [{"op": "add", "path": op["path"], "value": value}])
-            else:
-                raise bad_request(f"unknown JSON patch op {kind!r}")
-        except (KeyError, IndexError, ValueError, TypeError) as exc:
-            raise ApiError(422, "Invalid", f"JSON patch failed: {op!r}: {exc!r}") from None
-    return doc
+    try:
+        return jsonpatch.JsonPatch(ops).apply(doc)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException,
+            KeyError, IndexError, TypeError, ValueError) as exc:
+        raise ApiError(422, "Invalid", f"JSON patch failed: {exc}") from None
 
 
 # ---------------------------------------------------------------------- handlers

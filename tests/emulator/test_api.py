@@ -276,3 +276,35 @@ def test_json_patch_and_status_subresource(core: client.CoreV1Api,
     custom.delete_cluster_custom_object(
         "scheduling.koordinator.sh", "v1alpha1", "reservations", "status-only"
     )
+
+
+def test_json_patch_failures_are_refused_as_the_api_server_does(
+    core: client.CoreV1Api, alpha: client.ApiClient
+) -> None:
+    core.create_namespaced_config_map(
+        "default",
+        client.V1ConfigMap(metadata=client.V1ObjectMeta(name="jp-fail"), data={"a": "1"}),
+    )
+    # an operation that cannot be applied: 422 Invalid, and nothing of the patch is kept
+    for ops in (
+        [{"op": "replace", "path": "/data/a", "value": "3"},
+         {"op": "test", "path": "/data/a", "value": "2"}],
+        [{"op": "remove", "path": "/data/missing"}],
+        [{"op": "frobnicate", "path": "/data/a"}],
+        [{"op": "add", "path": "data/b", "value": "x"}],
+    ):
+        with pytest.raises(ApiException) as err:
+            core.patch_namespaced_config_map("jp-fail", "default", ops)
+        assert (err.value.status, _status(err.value)["reason"]) == (422, "Invalid"), ops
+    # a body that is not a list of operations cannot be decoded: 400 BadRequest (sent
+    # raw: the kubernetes client turns a non-list JSON patch into a strategic merge)
+    _, url, headers, _, _ = alpha.param_serialize(
+        "PATCH", "/api/v1/namespaces/default/configmaps/jp-fail",
+        header_params={"Content-Type": "application/json-patch+json"},
+        auth_settings=["BearerToken"],
+    )
+    response = alpha.rest_client.pool_manager.request(
+        "PATCH", url, headers=headers, body=json.dumps({"op": "remove", "path": "/data"})
+    )
+    assert (response.status, json.loads(response.data)["reason"]) == (400, "BadRequest")
+    assert core.read_namespaced_config_map("jp-fail", "default").data == {"a": "1"}
