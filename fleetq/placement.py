@@ -59,12 +59,15 @@ import numpy.typing as npt
 
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
 from fleetq.models import ClusterAffinity, Gang, GangPod, Toleration
+from fleetq.rejection import Rejection, RejectionCode
 from fleetq.resources import Resources, format_quantity, format_resources
 
 __all__ = [
     "ClusterChoice",
     "ClusterColumns",
     "PlacementDecision",
+    "Rejection",
+    "RejectionCode",
     "columns_of",
     "estimate_sum_of_free",
     "fits_node_by_node",
@@ -150,11 +153,16 @@ class ClusterChoice:
 @dataclass(frozen=True)
 class PlacementDecision:
     ranked: list[ClusterChoice]  # feasible clusters, best first
-    rejections: dict[str, str]  # cluster -> one-line reason (without the cluster name)
+    reasons: dict[str, Rejection]  # cluster -> why it was turned down
 
     @property
     def best(self) -> ClusterChoice | None:
         return self.ranked[0] if self.ranked else None
+
+    @property
+    def rejections(self) -> dict[str, str]:
+        """Cluster -> one-line reason as users read it (without the cluster name)."""
+        return {c: r.message for c, r in self.reasons.items()}
 
     def rejection_lines(self) -> list[str]:
         """``cluster-b: worker-1 needs cpu 2, largest free node has 1.5``, one per cluster."""
@@ -455,20 +463,37 @@ class _Packed:
     used: IntArray  # distinct node indices the gang lands on
 
 
-def _explain_ineligible(cols: ClusterColumns, g: _Group, pod: str) -> str:
+_NO_NODES = Rejection.of(RejectionCode.NO_NODES, "no nodes")
+
+
+def _explain_ineligible(cols: ClusterColumns, g: _Group, pod: str) -> Rejection:
     n = len(cols)
     if n == 0:
-        return "no nodes"
+        return _NO_NODES
+    code = RejectionCode
     sel = cols.selector_mask(g.selector)
     if not sel.any():
         if g.selector:
-            return f"no node matches nodeSelector {_selector_text(g.selector)} for {pod}"
-        return f"no node for {pod}"
+            text = _selector_text(g.selector)
+            return Rejection.of(
+                code.NODE_SELECTOR_MISMATCH,
+                f"no node matches nodeSelector {text} for {pod}",
+                pod=pod,
+                selector=text,
+            )
+        return Rejection.of(code.NO_NODES, f"no node for {pod}", pod=pod)  # n == 0 above
     sched = sel & cols.schedulable
     if not sched.any():
         what = f"matching nodeSelector {_selector_text(g.selector)} " if g.selector else ""
-        return f"no schedulable node {what}for {pod} ({int(sel.sum())} cordoned)"
-    tol = sched & cols.toleration_mask(g.tolerations)
+        cordoned = int(sel.sum())
+        return Rejection.of(
+            code.NODES_CORDONED,
+            f"no schedulable node {what}for {pod} ({cordoned} cordoned)",
+            pod=pod,
+            cordoned=cordoned,
+        )
+    tolerated = cols.toleration_mask(g.tolerations)
+    tol = sched & tolerated
     if not tol.any():
         first = int(np.flatnonzero(sched)[0])
         example = ""
@@ -476,11 +501,51 @@ def _explain_ineligible(cols: ClusterColumns, g: _Group, pod: str) -> str:
             if first in set(idx.tolist()):
                 example = ", ".join(_taint_text(t) for t in taints)
                 break
-        return (
-            f"{pod} does not tolerate the taints of any of the {int(sched.sum())} nodes "
-            f"it could use (e.g. {cols.names[first]}: {example})"
+        nodes = int(sched.sum())
+        return Rejection.of(
+            code.UNTOLERATED_NODE_TAINTS,
+            f"{pod} does not tolerate the taints of any of the {nodes} nodes "
+            f"it could use (e.g. {cols.names[first]}: {example})",
+            # certain only when no cordoned node could take it once uncordoned
+            unresolvable=not (sel & tolerated).any(),
+            pod=pod,
+            nodes=nodes,
+            node=cols.names[first],
+            taints=example,
         )
-    return f"no free pod slot for {pod} on the {int(tol.sum())} nodes it could use"
+    nodes = int(tol.sum())
+    return Rejection.of(
+        code.NODE_POD_SLOTS_FULL,
+        f"no free pod slot for {pod} on the {nodes} nodes it could use",
+        pod=pod,
+        nodes=nodes,
+    )
+
+
+def _larger_than_any_node(cols: ClusterColumns, g: _Group, r: int, q: int) -> bool:
+    """No node the pod may use (cordoned or not, empty or not) has ``q`` of resource
+    row ``r`` allocatable: the pod cannot fit this cluster until its nodes change."""
+    mask = cols.selector_mask(g.selector) & cols.toleration_mask(g.tolerations)
+    return not mask.any() or int(cols.alloc[r][mask].max()) < q
+
+
+def _node_shortfall(
+    cols: ClusterColumns, g: _Group, pod: str, r: int, q: int, best: int, placed: int, total: int
+) -> Rejection:
+    name = cols.resources[r]
+    suffix = f" ({placed} of {total} pods placed)" if placed else ""
+    return Rejection.of(
+        RejectionCode.INSUFFICIENT_NODE_RESOURCE,
+        f"{pod} needs {name} {format_quantity(name, q)}, "
+        f"largest free node has {format_quantity(name, max(best, 0))}{suffix}",
+        unresolvable=_larger_than_any_node(cols, g, r, q),
+        pod=pod,
+        resource=name,
+        request=q,
+        largest_free=max(best, 0),
+        placed=placed,
+        pods=total,
+    )
 
 
 def _explain_short(
@@ -493,7 +558,7 @@ def _explain_short(
     placed_before: int,
     total_pods: int,
     groups: Sequence[_Group] = (),
-) -> str:
+) -> Rejection:
     """Why pod ``placed_in_group`` of ``g`` finds no node once the gang's earlier pods
     (``placed_before`` of other groups, ``k`` copies of this one) are on their nodes.
     A pod (in gang order) that could use no node at all is reported first."""
@@ -509,28 +574,38 @@ def _explain_short(
     suffix = f" ({placed} of {total_pods} pods placed)" if placed else ""
     ke = k[elig]
     for name, q in g.requests:
-        after = free[cols.res_index[name]][elig] - ke * q
+        r = cols.res_index[name]
+        after = free[r][elig] - ke * q
         best = int(after.max())
         if best < q:
-            return (
-                f"{pod} needs {name} {format_quantity(name, q)}, "
-                f"largest free node has {format_quantity(name, max(best, 0))}{suffix}"
-            )
+            return _node_shortfall(cols, g, pod, r, q, best, placed, total_pods)
     if int((slots[elig] - ke).max()) <= 0:
-        return f"{pod} needs a pod slot, all {int(elig.sum())} nodes it could use are full{suffix}"
-    return (
+        nodes = int(elig.sum())
+        return Rejection.of(
+            RejectionCode.NODE_POD_SLOTS_EXHAUSTED,
+            f"{pod} needs a pod slot, all {nodes} nodes it could use are full{suffix}",
+            pod=pod,
+            nodes=nodes,
+            placed=placed,
+            pods=total_pods,
+        )
+    return Rejection.of(
+        RejectionCode.NO_NODE_FITS_ALL,
         f"{pod} needs {format_resources(dict(g.requests))} on one node, "
-        f"no node has all of it free{suffix}"
+        f"no node has all of it free{suffix}",
+        pod=pod,
+        placed=placed,
+        pods=total_pods,
     )
 
 
-def _pack(groups: list[_Group], cols: ClusterColumns, total_pods: int) -> _Packed | str:
+def _pack(groups: list[_Group], cols: ClusterColumns, total_pods: int) -> _Packed | Rejection:
     """Assign every pod of ``groups`` to a node of ``cols`` or explain the first pod that
     does not fit. Hot path: a handful of numpy calls per group over the node columns."""
     if total_pods == 0:
         return _Packed({}, np.zeros(0, dtype=np.int64))
     if len(cols) == 0:
-        return "no nodes"
+        return _NO_NODES
     res_index = cols.res_index
     max_alloc = cols.max_alloc
     max_free = cols.max_free
@@ -540,7 +615,13 @@ def _pack(groups: list[_Group], cols: ClusterColumns, total_pods: int) -> _Packe
         for name, q in g.requests:
             r = res_index.get(name)
             if r is None or max_alloc[r] == 0:
-                return f"{g.names[0]} needs {name} {format_quantity(name, q)}, no node has any"
+                return Rejection.of(
+                    RejectionCode.RESOURCE_NOT_OFFERED,
+                    f"{g.names[0]} needs {name} {format_quantity(name, q)}, no node has any",
+                    pod=g.names[0],
+                    resource=name,
+                    request=q,
+                )
             rq.append((r, q))
         plans.append((g, rq))
     for g, rq in plans:  # cheap necessary conditions, in gang order
@@ -548,11 +629,7 @@ def _pack(groups: list[_Group], cols: ClusterColumns, total_pods: int) -> _Packe
             if q > max_free[r]:
                 if max_free[r] == 0 and not cols.schedulable.any():
                     return _explain_ineligible(cols, g, g.names[0])
-                name = cols.resources[r]
-                return (
-                    f"{g.names[0]} needs {name} {format_quantity(name, q)}, "
-                    f"largest free node has {format_quantity(name, max_free[r])}"
-                )
+                return _node_shortfall(cols, g, g.names[0], r, q, max_free[r], 0, total_pods)
     if len(plans) > 1:
         # Largest dominant share (relative to the cluster's largest node) first.
         plans.sort(
@@ -1015,22 +1092,40 @@ def _cluster_reason(
     affinity: ClusterAffinity | None,
     tolerations: Sequence[TolerationLike],
     exclude: Collection[str],
-) -> str | None:
+) -> Rejection | None:
     name = snap.name
+    code = RejectionCode
     if name in exclude:
-        return "excluded (evicted)"
+        return _EVICTED
     if affinity is not None and not affinity.allows(name, snap.labels):
         if name in affinity.exclude:
-            return "excluded by clusterAffinity.exclude"
+            return _AFFINITY["exclude"]
         if affinity.clusterNames and name not in affinity.clusterNames:
-            return "not in clusterAffinity.clusterNames"
-        return "labels do not match clusterAffinity.labelSelector"
+            return _AFFINITY["clusterNames"]
+        return _AFFINITY["labelSelector"]
     bad = untolerated_taints(snap.taints, tolerations) if snap.taints else None
     if bad:
-        return f"cluster taint {_taint_text(bad[0])} not tolerated by clusterTolerations"
+        taint = _taint_text(bad[0])
+        return Rejection.of(
+            code.UNTOLERATED_CLUSTER_TAINT,
+            f"cluster taint {taint} not tolerated by clusterTolerations",
+            taint=taint,
+        )
     if not snap.reachable:
-        return "unreachable"
+        return _UNREACHABLE
     return None
+
+
+_EVICTED = Rejection.of(RejectionCode.EVICTED, "excluded (evicted)")
+_UNREACHABLE = Rejection.of(RejectionCode.CLUSTER_UNREACHABLE, "unreachable")
+_AFFINITY = {
+    rule: Rejection.of(RejectionCode.AFFINITY_MISMATCH, message, rule=rule)
+    for rule, message in (
+        ("exclude", "excluded by clusterAffinity.exclude"),
+        ("clusterNames", "not in clusterAffinity.clusterNames"),
+        ("labelSelector", "labels do not match clusterAffinity.labelSelector"),
+    )
+}
 
 
 def _ordered(clusters: Sequence[ClusterSnapshot]) -> list[ClusterSnapshot]:
@@ -1059,7 +1154,7 @@ def place_gang(
     total = gang.total
     npods = len(gang.pods)
     snaps = _ordered(clusters)
-    reasons: list[str | None] = []
+    reasons: list[Rejection | None] = []
     cand: list[int] = []  # positions in snaps of clusters passing the cluster filters
     views: list[ClusterColumns] = []
     for i, snap in enumerate(snaps):
@@ -1086,28 +1181,29 @@ def place_gang(
             if got is None:  # the exact reason (or, never expected, a fit) from _pack
                 cols = views[c]
                 packed = _pack(groups, cols, npods)
-                if isinstance(packed, str):
+                if isinstance(packed, Rejection):
                     reasons[i] = packed
                     continue
                 got = ClusterChoice(
                     snaps[i].name, _score(total, npods, cols, packed.used), packed.assignment
                 )
             choices[i] = got
-    rejections = {s.name: r for s, r in zip(snaps, reasons, strict=True) if r is not None}
-    return PlacementDecision(_rank(list(choices.values())), rejections)
+    rejected = {s.name: r for s, r in zip(snaps, reasons, strict=True) if r is not None}
+    return PlacementDecision(_rank(list(choices.values())), rejected)
 
 
 def fits_node_by_node(gang: Gang, cluster: ClusterSnapshot) -> dict[str, str] | str:
     """The node-by-node check alone (no cluster-level filters): the assignment
-    ``{"worker-1": node}`` or the one-line reason it does not fit."""
+    ``{"worker-1": node}`` or the one-line reason it does not fit (the message of the
+    :class:`Rejection` :func:`place_gang` gives that cluster)."""
     packed = _pack(_groups(gang), columns_of(cluster), len(gang.pods))
-    return packed if isinstance(packed, str) else packed.assignment
+    return packed.message if isinstance(packed, Rejection) else packed.assignment
 
 
 # --------------------------------------------------------------------------- reference estimate
 
 
-def _sum_shortfall(total: Resources, npods: int, cols: ClusterColumns) -> str | None:
+def _sum_shortfall(total: Resources, npods: int, cols: ClusterColumns) -> Rejection | None:
     """Why the summed free resources of the schedulable nodes cannot hold the gang."""
     for name, q in total.items():
         if q <= 0:
@@ -1116,13 +1212,27 @@ def _sum_shortfall(total: Resources, npods: int, cols: ClusterColumns) -> str | 
         have = cols.total_free[r] if r is not None else 0
         if q > have:
             n = int(cols.schedulable.sum())
-            return (
+            # all nodes, cordoned ones included, empty: still too little
+            whole = sum(cols.alloc[r].tolist()) if r is not None else 0
+            return Rejection.of(
+                RejectionCode.INSUFFICIENT_CLUSTER_RESOURCE,
                 f"needs {name} {format_quantity(name, q)} in total, "
-                f"{format_quantity(name, have)} free summed over {n} schedulable nodes"
+                f"{format_quantity(name, have)} free summed over {n} schedulable nodes",
+                unresolvable=q > whole,
+                resource=name,
+                request=q,
+                free=have,
+                nodes=n,
             )
     if npods > cols.total_slots:
         n = int(cols.schedulable.sum())
-        return f"needs {npods} pod slots, {cols.total_slots} free over {n} schedulable nodes"
+        return Rejection.of(
+            RejectionCode.INSUFFICIENT_CLUSTER_POD_SLOTS,
+            f"needs {npods} pod slots, {cols.total_slots} free over {n} schedulable nodes",
+            pods=npods,
+            free=cols.total_slots,
+            nodes=n,
+        )
     return None
 
 
@@ -1141,14 +1251,16 @@ def estimate_sum_of_free(
     total = gang.total
     npods = len(gang.pods)
     ranked: list[ClusterChoice] = []
-    rejections: dict[str, str] = {}
+    rejected: dict[str, Rejection] = {}
     for snap in _ordered(clusters):
         reason = _cluster_reason(snap, affinity, cluster_tolerations, exclude)
-        cols = columns_of(snap) if reason is None else None
-        if cols is not None:
-            reason = _sum_shortfall(total, npods, cols)
-        if reason is not None or cols is None:
-            rejections[snap.name] = reason or "unknown"
+        if reason is not None:
+            rejected[snap.name] = reason
+            continue
+        cols = columns_of(snap)
+        reason = _sum_shortfall(total, npods, cols)
+        if reason is not None:
+            rejected[snap.name] = reason
             continue
         utils = []
         for name, q in total.items():
@@ -1157,4 +1269,4 @@ def estimate_sum_of_free(
                 utils.append(1.0 - (cols.total_free[r] - q) / cols.total_alloc[r])
         score = round(sum(utils) / len(utils), 9) if utils else 0.0
         ranked.append(ClusterChoice(snap.name, score, {}))
-    return PlacementDecision(_rank(ranked), rejections)
+    return PlacementDecision(_rank(ranked), rejected)

@@ -19,6 +19,7 @@ from fleetq.placement import (
     place_gang,
     tolerates,
 )
+from fleetq.rejection import Rejection, RejectionCode, Severity
 
 GI = (1 << 30) * 1000
 MANIFESTS = Path(__file__).resolve().parents[2] / "examples"
@@ -60,6 +61,13 @@ def test_sum_of_free_says_yes_but_node_by_node_says_no() -> None:
     assert decision.best is None
     assert decision.rejections["cluster-b"] == "worker-0 needs cpu 2, largest free node has 1.5"
     assert "cluster-b: worker-0 needs cpu 2, largest free node has 1.5" in decision.summary()
+    why = decision.reasons["cluster-b"]
+    assert why.code is RejectionCode.INSUFFICIENT_NODE_RESOURCE
+    assert why.params == {
+        "pod": "worker-0", "resource": "cpu", "request": 2000, "largest_free": 1500,
+        "placed": 0, "pods": 3,
+    }
+    assert not why.retryable  # no node is that large, even empty
 
 
 def test_walkthrough_gang_lands_whole_on_one_cluster_with_verified_assignment() -> None:
@@ -386,3 +394,77 @@ def test_absurd_request_is_rejected_with_a_reason() -> None:
     assert decision.best is None
     assert decision.rejections["huge"].startswith("master-0 needs cpu 1000000000000000000000000")
     assert decision.rejections["small"].startswith("needs cpu 2000000000000000000000000")
+
+
+# --------------------------------------------------------------------------- structured reasons
+
+
+def _why(g: Gang, c: ClusterSnapshot, **kw: Any) -> Rejection:
+    decision = place_gang(g, [c], **kw)
+    assert decision.best is None
+    return decision.reasons[c.name]
+
+
+def test_each_check_has_its_code_severity_and_summary() -> None:
+    tol = ({"key": "gpu", "operator": "Exists"},)
+    gpu = Taint("gpu", "", "NoSchedule")
+    cases: list[tuple[Gang, ClusterSnapshot, dict[str, Any], RejectionCode, bool, str]] = [
+        (gang(1), cluster("c", reachable=False), {}, RejectionCode.CLUSTER_UNREACHABLE,
+         True, "unreachable"),
+        (gang(1), cluster("c", node("n", 16)), {"exclude": {"c"}}, RejectionCode.EVICTED,
+         False, "excluded"),
+        (gang(1), cluster("c", node("n", 16)),
+         {"affinity": ClusterAffinity(clusterNames=["other"])},
+         RejectionCode.AFFINITY_MISMATCH, False, "not in clusterAffinity.clusterNames"),
+        (gang(1), cluster("c", node("n", 16), taints=(gpu,)), {},
+         RejectionCode.UNTOLERATED_CLUSTER_TAINT, True,
+         "cluster taint gpu:NoSchedule not tolerated by clusterTolerations"),
+        (gang(0), cluster("c"), {}, RejectionCode.INSUFFICIENT_CLUSTER_RESOURCE, False,
+         "needs cpu; not enough free in the whole cluster"),
+        (gang(5), cluster("c", node("n", 16, requested={"cpu": 8000})), {},
+         RejectionCode.INSUFFICIENT_CLUSTER_RESOURCE, True,
+         "needs cpu; not enough free in the whole cluster"),
+        (gang(1), cluster("c", node("n", 16, pods_allocatable=1)), {},
+         RejectionCode.INSUFFICIENT_CLUSTER_POD_SLOTS, True,
+         "needs pod slots; not enough free in the whole cluster"),
+        (Gang((GangPod("master", 0, {"nvidia.com/gpu": 1000}),), 0), cluster("c", node("n", 16)),
+         {}, RejectionCode.INSUFFICIENT_CLUSTER_RESOURCE, False,
+         "needs nvidia.com/gpu; not enough free in the whole cluster"),
+        (gang(1, cpu=3), cluster("c", node("n1", 8, requested={"cpu": 6000}), node("n2", 2)), {},
+         RejectionCode.INSUFFICIENT_NODE_RESOURCE, True, "needs cpu; no node has enough free"),
+        (gang(1, node_selector={"pool": "gpu"}), cluster("c", node("n", 16)), {},
+         RejectionCode.NODE_SELECTOR_MISMATCH, False, "no node matches nodeSelector pool=gpu"),
+        (gang(1, node_selector={"pool": "a"}),
+         cluster("c", node("n", 16, labels={"pool": "a"}, unschedulable=True), node("m", 16)),
+         {}, RejectionCode.NODES_CORDONED, True, "no schedulable node (all cordoned)"),
+        (gang(1), cluster("c", node("n", 16, taints=(gpu,))), {},
+         RejectionCode.UNTOLERATED_NODE_TAINTS, False,
+         "does not tolerate the taints of any node it could use"),
+        (gang(1), cluster("c", node("n", 16, taints=(gpu,)), node("m", 16, unschedulable=True)),
+         {}, RejectionCode.UNTOLERATED_NODE_TAINTS, True,  # once m is uncordoned, it fits
+         "does not tolerate the taints of any node it could use"),
+        (gang(1, tolerations=tol), cluster("c", node("n", 16, pods_allocatable=2, pods_used=1)),
+         {}, RejectionCode.INSUFFICIENT_CLUSTER_POD_SLOTS, True,
+         "needs pod slots; not enough free in the whole cluster"),
+        (gang(2, node_selector={"pool": "a"}),
+         cluster("c", node("n", 16, labels={"pool": "a"}, pods_allocatable=2), node("m", 16)),
+         {}, RejectionCode.NODE_POD_SLOTS_EXHAUSTED, True,
+         "needs a pod slot; all usable nodes full"),
+        (gang(0, master_cpu=2), cluster("c", node("n", 4, mem_gi=0), node("m", 1)), {},
+         RejectionCode.NO_NODE_FITS_ALL, True,
+         "needs all its requests on one node; no node has all of them free"),
+    ]
+    for g, c, kw, code, retryable, summary in cases:
+        why = _why(g, c, **kw)
+        assert (why.code, why.retryable, why.summary) == (code, retryable, summary), why
+        assert why.severity is (Severity.UNSCHEDULABLE if retryable else Severity.UNRESOLVABLE)
+        assert str(why) == why.message == place_gang(g, [c], **kw).rejections["c"]
+
+
+def test_summaries_group_rejections_that_differ_only_in_pods_and_numbers() -> None:
+    busy = node("n1", 8, requested={"cpu": 3000})
+    small = _why(gang(1, cpu=6), cluster("c", busy, node("n2", 2)))
+    large = _why(gang(3, cpu=20), cluster("c", *(node(f"n{i}", 8) for i in range(10))))
+    assert small.message != large.message
+    assert small.summary == large.summary == "needs cpu; no node has enough free"
+    assert (small.retryable, large.retryable) == (True, False)

@@ -168,10 +168,12 @@ def test_fleet_decision_equals_cluster_by_cluster_decision(
     for s in snaps:
         alone = place_gang(gang, [s])
         single = fits_node_by_node(gang, s)
-        if s.name in decision.rejections:
-            reason = decision.rejections[s.name]
-            assert reason == estimate.rejections.get(s.name, single)
-            assert alone.rejections == {s.name: reason}
+        if s.name in decision.reasons:
+            why = decision.reasons[s.name]
+            assert why.message == estimate.rejections.get(s.name, single)
+            if s.name in estimate.reasons:
+                assert why == estimate.reasons[s.name]
+            assert alone.reasons == {s.name: why}
         else:
             (choice,) = [c for c in decision.ranked if c.cluster == s.name]
             assert choice.assignment == single
@@ -212,4 +214,30 @@ def test_decision_does_not_depend_on_cluster_order(
     shuffled = data.draw(st.permutations(snaps))
     a, b = place_gang(gang, snaps), place_gang(gang, shuffled)
     assert a.ranked == b.ranked
-    assert a.rejections == b.rejections
+    assert a.reasons == b.reasons
+
+
+@settings(max_examples=150, deadline=None)
+@given(gang=gangs(), snap=snapshots())
+def test_unresolvable_means_not_even_an_empty_uncordoned_cluster_fits(
+    gang: Gang, snap: ClusterSnapshot
+) -> None:
+    """A rejection may only claim that retrying cannot help when the gang does not fit
+    the same nodes with nothing running on them and none cordoned."""
+    why = place_gang(gang, [snap]).reasons.get(snap.name)
+    if why is None or why.retryable:
+        return
+    empty = ClusterSnapshot(
+        snap.name,
+        nodes=[
+            NodeCapacity(
+                n.name,
+                dict(n.allocatable),
+                labels=dict(n.labels),
+                taints=n.taints,
+                pods_allocatable=max(n.pods_allocatable, len(gang.pods)),
+            )
+            for n in snap.nodes
+        ],
+    )
+    assert place_gang(gang, [empty]).best is None, why

@@ -1,0 +1,151 @@
+"""Why a member cluster was turned down for a gang, as a value rather than a sentence.
+
+Placement (:mod:`fleetq.placement`) and the job workflow turn clusters down for a dozen
+distinct reasons. Each :class:`Rejection` carries a :class:`RejectionCode` saying which
+check failed, the parameters that check found (pod, resource, quantities, ...), a
+:class:`Severity` and the one-line message users read in events, ``fleetq describe`` and
+the job's status. Metrics count by code, the simulator groups its failure report by
+:attr:`Rejection.summary`; nothing parses the message back.
+
+Severity follows kube-scheduler's filter statuses (``Unschedulable`` vs
+``UnschedulableAndUnresolvable``): an *unschedulable* cluster may take the gang once
+capacity is freed, a member comes back or a reservation is retried; an *unresolvable*
+one will not until the fleet's or the job's configuration changes (affinity, node
+labels or taints, node sizes). Unresolvable is only claimed when certain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = ["Rejection", "RejectionCode", "Severity"]
+
+
+class RejectionCode(StrEnum):
+    """Which check turned the cluster down (a low-cardinality metric label)."""
+
+    #: the job was evicted from this cluster earlier (failover)
+    EVICTED = "Evicted"
+    #: the policy's clusterAffinity (exclude, clusterNames or labelSelector) rules it out
+    AFFINITY_MISMATCH = "AffinityMismatch"
+    #: a NoSchedule/NoExecute cluster taint the policy's clusterTolerations do not tolerate
+    UNTOLERATED_CLUSTER_TAINT = "UntoleratedClusterTaint"
+    #: the member did not answer
+    CLUSTER_UNREACHABLE = "ClusterUnreachable"
+    #: the cluster has no nodes at all
+    NO_NODES = "NoNodes"
+    #: a pod requests a resource no node of the cluster offers
+    RESOURCE_NOT_OFFERED = "ResourceNotOffered"
+    #: the gang's total request exceeds the free resources summed over schedulable nodes
+    INSUFFICIENT_CLUSTER_RESOURCE = "InsufficientClusterResource"
+    #: the gang has more pods than free pod slots summed over schedulable nodes
+    INSUFFICIENT_CLUSTER_POD_SLOTS = "InsufficientClusterPodSlots"
+    #: a pod needs more of one resource than the largest free node it may use has
+    INSUFFICIENT_NODE_RESOURCE = "InsufficientNodeResource"
+    #: each resource fits somewhere, but no single node has all of a pod's requests free
+    NO_NODE_FITS_ALL = "NoNodeFitsAllRequests"
+    #: the gang's earlier pods used up the pod slots of the nodes a pod may use
+    NODE_POD_SLOTS_EXHAUSTED = "NodePodSlotsExhausted"
+    #: the nodes a pod may use have no free pod slot at all
+    NODE_POD_SLOTS_FULL = "NodePodSlotsFull"
+    #: no node carries the labels of a pod's nodeSelector
+    NODE_SELECTOR_MISMATCH = "NodeSelectorMismatch"
+    #: every node a pod may use is cordoned
+    NODES_CORDONED = "NodesCordoned"
+    #: a pod tolerates the NoSchedule/NoExecute taints of none of its nodes
+    UNTOLERATED_NODE_TAINTS = "UntoleratedNodeTaints"
+    #: the job workflow's reservation on the member was lost before binding
+    RESERVATION_LOST = "ReservationLost"
+    #: the job workflow's bind on the member failed
+    BINDING_FAILED = "BindingFailed"
+
+
+class Severity(StrEnum):
+    """Whether retrying placement later can help (see the module docstring)."""
+
+    UNSCHEDULABLE = "Unschedulable"
+    UNRESOLVABLE = "UnschedulableAndUnresolvable"
+
+
+#: Codes that are unresolvable whatever their parameters.
+_UNRESOLVABLE = frozenset({
+    RejectionCode.EVICTED,
+    RejectionCode.AFFINITY_MISMATCH,
+    RejectionCode.NO_NODES,
+    RejectionCode.RESOURCE_NOT_OFFERED,
+    RejectionCode.NODE_SELECTOR_MISMATCH,
+})
+
+Param = str | int
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One cluster's rejection: ``code`` and ``params`` for programs, ``message`` (one
+    line, without the cluster name) for people."""
+
+    code: RejectionCode
+    message: str
+    params: dict[str, Param] = field(default_factory=dict)
+    severity: Severity = Severity.UNSCHEDULABLE
+
+    @classmethod
+    def of(
+        cls, code: RejectionCode, message: str, *, unresolvable: bool = False, **params: Param
+    ) -> Rejection:
+        """A rejection whose severity follows from its code (or ``unresolvable``)."""
+        severe = unresolvable or code in _UNRESOLVABLE
+        return cls(
+            code, message, params, Severity.UNRESOLVABLE if severe else Severity.UNSCHEDULABLE
+        )
+
+    @property
+    def retryable(self) -> bool:
+        """True when the same gang may fit this cluster later without a config change."""
+        return self.severity is Severity.UNSCHEDULABLE
+
+    @property
+    def summary(self) -> str:
+        """The reason without pod names and numbers, so that rejections group
+        (``needs cpu; no node has enough free``): the code plus the parameters that
+        name *what* is missing (a resource, a nodeSelector, a rule), worded for people."""
+        p = self.params
+        c = RejectionCode
+        match self.code:
+            case c.RESOURCE_NOT_OFFERED:
+                return f"needs {p['resource']}; no node has any"
+            case c.INSUFFICIENT_NODE_RESOURCE:
+                return f"needs {p['resource']}; no node has enough free"
+            case c.INSUFFICIENT_CLUSTER_RESOURCE:
+                return f"needs {p['resource']}; not enough free in the whole cluster"
+            case c.INSUFFICIENT_CLUSTER_POD_SLOTS:
+                return "needs pod slots; not enough free in the whole cluster"
+            case c.NODE_POD_SLOTS_EXHAUSTED:
+                return "needs a pod slot; all usable nodes full"
+            case c.NO_NODE_FITS_ALL:
+                return "needs all its requests on one node; no node has all of them free"
+            case c.NODE_SELECTOR_MISMATCH:
+                return f"no node matches nodeSelector {p['selector']}"
+            case c.NODES_CORDONED:
+                return "no schedulable node (all cordoned)"
+            case c.UNTOLERATED_NODE_TAINTS:
+                return "does not tolerate the taints of any node it could use"
+            case c.NODE_POD_SLOTS_FULL:
+                return "no free pod slot on the nodes it could use"
+            case c.NO_NODES:
+                return "no nodes"
+            case c.EVICTED:
+                return "excluded"
+            case c.CLUSTER_UNREACHABLE:
+                return "unreachable"
+            case c.RESERVATION_LOST:
+                return "reservation lost"
+            case c.BINDING_FAILED:
+                return "binding failed"
+            case c.AFFINITY_MISMATCH | c.UNTOLERATED_CLUSTER_TAINT:
+                return self.message  # names the rule or the taint, no pod or number
+        return self.message  # pragma: no cover - every code is matched above
+
+    def __str__(self) -> str:
+        return self.message
