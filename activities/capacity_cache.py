@@ -39,21 +39,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from activities.member_cluster import (
-    KF_JOB_NAME,
-    OWNER_LABEL,
-    PYTORCHJOB_API,
-    RESERVATION_API,
-    ApiError,
-    ClusterUnreachable,
-    KubeApi,
-    WatchStream,
-    job_phase,
-)
+from activities.kube_api import ApiError, ClusterUnreachable, Gone, KubeApi, NotFound, WatchStream
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
 from fleetq.cluster_health import READY, ClusterCondition, TaintSettings, cluster_taints
+from fleetq.member_contract import (
+    OWNER_LABEL,
+    PYTORCHJOB_API,
+    RESERVATION_API,
+    job_phase,
+    meta_of,
+)
 from fleetq.models import pod_requests
+from fleetq.naming import KF_JOB_NAME
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +80,8 @@ class _Use:
     pod: bool
 
 
-def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
-    m = obj.get("metadata")
-    return m if isinstance(m, dict) else {}
-
-
 def _key(obj: Mapping[str, Any]) -> str:
-    m = _meta(obj)
+    m = meta_of(obj)
     return f"{m.get('namespace') or ''}/{m.get('name') or ''}"
 
 
@@ -111,7 +104,7 @@ def condense_node(obj: Mapping[str, Any]) -> _Node:
     for cond in status.get("conditions") or []:
         if isinstance(cond, dict) and cond.get("type") == "Ready" and cond.get("status") != "True":
             unschedulable = True  # NotReady nodes take no new pods
-    labels = _meta(obj).get("labels") or {}
+    labels = meta_of(obj).get("labels") or {}
     return _Node(alloc, dict(labels), taints, unschedulable, int(pods))
 
 
@@ -370,7 +363,7 @@ class CapacityCache:
         except (ClusterUnreachable, ApiError):
             return self.unreachable_snapshot()
         state = _State()
-        state.nodes = {str(_meta(n).get("name")): condense_node(n) for n in nodes}
+        state.nodes = {str(meta_of(n).get("name")): condense_node(n) for n in nodes}
         for p in pods:
             state.set_use("pods", _key(p), condense_pod(p))
         for r in res:
@@ -409,7 +402,7 @@ class CapacityCache:
     # -- applying events (called with the lock held)
 
     def _apply_nodes(self, etype: str, obj: Mapping[str, Any]) -> bool:
-        name = str(_meta(obj).get("name") or "")
+        name = str(meta_of(obj).get("name") or "")
         if etype == "DELETED":
             return self._state.nodes.pop(name, None) is not None
         info = condense_node(obj)
@@ -419,7 +412,7 @@ class CapacityCache:
         return True
 
     def _apply_pods(self, etype: str, obj: Mapping[str, Any]) -> bool:
-        meta = _meta(obj)
+        meta = meta_of(obj)
         job = (meta.get("labels") or {}).get(KF_JOB_NAME)
         if job:
             self._notify(str(meta.get("namespace") or ""), str(job))
@@ -431,7 +424,7 @@ class CapacityCache:
         return self._state.set_use("reservations", _key(obj), use)
 
     def _apply_jobs(self, etype: str, obj: Mapping[str, Any]) -> bool:
-        meta = _meta(obj)
+        meta = meta_of(obj)
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         phase, message = job_phase(obj)
         if phase in TERMINATED:
@@ -455,7 +448,7 @@ class CapacityCache:
 
     def _replace(self, kind: str, items: list[dict[str, Any]]) -> bool:
         if kind == "nodes":
-            new = {str(_meta(n).get("name")): condense_node(n) for n in items}
+            new = {str(meta_of(n).get("name")): condense_node(n) for n in items}
             changed = new != self._state.nodes
             self._state.nodes = new
             return changed
@@ -470,9 +463,9 @@ class CapacityCache:
             if use is not None:
                 uses[_key(obj)] = use
             if kind == "pods":
-                job = (_meta(obj).get("labels") or {}).get(KF_JOB_NAME)
+                job = (meta_of(obj).get("labels") or {}).get(KF_JOB_NAME)
                 if job:
-                    self._notify(str(_meta(obj).get("namespace") or ""), str(job))
+                    self._notify(str(meta_of(obj).get("namespace") or ""), str(job))
         before = dict(self._state.uses[kind])
         self._state.replace(kind, uses)
         return before != self._state.uses[kind]
@@ -520,13 +513,9 @@ class CapacityCache:
                     for event in stream:
                         etype = str(event.get("type") or "")
                         obj = event.get("object") or {}
-                        if etype == "ERROR":
-                            code = obj.get("code") if isinstance(obj, dict) else None
-                            if code == 410:
-                                need_list = True
-                                break
-                            raise ApiError(int(code or 500), f"watch {path}: {obj}")
-                        new_rv = str(_meta(obj).get("resourceVersion") or "")
+                        if etype == "ERROR":  # a Status: 410 Gone when rv is too old
+                            raise self.api.watch_error(path, obj)
+                        new_rv = str(meta_of(obj).get("resourceVersion") or "")
                         if etype == "BOOKMARK":
                             rv = new_rv or rv
                             continue
@@ -545,9 +534,9 @@ class CapacityCache:
                 if self._stop.is_set():
                     return
                 need_list = True
-                if exc.status == 410:
+                if isinstance(exc, Gone):  # our resourceVersion is too old: list again
                     continue
-                if exc.status == 404 and kind == "reservations":
+                if isinstance(exc, NotFound) and kind == "reservations":
                     # The Reservation API is not installed: nothing is reserved. Say so
                     # once, count the kind as synced (empty), and look again later.
                     with self._lock:

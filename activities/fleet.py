@@ -15,7 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
-from activities.member_cluster import KubeApi, KubernetesMemberCluster, MemberCluster
+from activities.kube_api import KubeApi
+from activities.member_cluster import KubernetesMemberCluster, MemberCluster
 from fleetq.capacity import ClusterSnapshot, Taint
 from fleetq.fleet_config import FleetConfig, FleetConfigError, load_fleet_config
 

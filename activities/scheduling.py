@@ -21,7 +21,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.fleet import Fleet
-from activities.member_cluster import ApiError, ClusterUnreachable, ConflictError
+from activities.kube_api import ApiError, ClusterUnreachable
+from activities.member_cluster import ConflictError
 from activities.quota_outbox import QuotaOutbox, QuotaRefused
 from fleetq.cluster_health import eviction_due
 from fleetq.messages import (
@@ -44,7 +45,7 @@ from fleetq.messages import (
 )
 from fleetq.models import ClusterAffinity, PropagationPolicy, Toleration, parse_policy
 from fleetq.naming import REGISTRY_WORKFLOW_ID
-from fleetq.placement import place_gang
+from fleetq.placement import RejectionCode, place_gang
 from fleetq.registry import RegistryState, resolve_from_state
 
 #: how stale the worker's view of the fleet registry may be when resolving a job's policy
@@ -198,12 +199,17 @@ class SchedulingActivities:
             exclude=set(inp.exclude),
         )
         rejections = dict(decision.rejections)
+        codes = {name: why.code for name, why in decision.reasons.items()}
         for name in members:
             if name not in eligible and name not in rejections:
+                evicted = name in inp.exclude
                 rejections[name] = (
                     f"{name}: excluded (evicted earlier)"
-                    if name in inp.exclude
+                    if evicted
                     else f"{name}: not selected by the policy's clusterAffinity"
+                )
+                codes[name] = (
+                    RejectionCode.EVICTED if evicted else RejectionCode.AFFINITY_MISMATCH
                 )
         return PlacementVerdict(
             candidates=[
@@ -216,6 +222,7 @@ class SchedulingActivities:
                 for c in decision.ranked
             ],
             rejections=rejections,
+            codes=codes,
             eligible=eligible,
         )
 

@@ -22,7 +22,7 @@ from fleetq.cluster_health import ClusterCondition, cluster_taints, taint_text
 
 
 def _probe(cluster: Any, config: Any) -> dict[str, Any]:
-    from activities.member_cluster import ClusterUnreachable
+    from activities.kube_api import ClusterUnreachable
     from fleetq.cli.member_views import cli_member_api
     from fleetq.fleet_config import FleetConfigError
 

@@ -310,7 +310,7 @@ def member_api(cluster: str) -> Any:
 
 
 def _member_jobs(cluster: str, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
-    from activities.member_cluster import ApiError, ClusterUnreachable
+    from activities.kube_api import ApiError, ClusterUnreachable
 
     api = member_api(cluster)
     base = "/apis/kubeflow.org/v1"
@@ -677,7 +677,7 @@ async def show_get(
 def show_member(kind: str, name: str | None, cluster: str, namespace: str | None,
                 output: str | None) -> None:
     """``get pytorchjob [NAME] -m CLUSTER``: the member cluster's own object(s)."""
-    from activities.member_cluster import job_phase
+    from fleetq.member_contract import job_phase
 
     if kind != "pytorchjob":
         raise CliError("error: -m/--member-cluster is supported for pytorchjob only")

@@ -61,7 +61,7 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _job_key_of_pod(pod: dict[str, Any]) -> tuple[str, str] | None:
-    from activities.member_cluster import KF_JOB_NAME
+    from fleetq.naming import KF_JOB_NAME
 
     meta = _meta(pod)
     ns = str(meta.get("namespace") or "")
@@ -126,7 +126,7 @@ class MemberSnapshot:
 def cli_member_api(cluster: Any, config: Any) -> Any:
     """A :class:`KubeApi` for one member of ``config``, as the CLI uses it: short
     timeouts and no retries (a silent member is reported, not waited for)."""
-    from activities.member_cluster import KubeApi, RetryPolicy
+    from activities.kube_api import KubeApi, RetryPolicy
 
     api = KubeApi.from_kubeconfig(
         cluster.name, config.cluster_kubeconfig(cluster), cluster.context_name,
@@ -137,8 +137,9 @@ def cli_member_api(cluster: Any, config: Any) -> Any:
 
 
 def _read_one(cluster: Any, config: Any, namespace: str | None) -> MemberRead:
-    from activities.member_cluster import MANAGED_BY, ApiError, ClusterUnreachable
+    from activities.kube_api import ApiError, ClusterUnreachable
     from fleetq.fleet_config import FleetConfigError
+    from fleetq.member_contract import MANAGED_BY
 
     read = MemberRead(cluster.name)
     try:
@@ -234,7 +235,7 @@ def _pods_running(pods: Iterable[dict[str, Any]]) -> bool:
 def copy_state(view: JobView | None, cluster: str, snap: MemberSnapshot,
                namespace: str, name: str) -> str | None:
     """STATE of one (job, member) row of ``get pytorchjob -M``; None = no row."""
-    from activities.member_cluster import job_phase
+    from fleetq.member_contract import job_phase
 
     read = snap.unreachable(cluster)
     expected = view is not None and cluster in expected_clusters(view)
@@ -346,7 +347,7 @@ def member_pod_rows(views: list[JobView], snap: MemberSnapshot, all_namespaces: 
     """``get pod -M`` from the members: every fleetq-managed pod as its member reports
     it (pods of evicted copies included), plus one ``-`` row per unreachable member that
     should hold pods."""
-    from activities.member_cluster import pod_restarts
+    from fleetq.member_contract import pod_restarts
 
     headers = ["NAME", "CLUSTER", "READY", "STATUS", "RESTARTS", "AGE"]
     if wide:

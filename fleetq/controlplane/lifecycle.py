@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from activities.member_cluster import ApiError, ClusterUnreachable, KubeApi
+from activities.kube_api import ApiError, ClusterUnreachable, KubeApi
 from fleetq.emulator.kube_objects import RUN_SECONDS, TERMINAL, finished_pod, iso, parse_time
 from fleetq.emulator.pytorchjob_operator import (
     JOB_NAME,

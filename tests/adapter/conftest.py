@@ -33,7 +33,8 @@ import pytest
 import yaml
 
 from activities.fleet import Fleet
-from activities.member_cluster import KubeApi, KubernetesMemberCluster
+from activities.kube_api import KubeApi
+from activities.member_cluster import KubernetesMemberCluster
 from fleetq.messages import JobRef
 
 REAL_KUBECONFIG = os.environ.get("FLEETQ_TEST_KUBECONFIG")

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from activities.fleet import Fleet
-from activities.member_cluster import KubeApi, referenced_deps
+from activities.kube_api import KubeApi
+from fleetq.member_contract import referenced_deps
 from fleetq.messages import BindRequest, JobRef
 
 from .conftest import manifest, member

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from activities.fleet import Fleet
-from activities.member_cluster import ClusterUnreachable, KubernetesMemberCluster
+from activities.kube_api import ClusterUnreachable
+from activities.member_cluster import KubernetesMemberCluster
 from fleetq.messages import BindRequest, JobRef, PodReservation, ReserveRequest
 from fleetq.resources import CPU
 

@@ -9,12 +9,9 @@ from typing import Any
 import pytest
 
 from activities.fleet import Fleet
-from activities.member_cluster import (
-    OWNER_LABEL,
-    KubeApi,
-    KubernetesMemberCluster,
-    reservation_name,
-)
+from activities.kube_api import KubeApi
+from activities.member_cluster import KubernetesMemberCluster
+from fleetq.member_contract import OWNER_LABEL, reservation_name
 from fleetq.messages import JobRef, PodReservation, ReserveRequest, ReserveResult
 from fleetq.resources import CPU
 

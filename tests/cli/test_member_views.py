@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from activities.member_cluster import MANAGED_BY, RESERVATION_AFFINITY, KubeApi
+from activities.kube_api import KubeApi
 from fleetq.client.connection import temporal_cli_path
 from fleetq.emulator.fleet import INFO_FILE as EMULATOR_INFO
+from fleetq.member_contract import MANAGED_BY, RESERVATION_AFFINITY
 from fleetq.naming import TASK_QUEUE
 from fleetq.runtime.embedded import FleetInfo, free_port, write_info
 from tests.cli.conftest import EXAMPLES, CliFleet

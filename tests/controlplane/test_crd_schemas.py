@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from activities.member_cluster import KubeApi, KubernetesMemberCluster
+from activities.kube_api import KubeApi
+from activities.member_cluster import KubernetesMemberCluster
+from fleetq.member_contract import member_manifest, reservation_body
 from fleetq.messages import BindRequest, JobRef, PodReservation, ReserveRequest
 from fleetq.resources import CPU, MEMORY
 
@@ -53,9 +55,9 @@ RESERVATION_SHAPES = [
 @pytest.mark.parametrize("ttl", [1, 600, 86400 + 61])
 @pytest.mark.parametrize("pod", RESERVATION_SHAPES, ids=lambda p: f"{p.role}-{p.index}")
 def test_every_reservation_we_write_is_schema_valid(
-    real: Raw, adapter: KubernetesMemberCluster, pod: PodReservation, ttl: int
+    real: Raw, pod: PodReservation, ttl: int
 ) -> None:
-    body = adapter._reservation_body(JOB, pod, ttl)
+    body = reservation_body(JOB, pod, ttl)
     r = real("POST", RESERVATIONS + STRICT, body)
     assert r.status == 201, r.body
     assert r.body["spec"]["ttl"] == body["spec"]["ttl"]
@@ -76,7 +78,7 @@ def test_reserve_writes_reservations_and_rolls_back_when_none_becomes_available(
 
 
 def test_the_pytorchjob_we_bind_is_schema_valid_with_the_walkthroughs_clean_pod_policy(
-    real: Raw, adapter: KubernetesMemberCluster
+    real: Raw,
 ) -> None:
     """The walkthrough's manifest puts ``cleanPodPolicy`` under ``spec`` (training-operator
     v1 has it under ``spec.runPolicy``, and a real server would drop it): the member copy
@@ -85,8 +87,8 @@ def test_the_pytorchjob_we_bind_is_schema_valid_with_the_walkthroughs_clean_pod_
     assert manifest["spec"]["cleanPodPolicy"] == "None"
     real("POST", "/api/v1/namespaces", {"metadata": {"name": "team-a"}})
     path = f"/apis/kubeflow.org/v1/namespaces/{JOB.namespace}/pytorchjobs{STRICT}"
-    body = adapter.member_manifest(BindRequest(job=JOB, manifest=manifest, reserved=True,
-                                               run_seconds=30))
+    body = member_manifest(BindRequest(job=JOB, manifest=manifest, reserved=True,
+                                       run_seconds=30))
     r = real("POST", path, body)
     assert r.status == 201, r.body
     assert r.body["spec"]["runPolicy"]["cleanPodPolicy"] == "None"

@@ -28,7 +28,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from activities.fleet import Fleet
-from activities.member_cluster import KubeApi
+from activities.kube_api import KubeApi
 from activities.scheduling import SchedulingActivities
 from bench.chaos import job_manifest, job_view, tree_manifest
 from fleetq.cli.apply import apply_registry_object, apply_tree

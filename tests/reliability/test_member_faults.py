@@ -21,7 +21,8 @@ import uuid
 
 import pytest
 
-from activities.member_cluster import ClusterUnreachable, KubernetesMemberCluster
+from activities.kube_api import ClusterUnreachable
+from activities.member_cluster import KubernetesMemberCluster
 from bench.chaos import job_manifest, job_reservations, member_copies, policy_manifest
 from fleetq.messages import BindRequest, JobRef, JobView, PodReservation, ReserveRequest
 from fleetq.naming import job_workflow_id
