@@ -1,7 +1,10 @@
 """One workflow per PyTorchJob (id ``pytorchjob/<namespace>/<name>``): queue, place,
 reserve, bind, watch, fail over, finish.
 
-The workflow only orchestrates. Placement runs in the pure core behind the
+The workflow only orchestrates: every decision of the job's life (health and the
+failover timer, purge modes, candidates and backoff, runPolicy deadlines, what the job
+shows) is taken by the pure ``fleetq.lifecycle`` on the run's one ``JobProgress``, and
+this class carries it out. Placement runs in the pure core behind the
 ``plan_placement`` activity (node lists never enter history), member-cluster writes are
 idempotent activities, and failover tolerance is a durable Temporal timer, so a worker
 restart neither loses nor resets it. The two reads before the first write (policy
@@ -22,8 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from collections.abc import Awaitable
+from datetime import timedelta
+from enum import Enum
+from typing import Any, Literal, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
@@ -31,21 +36,34 @@ from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
+    from activities.scheduling import SchedulingActivities
+    from fleetq import lifecycle
     from fleetq.admission import AdmissionRequest, Grant
-    from fleetq.job_input import InvalidJobInput, JobInput, JobProgress
+    from fleetq.job_input import InvalidJobInput, JobInput
+    from fleetq.lifecycle import (
+        PLACEMENT_BACKOFF,
+        PURGE_BACKOFF,
+        RESOLVE_BACKOFF,
+        Announce,
+        Deadline,
+        Due,
+        JobProgress,
+        Notice,
+        OldCopy,
+        Reason,
+        Transition,
+    )
     from fleetq.messages import (
         TERMINAL_STATES,
         BindInput,
         BindRequest,
-        BindResult,
+        Candidate,
         GangShape,
-        JobEvent,
         JobRef,
         JobState,
         JobStatus,
         JobView,
         PlacementInput,
-        PlacementVerdict,
         PodReservation,
         PurgeInput,
         PurgeResult,
@@ -61,7 +79,6 @@ with workflow.unsafe.imports_passed_through():
         Gang,
         ManifestErrors,
         PropagationPolicy,
-        PurgeMode,
         binding_result,
         gang_of,
         parse_job,
@@ -80,14 +97,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows import metrics
     from workflows.errors import cancelled_by_delete, invalid_input
 
-MAX_EVENTS = 30
-#: states too short-lived to be worth a search-attribute upsert (a history event each)
-TRANSIENT_STATES = ("Validating", "Scheduling")
-#: states published to search attributes only once they last: a job normally leaves
-#: Created for Running within seconds, so Created is upserted only if the first watch
-#: window (SA_SETTLE_SECONDS) ends with the job still there
-SETTLING_STATES = ("Created",)
-SA_SETTLE_SECONDS = 10.0
 #: copies left on a member that did not answer are purged by a heartbeating activity that
 #: asks the member every second (``purge_when_reachable``), so they go within seconds of
 #: its return; workflows started before it existed keep purging on timers
@@ -99,13 +108,12 @@ PURGE_RETRY_SECONDS = 30.0
 #: jobs whose manifest asks for it, so workflows started before it replay unchanged
 PATCH_RUN_POLICY = "run-policy"
 #: A deadline (failover tolerance, taint eviction, activeDeadlineSeconds, grace period)
-#: less than DEADLINE_NEAR_SECONDS away is slept out on a timer of its own and then acted
-#: on, instead of starting a watch with a near-zero timer beside it: a watch that answers
-#: at once made the next task cancel a timer the server was firing at that instant, which
-#: Temporal's time-skipping test server refuses and never retries (the workflow hangs;
-#: temporalio/sdk-java#2606), more often the more loaded the machine.
+#: less than lifecycle.DEADLINE_NEAR_SECONDS away is slept out on a timer of its own and
+#: then acted on, instead of starting a watch with a near-zero timer beside it: a watch
+#: that answers at once made the next task cancel a timer the server was firing at that
+#: instant, which Temporal's time-skipping test server refuses and never retries (the
+#: workflow hangs; temporalio/sdk-java#2606), more often the more loaded the machine.
 PATCH_DEADLINE_ALONE = "deadline-alone"
-DEADLINE_NEAR_SECONDS = 1.0
 #: continue-as-new once a run's history passes this many events
 MAX_HISTORY_EVENTS = 1000
 WATCH_SECONDS = 300.0
@@ -123,11 +131,24 @@ MEMBER_RETRY = RetryPolicy(
     non_retryable_error_types=["ConflictError", "InvalidRequest", "ApiError"],
 )
 
+T = TypeVar("T")
+
+
+class Supervision(Enum):
+    """How watching the bound copy ended."""
+
+    DONE = "done"  # the job ended (its state says how)
+    FAILOVER = "failover"  # it left its member; placed again (or not) already
+    SUSPEND = "suspend"  # a suspension was asked for
+    CONTINUE = "continue"  # the history is long: continue-as-new
+
 
 @workflow.defn(name="PyTorchJobWorkflow")
 class PyTorchJobWorkflow:
     def __init__(self) -> None:
-        self._view: JobView | None = None
+        #: the run's state (lifecycle.JobProgress), carried whole across continue-as-new
+        self._progress: JobProgress | None = None
+        #: the quota workflow's grant, delivered by the ``admitted`` signal
         self._grant: Grant | None = None
         self._retry_now = False
         self._sa_enabled = False
@@ -140,8 +161,6 @@ class PyTorchJobWorkflow:
         self._watches: list[asyncio.Future[Any]] = []
         #: cluster -> running purge_when_reachable activity for a copy left there
         self._purgers: dict[str, ActivityHandle[PurgeResult]] = {}
-        self._evict_at: datetime | None = None
-        self._evict_reason = ""
         #: a suspension asked for (runPolicy.suspend at start, or the suspend signal) and
         #: not yet carried out; a resume asked for while suspended
         self._suspend_wanted = False
@@ -178,38 +197,35 @@ class PyTorchJobWorkflow:
         self._sa_last = _search_attributes_at_start()
 
         if inp.progress is not None:
-            p = inp.progress
-            self._view, self._resolution, self._grant = p.view, p.resolution, p.grant
-            self._since, self._graceful_old, self._grace_deadline = (
-                p.since,
-                p.graceful_old,
-                p.grace_deadline,
-            )
-            self._evict_at, self._evict_reason = p.evict_at, p.evict_reason
-            self._sa_enabled = self._resolution.search_attributes
-            policy = parse_policy(self._resolution.policy) if self._resolution.policy else None
+            self._progress = inp.progress
+            self._grant = inp.progress.grant
+            resolution = self._progress.resolution
+            self._sa_enabled = resolution.search_attributes
+            policy = parse_policy(resolution.policy) if resolution.policy else None
             if policy is None:
                 raise invalid_input(
                     f"PyTorchJob {ns}/{name}: lost its policy across continue-as-new"
                 )
             self._policy = policy
-            self._gang = gang_of(job, self._resolution.priority_classes)
+            self._gang = gang_of(job, resolution.priority_classes)
         else:
-            self._view = JobView(
-                namespace=ns, name=name, state="Validating", created_at=workflow.now()
+            self._progress = JobProgress(
+                view=JobView(
+                    namespace=ns, name=name, state="Validating", created_at=workflow.now()
+                ),
+                resolution=Resolution(),
             )
-            self._since, self._graceful_old, self._grace_deadline = "", None, None
-            self._resolution = Resolution()
         self._publish()
 
         try:
             if self._policy is None:
                 self._policy = await self._resolve_policy(inp)
-                self._gang = gang_of(job, self._resolution.priority_classes)
-                self._view.priority = self._gang.priority
-                self._view.queued = self._pol.queued
-                self._view.summary = self._summary_line()
-                self._view.gang = self._gang.minimum_line()
+                self._gang = gang_of(job, self._p.resolution.priority_classes)
+                view = self._p.view
+                view.priority = self._gang.priority
+                view.queued = self._pol.queued
+                view.summary = self._summary_line()
+                view.gang = self._gang.minimum_line()
                 self._publish()
             return await self._lifecycle()
         except (asyncio.CancelledError, ActivityError) as exc:
@@ -220,7 +236,9 @@ class PyTorchJobWorkflow:
 
     # ================================================================== phases
     async def _lifecycle(self) -> JobView:
-        view = self._require_view()
+        """The seed's scheduling flow: queue → admit → place → reserve → bind → watch →
+        fail over / purge → finish (and suspend / resume, continue-as-new)."""
+        view = self._p.view
         for cluster in view.pending_purges:  # carried over by continue-as-new
             self._start_purger(cluster)
         if (
@@ -244,39 +262,31 @@ class PyTorchJobWorkflow:
                 if self._suspend_wanted:
                     continue
             outcome = await self._supervise()
-            if outcome == "suspend":
+            if outcome == Supervision.SUSPEND:
                 continue
-            if outcome == "continue":
+            if outcome == Supervision.CONTINUE:
                 await self._settle_watches()
                 self._stop_purgers()  # the next run starts them again
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                self._p.grant = self._grant
                 workflow.continue_as_new(
                     JobInput(
                         manifest=self._input.manifest,
                         policy=self._input.policy,
                         run_seconds=self._input.run_seconds,
                         rewatch_seconds=self._input.rewatch_seconds,
-                        progress=JobProgress(
-                            view=view,
-                            resolution=self._resolution,
-                            grant=self._grant,
-                            since=self._since,
-                            graceful_old=self._graceful_old,
-                            grace_deadline=self._grace_deadline,
-                            evict_at=self._evict_at,
-                            evict_reason=self._evict_reason,
-                        ),
+                        progress=self._p,
                     )
                 )
         await self._finish()
         return view
 
     async def _resolve_policy(self, inp: JobInput) -> PropagationPolicy:
-        delay = 5.0
+        delay = RESOLVE_BACKOFF.initial
         while True:
-            self._resolution = await self._resolve("resolve PropagationPolicy and quota tree")
-            self._sa_enabled = self._resolution.search_attributes
-            doc = inp.policy or self._resolution.policy
+            self._p.resolution = await self._resolve("resolve PropagationPolicy and quota tree")
+            self._sa_enabled = self._p.resolution.search_attributes
+            doc = inp.policy or self._p.resolution.policy
             if doc is not None:
                 try:
                     policy = parse_policy(doc)
@@ -289,15 +299,15 @@ class PyTorchJobWorkflow:
                         f"{self._job.metadata.namespace}"
                     )
                 if inp.policy is not None:
-                    self._resolution.policy = doc
-                self._require_view().policy = f"{policy.metadata.namespace}/{policy.metadata.name}"
+                    self._p.resolution.policy = doc
+                self._p.view.policy = f"{policy.metadata.namespace}/{policy.metadata.name}"
                 return policy
-            self._set_state("Pending", self._resolution.policy_reason)
+            self._set_state("Pending", self._p.resolution.policy_reason)
             await self._sleep_or_retry(delay, "wait for a matching PropagationPolicy")
-            delay = min(delay * 2, 120.0)
+            delay = RESOLVE_BACKOFF.after(delay)
 
     async def _wait_for_admission(self) -> None:
-        view = self._require_view()
+        view = self._p.view
         request = AdmissionRequest(
             job_id=self._ref.workflow_id,
             namespace=self._job.metadata.namespace,
@@ -305,16 +315,16 @@ class PyTorchJobWorkflow:
             request=quota_request(self._gang),
             submitted_at=(view.created_at or workflow.now()).timestamp(),
         )
-        delay = 5.0
+        delay = RESOLVE_BACKOFF.initial
         while self._grant is None:
             if self._suspend_wanted:  # suspended before the quota workflow took it
                 return
-            tree_id = self._resolution.tree_workflow_id
+            tree_id = self._p.resolution.tree_workflow_id
             if tree_id is None:
                 self._set_state("Queued", "no ElasticQuotaTree is applied to the fleet")
                 await self._sleep_or_retry(delay, "wait for an ElasticQuotaTree")
-                delay = min(delay * 2, 120.0)
-                self._resolution = await self._refresh_resolution()
+                delay = RESOLVE_BACKOFF.after(delay)
+                self._p.resolution = await self._refresh_resolution()
                 continue
             try:
                 sent = await self._signal_quota(
@@ -328,14 +338,12 @@ class PyTorchJobWorkflow:
             if not sent:  # the tree workflow is gone (or unreachable); resolve again later
                 self._set_state("Queued", f"quota workflow {tree_id} is not running")
                 await self._sleep_or_retry(delay, "wait for the quota workflow")
-                delay = min(delay * 2, 120.0)
-                self._resolution = await self._refresh_resolution()
+                delay = RESOLVE_BACKOFF.after(delay)
+                self._p.resolution = await self._refresh_resolution()
                 continue
             self._set_state("Queued", "waiting for quota")
-            self._event("Normal", "Queued", f"enqueued in quota tree {tree_id}")
-            await workflow.wait_condition(
-                lambda: self._grant is not None or self._suspend_wanted
-            )
+            self._event("Normal", Reason.QUEUED, f"enqueued in quota tree {tree_id}")
+            await workflow.wait_condition(lambda: self._grant is not None or self._suspend_wanted)
             if self._grant is None:  # suspended while waiting: leave the queue
                 await self._release_quota()
                 return
@@ -349,23 +357,24 @@ class PyTorchJobWorkflow:
         # Scheduling first: it is transient, so the new queue is published with the next
         # lasting state instead of costing an upsert of its own
         self._set_state("Scheduling", "admitted")
-        self._event("Normal", "Admitted", f"admitted by queue {grant.queue} (quota {grant.node})")
+        self._event(
+            "Normal", Reason.ADMITTED, f"admitted by queue {grant.queue} (quota {grant.node})"
+        )
 
     async def _refresh_resolution(self) -> Resolution:
         """Look the quota tree up again, keeping the policy already resolved."""
         res = await self._resolve("resolve quota tree")
-        res.policy = self._resolution.policy
+        res.policy = self._p.resolution.policy
         return res
 
     async def _resolve(self, summary: str) -> Resolution:
-        return await workflow.execute_local_activity(
-            "resolve_policy",
+        return await workflow.execute_local_activity_method(
+            SchedulingActivities.resolve_policy,
             ResolveInput(
                 namespace=self._job.metadata.namespace,
                 name=self._job.metadata.name,
                 labels=self._job.metadata.labels,
             ),
-            result_type=Resolution,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=MEMBER_RETRY,
             summary=summary,
@@ -374,22 +383,22 @@ class PyTorchJobWorkflow:
     async def _schedule(self) -> bool:
         """Place, reserve and bind; retries with backoff while nothing fits. Returns False
         when the job can never be placed (every cluster excluded)."""
-        view = self._require_view()
+        view = self._p.view
         affinity = None
         tolerations: list[dict[str, Any]] = []
         placement = self._pol.spec.placement
         if placement.clusterAffinity is not None:
             affinity = placement.clusterAffinity.model_dump(exclude_none=True)
         tolerations = [t.model_dump(exclude_none=True) for t in placement.clusterTolerations]
-        delay = 2.0
+        delay = PLACEMENT_BACKOFF.initial
         last_reason = ""
         while True:
-            if self._deadline_passed():
+            if lifecycle.deadline_passed(view, workflow.now()):
                 await self._deadline_exceeded()
                 return False
             self._set_state("Scheduling", "evaluating member clusters")
-            verdict: PlacementVerdict = await workflow.execute_local_activity(
-                "plan_placement",
+            verdict = await workflow.execute_local_activity_method(
+                SchedulingActivities.plan_placement,
                 PlacementInput(
                     job_ref=f"{view.namespace}/{view.name}",
                     gang=GangShape.from_gang(self._gang),
@@ -397,105 +406,88 @@ class PyTorchJobWorkflow:
                     cluster_tolerations=tolerations,
                     exclude=list(view.evicted),
                 ),
-                result_type=PlacementVerdict,
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=MEMBER_RETRY,
                 summary="capacity and gang placement",
             )
             rejections = dict(verdict.rejections)
-            for cand in verdict.candidates[:3]:
-                reserved = False
-                if cand.reservation:
-                    rr = await self._reserve(cand.cluster, cand.assignment)
-                    if not rr.ok:
-                        rejections[cand.cluster] = f"reservation lost: {rr.reason}"
-                        continue
-                    reserved = True
-                try:
-                    await self._write(
-                        cand.cluster,
-                        "bind",
-                        BindInput(
-                            cluster=cand.cluster,
-                            request=BindRequest(
-                                job=self._ref,
-                                manifest=self._input.manifest,
-                                reserved=reserved,
-                                propagate_deps=self._pol.spec.propagateDeps,
-                                run_seconds=self._input.run_seconds,
-                            ),
-                        ),
-                        BindResult,
-                        f"bind {view.name} on {cand.cluster}",
-                    )
-                except ActivityError as exc:
-                    msg = str(exc.cause or exc)
-                    self._event(
-                        "Warning",
-                        "ScheduleBindingFailed",
-                        f"Binding on {cand.cluster} failed: {msg}",
-                    )
-                    rejections[cand.cluster] = f"binding failed: {msg}"
-                    if reserved:
-                        await self._purge(cand.cluster, "release reservations")
-                    continue
-                view.cluster = cand.cluster
-                if cand.cluster not in view.copies:
-                    view.copies.append(cand.cluster)
-                view.bound_at = workflow.now()
-                view.rejections = rejections
-                self._arm_deadline()
-                # "health/phase": the first watch wakes on a phase or health change only,
-                # not on every pod the member creates on the way to Running
-                self._since = "Healthy/Created"
-                self._event(
-                    "Normal",
-                    "ScheduleBindingSucceed",
-                    "Binding has been scheduled successfully. Result: "
-                    + binding_result(cand.cluster, self._gang),
-                )
-                self._set_state("Created", f"bound to {cand.cluster}")
-                return True
+            for cand in lifecycle.candidates(verdict):
+                if await self._bind(cand, rejections):
+                    return True
             view.rejections = rejections
-            if not verdict.candidates and not verdict.eligible:
-                reason = "no member cluster is eligible: " + verdict.reason()
-                self._event("Warning", "ScheduleBindingFailed", reason)
-                self._set_state("Failed", reason)
+            never = lifecycle.unplaceable_reason(verdict)
+            if never is not None:
+                self._event("Warning", Reason.BINDING_FAILED, never)
+                self._set_state("Failed", never)
                 return False
-            reason = "; ".join(f"{c}: {r}" for c, r in sorted(rejections.items())) or (
-                "no member cluster has room"
-            )
+            reason = lifecycle.pending_reason(rejections)
             for r in rejections.values():
                 metrics.placement_failure(metrics.reason_kind(r))
             if reason != last_reason:
-                self._event("Warning", "FailedScheduling", reason)
+                self._event("Warning", Reason.FAILED_SCHEDULING, reason)
                 last_reason = reason
             self._set_state("Pending", reason)
-            pause = delay
-            if view.deadline_at is not None:
-                left = (view.deadline_at - workflow.now()).total_seconds()
-                pause = max(0.001, min(pause, left))
+            pause = lifecycle.placement_pause(delay, view.deadline_at, workflow.now())
             await self._sleep_or_retry(pause, f"retry placement in {int(pause)}s")
             if self._suspend_wanted:
                 return True  # the lifecycle suspends (nothing was bound)
-            delay = min(delay * 2, 60.0)
+            delay = PLACEMENT_BACKOFF.after(delay)
 
-    async def _write(
-        self, cluster: str, activity: str, arg: Any, result_type: type, summary: str
-    ) -> Any:
+    async def _bind(self, cand: Candidate, rejections: dict[str, str]) -> bool:
+        """Reserve (where the member reserves) and bind on one candidate; a failure is
+        recorded in ``rejections``."""
+        reserved = False
+        if cand.reservation:
+            rr = await self._reserve(cand.cluster, cand.assignment)
+            if not rr.ok:
+                rejections[cand.cluster] = f"reservation lost: {rr.reason}"
+                return False
+            reserved = True
+        try:
+            await self._write(
+                cand.cluster,
+                workflow.execute_activity_method(
+                    SchedulingActivities.bind,
+                    BindInput(
+                        cluster=cand.cluster,
+                        request=BindRequest(
+                            job=self._ref,
+                            manifest=self._input.manifest,
+                            reserved=reserved,
+                            propagate_deps=self._pol.spec.propagateDeps,
+                            run_seconds=self._input.run_seconds,
+                        ),
+                    ),
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=MEMBER_RETRY,
+                    summary=f"bind {self._ref.name} on {cand.cluster}",
+                ),
+            )
+        except ActivityError as exc:
+            msg = str(exc.cause or exc)
+            self._event(
+                "Warning", Reason.BINDING_FAILED, f"Binding on {cand.cluster} failed: {msg}"
+            )
+            rejections[cand.cluster] = f"binding failed: {msg}"
+            if reserved:
+                await self._purge(cand.cluster, "release reservations")
+            return False
+        lifecycle.record_bind(self._p, cand.cluster, rejections, workflow.now())
+        self._arm_deadline()
+        self._event(
+            "Normal",
+            Reason.BOUND,
+            "Binding has been scheduled successfully. Result: "
+            + binding_result(cand.cluster, self._gang),
+        )
+        self._set_state("Created", f"bound to {cand.cluster}")
+        return True
+
+    async def _write(self, cluster: str, call: Awaitable[T]) -> T:
         """Run one member-cluster write. A delete arriving meanwhile interrupts the
         workflow at once (``asyncio.shield``) but not the write: cleanup awaits the
         in-flight write first, then purges that cluster, so nothing it made survives."""
-        task = asyncio.ensure_future(
-            workflow.execute_activity(
-                activity,
-                arg,
-                result_type=result_type,
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=MEMBER_RETRY,
-                summary=summary,
-            )
-        )
+        task = asyncio.ensure_future(call)
         self._in_flight = (cluster, task)
         try:
             return await asyncio.shield(task)
@@ -515,38 +507,35 @@ class PyTorchJobWorkflow:
             )
             for p in self._gang.pods
         ]
-        result: ReserveResult = await self._write(
+        return await self._write(
             cluster,
-            "reserve",
-            ReserveInput(cluster=cluster, request=ReserveRequest(job=self._ref, pods=pods)),
-            ReserveResult,
-            f"reserve on {cluster}",
+            workflow.execute_activity_method(
+                SchedulingActivities.reserve,
+                ReserveInput(cluster=cluster, request=ReserveRequest(job=self._ref, pods=pods)),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=MEMBER_RETRY,
+                summary=f"reserve on {cluster}",
+            ),
         )
-        return result
 
-    async def _supervise(self) -> str:
+    async def _supervise(self) -> Supervision:
         """Watch the bound copy until the job ends, fails over or history asks for
-        continue-as-new. Returns "done" | "failover" | "continue"."""
-        view = self._require_view()
+        continue-as-new."""
+        view = self._p.view
         fo = self._pol.application_failover
         tolerance = fo.decisionConditions.tolerationSeconds if fo else None
-        iterations = 0
         watch: ActivityHandle[JobStatus] | None = None
         settling = False
         while True:
             cluster = view.cluster
             assert cluster is not None
-            timeout, summary, due = self._next_deadline(tolerance)
-            if (
-                timeout is not None
-                and timeout < DEADLINE_NEAR_SECONDS
-                and workflow.patched(PATCH_DEADLINE_ALONE)
-            ):
-                if timeout > 0:  # a timer alone: nothing cancels it as it fires
-                    await workflow.sleep(timeout, summary=summary)
+            deadline = self._next_deadline(tolerance)
+            if deadline is not None and deadline.near and workflow.patched(PATCH_DEADLINE_ALONE):
+                if deadline.seconds > 0:  # a timer alone: nothing cancels it as it fires
+                    await workflow.sleep(deadline.seconds, summary=deadline.summary)
                 if self._suspend_wanted:
-                    return "suspend"
-                outcome = await self._on_deadline(due, cluster, tolerance)
+                    return Supervision.SUSPEND
+                outcome = await self._on_deadline(deadline.due, cluster, tolerance)
                 if outcome:
                     return outcome
                 continue
@@ -559,16 +548,17 @@ class PyTorchJobWorkflow:
                     lambda w=current: (  # type: ignore[misc]
                         w.done() or self._purger_finished() or self._suspend_wanted
                     ),
-                    timeout=None if timeout is None else max(timeout, 0.001),
-                    timeout_summary=summary,
+                    timeout=None if deadline is None else deadline.timer_seconds,
+                    timeout_summary=None if deadline is None else deadline.summary,
                 )
             except TimeoutError:
-                outcome = await self._on_deadline(due, cluster, tolerance)
+                assert deadline is not None
+                outcome = await self._on_deadline(deadline.due, cluster, tolerance)
                 if outcome:
                     return outcome
                 continue
             if self._suspend_wanted:
-                return "suspend"
+                return Supervision.SUSPEND
             if not current.done():  # a copy left on a returning member was purged
                 self._collect_purgers()
                 continue
@@ -576,286 +566,152 @@ class PyTorchJobWorkflow:
             try:
                 status = finished.result()
             except ActivityError as exc:
-                status = JobStatus(
-                    cluster=cluster,
-                    health="Unknown",
-                    phase="Unknown",
-                    reason=f"watch failed: {exc.cause or exc}",
-                    observed="watch-failed",
-                )
-            changed = status.observed != self._since or not status.observed
-            self._apply_status(status, tolerance)
+                status = lifecycle.unknown_status(cluster, str(exc.cause or exc))
+            changed = lifecycle.watch_changed(self._p, status)
+            self._announce(lifecycle.observe(self._p, status, workflow.now()))
             if settling and self._sa_settling:  # still Created after the settle window
                 self._publish(flush=True)
-            if status.phase == "Succeeded":
-                self._set_state("Succeeded", f"completed on {cluster}")
-                return "done"
-            if status.phase == "Failed" and fo is None:
-                self._set_state("Failed", status.reason or f"failed on {cluster}")
-                return "done"
-            if (
-                self._graceful_old
-                and status.health == "Healthy"
-                and status.phase in ("Running", "Succeeded")
-            ):
+            verdict = lifecycle.judge(self._p, status, tolerance=tolerance, failover=fo is not None)
+            if verdict.ending is not None:
+                self._set_state(verdict.ending.state, verdict.ending.reason)
+                return Supervision.DONE
+            if verdict.purge_graceful_old:
                 await self._purge_graceful_old(f"new copy on {cluster} is healthy")
             if any(c not in self._purgers for c in view.pending_purges):
                 await self._retry_pending_purges()
-            if tolerance == 0 and view.unhealthy_since is not None:
+            if verdict.fail_over_now:
                 await self._failover(cluster, f"unhealthy on {cluster} for 0s")
-                return "failover"
+                return Supervision.FAILOVER
             if not changed:
                 # The watch window ended quietly: pause on a durable timer before the next
                 # one (bounded by the next failover/grace deadline).
-                timeout, summary, _ = self._next_deadline(tolerance)
-                pause = self._input.rewatch_seconds
-                idle = pause if timeout is None else min(pause, max(timeout, 0.001))
-                await self._sleep_or_retry(idle, summary or f"re-watch {view.name} on {cluster}")
-            iterations += 1
+                deadline = self._next_deadline(tolerance)
+                await self._sleep_or_retry(
+                    lifecycle.rewatch_pause(self._input.rewatch_seconds, deadline),
+                    deadline.summary if deadline else f"re-watch {view.name} on {cluster}",
+                )
             info = workflow.info()
             if (
                 info.get_current_history_length() > MAX_HISTORY_EVENTS
                 or info.is_continue_as_new_suggested()
             ):
-                return "continue"
+                return Supervision.CONTINUE
 
-    async def _on_deadline(self, due: str, cluster: str, tolerance: int | None) -> str | None:
-        """Act on the deadline ``due`` (from ``_next_deadline``): "failover" or "done" when
-        the job leaves ``cluster``, else None. At a failover the old copy's watch is left
-        running: the failover purges that copy (now or once the new one is healthy) and
-        the watch ends then."""
-        if due == "failover":
-            await self._failover(cluster, f"unhealthy on {cluster} for {tolerance or 0}s")
-            return "failover"
-        if due == "evict":
-            await self._failover(cluster, f"on {self._evict_reason}")
-            return "failover"
-        if due == "deadline":
+    async def _on_deadline(
+        self, due: Due, cluster: str, tolerance: int | None
+    ) -> Supervision | None:
+        """Act on the deadline ``due``: FAILOVER or DONE when the job leaves ``cluster``,
+        else None. At a failover the old copy's watch is left running: the failover purges
+        that copy (now or once the new one is healthy) and the watch ends then."""
+        if due in (Due.FAILOVER, Due.EVICT):
+            why = lifecycle.failover_reason(due, cluster, tolerance, self._p.evict_reason)
+            await self._failover(cluster, why)
+            return Supervision.FAILOVER
+        if due == Due.DEADLINE:
             await self._deadline_exceeded()
-            return "done"
-        if due == "grace":
-            await self._purge_graceful_old("grace period ended")
+            return Supervision.DONE
+        await self._purge_graceful_old("grace period ended")
         return None
 
     def _start_watch(self, cluster: str, settling: bool) -> ActivityHandle[JobStatus]:
-        view = self._require_view()
-        watch = workflow.start_activity(
-            "watch_status",
+        watch = workflow.start_activity_method(
+            SchedulingActivities.watch_status,
             WatchInput(
                 cluster=cluster,
                 job=self._ref,
-                since=self._since,
-                timeout_seconds=SA_SETTLE_SECONDS if settling else WATCH_SECONDS,
+                since=self._p.since,
+                timeout_seconds=lifecycle.SA_SETTLE_SECONDS if settling else WATCH_SECONDS,
                 cluster_tolerations=[
                     t.model_dump(exclude_none=True)
                     for t in self._pol.spec.placement.clusterTolerations
                 ],
             ),
-            result_type=JobStatus,
             start_to_close_timeout=timedelta(seconds=WATCH_SECONDS + 60),
             heartbeat_timeout=timedelta(seconds=30),
             retry_policy=MEMBER_RETRY,
             # A watch is read-only and ends by itself at its window or when its copy goes
             # away: it is never cancelled, only waited for before the workflow closes.
             cancellation_type=ActivityCancellationType.ABANDON,
-            summary=f"watch {view.name} on {cluster}",
+            summary=f"watch {self._ref.name} on {cluster}",
         )
         self._watches = [w for w in self._watches if not w.done()] + [watch]
         return watch
 
-    def _next_deadline(self, tolerance: int | None) -> tuple[float | None, str | None, str]:
-        """``(seconds to the nearest deadline, its summary, which)``; the seconds are
-        <= 0 once it is due (clamped where a timer is armed)."""
-        view = self._require_view()
-        now = workflow.now()
-        best: tuple[float | None, str | None, str] = (None, None, "")
-        if tolerance is not None and view.unhealthy_since is not None:
-            remaining = (view.unhealthy_since + timedelta(seconds=tolerance) - now).total_seconds()
-            best = (
-                remaining,
-                f"failover tolerance {tolerance}s on {view.cluster}",
-                "failover",
-            )
-        if view.deadline_at is not None:
-            remaining = (view.deadline_at - now).total_seconds()
-            if best[0] is None or remaining < best[0]:
-                seconds = self._job.active_deadline_seconds
-                best = (
-                    remaining,
-                    f"runPolicy.activeDeadlineSeconds {seconds}",
-                    "deadline",
-                )
-        if self._evict_at is not None:
-            remaining = (self._evict_at - now).total_seconds()
-            if best[0] is None or remaining < best[0]:
-                best = (remaining, f"evict: {self._evict_reason}", "evict")
-        if self._graceful_old and self._grace_deadline is not None:
-            remaining = (self._grace_deadline - now).total_seconds()
-            if best[0] is None or remaining < best[0]:
-                best = (
-                    remaining,
-                    f"grace period before purging {self._graceful_old}",
-                    "grace",
-                )
-        return best
-
-    def _apply_status(self, status: JobStatus, tolerance: int | None) -> None:
-        view = self._require_view()
-        self._since = status.observed
-        view.pods = [p.model_dump() for p in status.pods]
-        if status.health == "Unknown":
-            added = [t.time_added for t in status.taints if t.time_added is not None]
-            view.unreachable.setdefault(status.cluster, min(added) if added else workflow.now())
-        else:
-            view.unreachable.pop(status.cluster, None)
-        if status.health != "Unknown" or status.taints:  # the member's taints are known
-            if status.evict_at is not None and self._evict_at is None:
-                self._event(
-                    "Warning",
-                    "TaintEviction",
-                    f"{status.evict_reason or status.cluster}: evicting at "
-                    f"{status.evict_at.isoformat(timespec='seconds')}",
-                )
-            self._evict_at, self._evict_reason = status.evict_at, status.evict_reason
-        if status.health == "Unhealthy":
-            if view.unhealthy_since is None:
-                view.unhealthy_since = workflow.now()
-                self._event(
-                    "Warning",
-                    "Unhealthy",
-                    f"job unhealthy on {status.cluster}: {status.reason or status.phase}",
-                )
-        elif status.health == "Healthy":
-            if view.unhealthy_since is not None:
-                self._event("Normal", "Recovered", f"job healthy again on {status.cluster}")
-            view.unhealthy_since = None
-        # Unknown (cluster unreachable) neither starts nor resets the failover timer.
-        if status.phase in ("Running", "Created") and status.health != "Unknown":
-            state: JobState = "Running" if status.phase == "Running" else "Created"
-            reason = status.reason or f"{status.phase.lower()} on {status.cluster}"
-            if status.health == "Unhealthy":
-                reason = f"unhealthy on {status.cluster}: {status.reason}"
-            self._set_state(state, reason)
-        elif status.health == "Unknown":
-            self._set_state(view.state, status.reason or f"{status.cluster}: unreachable")
-        elif status.phase == "Failed":
-            self._set_state(
-                view.state if view.state != "Created" else "Running",
-                f"failed on {status.cluster}: {status.reason}",
-            )
-        else:
-            self._publish()
+    def _next_deadline(self, tolerance: int | None) -> Deadline | None:
+        return lifecycle.next_deadline(
+            self._p,
+            tolerance=tolerance,
+            active_deadline_seconds=self._job.active_deadline_seconds,
+            now=workflow.now(),
+        )
 
     # ================================================================== failover
     async def _failover(self, old: str, why: str) -> None:
         """Evict the job from ``old`` (``why``: ``unhealthy on cluster-a for 30s``, or a
-        NoExecute taint that outlasted its toleration) and place it elsewhere."""
-        view = self._require_view()
-        fo = self._pol.application_failover
-        mode = fo.purgeMode if fo else PurgeMode.DIRECTLY
-        mode_name = fo.purge_mode_name if fo else "Immediately"
-        metrics.failover(old, mode.value)
+        NoExecute taint that outlasted its toleration) and place it elsewhere, doing with
+        the old copy what the policy's purgeMode says."""
+        view = self._p.view
+        plan = lifecycle.failover_plan(
+            self._pol.application_failover, strict_fencing=self._pol.strict_fencing
+        )
+        metrics.failover(old, plan.mode.value)
         self._set_state("FailingOver", why)
-        self._event("Warning", "FailoverStarted", f"job {why}; purgeMode {mode_name}")
-        view.evicted.append(old)
-        view.cluster = None
-        view.unhealthy_since = None
-        self._evict_at, self._evict_reason = None, ""
-        self._since = ""
-        if mode == PurgeMode.DIRECTLY and self._pol.strict_fencing:
+        self._event("Warning", Reason.FAILOVER_STARTED, plan.started_message(why))
+        lifecycle.leave_cluster(self._p, old)
+        if plan.old_copy == OldCopy.CONFIRM_GONE:
             self._set_state(
                 "FailingOver",
                 f"waiting until {old} confirms the old copy is gone (fleetq.io/fencing: Strict)",
             )
             await self._await_purger(old, confirm=True)
-            self._event(
-                "Normal",
-                "Evicted",
-                f"evicted from {old}; old copy confirmed gone before rescheduling "
-                "(fleetq.io/fencing: Strict)",
-            )
-        elif mode == PurgeMode.DIRECTLY:
+        elif plan.old_copy == OldCopy.PURGE_FIRST:
             await self._purge_or_defer(old)
-            self._event("Normal", "Evicted", f"evicted from {old}; old copy purged first")
-        elif mode == PurgeMode.GRACEFULLY:
-            grace = fo.grace_seconds if fo else 600
-            self._graceful_old = old
-            self._grace_deadline = workflow.now() + timedelta(seconds=grace)
-            self._event(
-                "Normal",
-                "Evicted",
-                f"evicted from {old}; old copy purged once the new one is healthy "
-                f"or after {grace}s",
-            )
         else:
-            if old in view.copies:
-                view.copies.remove(old)
-            self._event(
-                "Normal", "Evicted", f"evicted from {old}; old copy kept (purgeMode {mode_name})"
-            )
+            lifecycle.keep_old_copy(self._p, old, plan, workflow.now())
+        self._event("Normal", Reason.EVICTED, plan.evicted_message(old))
         placed = await self._schedule()
         if placed and view.cluster is not None:  # (not when a suspension came first)
-            self._event("Normal", "Rescheduled", f"rescheduled from {old} to {view.cluster}")
+            self._event("Normal", Reason.RESCHEDULED, f"rescheduled from {old} to {view.cluster}")
 
     # ================================================================== runPolicy
     def _arm_deadline(self) -> None:
-        """runPolicy.activeDeadlineSeconds counts from the first bind (again from the
-        first bind after a suspension, as the operator resets startTime on resume)."""
-        view = self._require_view()
+        """Arm runPolicy.activeDeadlineSeconds at a bind (see lifecycle.deadline_to_arm)."""
+        view = self._p.view
         seconds = self._job.active_deadline_seconds
         if (
             seconds is not None
-            and view.deadline_at is None
+            and lifecycle.deadline_to_arm(view, seconds)
             and workflow.patched(PATCH_RUN_POLICY)
         ):
-            view.deadline_at = workflow.now() + timedelta(seconds=max(0, seconds))
-
-    def _deadline_passed(self) -> bool:
-        view = self._require_view()
-        return view.deadline_at is not None and workflow.now() >= view.deadline_at
+            view.deadline_at = lifecycle.deadline_at(seconds, workflow.now())
 
     async def _deadline_exceeded(self) -> None:
         """Fail the job with reason DeadlineExceeded: every copy purged; the quota is
         released as the workflow ends."""
-        seconds = self._job.active_deadline_seconds
-        why = f"DeadlineExceeded: active longer than runPolicy.activeDeadlineSeconds {seconds}"
-        self._event("Warning", "DeadlineExceeded", why)
+        why = lifecycle.deadline_exceeded_reason(self._job.active_deadline_seconds)
+        self._event("Warning", Reason.DEADLINE_EXCEEDED, why)
         await self._purge_all("purge on DeadlineExceeded")
         self._set_state("Failed", why)
 
     async def _purge_all(self, why: str) -> None:
         """Purge every copy the job has (current, left behind, pending), each until done."""
-        view = self._require_view()
-        clusters = list(
-            dict.fromkeys(
-                ([view.cluster] if view.cluster else [])
-                + view.copies
-                + view.pending_purges
-                + ([self._graceful_old] if self._graceful_old else [])
-            )
-        )
-        for cluster in clusters:
+        view = self._p.view
+        for cluster in lifecycle.copies_to_purge(self._p):
             await self._purge_until_done(cluster, why)
         view.copies, view.pending_purges = [], []
-        self._graceful_old, self._grace_deadline = None, None
+        self._p.graceful_old, self._p.grace_deadline = None, None
         await self._settle_watches()
 
     async def _suspend(self) -> None:
         """runPolicy.suspend / the suspend signal: purge every copy, give the quota back,
         wait in Suspended until resumed, then queue again with the original submit time."""
-        view = self._require_view()
+        view = self._p.view
         self._suspend_wanted, self._suspending = False, True
         in_queue = self._grant is not None or view.state == "Queued"
         had_copy = bool(view.cluster or view.copies or view.pending_purges)
-        self._event(
-            "Normal",
-            "Suspended",
-            "suspended: copies purged, quota released" if had_copy else "suspended",
-        )
+        self._event("Normal", Reason.SUSPENDED, lifecycle.suspended_message(had_copy))
         await self._purge_all("purge on suspend")
-        view.cluster, view.pods, view.unhealthy_since = None, [], None
-        view.deadline_at = None
-        self._evict_at, self._evict_reason, self._since = None, "", ""
+        lifecycle.forget_placement(self._p)
         if in_queue:
             await self._release_quota()
         view.admitted, view.queue = False, None
@@ -863,24 +719,22 @@ class PyTorchJobWorkflow:
             "Suspended", "suspended: holds no quota; resume with fleetq resume (signal resume)"
         )
         while not self._resume_wanted:
-            await workflow.wait_condition(
-                lambda: self._resume_wanted or self._grant is not None
-            )
+            await workflow.wait_condition(lambda: self._resume_wanted or self._grant is not None)
             if self._grant is not None:  # a grant that crossed our cancel: give it back
                 await self._release_quota()
         self._resume_wanted, self._suspending = False, False
-        self._event("Normal", "Resumed", "resumed: placed again from the queue")
+        self._event("Normal", Reason.RESUMED, "resumed: placed again from the queue")
         self._set_state("Queued" if self._pol.queued else "Scheduling", "resumed")
 
     async def _purge_graceful_old(self, why: str) -> None:
-        old = self._graceful_old
-        self._graceful_old, self._grace_deadline = None, None
+        old = self._p.graceful_old
+        self._p.graceful_old, self._p.grace_deadline = None, None
         if old:
             await self._purge_or_defer(old)
-            self._event("Normal", "Purged", f"old copy on {old} purged: {why}")
+            self._event("Normal", Reason.PURGED, f"old copy on {old} purged: {why}")
 
     async def _purge_or_defer(self, cluster: str) -> None:
-        view = self._require_view()
+        view = self._p.view
         try:
             await self._purge(cluster, "purge old copy", attempts=2)
         except ActivityError as exc:
@@ -888,7 +742,7 @@ class PyTorchJobWorkflow:
                 view.pending_purges.append(cluster)
             self._event(
                 "Warning",
-                "PurgeDeferred",
+                Reason.PURGE_DEFERRED,
                 f"could not purge {cluster} now ({exc.cause or exc}); "
                 "will purge when it is reachable",
             )
@@ -898,23 +752,23 @@ class PyTorchJobWorkflow:
             view.copies.remove(cluster)
 
     async def _retry_pending_purges(self) -> None:
-        view = self._require_view()
+        view = self._p.view
         for cluster in list(view.pending_purges):
             try:
                 await self._purge(cluster, "purge copy left while unreachable", attempts=1)
             except ActivityError:
                 continue
-            view.pending_purges.remove(cluster)
-            if cluster in view.copies:
-                view.copies.remove(cluster)
-            self._event("Normal", "Purged", f"copy on {cluster} purged after it became reachable")
+            lifecycle.forget_copy(view, cluster)
+            self._event(
+                "Normal", Reason.PURGED, f"copy on {cluster} purged after it became reachable"
+            )
 
     async def _purge(self, cluster: str, why: str, attempts: int = 3) -> PurgeResult:
-        task = asyncio.ensure_future(
-            workflow.execute_activity(
-                "purge",
+        return await self._write(
+            cluster,
+            workflow.execute_activity_method(
+                SchedulingActivities.purge,
                 PurgeInput(cluster=cluster, job=self._ref),
-                result_type=PurgeResult,
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),
@@ -922,35 +776,28 @@ class PyTorchJobWorkflow:
                     maximum_attempts=attempts,
                 ),
                 summary=f"{why} on {cluster}",
-            )
+            ),
         )
-        self._in_flight = (cluster, task)
-        try:
-            result: PurgeResult = await asyncio.shield(task)
-            return result
-        finally:
-            if task.done():
-                self._in_flight = None
 
     # ================================================================== endings
     async def _finish(self) -> None:
-        view = self._require_view()
+        view = self._p.view
         # Reservations were consumed by the pods; delete leftovers on every copy we hold.
         for cluster in list(view.pending_purges):
             await self._purge_until_done(cluster, "purge copy left while unreachable")
             if cluster in view.pending_purges:  # _await_purger removes it itself
                 view.pending_purges.remove(cluster)
-        if self._graceful_old:
-            await self._purge_until_done(self._graceful_old, "purge old copy")
-            self._graceful_old = None
+        if self._p.graceful_old:
+            await self._purge_until_done(self._p.graceful_old, "purge old copy")
+            self._p.graceful_old = None
         await self._settle_watches()
         await self._release_quota()
         view.finished_at = workflow.now()
         self._publish()
 
     async def _on_deleted(self) -> None:
-        view = self._require_view()
-        self._event("Normal", "Deleted", "job deleted from the fleet; purging member copies")
+        view = self._p.view
+        self._event("Normal", Reason.DELETED, "job deleted from the fleet; purging member copies")
         in_flight: list[str] = []
         if self._in_flight is not None:
             cluster, task = self._in_flight
@@ -958,14 +805,7 @@ class PyTorchJobWorkflow:
             with contextlib.suppress(Exception):
                 await task  # let the interrupted write land before purging after it
             self._in_flight = None
-        clusters = in_flight + list(
-            dict.fromkeys(
-                view.copies
-                + view.pending_purges
-                + ([self._graceful_old] if self._graceful_old else [])
-            )
-        )
-        for cluster in clusters:
+        for cluster in in_flight + lifecycle.copies_to_purge(self._p, current=False):
             await self._purge_until_done(cluster, "purge on delete")
         view.copies, view.pending_purges, view.cluster = [], [], None
         await self._settle_watches()
@@ -980,7 +820,7 @@ class PyTorchJobWorkflow:
         if not workflow.patched(PATCH_PURGE_WHEN_REACHABLE):
             await self._purge_until_done_on_timers(cluster, why)
             return
-        view = self._require_view()
+        view = self._p.view
         if cluster not in view.pending_purges:  # it answered a moment ago: purge now
             try:
                 await self._purge(cluster, why, attempts=2)
@@ -1003,10 +843,9 @@ class PyTorchJobWorkflow:
             return running
         if not workflow.patched(PATCH_PURGE_WHEN_REACHABLE):
             return None
-        handle = workflow.start_activity(
-            "purge_when_reachable",
+        handle = workflow.start_activity_method(
+            SchedulingActivities.purge_when_reachable,
             PurgeInput(cluster=cluster, job=self._ref, confirm=confirm),
-            result_type=PurgeResult,
             start_to_close_timeout=timedelta(hours=1),
             heartbeat_timeout=PURGER_HEARTBEAT,
             retry_policy=RetryPolicy(
@@ -1023,7 +862,7 @@ class PyTorchJobWorkflow:
     async def _await_purger(self, cluster: str, confirm: bool = False) -> None:
         """Purge ``cluster``'s copy and wait until that is done, however long the member
         stays away (with ``confirm``: until the copy is confirmed gone)."""
-        view = self._require_view()
+        view = self._p.view
         running = self._purgers.get(cluster)
         if confirm and running is not None and not running.done():
             running.cancel()  # restart it so that it confirms
@@ -1042,7 +881,7 @@ class PyTorchJobWorkflow:
                 # e.g. the member left the fleet config: say so; strict fencing still
                 # never lets a new copy start before the old one is confirmed gone
                 self._event(
-                    "Warning", "PurgeFailed", f"could not purge {cluster}: {exc.cause or exc}"
+                    "Warning", Reason.PURGE_FAILED, f"could not purge {cluster}: {exc.cause or exc}"
                 )
                 if not confirm:
                     return
@@ -1051,10 +890,7 @@ class PyTorchJobWorkflow:
                 )
             finally:
                 self._purgers.pop(cluster, None)
-        if cluster in view.pending_purges:
-            view.pending_purges.remove(cluster)
-        if cluster in view.copies:
-            view.copies.remove(cluster)
+        lifecycle.forget_copy(view, cluster)
         view.unreachable.pop(cluster, None)
 
     def _purger_finished(self) -> bool:
@@ -1062,7 +898,7 @@ class PyTorchJobWorkflow:
 
     def _collect_purgers(self) -> None:
         """Record the copies that purge_when_reachable activities have purged."""
-        view = self._require_view()
+        view = self._p.view
         for cluster, handle in list(self._purgers.items()):
             if not handle.done():
                 continue
@@ -1071,16 +907,13 @@ class PyTorchJobWorkflow:
                 handle.result()
             except ActivityError as exc:  # left pending: purged on the job's ending
                 self._event(
-                    "Warning", "PurgeFailed", f"could not purge {cluster}: {exc.cause or exc}"
+                    "Warning", Reason.PURGE_FAILED, f"could not purge {cluster}: {exc.cause or exc}"
                 )
                 continue
-            if cluster in view.pending_purges:
-                view.pending_purges.remove(cluster)
-            if cluster in view.copies:
-                view.copies.remove(cluster)
+            lifecycle.forget_copy(view, cluster)
             view.unreachable.pop(cluster, None)
             self._event(
-                "Normal", "Purged", f"copy on {cluster} purged as soon as it answered again"
+                "Normal", Reason.PURGED, f"copy on {cluster} purged as soon as it answered again"
             )
 
     def _stop_purgers(self) -> None:
@@ -1092,21 +925,21 @@ class PyTorchJobWorkflow:
     async def _purge_until_done_on_timers(self, cluster: str, why: str) -> None:
         """Purge, retrying on durable timers (not activity retries): how workflows started
         before purge_when_reachable existed keep purging."""
-        delay = 5.0
+        delay = PURGE_BACKOFF.initial
         while True:
             try:
                 await self._purge(cluster, why, attempts=2)
                 return
             except ActivityError as exc:
                 self._set_state(
-                    self._require_view().state,
+                    self._p.view.state,
                     f"waiting to purge copy on {cluster}: {exc.cause or exc}",
                 )
             await workflow.sleep(delay, summary=f"retry purge on {cluster} in {int(delay)}s")
-            delay = min(delay * 2, 300.0)
+            delay = PURGE_BACKOFF.after(delay)
 
     async def _release_quota(self) -> None:
-        tree_id = self._resolution.tree_workflow_id
+        tree_id = self._p.resolution.tree_workflow_id
         if self._policy is None or not self._policy.queued or tree_id is None:
             return
         signal: Literal["release", "cancel"] = "release" if self._grant is not None else "cancel"
@@ -1138,10 +971,9 @@ class PyTorchJobWorkflow:
         """Send one signal to the quota workflow (a local activity using the client: no
         workflow-to-workflow signal events or acknowledgement task); False when the
         quota workflow is not running."""
-        sent: bool = await workflow.execute_local_activity(
-            "signal_quota",
+        return await workflow.execute_local_activity_method(
+            SchedulingActivities.signal_quota,
             message,
-            result_type=bool,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(
                 initial_interval=timedelta(seconds=1),
@@ -1150,7 +982,6 @@ class PyTorchJobWorkflow:
             ),
             summary=summary,
         )
-        return sent
 
     # ================================================================== helpers
     async def _sleep_or_retry(self, seconds: float, summary: str) -> None:
@@ -1163,46 +994,37 @@ class PyTorchJobWorkflow:
 
     @property
     def _sa_settling(self) -> bool:
-        """The job is in a state that is published only once it lasts, and has not been
-        published yet."""
-        view = self._require_view()
-        return (
-            self._sa_enabled
-            and view.state in SETTLING_STATES
-            and self._sa_last.get(SA_STATE) != view.state
-        )
+        return self._sa_enabled and lifecycle.settling(self._p.view, self._sa_last)
+
+    @property
+    def _p(self) -> JobProgress:
+        assert self._progress is not None, "the run's progress exists once the run starts"
+        return self._progress
 
     @property
     def _pol(self) -> PropagationPolicy:
         assert self._policy is not None, "policy is resolved before any phase runs"
         return self._policy
 
-    def _require_view(self) -> JobView:
-        assert self._view is not None
-        return self._view
-
     def _summary_line(self) -> str:
         return self._gang.summary_line(self._job.metadata.namespace, self._job.metadata.name)
 
-    def _event(self, kind: Literal["Normal", "Warning"], reason: str, message: str) -> None:
-        view = self._require_view()
-        if view.events and view.events[-1].reason == reason and view.events[-1].message == message:
-            view.events[-1].count += 1
-            view.events[-1].time = workflow.now()
-        else:
-            view.events.append(
-                JobEvent(
-                    type=kind,
-                    reason=reason,
-                    message=message,
-                    time=workflow.now(),
-                )
-            )
-        del view.events[:-MAX_EVENTS]
+    def _announce(self, notices: list[Notice]) -> None:
+        """Carry out what the lifecycle asks to show, in order."""
+        for notice in notices:
+            if isinstance(notice, Announce):
+                self._event(notice.type, notice.reason, notice.message)
+            elif isinstance(notice, Transition):
+                self._set_state(notice.state, notice.reason)
+            else:
+                self._publish()
+
+    def _event(self, kind: Literal["Normal", "Warning"], reason: Reason, message: str) -> None:
+        lifecycle.record_event(self._p.view, kind, reason, message, workflow.now())
         self._publish()
 
     def _set_state(self, state: JobState, reason: str) -> None:
-        view = self._require_view()
+        view = self._p.view
         if state != view.state:
             metrics.job_state(state)
         view.state = state
@@ -1210,52 +1032,27 @@ class PyTorchJobWorkflow:
         self._publish()
 
     def _publish(self, flush: bool = False) -> None:
-        view = self._require_view()
-        last = view.events[-1] if view.events else None
-        lines = [
-            f"**{view.state}** — {view.reason}" if view.reason else f"**{view.state}**",
-            "",
-            f"- cluster: `{view.cluster or '-'}`",
-            f"- queue: `{view.queue or ('waiting' if view.queued and not view.admitted else '-')}`",
-            f"- priority: {view.priority}",
-        ]
-        if view.evicted:
-            lines.append(f"- evicted from: {', '.join(view.evicted)}")
-        if view.pending_purges:
-            lines.append(f"- purge pending on: {', '.join(view.pending_purges)}")
-        if last is not None:
-            lines.append(f"- last event: {last.reason}: {last.message}")
-        details = "\n".join(lines)
+        """Show the view: the workflow's Markdown details, and the search attributes that
+        changed (upserted only when the resolution enables them)."""
+        view = self._p.view
+        details = lifecycle.details_markdown(view)
         if details != self._details:
             self._details = details
             workflow.set_current_details(details)
-        waits = view.state in SETTLING_STATES and not flush  # published once it lasts
-        if self._sa_enabled and view.state not in TRANSIENT_STATES and not waits:
-            wanted: dict[str, Any] = {
-                SA_STATE: view.state,
-                SA_CLUSTER: view.cluster or "",
-                SA_QUEUE: view.queue or "",
-                SA_JOB: f"{view.namespace}/{view.name}",
-                SA_NAMESPACE: view.namespace,
-                SA_PRIORITY: view.priority,
-            }
-            # an empty keyword never set is the same as unset: no upsert for it
-            changed = {
-                k: v
-                for k, v in wanted.items()
-                if self._sa_last.get(k) != v and not (v == "" and k not in self._sa_last)
-            }
-            if changed:
-                pairs: list[SearchAttributeUpdate[Any]] = []
-                for k, v in changed.items():
-                    key: Any = (
-                        SearchAttributeKey.for_int(k)
-                        if k == SA_PRIORITY
-                        else SearchAttributeKey.for_keyword(k)
-                    )
-                    pairs.append(key.value_set(v))
-                workflow.upsert_search_attributes(pairs)
-                self._sa_last.update(changed)
+        if not self._sa_enabled:
+            return
+        changed = lifecycle.search_attribute_changes(view, self._sa_last, flush=flush)
+        if changed:
+            pairs: list[SearchAttributeUpdate[Any]] = []
+            for k, v in changed.items():
+                key: Any = (
+                    SearchAttributeKey.for_int(k)
+                    if k == SA_PRIORITY
+                    else SearchAttributeKey.for_keyword(k)
+                )
+                pairs.append(key.value_set(v))
+            workflow.upsert_search_attributes(pairs)
+            self._sa_last.update(changed)
 
     # ================================================================== handlers
     @workflow.signal
@@ -1266,7 +1063,7 @@ class PyTorchJobWorkflow:
     def suspend(self) -> None:
         """Suspend the job (as ``runPolicy.suspend: true``): its copies are purged and its
         quota released until ``resume``."""
-        view = self._view
+        view = self._progress.view if self._progress is not None else None
         if view is not None and view.state not in TERMINAL_STATES and view.state != "Suspended":
             self._suspend_wanted = True
             self._resume_wanted = False
@@ -1286,7 +1083,7 @@ class PyTorchJobWorkflow:
 
     @workflow.query
     def status(self) -> JobView | None:
-        return self._view
+        return self._progress.view if self._progress is not None else None
 
     @property
     def gang(self) -> Gang:

@@ -31,6 +31,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.scheduling import SchedulingActivities
     from fleetq.admission import (
         Admission,
         AdmissionRequest,
@@ -43,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from fleetq.messages import (
         HolderCheck,
-        HolderVerdict,
         QuotaBatch,
         QuotaMessage,
         QuotaReceipt,
@@ -182,10 +182,9 @@ class QuotaTreeWorkflow:
         if not holders:
             return
         try:
-            verdict: HolderVerdict = await workflow.execute_activity(
-                "check_holders",
+            verdict = await workflow.execute_activity_method(
+                SchedulingActivities.check_holders,
                 HolderCheck(workflow_ids=holders),
-                result_type=HolderVerdict,
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=RetryPolicy(
                     maximum_interval=timedelta(seconds=10), maximum_attempts=3
