@@ -26,11 +26,11 @@ from activities.scheduling import SchedulingActivities
 from bench.chaos import job_manifest, policy_manifest
 from fleetq.cluster_health import TAINT_UNREACHABLE
 from fleetq.emulator.fleet import EmulatedFleet
+from fleetq.lifecycle import SA_SETTLE_SECONDS
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
 from tests.reliability.conftest import Stack
 from worker import build_worker
-from workflows.pytorch_job import SA_SETTLE_SECONDS
 
 NS = "twice"
 #: how long a job tolerates its member's unreachable:NoExecute taint in these tests
