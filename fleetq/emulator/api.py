@@ -15,7 +15,8 @@ import copy
 import json
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import jsonpatch
@@ -363,19 +364,70 @@ def json_patch(doc: Any, ops: Any) -> Any:
 # ---------------------------------------------------------------------- handlers
 
 
+#: the resource paths below ``/api/{version}`` and ``/apis/{group}/{version}``; a namespaced
+#: path's resource is never ``status``/``finalize`` (``namespaces/{name}/status`` is the
+#: namespace's subresource)
+_NAMESPACED = "/namespaces/{namespace}/{resource:(?!(?:status|finalize)(?:/|$))[^/]+}"
+RESOURCE_PATHS = (
+    _NAMESPACED,
+    _NAMESPACED + "/{name}",
+    _NAMESPACED + "/{name}/{subresource}",
+    "/{resource}",
+    "/{resource}/{name}",
+    "/{resource}/{name}/{subresource}",
+)
+#: served without a token (probes and ``GET /version``)
+OPEN_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version"})
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a resource path names: a collection (``name`` None), an object, or one of its
+    subresources."""
+
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
 class Handler:
-    """Routes requests of one cluster's API port."""
+    """The request handlers of one cluster's API port."""
 
     def __init__(self, cluster: EmulatedCluster) -> None:
         self.cluster = cluster
         self.store = cluster.store
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        path = request.path.rstrip("/") or "/"
-        if path in ("/healthz", "/livez", "/readyz"):
-            return web.Response(text="ok")
-        if path == "/version":
-            return _json(VERSION)
+    def add_routes(self, router: web.UrlDispatcher) -> None:
+        """Discovery, probes and every resource path, each with and without a trailing
+        slash (the kubernetes client asks ``/apis/``, ``/api/v1/``, ``/version/``). Any
+        method: a verb the path does not take is 405 once the path is known to exist."""
+
+        def add(path: str, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
+            router.add_route("*", path, handler)
+            router.add_route("*", path + "/", handler)
+
+        for path in ("/healthz", "/livez", "/readyz"):
+            add(path, self.ok)
+        add("/version", self.version)
+        router.add_route("*", "/", self.root)
+        add("/api", self.core_versions)
+        add("/apis", self.group_list)
+        add("/apis/{group}", self.api_group)
+        for prefix in ("/api/{version}", "/apis/{group}/{version}"):
+            add(prefix, self.resource_list)
+            for path in RESOURCE_PATHS:
+                add(prefix + path, self.resource)
+
+    @web.middleware
+    async def middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """Bearer-token auth and injected faults before any handler; errors (an
+        :class:`ApiError`, a path no route matches) as ``Status`` bodies."""
+        resource = request.match_info.route.resource
+        if resource is not None and resource.canonical.rstrip("/") in OPEN_PATHS:
+            return await handler(request)
         auth = request.headers.get("Authorization", "")
         if not secrets.compare_digest(auth.encode(), f"Bearer {self.cluster.token}".encode()):
             return status_response(ApiError(401, "Unauthorized", "Unauthorized"))
@@ -393,88 +445,111 @@ class Handler:
                 ApiError(code, reason, f"injected fault: HTTP {code}", headers=headers)
             )
         try:
-            return await self.route(request)
+            return await handler(request)
+        except web.HTTPNotFound:
+            return status_response(_no_route())
         except ApiError as exc:
             return status_response(exc)
         except SelectorError as exc:
             return status_response(bad_request(str(exc)))
 
-    async def route(self, request: web.Request) -> web.StreamResponse:
-        parts = [p for p in request.path.split("/") if p]
-        if not parts:
-            return _json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz"]})
-        if parts == ["api"]:
-            host = request.host
-            return _json({"kind": "APIVersions", "versions": ["v1"],
-                          "serverAddressByClientCIDRs": [
-                              {"clientCIDR": "0.0.0.0/0", "serverAddress": host}]})
-        if parts == ["apis"]:
-            return _json({"kind": "APIGroupList", "apiVersion": "v1",
-                          "groups": _groups(self.cluster)})
-        if parts[0] == "api" and len(parts) >= 2:
-            group, version, rest = "", parts[1], parts[2:]
-        elif parts[0] == "apis" and len(parts) >= 2:
-            if len(parts) == 2:
-                for g in _groups(self.cluster):
-                    if g["name"] == parts[1]:
-                        return _json({"kind": "APIGroup", "apiVersion": "v1", **g})
-                raise _no_route()
-            group, version, rest = parts[1], parts[2], parts[3:]
-        else:
+    # ------------------------------------------------------------------ discovery
+
+    async def ok(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def version(self, request: web.Request) -> web.Response:
+        return _json(VERSION)
+
+    async def root(self, request: web.Request) -> web.Response:
+        return _json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz"]})
+
+    async def core_versions(self, request: web.Request) -> web.Response:
+        return _json({"kind": "APIVersions", "versions": ["v1"],
+                      "serverAddressByClientCIDRs": [
+                          {"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}]})
+
+    async def group_list(self, request: web.Request) -> web.Response:
+        return _json({"kind": "APIGroupList", "apiVersion": "v1",
+                      "groups": _groups(self.cluster)})
+
+    async def api_group(self, request: web.Request) -> web.Response:
+        for g in _groups(self.cluster):
+            if g["name"] == request.match_info["group"]:
+                return _json({"kind": "APIGroup", "apiVersion": "v1", **g})
+        raise _no_route()
+
+    async def resource_list(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        listing = _resource_list(self.cluster, m.get("group", ""), m["version"])
+        if listing is None:
             raise _no_route()
-        if not rest:
-            listing = _resource_list(self.cluster, group, version)
-            if listing is None:
-                raise _no_route()
-            return _json(listing)
-        namespace: str | None = None
-        if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
-            namespace = rest[1]
-            rest = rest[2:]
-        plural = rest[0]
-        rt = self.store.types.get(plural)
-        if rt is None or rt.group != group or rt.version != version or len(rest) > 3:
+        return _json(listing)
+
+    # ------------------------------------------------------------------ resources
+
+    def target(self, request: web.Request) -> Target:
+        """The resource type and object a resource path names; 404 for a type this
+        group/version does not serve, a namespace on a cluster-scoped type, an unknown
+        subresource or a namespaced object named without its namespace."""
+        m = request.match_info
+        rt = self.store.types.get(m["resource"])
+        if rt is None or rt.group != m.get("group", "") or rt.version != m["version"]:
             raise _no_route()
+        namespace, name, sub = m.get("namespace"), m.get("name"), m.get("subresource")
         if namespace is not None and not rt.namespaced:
             raise _no_route()
-        name = rest[1] if len(rest) >= 2 else None
-        sub = rest[2] if len(rest) == 3 else None
         if (sub is not None and (sub != "status" or not rt.has_status)
                 and not (rt.plural == "namespaces" and sub == "finalize")):
             raise _no_route()
         if rt.namespaced and name is not None and namespace is None:
             raise _no_route()
+        return Target(rt, namespace, name, sub)
+
+    async def resource(self, request: web.Request) -> web.StreamResponse:
+        t = self.target(request)
+        if t.name is None:
+            return await self.collection(request, t.rt, t.namespace)
+        return await self.item(request, t.rt, t.namespace or "", t.name, t.subresource)
+
+    async def collection(
+        self, request: web.Request, rt: ResourceType, namespace: str | None
+    ) -> web.StreamResponse:
         method = request.method
         q = request.query
-        if name is None:
-            if method == "GET":
-                check_field_selector(rt, q.get("fieldSelector"))
-                selection = parse_selectors(q.get("labelSelector"), q.get("fieldSelector"))
-                matcher = selection.matcher
-                if q.get("watch") in ("true", "1", "True"):
-                    return await self.watch(request, rt, namespace, matcher)
-                if wants_table(request.headers.get("Accept", "")):
-                    objs = [o for o in self.store.items(rt.plural, namespace)
-                            if matcher is None or matcher(o)]
-                    return _json(table(rt.plural, objs, str(self.store.rv)))
-                try:
-                    limit = int(q.get("limit") or 0)
-                except ValueError:
-                    raise bad_request(f"invalid limit {q.get('limit')!r}") from None
-                return _json(self.store.list_json(
-                    rt.plural, namespace, matcher, selection.equality, limit=limit,
-                    token=q.get("continue") or ""))
-            if method == "POST":
-                if rt.namespaced and namespace is None:
-                    raise _no_route()
-                return self.create(rt, namespace, await _body(request), q.get("dryRun"),
-                                   q.get("fieldValidation"))
-            if method == "DELETE":
-                check_field_selector(rt, q.get("fieldSelector"))
-                matcher = selector_matcher(q.get("labelSelector"), q.get("fieldSelector"))
-                return self.delete_collection(rt, namespace, matcher)
-            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
-        ns = namespace or ""
+        if method == "GET":
+            check_field_selector(rt, q.get("fieldSelector"))
+            selection = parse_selectors(q.get("labelSelector"), q.get("fieldSelector"))
+            matcher = selection.matcher
+            if q.get("watch") in ("true", "1", "True"):
+                return await self.watch(request, rt, namespace, matcher)
+            if wants_table(request.headers.get("Accept", "")):
+                objs = [o for o in self.store.items(rt.plural, namespace)
+                        if matcher is None or matcher(o)]
+                return _json(table(rt.plural, objs, str(self.store.rv)))
+            try:
+                limit = int(q.get("limit") or 0)
+            except ValueError:
+                raise bad_request(f"invalid limit {q.get('limit')!r}") from None
+            return _json(self.store.list_json(
+                rt.plural, namespace, matcher, selection.equality, limit=limit,
+                token=q.get("continue") or ""))
+        if method == "POST":
+            if rt.namespaced and namespace is None:
+                raise _no_route()
+            return self.create(rt, namespace, await _body(request), q.get("dryRun"),
+                               q.get("fieldValidation"))
+        if method == "DELETE":
+            check_field_selector(rt, q.get("fieldSelector"))
+            matcher = selector_matcher(q.get("labelSelector"), q.get("fieldSelector"))
+            return self.delete_collection(rt, namespace, matcher)
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
+
+    async def item(
+        self, request: web.Request, rt: ResourceType, ns: str, name: str, sub: str | None
+    ) -> web.StreamResponse:
+        method = request.method
+        q = request.query
         if method == "GET":
             obj = self.store.get(rt.plural, ns, name)
             if obj is None:
@@ -854,7 +929,7 @@ async def _body(request: web.Request) -> Any:
 
 
 def build_app(cluster: EmulatedCluster) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024 * 1024)
     handler = Handler(cluster)
-    app.router.add_route("*", "/{tail:.*}", handler.handle)
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[handler.middleware])
+    handler.add_routes(app.router)
     return app
