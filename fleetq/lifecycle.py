@@ -11,7 +11,9 @@ Temporal, so each rule is unit- and property-tested on its own:
 - what a watch's status ends: ``judge``;
 - purge-mode semantics: ``failover_plan`` and ``leave_cluster``;
 - candidate and backoff policy: ``candidates``, ``Backoff``, ``placement_pause``;
-- runPolicy: ``deadline_to_arm``, ``deadline_passed``, ``deadline_exceeded_reason``;
+- runPolicy: ``deadline_to_arm``, ``deadline_passed``, ``deadline_exceeded_reason``, and
+  suspend / resume (``Suspension``);
+- the run: ``continue_as_new_due``, ``policy_refusal``, ``quota_return``;
 - what a job shows: ``record_event``, ``details_markdown``, ``search_attribute_changes``.
 
 Functions that change the run's state change the ``JobProgress`` (or ``JobView``) they
@@ -29,6 +31,7 @@ from pydantic import BaseModel
 
 from fleetq.admission import Grant
 from fleetq.messages import (
+    TERMINAL_STATES,
     Candidate,
     JobEvent,
     JobState,
@@ -60,6 +63,8 @@ MAX_CANDIDATES = 3
 FIRST_WATCH_SINCE = "Healthy/Created"
 #: the grace period of purgeMode Gracefully when the policy names none
 DEFAULT_GRACE_SECONDS = 600
+#: a run continues-as-new once its history passes this many events
+MAX_HISTORY_EVENTS = 1000
 
 EventType = Literal["Normal", "Warning"]
 
@@ -490,6 +495,64 @@ def deadline_exceeded_reason(active_deadline_seconds: int | None) -> str:
     )
 
 
+def suspended_message(had_copy: bool) -> str:
+    return "suspended: copies purged, quota released" if had_copy else "suspended"
+
+
+@dataclass
+class Suspension:
+    """runPolicy.suspend and the suspend / resume signals: what was asked for and not yet
+    carried out. A resume before the suspension was carried out cancels it; a resume of a
+    job that is not suspended, or a suspension of a finished one, changes nothing."""
+
+    #: a suspension asked for and not yet carried out
+    wanted: bool = False
+    #: the job is suspending or suspended
+    active: bool = False
+    #: a resume asked for while suspended
+    resume_wanted: bool = False
+
+    def ask_suspend(self, state: JobState) -> None:
+        if state not in TERMINAL_STATES and state != "Suspended":
+            self.wanted = True
+            self.resume_wanted = False
+
+    def ask_resume(self) -> None:
+        if self.wanted:  # not carried out yet: forget it
+            self.wanted = False
+        elif self.active:
+            self.resume_wanted = True
+
+    def begin(self) -> None:
+        self.wanted, self.active = False, True
+
+    def end(self) -> None:
+        self.resume_wanted, self.active = False, False
+
+
+# ---------------------------------------------------------------------- the run
+
+
+def continue_as_new_due(history_length: int, suggested: bool) -> bool:
+    """Whether the run hands its progress to a new run (bounded history)."""
+    return history_length > MAX_HISTORY_EVENTS or suggested
+
+
+def policy_refusal(policy_namespace: str, policy_name: str, job_namespace: str) -> str | None:
+    """Why a PropagationPolicy given with the job can never apply to it, else None."""
+    if policy_namespace == job_namespace:
+        return None
+    return (
+        f"PropagationPolicy {policy_namespace}/{policy_name}: metadata.namespace must be "
+        f"the job's namespace {job_namespace}"
+    )
+
+
+def quota_return(granted: bool) -> Literal["release", "cancel"]:
+    """How a job gives its quota back: release what was granted, else leave the queue."""
+    return "release" if granted else "cancel"
+
+
 # ---------------------------------------------------------------------- copies
 
 
@@ -521,10 +584,6 @@ def forget_placement(progress: JobProgress) -> None:
     view.cluster, view.pods, view.unhealthy_since = None, [], None
     view.deadline_at = None
     progress.evict_at, progress.evict_reason, progress.since = None, "", ""
-
-
-def suspended_message(had_copy: bool) -> str:
-    return "suspended: copies purged, quota released" if had_copy else "suspended"
 
 
 # ---------------------------------------------------------------------- what a job shows

@@ -437,3 +437,54 @@ def test_bad_workflow_input_is_refused_in_the_core() -> None:
     with pytest.raises(InvalidJobInput, match="workflow input"):
         JobInput.from_arg({"manifest": "nope"})
     assert JobInput.from_arg({"kind": "PyTorchJob"}).manifest == {"kind": "PyTorchJob"}
+
+
+# ---------------------------------------------------------------------- suspend / resume
+
+
+def test_a_resume_before_the_suspension_is_carried_out_cancels_it() -> None:
+    s = lifecycle.Suspension()
+    s.ask_suspend("Running")
+    assert s.wanted
+    s.ask_resume()
+    assert (s.wanted, s.active, s.resume_wanted) == (False, False, False)
+
+
+def test_a_suspended_job_resumes_on_resume_only() -> None:
+    s = lifecycle.Suspension()
+    s.ask_resume()  # not suspended: nothing to resume
+    assert not s.resume_wanted
+    s.ask_suspend("Queued")
+    s.begin()
+    assert (s.wanted, s.active) == (False, True)
+    s.ask_suspend("Suspended")  # already suspended: nothing more
+    assert not s.wanted
+    s.ask_resume()
+    assert s.resume_wanted
+    s.end()
+    assert (s.wanted, s.active, s.resume_wanted) == (False, False, False)
+
+
+@pytest.mark.parametrize("state", ["Succeeded", "Failed", "Deleted"])
+def test_a_finished_job_cannot_be_suspended(state: str) -> None:
+    s = lifecycle.Suspension()
+    s.ask_suspend(state)  # type: ignore[arg-type]
+    assert not s.wanted
+
+
+def test_the_run_continues_as_new_on_a_long_history() -> None:
+    assert not lifecycle.continue_as_new_due(lifecycle.MAX_HISTORY_EVENTS, suggested=False)
+    assert lifecycle.continue_as_new_due(lifecycle.MAX_HISTORY_EVENTS + 1, suggested=False)
+    assert lifecycle.continue_as_new_due(10, suggested=True)
+
+
+def test_a_policy_of_another_namespace_is_refused() -> None:
+    assert lifecycle.policy_refusal("default", "p", "default") is None
+    assert lifecycle.policy_refusal("other", "p", "default") == (
+        "PropagationPolicy other/p: metadata.namespace must be the job's namespace default"
+    )
+
+
+def test_quota_is_released_when_granted_else_the_queue_is_left() -> None:
+    assert lifecycle.quota_return(granted=True) == "release"
+    assert lifecycle.quota_return(granted=False) == "cancel"

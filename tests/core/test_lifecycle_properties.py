@@ -180,3 +180,34 @@ def test_every_copy_is_purged_exactly_once(
     assert set(targets) == expected
     on_delete = lifecycle.copies_to_purge(p, current=False)
     assert set(on_delete) == set(copies) | set(pending) | ({graceful} if graceful else set())
+
+
+signals = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("suspend"), st.sampled_from(["Queued", "Running", "Suspended", "Failed"])
+        ),
+        st.tuples(st.just("resume"), st.just("")),
+        st.tuples(st.just("step"), st.just("")),
+    ),
+    max_size=40,
+)
+
+
+@given(history=signals)
+def test_suspend_and_resume_never_contradict_each_other(history: list[tuple[str, str]]) -> None:
+    """Whatever order the signals come in: a resume is pending only for a job that is
+    suspending or suspended, never together with a suspension not carried out; the
+    workflow's steps (carry out a wanted suspension, end one whose resume came) keep it so."""
+    s = lifecycle.Suspension()
+    for kind, state in history:
+        if kind == "suspend":
+            s.ask_suspend(state)  # type: ignore[arg-type]
+        elif kind == "resume":
+            s.ask_resume()
+        elif s.wanted:
+            s.begin()
+        elif s.resume_wanted:
+            s.end()
+        assert not (s.wanted and s.resume_wanted)
+        assert not s.resume_wanted or s.active
