@@ -93,8 +93,10 @@ __all__ = [
     "job_policy",
     "job_policy_from_annotations",
     "plan_capacity_preemption",
+    "plan_for_request",
     "plan_quota_preemption",
     "preemptor_from_request",
+    "snapshot_after",
     "snapshot_from_admission",
     "tree_policy",
     "weighted_shares",
@@ -342,6 +344,8 @@ class PreemptionPlan:
     preemptor: str
     node: str
     victims: tuple[Victim, ...]
+    priority: int = 0
+    request: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def reasons(self) -> dict[PreemptionReason, int]:
@@ -581,7 +585,29 @@ def plan_quota_preemption(snapshot: QuotaSnapshot, preemptor: Preemptor) -> Pree
         )
         for job, reason in sorted(chosen, key=lambda c: _victim_key(c[0]))
     )
-    return PreemptionPlan(preemptor=preemptor.job_id, node=node, victims=victims)
+    return PreemptionPlan(
+        preemptor=preemptor.job_id,
+        node=node,
+        victims=victims,
+        priority=preemptor.priority,
+        request=dict(request),
+    )
+
+
+def snapshot_after(snapshot: QuotaSnapshot, plans: Iterable[PreemptionPlan]) -> QuotaSnapshot:
+    """The quota as it will be once ``plans`` are carried out: their victims gone, their
+    preemptors admitted (after everybody else, and never victims themselves until they
+    are really admitted). Plan the next waiting job on this, not on the current
+    snapshot, while earlier plans' victims are still releasing: a victim is never chosen
+    twice and freed quota is never promised twice."""
+    held = {j.job_id for j in snapshot.admitted}
+    plans = [p for p in plans if p.preemptor not in held]  # admitted for real already
+    gone = {v.job_id for p in plans for v in p.victims}
+    kept = [j for j in snapshot.admitted if j.job_id not in gone]
+    seq = max((j.admitted_seq for j in snapshot.admitted), default=-1)
+    for i, p in enumerate(plans, start=seq + 1):
+        kept.append(AdmittedJob(p.preemptor, p.node, dict(p.request), p.priority, i, False))
+    return dataclasses.replace(snapshot, admitted=tuple(kept))
 
 
 # --------------------------------------------------------------------------- adapter
@@ -634,6 +660,18 @@ def preemptor_from_request(admission: Admission, request: AdmissionRequest) -> P
         priority=request.priority,
         request=dict(request.request),
     )
+
+
+def plan_for_request(
+    admission: Admission,
+    holders: Mapping[str, HolderInfo],
+    request: AdmissionRequest,
+    pending: Iterable[PreemptionPlan] = (),
+) -> PreemptionPlan | None:
+    """The quota workflow's one call: :func:`plan_quota_preemption` for the waiting job
+    ``request`` on ``admission``'s quota, given the plans still being carried out."""
+    snapshot = snapshot_after(snapshot_from_admission(admission, holders), pending)
+    return plan_quota_preemption(snapshot, preemptor_from_request(admission, request))
 
 
 # --------------------------------------------------------------------------- capacity

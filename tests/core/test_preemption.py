@@ -29,8 +29,10 @@ from fleetq.preemption import (
     fair_share_order,
     job_policy,
     plan_capacity_preemption,
+    plan_for_request,
     plan_quota_preemption,
     preemptor_from_request,
+    snapshot_after,
     snapshot_from_admission,
     tree_policy,
     weighted_shares,
@@ -473,6 +475,39 @@ def test_snapshot_from_admission_and_a_preemptor_from_its_request() -> None:
     plan = plan_quota_preemption(partial, preemptor)
     assert victims(plan) == ["pytorchjob/default/first"]
     assert plan_quota_preemption(snapshot_from_admission(admission, {}), preemptor) is None
+
+
+def test_plans_being_carried_out_never_reuse_a_victim_or_promise_quota_twice() -> None:
+    tree = make_tree(
+        {"name": "root", "children": [{"name": "team", "max": {JOBS: 2}, "namespaces": ["ml"]}]},
+        **{"fleetq.io/preemption": "LowerPriority"},
+    )
+    admission = Admission(tree)
+
+    def request(name: str, prio: int) -> AdmissionRequest:
+        return AdmissionRequest(
+            job_id=name, namespace="ml", priority=prio, request=cpu(1), submitted_at=0.0
+        )
+
+    for name in ("low-1", "low-2"):
+        assert isinstance(admission.enqueue(request(name, 0), 0.0), Grant)
+    holders = {"low-1": HolderInfo(0), "low-2": HolderInfo(0)}
+    first = plan_for_request(admission, holders, request("a", 10))
+    assert victims(first) == ["low-2"]
+    assert first is not None and first.priority == 10 and first.request == cpu(1)
+    second = plan_for_request(admission, holders, request("b", 10), [first])
+    assert victims(second) == ["low-1"]
+    assert second is not None
+    # Both slots are promised to a and b; their own plans do not make them victims.
+    assert plan_for_request(admission, holders, request("c", 20), [first, second]) is None
+    # Once low-2 released and a was admitted for real, a's plan is simply skipped.
+    admission.release("low-2")
+    admission.enqueue(request("a", 10), 1.0)
+    assert [g.job_id for g in admission.schedule(1.0)] == ["a"]
+    holders["a"] = HolderInfo(10)
+    after = snapshot_after(snapshot_from_admission(admission, holders), [first, second])
+    assert sorted(j.job_id for j in after.admitted) == ["a", "b"]
+    assert [j.preemptible for j in after.admitted if j.job_id == "b"] == [False]
 
 
 def test_a_malformed_snapshot_is_refused() -> None:
