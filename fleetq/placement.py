@@ -68,11 +68,13 @@ __all__ = [
     "PlacementDecision",
     "Rejection",
     "RejectionCode",
+    "PodGroup",
     "columns_of",
     "estimate_sum_of_free",
     "fits_node_by_node",
     "forget",
     "place_gang",
+    "pod_groups",
     "tolerates",
     "untolerated_taints",
 ]
@@ -351,6 +353,15 @@ class ClusterColumns:
             self._remember(mk, got)
         return got  # type: ignore[no-any-return]
 
+    def usable_mask(
+        self,
+        selector: tuple[tuple[str, str], ...],
+        tolerations: tuple[tuple[str, str, str, str], ...],
+    ) -> BoolArray:
+        """Nodes a pod with this nodeSelector and these tolerations may use: schedulable,
+        labels matched, every NoSchedule/NoExecute taint tolerated (pod slots aside)."""
+        return self.schedulable & self.selector_mask(selector) & self.toleration_mask(tolerations)
+
     def eligible_slots(
         self,
         selector: tuple[tuple[str, str], ...],
@@ -363,9 +374,7 @@ class ClusterColumns:
         mk = key if key is not None else repr((selector, tolerations))
         got = self.memo.get(mk)
         if got is None:
-            mask = self.schedulable & self.selector_mask(selector)
-            mask &= self.toleration_mask(tolerations)
-            got = np.where(mask, self.slots, 0)
+            got = np.where(self.usable_mask(selector, tolerations), self.slots, 0)
             got.setflags(write=False)
             self._remember(mk, got)
         return got  # type: ignore[no-any-return]
@@ -410,8 +419,9 @@ def forget(snapshot: ClusterSnapshot) -> None:
 
 
 @dataclass
-class _Group:
-    """Pods of one gang with identical requests, nodeSelector and tolerations."""
+class PodGroup:
+    """Pods of one gang with identical requests, nodeSelector and tolerations: they
+    compete for the same nodes, so placement packs them together."""
 
     pods: list[GangPod]
     requests: tuple[tuple[str, int], ...]  # only positive requests, sorted by name
@@ -422,10 +432,12 @@ class _Group:
     key: str = ""  # memo key of (selector, tolerations) for ClusterColumns.eligible_slots
 
 
-def _groups(gang: Gang) -> list[_Group]:
-    out: dict[Any, _Group] = {}
+def pod_groups(gang: Gang) -> list[PodGroup]:
+    """The gang's pods grouped by shape (requests, nodeSelector, tolerations), groups in
+    the order of their first pod."""
+    out: dict[Any, PodGroup] = {}
     prev: GangPod | None = None
-    g: _Group | None = None
+    g: PodGroup | None = None
     for pos, pod in enumerate(gang.pods):
         if (
             g is not None
@@ -444,7 +456,7 @@ def _groups(gang: Gang) -> list[_Group]:
         key = (req, sel, tols)
         g = out.get(key)
         if g is None:
-            g = out[key] = _Group([], req, sel, tols, pos, key=repr((sel, tols)))
+            g = out[key] = PodGroup([], req, sel, tols, pos, key=repr((sel, tols)))
         g.pods.append(pod)
         g.names.append(pod.name_suffix)
     return list(out.values())
@@ -466,7 +478,7 @@ class _Packed:
 _NO_NODES = Rejection.of(RejectionCode.NO_NODES, "no nodes")
 
 
-def _explain_ineligible(cols: ClusterColumns, g: _Group, pod: str) -> Rejection:
+def _explain_ineligible(cols: ClusterColumns, g: PodGroup, pod: str) -> Rejection:
     n = len(cols)
     if n == 0:
         return _NO_NODES
@@ -522,7 +534,7 @@ def _explain_ineligible(cols: ClusterColumns, g: _Group, pod: str) -> Rejection:
     )
 
 
-def _larger_than_any_node(cols: ClusterColumns, g: _Group, r: int, q: int) -> bool:
+def _larger_than_any_node(cols: ClusterColumns, g: PodGroup, r: int, q: int) -> bool:
     """No node the pod may use (cordoned or not, empty or not) has ``q`` of resource
     row ``r`` allocatable: the pod cannot fit this cluster until its nodes change."""
     mask = cols.selector_mask(g.selector) & cols.toleration_mask(g.tolerations)
@@ -530,7 +542,7 @@ def _larger_than_any_node(cols: ClusterColumns, g: _Group, r: int, q: int) -> bo
 
 
 def _node_shortfall(
-    cols: ClusterColumns, g: _Group, pod: str, r: int, q: int, best: int, placed: int, total: int
+    cols: ClusterColumns, g: PodGroup, pod: str, r: int, q: int, best: int, placed: int, total: int
 ) -> Rejection:
     name = cols.resources[r]
     suffix = f" ({placed} of {total} pods placed)" if placed else ""
@@ -550,14 +562,14 @@ def _node_shortfall(
 
 def _explain_short(
     cols: ClusterColumns,
-    g: _Group,
+    g: PodGroup,
     free: IntArray,
     slots: IntArray,
     k: IntArray,
     placed_in_group: int,
     placed_before: int,
     total_pods: int,
-    groups: Sequence[_Group] = (),
+    groups: Sequence[PodGroup] = (),
 ) -> Rejection:
     """Why pod ``placed_in_group`` of ``g`` finds no node once the gang's earlier pods
     (``placed_before`` of other groups, ``k`` copies of this one) are on their nodes.
@@ -566,7 +578,7 @@ def _explain_short(
         mask = cols.schedulable & cols.selector_mask(other.selector)
         if not (mask & cols.toleration_mask(other.tolerations)).any():
             return _explain_ineligible(cols, other, other.names[0])
-    elig = cols.schedulable & cols.selector_mask(g.selector) & cols.toleration_mask(g.tolerations)
+    elig = cols.usable_mask(g.selector, g.tolerations)
     if not elig.any():
         return _explain_ineligible(cols, g, g.names[0])
     pod = g.names[placed_in_group]
@@ -599,7 +611,7 @@ def _explain_short(
     )
 
 
-def _pack(groups: list[_Group], cols: ClusterColumns, total_pods: int) -> _Packed | Rejection:
+def _pack(groups: list[PodGroup], cols: ClusterColumns, total_pods: int) -> _Packed | Rejection:
     """Assign every pod of ``groups`` to a node of ``cols`` or explain the first pod that
     does not fit. Hot path: a handful of numpy calls per group over the node columns."""
     if total_pods == 0:
@@ -609,7 +621,7 @@ def _pack(groups: list[_Group], cols: ClusterColumns, total_pods: int) -> _Packe
     res_index = cols.res_index
     max_alloc = cols.max_alloc
     max_free = cols.max_free
-    plans: list[tuple[_Group, list[tuple[int, int]]]] = []
+    plans: list[tuple[PodGroup, list[tuple[int, int]]]] = []
     for g in groups:
         rq: list[tuple[int, int]] = []
         for name, q in g.requests:
@@ -788,7 +800,7 @@ class _Fleet:
         self.classes = classes
         self.memo: dict[str, _Eligible] = {}
 
-    def eligible(self, g: _Group) -> _Eligible:
+    def eligible(self, g: PodGroup) -> _Eligible:
         got = self.memo.get(g.key)
         if got is not None:
             return got
@@ -841,7 +853,7 @@ def _fleet_of(views: tuple[ClusterColumns, ...], cacheable: bool) -> _Fleet:
     return fleet
 
 
-def _plan_order(groups: Sequence[_Group], cols: ClusterColumns) -> tuple[int, ...]:
+def _plan_order(groups: Sequence[PodGroup], cols: ClusterColumns) -> tuple[int, ...]:
     """Group order _pack uses on ``cols``: largest dominant share first. A cluster lacking
     a requested resource gets gang order (the gang cannot fit there in any order)."""
     keys: list[tuple[float, int, int]] = []
@@ -942,7 +954,7 @@ def _distinct(x: IntArray) -> IntArray:
 
 
 def _pack_class(
-    plan: Sequence[_Group], fleet: _Fleet, alive: BoolArray
+    plan: Sequence[PodGroup], fleet: _Fleet, alive: BoolArray
 ) -> tuple[IntArray, IntArray, IntArray]:
     """_pack for every cluster where ``alive``, groups in ``plan`` order. Returns the
     clusters where the whole gang fits (ascending), per such cluster the global node
@@ -1050,7 +1062,7 @@ def _score_rows(
 
 
 def _place_fleet(
-    groups: list[_Group],
+    groups: list[PodGroup],
     gang_total: Mapping[str, int],
     npods: int,
     fleet: _Fleet,
@@ -1150,7 +1162,7 @@ def place_gang(
     exclude: Collection[str] = (),
 ) -> PlacementDecision:
     """Rank the clusters where the whole gang fits node by node; explain the others."""
-    groups = _groups(gang)
+    groups = pod_groups(gang)
     total = gang.total
     npods = len(gang.pods)
     snaps = _ordered(clusters)
@@ -1196,7 +1208,7 @@ def fits_node_by_node(gang: Gang, cluster: ClusterSnapshot) -> dict[str, str] | 
     """The node-by-node check alone (no cluster-level filters): the assignment
     ``{"worker-1": node}`` or the one-line reason it does not fit (the message of the
     :class:`Rejection` :func:`place_gang` gives that cluster)."""
-    packed = _pack(_groups(gang), columns_of(cluster), len(gang.pods))
+    packed = _pack(pod_groups(gang), columns_of(cluster), len(gang.pods))
     return packed.message if isinstance(packed, Rejection) else packed.assignment
 
 

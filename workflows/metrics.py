@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from temporalio import workflow
 
+with workflow.unsafe.imports_passed_through():
+    from fleetq.rejection import RejectionCode
+
 PREFIX = "fleetq_"
 
 
@@ -25,10 +28,11 @@ def admission_latency(seconds: float, queue: str) -> None:
     ).record(max(seconds, 0.0), {"queue": queue})
 
 
-def placement_failure(reason: str) -> None:
+def placement_failure(code: RejectionCode) -> None:
+    """One cluster turned a placement attempt down, counted by the rejection's code."""
     workflow.metric_meter().create_counter(
         PREFIX + "placement_failures", "placement attempts that found no cluster", "1"
-    ).add(1, {"reason": reason})
+    ).add(1, {"reason": code.value})
 
 
 def failover(cluster: str, purge_mode: str) -> None:
@@ -44,20 +48,3 @@ def queue_lengths(lengths: dict[str, int], holders: int) -> None:
         gauge.set(n, {"queue": queue})
     meter.create_gauge(PREFIX + "quota_holders", "jobs holding quota", "1").set(holders)
 
-
-def reason_kind(reason: str) -> str:
-    """A low-cardinality label from a one-line rejection reason."""
-    text = reason.split(": ", 1)[-1]
-    for kind in (
-        "needs",
-        "no node matches",
-        "excluded",
-        "unreachable",
-        "taint",
-        "reservation lost",
-        "binding failed",
-        "not selected",
-    ):
-        if kind in text:
-            return kind.replace(" ", "_")
-    return "other"

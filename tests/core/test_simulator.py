@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from fleetq import simulator
-from fleetq.simulator import TraceError, load_trace, normalise_reason, parse_trace, simulate
+from fleetq.simulator import TraceError, load_trace, parse_trace, simulate
+from fleetq.simulator.engine import Simulation
 
 TRACES = Path(__file__).resolve().parents[2] / "examples" / "traces"
 
@@ -111,8 +111,8 @@ def test_gang_too_big_for_any_node_holds_quota_and_is_counted() -> None:
     }
     failures = s["placementFailures"]
     assert failures["delayedJobs"] == 1
-    assert [(r["reason"], r["jobs"], r["clusters"]) for r in failures["reasons"]] == [
-        ("needs cpu; no node has enough free", 1, ["c1"])
+    assert [(r["code"], r["reason"], r["jobs"], r["clusters"]) for r in failures["reasons"]] == [
+        ("InsufficientNodeResource", "needs cpu; no node has enough free", 1, ["c1"])
     ]
     assert "needs cpu 12, largest free node has 8" in failures["reasons"][0]["example"]
     assert by_group(s)["huge"]["timeToStart"]["count"] == 0
@@ -272,7 +272,7 @@ def test_fast_paths_do_not_change_results(monkeypatch: pytest.MonkeyPatch) -> No
     ]}
     trace = parse_trace(doc)
     fast = simulate(trace).summary()
-    monkeypatch.setattr(simulator._Simulator, "_may_fit", lambda self, gid, ci: True)
+    monkeypatch.setattr(Simulation, "_may_fit", lambda self, gid, ci: True)
     slow = simulate(trace).summary()
     assert fast["placementFailures"]["delayedJobs"] > 0
     assert json.dumps(fast) == json.dumps(slow)
@@ -293,23 +293,26 @@ def test_15000_jobs_all_complete() -> None:
 # --------------------------------------------------------------------------- reasons
 
 
-@pytest.mark.parametrize(
-    ("raw", "normalised"),
-    [
-        ("worker-3 needs cpu 4, largest free node has 2 (1 of 4 pods placed)",
-         "needs cpu; no node has enough free"),
-        ("needs memory 64Gi in total, 12Gi free summed over 3 schedulable nodes",
-         "needs memory; not enough free in the whole cluster"),
-        ("master-0 needs nvidia.com/gpu 1, no node has any",
-         "needs nvidia.com/gpu; no node has any"),
-        ("no node matches nodeSelector pool=gpu for master-0",
-         "no node matches nodeSelector pool=gpu"),
-        ("not in clusterAffinity.clusterNames", "not in clusterAffinity.clusterNames"),
-        ("something new 12 with 3 numbers (detail)", "something new with numbers"),
-    ],
-)
-def test_normalise_reason(raw: str, normalised: str) -> None:
-    assert normalise_reason(raw) == normalised
+def test_failure_reasons_group_by_code_across_pods_and_numbers() -> None:
+    # Two groups rejected on c1 for cpu with different pods and quantities share a row;
+    # a gang whose nodeSelector matches no node gets its own.
+    doc = {
+        "topology": TWO_NODES,
+        "jobs": [
+            group("first", requests={"cpu": "6"}, runSeconds=100),
+            group("wide", start=1, workers=1, requests={"cpu": "5"}),
+            group("tall", start=2, requests={"cpu": "9"}),
+            group("picky", start=3, nodeSelector={"pool": "gpu"}),
+        ],
+    }
+    s = run(doc)
+    rows = {r["code"]: r for r in s["placementFailures"]["reasons"]}
+    assert set(rows) == {"InsufficientNodeResource", "NodeSelectorMismatch"}
+    cpu = rows["InsufficientNodeResource"]
+    assert (cpu["reason"], cpu["jobs"]) == ("needs cpu; no node has enough free", 2)
+    picky = rows["NodeSelectorMismatch"]
+    assert (picky["reason"], picky["jobs"]) == ("no node matches nodeSelector pool=gpu", 1)
+    assert picky["example"] == "c1: no node matches nodeSelector pool=gpu for master-0"
 
 
 # --------------------------------------------------------------------------- validation

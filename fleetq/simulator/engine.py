@@ -1,0 +1,427 @@
+"""The simulation itself: a heap of events in virtual time over the fleet's nodes.
+
+*submit* -> :meth:`fleetq.admission.Admission.enqueue`; an admitted job is placed with
+:func:`fleetq.placement.place_gang` over the member clusters' current snapshots and, if a
+cluster fits, bound to the best one (its pods' requests are added to the assigned
+nodes) with a *finish* event ``runSeconds`` later; if none fits, the job keeps its quota
+and is retried once capacity is freed. *finish* -> node requests are freed,
+``Admission.release`` then ``Admission.schedule`` grants quota to waiting jobs. See
+:mod:`fleetq.simulator` for what is counted and why it is fast.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Mapping
+
+import numpy as np
+
+from fleetq import resources as R
+from fleetq.admission import Admission, AdmissionRequest, Grant, QueuePolicy
+from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
+from fleetq.models import quota_request
+from fleetq.placement import (
+    ClusterChoice,
+    PlacementDecision,
+    PodGroup,
+    columns_of,
+    place_gang,
+    pod_groups,
+)
+from fleetq.rejection import Rejection
+from fleetq.simulator.report import (
+    FailureReasons,
+    ReasonKey,
+    SimulationResult,
+    build_result,
+    grouped,
+)
+from fleetq.simulator.series import StepSeries, resource_order
+from fleetq.simulator.trace import RunRange, Trace
+from fleetq.topology import Topology, node_names
+
+__all__ = ["Job", "Simulation", "cluster_snapshots", "simulate"]
+
+
+def cluster_snapshots(topology: Topology) -> list[ClusterSnapshot]:
+    """One empty snapshot per member cluster with nodes, nodes named and labelled like the
+    emulator's (``<cluster>-<prefix>-<n>``, ``kubernetes.io/hostname``, group labels)."""
+    out: list[ClusterSnapshot] = []
+    for spec in topology.members:
+        nodes: list[NodeCapacity] = []
+        for name, group in node_names(spec):
+            cap = R.parse_resources(group.capacity_quantities())
+            pods = cap.pop(R.PODS, 110 * R.MILLI) // R.MILLI
+            labels = {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "fleetq-emulated",
+                "fleetq.io/cluster": spec.name,
+                **group.labels,
+            }
+            taints = tuple(Taint(t.key, t.value, t.effect) for t in group.taints)
+            nodes.append(
+                NodeCapacity(name, cap, {}, labels, taints, pods_allocatable=int(pods))
+            )
+        if nodes:
+            out.append(
+                ClusterSnapshot(
+                    spec.name,
+                    labels=dict(spec.labels),
+                    nodes=nodes,
+                    reservation=spec.reservation,
+                    resource_version="0",
+                )
+            )
+    return out
+
+
+_FINISH = 0  # at equal times, finishes (which free capacity) go before submissions
+_SUBMIT = 1
+
+
+class Job:
+    """One job of the trace, from submission to its finish."""
+
+    __slots__ = ("admitted", "binding", "cluster", "gid", "id", "run", "seq", "started",
+                 "submitted")
+
+    def __init__(self, gid: int, job_id: str, submitted: float, run: float) -> None:
+        self.gid = gid
+        self.id = job_id
+        self.submitted = submitted
+        self.run = run
+        self.admitted: float | None = None
+        self.started: float | None = None
+        self.seq = 0  # admission order
+        self.cluster = ""
+        self.binding: list[tuple[NodeCapacity, R.Resources]] = []
+
+
+
+class Simulation:
+    """One run: the event loop, the fleet's node state and the metrics (see the module
+    docstring)."""
+
+    def __init__(self, trace: Trace, policy: QueuePolicy | None) -> None:
+        spec = trace.spec
+        self.trace = trace
+        self.policy = QueuePolicy(policy or spec.queuePolicy)
+        self.admission = Admission(trace.tree, self.policy, spec.starvationSeconds)
+        self.snapshots = cluster_snapshots(trace.topology)
+        self.by_cluster = {s.name: s for s in self.snapshots}
+        self.nodes = {s.name: {n.name: n for n in s.nodes} for s in self.snapshots}
+        self.version = 0
+        groups = spec.jobs
+        self.gangs = trace.gangs
+        self.pods = [[(p.name_suffix, dict(p.requests)) for p in g.pods] for g in self.gangs]
+        self.totals = [g.total for g in self.gangs]
+        self.requests = [quota_request(g) for g in self.gangs]
+        self.widths = [len(str(max(g.count - 1, 0))) for g in groups]
+        self.rngs = [random.Random(spec.seed * 1_000_003 + i) for i in range(len(groups))]
+        self.allowed = [
+            [g.clusterAffinity is None or g.clusterAffinity.allows(s.name, s.labels)
+             for s in self.snapshots]
+            for g in groups
+        ]
+        self.shapes = [
+            [_shapes(pod_groups(gang), snap) for snap in self.snapshots] for gang in self.gangs
+        ]
+        starts = [g.start for g in groups if g.count > 0]
+        self.t0 = min(starts) if starts else 0.0
+        # state
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.waiting: dict[str, Job] = {}
+        self.running: dict[int, Job] = {}
+        self.unplaced: dict[int, deque[Job]] = {}
+        self.failed: set[int] = set()  # groups that fit nowhere until capacity is freed
+        self.reason_cache: dict[tuple[int, str], tuple[str, Rejection]] = {}  # (version, why)
+        self.fresh: list[Job] = []
+        self.freed = False
+        self.quota_changed = False
+        self.changed_clusters: set[str] = set()
+        self.adm_seq = 0
+        self.bind_seq = 0
+        self.jobs: list[list[Job]] = [[] for _ in groups]
+        self.reasons = FailureReasons()
+        self.failed_attempts = 0
+        self.delayed = 0
+        self.completed = 0
+        self.last_finish: float | None = None
+        # metrics
+        t0 = self.t0
+        self.queue_of_node = {q.node: q.name for q in self.admission.queues()}
+        self.qlen: dict[str, int] = dict.fromkeys(self.queue_of_node.values(), 0)
+        self.qlen_series = {q: StepSeries(t0) for q in self.qlen}
+        self.qlen_series["admitted, unplaced"] = StepSeries(t0)
+        self.unplaced_count = 0
+        requested: set[str] = set()
+        for req in self.requests:
+            requested.update(k for k, v in req.items() if v)
+        self.quota_res: dict[str, list[str]] = {}
+        for node in self.admission.quota:
+            names = sorted(set(node.max) | requested, key=resource_order)
+            self.quota_res[node.name] = names
+        self.quota_series = {
+            f"{n}/{r}": StepSeries(t0) for n, rs in self.quota_res.items() for r in rs
+        }
+        self.alloc_total: dict[str, R.Resources] = {}
+        self.alloc_now: dict[str, R.Resources] = {}
+        for s in self.snapshots:
+            tot: R.Resources = {}
+            for n in s.nodes:
+                if not n.unschedulable:
+                    R.add_into(tot, n.allocatable)
+                    tot[R.PODS] = tot.get(R.PODS, 0) + n.pods_allocatable * R.MILLI
+            self.alloc_total[s.name] = {k: v for k, v in tot.items() if v > 0}
+            self.alloc_now[s.name] = {}
+        self.cluster_series = {
+            f"{c}/{r}": StepSeries(t0)
+            for c, tot in self.alloc_total.items()
+            for r in sorted(tot, key=resource_order)
+        }
+
+    # ------------------------------------------------------------------ events
+
+    def _push_submit(self, gid: int, idx: int) -> None:
+        g = self.trace.spec.jobs[gid]
+        if idx < g.count:
+            heapq.heappush(self.heap, (g.start + idx * g.interval, _SUBMIT, gid, idx))
+
+    def _run_seconds(self, gid: int) -> float:
+        run = self.trace.spec.jobs[gid].runSeconds
+        if isinstance(run, RunRange):
+            return round(self.rngs[gid].uniform(run.min, run.max), 3)
+        return run
+
+    def _submit(self, t: float, gid: int, idx: int) -> None:
+        self._push_submit(gid, idx + 1)
+        g = self.trace.spec.jobs[gid]
+        job_id = f"pytorchjob/{g.namespace}/{g.name}-{idx:0{self.widths[gid]}d}"
+        job = Job(gid, job_id, t, self._run_seconds(gid))
+        self.jobs[gid].append(job)
+        req = AdmissionRequest(
+            job_id=job_id,
+            namespace=g.namespace,
+            priority=self.gangs[gid].priority,
+            request=self.requests[gid],
+            submitted_at=t,
+        )
+        res = self.admission.enqueue(req, t)
+        if isinstance(res, Grant):
+            self._granted(job, t)
+        else:
+            self.waiting[job_id] = job
+            self.qlen[res.queue] += 1
+            self.qlen_series[res.queue].set(t, self.qlen[res.queue])
+
+    def _granted(self, job: Job, t: float) -> None:
+        job.admitted = t
+        job.seq = self.adm_seq
+        self.adm_seq += 1
+        self.unplaced.setdefault(job.gid, deque()).append(job)
+        self.unplaced_count += 1
+        self.fresh.append(job)
+        self.quota_changed = True
+
+    def _finish(self, t: float, key: int) -> None:
+        job = self.running.pop(key)
+        for node, req in job.binding:
+            R.add_into(node.requested, req, -1)
+            node.pods_used -= 1
+        job.binding = []
+        self._touch(job.cluster)
+        alloc = self.alloc_now[job.cluster]
+        R.add_into(alloc, self.totals[job.gid], -1)
+        alloc[R.PODS] = alloc.get(R.PODS, 0) - len(self.pods[job.gid]) * R.MILLI
+        self.completed += 1
+        self.last_finish = t
+        self.freed = True
+        self.admission.release(job.id)
+        self.quota_changed = True
+        for grant in self.admission.schedule(t):
+            waiting = self.waiting.pop(grant.job_id)
+            self.qlen[grant.queue] -= 1
+            self.qlen_series[grant.queue].set(t, self.qlen[grant.queue])
+            self._granted(waiting, t)
+
+    def _touch(self, cluster: str) -> None:
+        self.version += 1
+        self.by_cluster[cluster].resource_version = str(self.version)
+        self.changed_clusters.add(cluster)
+
+    # ------------------------------------------------------------------ placement
+
+    def _may_fit(self, gid: int, ci: int) -> bool:
+        """Necessary condition for the gang to fit cluster ``ci`` (exact when all its pods
+        share one shape): for each group of identical pods, the eligible nodes can hold
+        enough copies. Much cheaper than :func:`place_gang`, which decides."""
+        for reqs, count, nodes in self.shapes[gid][ci]:
+            room = 0
+            for node in nodes:
+                copies = node.pods_allocatable - node.pods_used
+                if copies <= 0:
+                    continue
+                alloc = node.allocatable
+                used = node.requested
+                for r, q in reqs:
+                    c = (alloc.get(r, 0) - used.get(r, 0)) // q
+                    if c < copies:
+                        copies = c
+                        if c <= 0:
+                            break
+                if copies > 0:
+                    room += copies
+                    if room >= count:
+                        break
+            if room < count:
+                return False
+        return True
+
+    def _try_place(self, gid: int) -> ClusterChoice | None:
+        """``place_gang`` over the clusters that pass :meth:`_may_fit` (the others cannot
+        fit, so the best choice is the same as over all clusters)."""
+        candidates = [
+            snap for ci, snap in enumerate(self.snapshots)
+            if self.allowed[gid][ci] and self._may_fit(gid, ci)
+        ]
+        if not candidates:
+            return None
+        decision = place_gang(
+            self.gangs[gid], candidates, affinity=self.trace.spec.jobs[gid].clusterAffinity
+        )
+        if decision.best is None:
+            self._remember(gid, decision)
+        return decision.best
+
+    def _remember(self, gid: int, decision: PlacementDecision) -> None:
+        for cluster, reason in decision.reasons.items():
+            version = self.by_cluster[cluster].resource_version
+            self.reason_cache[(gid, cluster)] = (version, reason)
+
+    def _reasons(self, gid: int) -> list[tuple[str, Rejection]]:
+        """Why the gang fits no cluster now: ``place_gang``'s rejections, evaluated only
+        for clusters that changed since they last rejected this gang."""
+        stale = [
+            snap for snap in self.snapshots
+            if self.reason_cache.get((gid, snap.name), ("",))[0] != snap.resource_version
+        ]
+        if stale:
+            decision = place_gang(
+                self.gangs[gid], stale, affinity=self.trace.spec.jobs[gid].clusterAffinity
+            )
+            self._remember(gid, decision)
+        return [
+            (snap.name, self.reason_cache[(gid, snap.name)][1])
+            for snap in self.snapshots
+            if (gid, snap.name) in self.reason_cache
+        ]
+
+    def _bind(self, job: Job, cluster: str, assignment: Mapping[str, str], t: float) -> None:
+        nodes = self.nodes[cluster]
+        binding = []
+        for suffix, req in self.pods[job.gid]:
+            node = nodes[assignment[suffix]]
+            R.add_into(node.requested, req)
+            node.pods_used += 1
+            binding.append((node, req))
+        job.binding = binding
+        job.cluster = cluster
+        job.started = t
+        self._touch(cluster)
+        alloc = self.alloc_now[cluster]
+        R.add_into(alloc, self.totals[job.gid])
+        alloc[R.PODS] = alloc.get(R.PODS, 0) + len(self.pods[job.gid]) * R.MILLI
+        key = self.bind_seq
+        self.bind_seq += 1
+        self.running[key] = job
+        heapq.heappush(self.heap, (t + job.run, _FINISH, key, 0))
+
+    def _placement_pass(self, t: float) -> None:
+        """Place admitted-but-unplaced jobs in admission order. A gang shape (trace group)
+        that does not fit is not tried again until capacity is freed."""
+        if self.freed:
+            self.failed.clear()
+            self.freed = False
+        heap = [(q[0].seq, gid) for gid, q in self.unplaced.items() if q and gid not in self.failed]
+        heapq.heapify(heap)
+        while heap:
+            _, gid = heapq.heappop(heap)
+            queue = self.unplaced[gid]
+            best = self._try_place(gid)
+            if best is None:
+                self.failed.add(gid)
+                self.failed_attempts += 1
+                continue
+            job = queue.popleft()
+            self.unplaced_count -= 1
+            self._bind(job, best.cluster, best.assignment, t)
+            if queue:
+                heapq.heappush(heap, (queue[0].seq, gid))
+        counted: dict[int, dict[ReasonKey, tuple[list[str], str]]] = {}
+        for job in self.fresh:
+            if job.started is None:
+                self.delayed += 1
+                reasons = counted.get(job.gid)
+                if reasons is None:
+                    reasons = counted[job.gid] = grouped(self._reasons(job.gid))
+                self.reasons.count(reasons)
+        self.fresh = []
+
+    # ------------------------------------------------------------------ recording
+
+    def _record(self, t: float) -> None:
+        self.qlen_series["admitted, unplaced"].set(t, self.unplaced_count)
+        if self.quota_changed:
+            self.quota_changed = False
+            for name, res in self.quota_res.items():
+                usage = self.admission.quota.nodes[name].usage
+                for r in res:
+                    self.quota_series[f"{name}/{r}"].set(t, usage.get(r, 0))
+        for c in self.changed_clusters:
+            alloc = self.alloc_now[c]
+            for r in self.alloc_total[c]:
+                self.cluster_series[f"{c}/{r}"].set(t, alloc.get(r, 0))
+        self.changed_clusters.clear()
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> SimulationResult:
+        for gid in range(len(self.trace.spec.jobs)):
+            self._push_submit(gid, 0)
+        heap = self.heap
+        t = self.t0
+        while heap:
+            t, kind, a, b = heapq.heappop(heap)
+            if kind == _FINISH:
+                self._finish(t, a)
+            else:
+                self._submit(t, a, b)
+            if self.fresh or (self.freed and self.unplaced_count):
+                self._placement_pass(t)
+            self._record(t)
+        return build_result(self, t)
+
+
+_Shape = tuple[tuple[tuple[str, int], ...], int, list[NodeCapacity]]
+
+
+def _shapes(groups: list[PodGroup], snap: ClusterSnapshot) -> list[_Shape]:
+    """Per pod group of a gang (placement's grouping): its positive requests, its pod
+    count and the nodes of ``snap`` it may use (schedulable, nodeSelector matched, hard
+    taints tolerated), for :meth:`Simulation._may_fit`."""
+    cols = columns_of(snap)
+    by_name = {n.name: n for n in snap.nodes}
+    out: list[_Shape] = []
+    for g in groups:
+        usable = np.flatnonzero(cols.usable_mask(g.selector, g.tolerations)).tolist()
+        out.append((g.requests, len(g.pods), [by_name[cols.names[i]] for i in usable]))
+    return out
+
+
+def simulate(trace: Trace, policy: QueuePolicy | str | None = None) -> SimulationResult:
+    """Replay ``trace`` (``policy`` overrides the trace's ``queuePolicy``)."""
+    return Simulation(trace, QueuePolicy(policy) if policy is not None else None).run()

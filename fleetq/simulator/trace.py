@@ -1,0 +1,326 @@
+"""The workload trace a simulation replays: its model, validation and loading.
+
+A trace (see ``examples/traces/``) names a topology, an optional quota tree, a queue
+policy and groups of identical jobs. :func:`parse_trace` validates it with pydantic into a
+:class:`Trace` whose problems end in one line naming the field (:class:`TraceError`), and
+turns each job group into the PyTorchJob it stands for, so :func:`fleetq.models.gang_of`
+derives its gang exactly as the workflows do.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from fleetq import resources as R
+from fleetq.admission import QueuePolicy
+from fleetq.models import (
+    DNS1035_LABEL,
+    DNS1123_LABEL,
+    ClusterAffinity,
+    ElasticQuotaTree,
+    Gang,
+    ManifestErrors,
+    Toleration,
+    _loc_to_path,
+    _pydantic_message,
+    gang_of,
+    parse_job,
+    parse_tree,
+)
+from fleetq.topology import (
+    Topology,
+    TopologyError,
+    default_topology,
+    load_topology,
+    parse_topology,
+)
+
+__all__ = [
+    "MAX_JOBS",
+    "JobGroupSpec",
+    "RunRange",
+    "Trace",
+    "TraceError",
+    "TraceSpec",
+    "load_trace",
+    "parse_trace",
+]
+
+#: Most jobs one trace may expand to (keeps a typo like ``count: 1e9`` from hanging).
+MAX_JOBS = 2_000_000
+
+
+class TraceError(ValueError):
+    """A trace that cannot be simulated; the message is one line naming the field."""
+
+
+# --------------------------------------------------------------------------- trace model
+
+
+class RunRange(BaseModel):
+    """``runSeconds: {min: 300, max: 900}``: drawn uniformly per job (seeded)."""
+
+    model_config = ConfigDict(extra="forbid")
+    min: float = Field(ge=0, allow_inf_nan=False)
+    max: float = Field(ge=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _order(self) -> RunRange:
+        if self.min > self.max:
+            raise ValueError(f"@min {self.min:g} exceeds max {self.max:g}")
+        return self
+
+
+def _message(err: Any) -> str:
+    kind = err.get("type", "")
+    if kind in ("float_type", "float_parsing"):
+        return "must be a number"
+    if kind == "finite_number":
+        return "must be a finite number"
+    return _pydantic_message(err)
+
+
+def _check_requests(v: Any) -> dict[str, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise ValueError("must be a mapping of resource name to quantity")
+    for name, q in v.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"has an invalid resource name {str(name)[:64]!r}")
+        try:
+            R.parse_milli(q)
+        except R.QuantityError as exc:
+            raise ValueError(f"@{name} {exc}") from None
+    return dict(v)
+
+
+class JobGroupSpec(BaseModel):
+    """``count`` identical jobs submitted every ``interval`` seconds from ``start``."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    namespace: str = "default"
+    count: StrictInt = Field(ge=0, le=MAX_JOBS)
+    start: float = Field(0.0, ge=0, allow_inf_nan=False)
+    interval: float = Field(0.0, ge=0, allow_inf_nan=False)
+    priority: StrictInt = Field(0, ge=-2_147_483_648, le=1_000_000_000)
+    master: StrictInt = Field(1, ge=1, le=1)
+    workers: StrictInt = Field(0, ge=0, le=10_000)
+    requests: dict[str, Any] = Field(default_factory=dict)  # per pod
+    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    clusterAffinity: ClusterAffinity | None = None
+    runSeconds: float | RunRange
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        # job names are made from it, and a PyTorchJob's name is a DNS-1035 label
+        if len(v) > 40 or not DNS1035_LABEL.fullmatch(v):
+            raise ValueError(
+                f"{v[:64]!r} is not a valid group name (lowercase DNS-1035 label: a letter "
+                "first, at most 40 characters)"
+            )
+        return v
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        if len(v) > 63 or not DNS1123_LABEL.fullmatch(v):
+            raise ValueError(f"{v[:64]!r} is not a valid namespace (lowercase DNS label)")
+        return v
+
+    @field_validator("requests", mode="before")
+    @classmethod
+    def _requests(cls, v: Any) -> dict[str, Any]:
+        return _check_requests(v)
+
+    @field_validator("runSeconds", mode="before")
+    @classmethod
+    def _run(cls, v: Any) -> Any:
+        if isinstance(v, bool) or v is None:
+            raise ValueError("must be a number of seconds or {min, max}")
+        if isinstance(v, int | float):
+            if not math.isfinite(v) or v < 0:
+                raise ValueError("must be a finite number >= 0")
+            return float(v)
+        if isinstance(v, Mapping):
+            try:
+                return RunRange.model_validate(dict(v))
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = _loc_to_path(err.get("loc", ()))
+                msg = _message(err)
+                if msg.startswith("@"):
+                    raise ValueError(msg) from None
+                raise ValueError(f"@{where} {msg}" if where else msg) from None
+        raise ValueError("must be a number of seconds or {min, max}")
+
+
+class TraceSpec(BaseModel):
+    """The trace file as written (see ``examples/traces/``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    topology: Any = "default"
+    quota: dict[str, Any] | None = None
+    queuePolicy: QueuePolicy = QueuePolicy.PRIORITY
+    starvationSeconds: float = Field(600.0, ge=0, allow_inf_nan=False)
+    seed: StrictInt = 0
+    jobs: list[JobGroupSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _groups(self) -> TraceSpec:
+        seen: set[str] = set()
+        total = 0
+        for i, g in enumerate(self.jobs):
+            if g.name in seen:
+                raise ValueError(f"@jobs[{i}].name {g.name!r} is used twice")
+            seen.add(g.name)
+            total += g.count
+        if total > MAX_JOBS:
+            raise ValueError(f"@jobs has {total} jobs in all, at most {MAX_JOBS} are allowed")
+        return self
+
+
+@dataclass
+class Trace:
+    """A validated trace with its topology, quota tree and one gang per job group."""
+
+    spec: TraceSpec
+    topology: Topology
+    tree: ElasticQuotaTree | None
+    gangs: list[Gang]
+
+    @property
+    def policy(self) -> QueuePolicy:
+        return self.spec.queuePolicy
+
+    @property
+    def job_count(self) -> int:
+        return sum(g.count for g in self.spec.jobs)
+
+
+def _first_line(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return "is invalid"
+    more = f" (+{len(lines) - 1} more problems)" if len(lines) > 1 else ""
+    return lines[0] + more
+
+
+def _validation_line(source: str, exc: ValidationError) -> str:
+    errors = exc.errors()
+    err = errors[0]
+    path = _loc_to_path(err.get("loc", ()))
+    # Union members add their type name to the location; users never wrote those.
+    path = re.sub(r"\.(float|RunRange|function-[a-z]+\[[^\]]*\])", "", path)
+    msg = _message(err)
+    m = re.match(r"^@([\w.\[\]/\-]+) (.*)$", msg, re.S)
+    if m:
+        sub = m.group(1)
+        path = (f"{path}{sub}" if sub.startswith("[") else f"{path}.{sub}") if path else sub
+        msg = m.group(2)
+    more = f" (+{len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return f"{source} {path} {msg}{more}".replace("  ", " ")
+
+
+def _job_doc(g: JobGroupSpec) -> dict[str, Any]:
+    """The PyTorchJob a trace group stands for, so :func:`gang_of` derives the gang."""
+    pod: dict[str, Any] = {
+        "containers": [
+            {"name": "pytorch", "image": "fleetq/sim", "resources": {"requests": g.requests}}
+        ],
+        "priority": g.priority,
+    }
+    if g.nodeSelector:
+        pod["nodeSelector"] = dict(g.nodeSelector)
+    if g.tolerations:
+        pod["tolerations"] = [t.model_dump(exclude_none=True) for t in g.tolerations]
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": g.name, "namespace": g.namespace},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": g.master, "template": {"spec": pod}},
+                "Worker": {"replicas": g.workers, "template": {"spec": pod}},
+            }
+        },
+    }
+
+
+def parse_trace(doc: Any, source: str = "trace", base_dir: Path | None = None) -> Trace:
+    """Validate a decoded trace; raise :class:`TraceError` (one line) on any problem.
+    A ``topology`` string other than ``default`` is a topology file, relative to
+    ``base_dir``."""
+    if not isinstance(doc, Mapping):
+        raise TraceError(f"{source}: must be a mapping with 'topology', 'quota' and 'jobs'")
+    try:
+        spec = TraceSpec.model_validate(dict(doc))
+    except ValidationError as exc:
+        raise TraceError(_validation_line(source, exc)) from None
+    try:
+        if spec.topology == "default" or spec.topology is None:
+            topo = default_topology()
+        elif isinstance(spec.topology, str):
+            path = Path(spec.topology)
+            if not path.is_absolute() and base_dir is not None:
+                path = base_dir / path
+            topo = load_topology(path)
+        else:
+            topo = parse_topology(spec.topology, f"{source} topology")
+    except TopologyError as exc:
+        line = _first_line(str(exc))
+        inline = f"{source} topology: "
+        if line.startswith(inline):
+            line = f"{source} topology." + line.removeprefix(inline)
+        else:
+            line = f"{inline}{line}"
+        raise TraceError(line) from None
+    if not any(c.nodeGroups for c in topo.members):
+        raise TraceError(f"{source} topology has no member cluster with nodes")
+    tree = None
+    if spec.quota is not None:
+        try:
+            tree = parse_tree(spec.quota)
+        except ManifestErrors as exc:
+            raise TraceError(f"{source} quota: {_first_line(str(exc))}") from None
+    gangs: list[Gang] = []
+    for i, g in enumerate(spec.jobs):
+        try:
+            gangs.append(gang_of(parse_job(_job_doc(g))))
+        except ManifestErrors as exc:
+            raise TraceError(f"{source} jobs[{i}]: {_first_line(str(exc))}") from None
+    return Trace(spec, topo, tree, gangs)
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read and validate a trace file (YAML or JSON)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise TraceError(f"trace {p}: cannot read ({reason})") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise TraceError(f"trace {p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return parse_trace(doc, "trace", p.parent)
