@@ -35,10 +35,13 @@ Rules every decision keeps (the property tests in ``tests/core`` check them):
 * nothing is preempted for a job that would not fit even with every candidate gone, and
   once the victims have released, admitting the preemptor keeps usage under ``max`` at
   its node and every ancestor;
-* reclaim only serves a node below its ``min`` that stays within its ``min`` (for the
-  resources ``min`` names) once the preemptor is admitted, and only takes from a node
-  whose path up to the common ancestor with the preemptor's node borrows above ``min`` in
-  a resource the preemptor asks for; so a reclaimed borrower can never reclaim back.
+* reclaim only serves a node below its ``min`` that stays within its ``min`` once the
+  preemptor is admitted, and only takes from a node whose path up to the common ancestor
+  with the preemptor's node borrows above ``min`` in a resource the preemptor asks for
+  (every node on that path); so admitting the preemptor never makes its node a borrower
+  that could be reclaimed from in turn. Resources are those a node's quota names (in
+  ``min`` or ``max``; named only in ``max`` means guaranteed 0): a resource a node does
+  not name is neither guaranteed nor limited there and plays no part.
 
 Fair sharing (as Kueue's): a node's *dominant resource share* (DRS) is the largest, over
 resources, of its quota borrowed above ``min`` divided by what its parent can share (the
@@ -403,15 +406,34 @@ class _Tree:
         positive = [(k, v) for k, v in self.nodes[node].min.items() if v > 0]
         return bool(positive) and all(usage[node].get(k, 0) < v for k, v in positive)
 
+    def mentions(self, node: str, k: str) -> bool:
+        """Whether ``node``'s quota names resource ``k`` (in ``min`` or ``max``): a
+        resource it does not name is neither guaranteed nor limited there."""
+        spec = self.nodes[node]
+        return k in spec.min or k in spec.max
+
     def within_min_after(
         self, usage: Mapping[str, R.Resources], node: str, request: Mapping[str, int]
     ) -> bool:
-        """Whether ``node`` stays within its ``min`` (resources ``min`` names) once
-        ``request`` is charged to it."""
-        us = usage[node]
-        return all(
-            us.get(k, 0) + request.get(k, 0) <= v for k, v in self.nodes[node].min.items() if v > 0
-        )
+        """Whether ``node`` stays within its ``min`` once ``request`` is charged to it,
+        in every requested resource its quota names (a resource only ``max`` names is
+        guaranteed 0; ``kube-queue/max-jobs`` counts only where ``min`` names it)."""
+        spec, us = self.nodes[node], usage[node]
+        for k, v in request.items():
+            if v <= 0 or not self.mentions(node, k):
+                continue
+            if k == R.MAX_JOBS and k not in spec.min:
+                continue
+            if us.get(k, 0) + v > spec.min.get(k, 0):
+                return False
+        return True
+
+    def borrows(self, usage: Mapping[str, R.Resources], node: str, asks: Sequence[str]) -> bool:
+        """Whether ``node`` uses more than its ``min`` in one of ``asks`` that its quota
+        names; a node naming none of them guarantees nothing and counts as borrowing."""
+        named = [k for k in asks if self.mentions(node, k)]
+        mins, us = self.nodes[node].min, usage[node]
+        return not named or any(us.get(k, 0) > mins.get(k, 0) for k in named)
 
     def drs(self, usage: Mapping[str, R.Resources], node: str) -> float:
         """Dominant resource share of quota borrowed above ``min``, relative to what the
@@ -533,10 +555,6 @@ def plan_quota_preemption(snapshot: QuotaSnapshot, preemptor: Preemptor) -> Pree
                 paths[j.node] = path
             reclaim.setdefault(j.node, []).append(j)
 
-    def borrows(n: str) -> bool:
-        mins, us = tree.nodes[n].min, usage[n]
-        return any(us.get(k, 0) > mins.get(k, 0) for k in asks)
-
     chosen: list[tuple[AdmittedJob, PreemptionReason]] = []
 
     def take(job: AdmittedJob, reason: PreemptionReason) -> bool:
@@ -546,7 +564,7 @@ def plan_quota_preemption(snapshot: QuotaSnapshot, preemptor: Preemptor) -> Pree
 
     fitted = False
     while reclaim and not fitted:
-        open_nodes = [n for n in reclaim if all(borrows(p) for p in paths[n])]
+        open_nodes = [n for n in reclaim if all(tree.borrows(usage, p, asks) for p in paths[n])]
         if not open_nodes:
             break
         target = min(open_nodes, key=lambda n: (-tree.weighted(usage, n, policy), n))

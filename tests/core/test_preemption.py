@@ -4,6 +4,7 @@ why, and on which one member cluster."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -354,6 +355,27 @@ def test_reclaim_only_serves_a_node_below_min_that_stays_within_it() -> None:
     )
     assert plan_quota_preemption(root, Preemptor("p", "child-1", 0, cpu(10))) is None
     assert victims(plan_quota_preemption(root, Preemptor("p", "child-1", 0, cpu(5)))) == ["b2"]
+
+
+def test_reclaim_counts_only_the_resources_a_quota_names() -> None:
+    mem = {**cpu(10), "memory": 8 << 30}
+    jobs = [held(f"b{i}", "child-2", mem, 5, i) for i in range(4)]
+    # The tree names cpu only: memory is neither guaranteed nor limited, reclaim works.
+    plan = plan_quota_preemption(two_teams(*jobs), Preemptor("p", "child-1", 0, mem))
+    assert victims(plan) == ["b3"]
+    # child-1's max names memory but its min does not: it is guaranteed no memory, so a
+    # job asking for memory is not within child-1's guarantee and reclaims nothing.
+    snap = two_teams(*jobs)
+    limited = dataclasses.replace(
+        snap,
+        nodes=(
+            snap.nodes[0],
+            node("child-1", "root", {CPU: 20_000}, {CPU: 40_000, "memory": 64 << 30}),
+            snap.nodes[2],
+        ),
+    )
+    assert plan_quota_preemption(limited, Preemptor("p", "child-1", 0, mem)) is None
+    assert victims(plan_quota_preemption(limited, Preemptor("p", "child-1", 0, cpu(10)))) == ["b3"]
 
 
 def test_reclaim_protects_a_sibling_within_min_under_a_borrowing_parent() -> None:
