@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,19 +51,19 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
-from fleetq.client.connection import connect, temporal_cli_path
+from fleetq.client.connection import connect
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.naming import (
-    INT_ATTRIBUTES,
-    KEYWORD_ATTRIBUTES,
+    KF_JOB_NAME as JOB_NAME_LABEL,
+)
+from fleetq.naming import (
     TASK_QUEUE,
     job_workflow_id,
     owner_id,
 )
-from fleetq.naming import (
-    KF_JOB_NAME as JOB_NAME_LABEL,
-)
+from fleetq.runtime.embedded import dev_server_argv
+from fleetq.runtime.supervisor import Child, free_port, spawn_child
 
 if TYPE_CHECKING:
     from fleetq.controlplane.runner import RealFleet
@@ -95,12 +95,6 @@ REAL_TOPOLOGY: dict[str, Any] = {"clusters": [
 # --------------------------------------------------------------------------- processes
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def free_port_range(count: int) -> int:
     """A base port with ``count`` consecutive free loopback ports."""
     rng = random.Random()
@@ -119,41 +113,6 @@ def free_port_range(count: int) -> int:
     raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
 
 
-@dataclass
-class Proc:
-    """A child process logging to a file; killed with SIGKILL on request."""
-
-    name: str
-    argv: list[str]
-    log: Path
-    env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Proc:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.log, "ab")  # noqa: SIM115 - the child owns it; closed after wait
-        self.proc = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-            env={**os.environ, **self.env}, cwd=str(ROOT), start_new_session=True)
-        fh.close()
-        return self
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self, sig: int = signal.SIGKILL, wait: float = 10.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(sig)
-        try:
-            self.proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
-            self.proc.wait(5)
-
-
 class TemporalServer:
     """``temporal server start-dev`` on a SQLite file, loopback only; restartable."""
 
@@ -161,21 +120,14 @@ class TemporalServer:
         self.db = workdir / "temporal.db"
         self.port = free_port()
         self.log = workdir / "logs" / "temporal.log"
-        self.proc: Proc | None = None
+        self.proc: Child | None = None
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def argv(self) -> list[str]:
-        argv = [str(temporal_cli_path()), "server", "start-dev", "--ip", "127.0.0.1",
-                "--port", str(self.port), "--headless", "--db-filename", str(self.db),
-                "--log-level", "error"]
-        for key in KEYWORD_ATTRIBUTES:
-            argv += ["--search-attribute", f"{key}=Keyword"]
-        for key in INT_ATTRIBUTES:
-            argv += ["--search-attribute", f"{key}=Int"]
-        return argv
+        return dev_server_argv("127.0.0.1", self.port, self.db, log_level="error")
 
     async def start(self, timeout: float = 60.0) -> None:
         self.spawn()
@@ -183,39 +135,37 @@ class TemporalServer:
 
     def spawn(self) -> None:
         """Start the process without waiting for it (see :meth:`wait_ready`)."""
-        self.proc = Proc("temporal", self.argv(), self.log).start()
+        self.proc = spawn_child("temporal", self.argv(), self.log.parent, log=self.log,
+                                cwd=ROOT)
+
+    async def _answers(self) -> bool:
+        client = await connect(self.address)
+        await client.workflow_service.get_system_info(GetSystemInfoRequest())
+        return True
 
     async def wait_ready(self, timeout: float = 60.0) -> None:
         assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            if not self.proc.alive():
-                raise RuntimeError(f"temporal dev server exited; see {self.log}")
-            try:
-                client = await connect(self.address)
-                await client.workflow_service.get_system_info(GetSystemInfoRequest())
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"temporal dev server not ready; see {self.log}") from None
-                await asyncio.sleep(0.2)
+        await self.proc.wait_ready_async(self._answers, time.monotonic() + timeout,
+                                         what="temporal dev server", error=RuntimeError)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None:
-            self.proc.kill(sig)
+            self.proc.stop(sig=sig)
 
 
 def worker_proc(workdir: Path, address: str, task_queue: str, fleet_config: Path,
-                generation: int) -> Proc:
-    return Proc(
+                generation: int) -> Child:
+    """Start a worker process for ``task_queue`` (its log: ``logs/worker-<queue>.log``)."""
+    return spawn_child(
         f"worker-{task_queue}-{generation}",
         [sys.executable, "-m", "worker", "--address", address, "--task-queue", task_queue,
          "--fleet-config", str(fleet_config),
          # the control plane lives in the control worker alone, so killing a job's worker
          # is a crash of that job's worker and nothing else
          *([] if task_queue == TASK_QUEUE else ["--no-control"])],
-        workdir / "logs" / f"worker-{task_queue}.log",
+        workdir / "logs",
         env={"FLEETQ_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"},
+        log=workdir / "logs" / f"worker-{task_queue}.log", cwd=ROOT,
     )
 
 
@@ -670,8 +620,8 @@ class ChaosRig:
         self.base_port = free_port_range(6)
         self.emulator: EmulatedFleet | None = None
         self.fleet_config = workdir / "fleet.yaml"
-        self.control: Proc | None = None
-        self.workers: dict[str, Proc] = {}
+        self.control: Child | None = None
+        self.workers: dict[str, Child] = {}
         self._generation = 0
         self.client: Client | None = None
 
@@ -688,7 +638,7 @@ class ChaosRig:
             await self.temporal.start()
         self.client = await connect(self.temporal.address)
         self.control = worker_proc(self.workdir, self.temporal.address, TASK_QUEUE,
-                                   self.fleet_config, 0).start()
+                                   self.fleet_config, 0)
         await self.apply_fleet(points)
 
     def start_emulator(self) -> None:
@@ -707,7 +657,7 @@ class ChaosRig:
             self.emulator = None
 
     async def apply_fleet(self, points: Sequence[str]) -> None:
-        from fleetq.cli.apply import apply_registry_object, apply_tree
+        from fleetq.client.apply import apply_registry_object, apply_tree
         from fleetq.models import parse_tree
 
         assert self.client is not None
@@ -719,24 +669,24 @@ class ChaosRig:
 
     async def close(self) -> None:
         for w in self.workers.values():
-            w.kill(signal.SIGTERM)
+            w.stop()
         if self.control is not None:
-            self.control.kill(signal.SIGTERM)
+            self.control.stop()
         self.temporal.kill(signal.SIGTERM)
         self.stop_emulator()
         if self.real is not None:
             self.real.stop()
 
     # ---------------------------------------------------------------- workers
-    def start_worker(self, task_queue: str) -> Proc:
+    def start_worker(self, task_queue: str) -> Child:
         self._generation += 1
         w = worker_proc(self.workdir, self.temporal.address, task_queue, self.fleet_config,
-                        self._generation).start()
+                        self._generation)
         self.workers[task_queue] = w
         return w
 
     def kill_worker(self, task_queue: str) -> None:
-        self.workers[task_queue].kill(signal.SIGKILL)
+        self.workers[task_queue].stop(sig=signal.SIGKILL)
 
     async def start_job(self, namespace: str, name: str, task_queue: str,
                         run_seconds: int | None = None) -> WorkflowHandle[Any, Any]:

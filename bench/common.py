@@ -34,7 +34,8 @@ from activities.scheduling import SchedulingActivities
 from fleetq.client.connection import connect
 from fleetq.messages import QuotaBatch, QuotaMessage
 from fleetq.naming import CONTROL_TASK_QUEUE, REGISTRY_WORKFLOW_ID
-from fleetq.runtime.embedded import EmbeddedFleet, free_port
+from fleetq.runtime.embedded import EmbeddedFleet
+from fleetq.runtime.supervisor import free_port
 from workflows.fleet_registry import RegistryState
 
 #: Temporal's history-length warning; a run above it is a failed benchmark.

@@ -49,7 +49,8 @@ from bench.common import (
     run_chain,
     run_main,
 )
-from fleetq.cli.apply import apply_objects, start_job
+from fleetq.client.apply import apply_objects
+from fleetq.client.jobs import start_job
 from fleetq.messages import JobView
 from fleetq.models import parse_job, parse_policy, parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id, quota_workflow_id

@@ -43,7 +43,7 @@ from bench.common import (
     run_chain,
     run_main,
 )
-from fleetq.cli.apply import apply_objects, load_for_apply
+from fleetq.client.apply import apply_objects, load_for_apply
 from fleetq.client.connection import test_server_path
 from fleetq.messages import (
     BindInput,

@@ -18,32 +18,15 @@ from typing import Any
 from fleetq.capacity import Taint
 from fleetq.cli.context import CliError, fleet_config_path
 from fleetq.cli.output import as_list, print_object, print_table
+from fleetq.client.members import probe_member
 from fleetq.cluster_health import ClusterCondition, cluster_taints, taint_text
+from fleetq.fleet_config import ClusterConfig, FleetConfig, FleetConfigError, load_fleet_config
 
 
-def _probe(cluster: Any, config: Any) -> dict[str, Any]:
-    from activities.kube_api import ClusterUnreachable
-    from fleetq.cli.member_views import cli_member_api
-    from fleetq.fleet_config import FleetConfigError
-
-    row: dict[str, Any] = {"name": cluster.name, "version": "", "ready": "Unknown",
-                           "reason": ""}
-    try:
-        api = cli_member_api(cluster, config)
-    except FleetConfigError as exc:
-        row["reason"] = str(exc)
-        return row
-    try:
-        ready, reason = api.probe_ready()
-        row["ready"], row["reason"] = ready, reason
-        if ready == "True":
-            status, version = api.call("GET", "/version", retry=False)
-            if status == 200 and isinstance(version, dict):
-                row["version"] = str(version.get("gitVersion") or "")
-    except ClusterUnreachable as exc:
-        row["reason"] = str(exc)
-    finally:
-        api.close()
+def _probe(cluster: ClusterConfig, config: FleetConfig) -> dict[str, Any]:
+    probe = probe_member(cluster, config)
+    row: dict[str, Any] = {"name": cluster.name, "version": probe.version,
+                           "ready": probe.ready, "reason": probe.reason}
     condition = ClusterCondition(row["ready"], time.time(), row["reason"])
     static = tuple(Taint(t.key, t.value, t.effect) for t in cluster.taints)
     taints = static + cluster_taints(condition, config.clusterFailover.settings())
@@ -54,8 +37,6 @@ def _probe(cluster: Any, config: Any) -> dict[str, Any]:
 
 
 def show_clusters(name: str | None, output: str | None) -> None:
-    from fleetq.fleet_config import FleetConfigError, load_fleet_config
-
     try:
         config = load_fleet_config(fleet_config_path())
     except FleetConfigError as exc:

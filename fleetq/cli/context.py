@@ -29,6 +29,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from fleetq.client.connection import DEFAULT_ADDRESS, connect
+from fleetq.client.errors import ClientError, NotFound
 from fleetq.runtime.embedded import (  # noqa: F401 - re-exported for the commands
     INFO_FILE,
     LOCK_FILE,
@@ -48,18 +49,22 @@ STATE_DIR_HELP = (f"State dir of the fleetq up whose fleet to use (its fleetq.js
                   f"override it). Default: ${STATE_DIR_ENV}, else ~/.fleetq")
 
 
-class CliError(Exception):
+class CliError(ClientError):
     """A failure to report as one line (``message``) with exit code ``code``."""
 
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
-        self.message = message
         self.code = code
 
 
-def not_found(resource: str, name: str) -> CliError:
+def not_found(resource: str, name: str) -> NotFound:
     """kubectl's NotFound line, e.g. ``pytorchjobs.kubeflow.org "x" not found``."""
-    return CliError(f'Error from server (NotFound): {resource} "{name}" not found')
+    return NotFound(resource, name)
+
+
+def exit_code(exc: ClientError) -> int:
+    """The exit code for a failure: a :class:`CliError`'s own, else 1."""
+    return exc.code if isinstance(exc, CliError) else 1
 
 
 def temporal_address() -> str | None:
@@ -115,9 +120,9 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
     """Run one command's coroutine; known failures become one line on stderr + exit code."""
     try:
         return asyncio.run(_guard(fn))
-    except CliError as exc:
+    except ClientError as exc:
         typer.echo(exc.message, err=True)
-        raise typer.Exit(exc.code) from None
+        raise typer.Exit(exit_code(exc)) from None
     except RPCError as exc:
         typer.echo(_rpc_message(exc), err=True)
         raise typer.Exit(1) from None
@@ -131,7 +136,6 @@ async def _guard(fn: Callable[[], Awaitable[T]]) -> T:
 
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator for sync command bodies: any unexpected exception is one line, exit 1."""
-    import functools
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -139,9 +143,9 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, SystemExit):
             raise
-        except CliError as exc:
+        except ClientError as exc:
             typer.echo(exc.message, err=True)
-            raise typer.Exit(exc.code) from None
+            raise typer.Exit(exit_code(exc)) from None
         except RPCError as exc:
             typer.echo(_rpc_message(exc), err=True)
             raise typer.Exit(1) from None

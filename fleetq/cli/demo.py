@@ -21,14 +21,16 @@ from types import FrameType
 import typer
 from temporalio.client import Client
 
-from fleetq.cli.apply import apply_objects, load_for_apply
 from fleetq.cli.context import CliError, guarded, is_tty
 from fleetq.cli.describe import describe_job
-from fleetq.cli.get import get_job, show_get
+from fleetq.cli.get import show_get
 from fleetq.cli.up import Members, progress_printer, start_and_announce
+from fleetq.client.apply import apply_objects, load_for_apply
 from fleetq.client.connection import connect
+from fleetq.client.jobs import get_job
 from fleetq.messages import JobView
-from fleetq.runtime.embedded import EmbeddedFleet, free_port
+from fleetq.runtime.embedded import EmbeddedFleet
+from fleetq.runtime.supervisor import free_port
 
 WALKTHROUGH = ("elasticquotatree.yaml", "propagationpolicy-gang-queue.yaml", "pytorch-test.yaml")
 JOB_NS, JOB_NAME = "default", "pytorch-test"

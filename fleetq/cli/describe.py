@@ -12,12 +12,7 @@ import typer
 from temporalio.client import Client
 
 from fleetq.cli.context import CliError, get_client, guarded, run
-from fleetq.cli.get import (  # noqa: F401 - wait_info re-exported for older callers
-    pod_rows,
-    require_job,
-    resource_kind,
-    wait_info,
-)
+from fleetq.cli.get import pod_rows, resource_kind
 from fleetq.cli.member_views import (
     MemberSnapshot,
     copies_line,
@@ -25,6 +20,7 @@ from fleetq.cli.member_views import (
     read_members,
 )
 from fleetq.cli.output import age, plain_table
+from fleetq.client.jobs import require_job, wait_info
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
 

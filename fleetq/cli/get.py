@@ -1,36 +1,26 @@
 """``fleetq get``: list fleet objects like ``kubectl get`` (and ``kubectl amc get -M``).
 
-Jobs are Temporal workflows (``pytorchjob/<ns>/<name>``): the list comes from Temporal
-visibility and each job's state from its ``status`` query (concurrently, bounded); a
-deleted job (cancelled workflow) is gone, a finished one keeps its final state like a
-completed Kubernetes object. Queues come from the quota workflow, policies and
-PriorityClasses from the fleet registry. ``get pytorchjob -M`` and ``get pod`` merge the
-jobs with what the member clusters themselves hold (``member_views``), and ``-m CLUSTER``
-shows one member's own object. The read helpers here are shared by ``describe``,
-``delete`` and ``demo``.
+The client library reads them (:mod:`fleetq.client`): jobs from their workflows (a
+deleted job is gone, a finished one keeps its final state like a completed Kubernetes
+object), queues from the quota workflow, policies and PriorityClasses from the fleet
+registry, and what the member clusters themselves hold for ``get pytorchjob -M``, ``get
+pod`` and ``-m CLUSTER``. This module renders: one view per resource kind, picked from
+a table (``GETTERS``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import typer
-from temporalio.client import (
-    Client,
-    WorkflowExecution,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-)
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client
 
-from fleetq.cli.context import CliError, fleet_config_path, get_client, guarded, not_found, run
+from fleetq.cli.context import CliError, fleet_config_path, get_client, guarded, run
 from fleetq.cli.member_views import (
     MemberSnapshot,
-    cli_member_api,
     member_copy_rows,
     member_pod_objects,
     member_pod_rows,
@@ -44,19 +34,13 @@ from fleetq.cli.output import (
     print_object,
     print_table,
 )
-from fleetq.messages import JobView
-from fleetq.naming import (
-    REGISTRY_WORKFLOW_ID,
-    SA_CLUSTER,
-    SA_STATE,
-    job_workflow_id,
-    parse_job_workflow_id,
-    tree_workflow_id,
-)
-
-QUERY_TIMEOUT = timedelta(seconds=15)
-MAX_CONCURRENT_QUERIES = 16
-JOB_RESOURCE = "pytorchjobs.kubeflow.org"
+from fleetq.client.errors import NotFound
+from fleetq.client.jobs import list_jobs, require_job, waiting_queues
+from fleetq.client.members import member_jobs
+from fleetq.client.registry import get_registry, quota_view
+from fleetq.member_contract import job_phase
+from fleetq.messages import JobView, QuotaView
+from fleetq.naming import job_workflow_id
 
 # kubectl-style names and aliases of what `get`/`describe`/`delete` understand.
 ALIASES = {
@@ -84,142 +68,7 @@ def resource_kind(name: str) -> str:
     return kind
 
 
-# --------------------------------------------------------------------------- job reads
-
-
-def _fallback_view(ns: str, name: str, state: str, reason: str,
-                   started: datetime | None, cluster: str | None = None) -> JobView:
-    return JobView(namespace=ns, name=name, state=state,  # type: ignore[arg-type]
-                   reason=reason, created_at=started, cluster=cluster or None)
-
-
-def _sa(execution: Any, key: str) -> str | None:
-    attrs = getattr(execution, "search_attributes", None) or {}
-    value = attrs.get(key)
-    if isinstance(value, list):
-        value = value[0] if value else None
-    return str(value) if value else None
-
-
-async def _view_of(client: Client, workflow_id: str, status: WorkflowExecutionStatus | None,
-                   started: datetime | None, execution: Any = None) -> JobView | None:
-    """The job's view for one execution, or None when it was deleted (cancelled)."""
-    parsed = parse_job_workflow_id(workflow_id)
-    if parsed is None:
-        return None
-    ns, name = parsed
-    handle = client.get_workflow_handle(workflow_id)
-    if status == WorkflowExecutionStatus.CANCELED:
-        return None
-    if status == WorkflowExecutionStatus.RUNNING:
-        try:
-            view = await handle.query("status", result_type=JobView, rpc_timeout=QUERY_TIMEOUT)
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                return None
-            state = _sa(execution, SA_STATE) or "Validating"
-            return _fallback_view(ns, name, state, f"status unavailable (is a worker running?): "
-                                  f"{exc.message}", started, _sa(execution, SA_CLUSTER))
-        except Exception as exc:  # query failed inside the worker
-            return _fallback_view(ns, name, "Validating", f"status query failed: {exc}", started)
-        if view is None:
-            return _fallback_view(ns, name, "Validating", "starting", started)
-        return view
-    if status == WorkflowExecutionStatus.COMPLETED:
-        try:
-            typed = client.get_workflow_handle(workflow_id, result_type=JobView)
-            result: JobView = await typed.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
-            return result
-        except Exception as exc:
-            return _fallback_view(ns, name, "Failed", f"result unreadable: {exc}", started)
-    if status == WorkflowExecutionStatus.FAILED:
-        return await _failed_view(handle, ns, name, started)
-    if status == WorkflowExecutionStatus.TERMINATED:
-        return _fallback_view(ns, name, "Failed", "workflow terminated", started)
-    if status == WorkflowExecutionStatus.TIMED_OUT:
-        return _fallback_view(ns, name, "Failed", "workflow timed out", started)
-    return None
-
-
-#: ApplicationError types a job workflow fails with when it refuses its input at once
-REFUSAL_TYPES = ("InvalidManifest",)
-
-
-async def _failed_view(handle: Any, ns: str, name: str, started: datetime | None) -> JobView:
-    """A failed job workflow: ``Refused`` with the one-line reason when it refused its
-    input (a start by hand with an invalid manifest, a wrong workflow id, not a
-    PyTorchJob), else ``Failed``."""
-    from temporalio.exceptions import ApplicationError
-
-    reason, state = "failed", "Failed"
-    try:
-        await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
-    except WorkflowFailureError as exc:
-        cause = exc.cause
-        reason = getattr(cause, "message", None) or str(cause or exc)
-        if isinstance(cause, ApplicationError) and cause.type in REFUSAL_TYPES:
-            state = "Refused"
-    except Exception as exc:
-        reason = str(exc)
-    reason = (reason.strip().splitlines() or ["failed"])[0]
-    return _fallback_view(ns, name, state, reason, started)
-
-
-async def existing_job(client: Client, namespace: str, name: str
-                       ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionStatus | None]:
-    """The job's workflow handle and status; kubectl's NotFound when it was never applied
-    or was deleted (its workflow cancelled)."""
-    handle = client.get_workflow_handle(job_workflow_id(namespace, name))
-    try:
-        desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise not_found(JOB_RESOURCE, name) from None
-        raise
-    if desc.status == WorkflowExecutionStatus.CANCELED:
-        raise not_found(JOB_RESOURCE, name)
-    return handle, desc.status
-
-
-async def get_job(client: Client, namespace: str, name: str) -> JobView | None:
-    """One job's view; None when it does not exist (never applied, or deleted)."""
-    handle = client.get_workflow_handle(job_workflow_id(namespace, name))
-    try:
-        desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            return None
-        raise
-    return await _view_of(client, desc.id, desc.status, desc.start_time, desc)
-
-
-async def require_job(client: Client, namespace: str, name: str) -> JobView:
-    view = await get_job(client, namespace, name)
-    if view is None:
-        raise not_found(JOB_RESOURCE, name)
-    return view
-
-
-async def list_jobs(client: Client, namespace: str | None) -> list[JobView]:
-    """Every existing job (latest run per id), optionally in one namespace, sorted by
-    namespace and name."""
-    latest: dict[str, WorkflowExecution] = {}
-    async for ex in client.list_workflows('WorkflowType = "PyTorchJobWorkflow"'):
-        parsed = parse_job_workflow_id(ex.id)
-        if parsed is None or (namespace is not None and parsed[0] != namespace):
-            continue
-        seen = latest.get(ex.id)
-        if seen is None or (ex.start_time or datetime.min.replace(tzinfo=UTC)) > (
-                seen.start_time or datetime.min.replace(tzinfo=UTC)):
-            latest[ex.id] = ex
-    gate = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
-
-    async def one(ex: WorkflowExecution) -> JobView | None:
-        async with gate:
-            return await _view_of(client, ex.id, ex.status, ex.start_time, ex)
-
-    views = await asyncio.gather(*(one(ex) for ex in latest.values()))
-    return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
+# --------------------------------------------------------------------------- objects
 
 
 def job_object(view: JobView) -> dict[str, Any]:
@@ -238,148 +87,12 @@ def job_object(view: JobView) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------- registry / quota
-
-
-@dataclass
-class Registry:
-    policies: dict[str, dict[str, Any]]
-    priority_classes: dict[str, int]
-    tree: str | None
-    started: datetime | None
-
-
-async def get_registry(client: Client) -> Registry | None:
-    from workflows.fleet_registry import RegistryState
-
-    handle = client.get_workflow_handle(REGISTRY_WORKFLOW_ID)
-    try:
-        desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            return None
-        state = await handle.query("state", result_type=RegistryState, rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            return None
-        raise
-    return Registry(dict(state.policies), dict(state.priority_classes), state.tree,
-                    desc.start_time)
-
-
-async def quota_view(client: Client) -> tuple[str, Any, datetime | None] | None:
-    """``(tree "ns/name", QuotaView, started)`` of the fleet's quota tree, or None."""
-    from workflows.quota_tree import QuotaView
-
-    reg = await get_registry(client)
-    if reg is None or reg.tree is None:
-        return None
-    handle = client.get_workflow_handle(tree_workflow_id(reg.tree))
-    try:
-        desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            return None
-        view = await handle.query("view", result_type=QuotaView, rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            return None
-        raise
-    return reg.tree, view, desc.start_time
-
-
-# --------------------------------------------------------------------------- member reads
-
-
-def member_api(cluster: str) -> Any:
-    """A :class:`KubeApi` for one member cluster of the fleet config (short timeouts,
-    no retries)."""
-    from fleetq.fleet_config import FleetConfigError, load_fleet_config
-
-    path = fleet_config_path()
-    try:
-        config = load_fleet_config(path)
-    except FleetConfigError as exc:
-        raise CliError(f"error: {exc}") from None
-    for c in config.clusters:
-        if c.name == cluster:
-            try:
-                return cli_member_api(c, config)
-            except FleetConfigError as exc:
-                raise CliError(f"error: {exc}") from None
-    known = ", ".join(c.name for c in config.clusters) or "none"
-    raise CliError(f"error: member cluster {cluster!r} is not in the fleet (clusters: {known})")
-
-
-def _member_jobs(cluster: str, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
-    from activities.kube_api import ApiError, ClusterUnreachable
-
-    api = member_api(cluster)
-    base = "/apis/kubeflow.org/v1"
-    try:
-        if name is not None:
-            obj = api.get(f"{base}/namespaces/{namespace or 'default'}/pytorchjobs/{name}")
-            if obj is None:
-                raise not_found(JOB_RESOURCE, name)
-            return [obj]
-        path = f"{base}/namespaces/{namespace}/pytorchjobs" if namespace else f"{base}/pytorchjobs"
-        items, _ = api.list(path)
-        return items
-    except (ApiError, ClusterUnreachable) as exc:
-        raise CliError(f"error: {exc}") from None
-    finally:
-        api.close()
-
-
 # --------------------------------------------------------------------------- printers
 
 
 def _no_resources(namespace: str | None) -> None:
     where = f" in {namespace} namespace" if namespace else ""
     typer.echo(f"No resources found{where}.", err=True)
-
-
-async def wait_info(client: Client, view: JobView, tree: str | None = None) -> Any | None:
-    """The quota workflow's ``wait_info`` for a queued job (queue, position, reason)."""
-    from fleetq.admission import WaitInfo
-
-    if tree is None:
-        reg = await get_registry(client)
-        if reg is None or reg.tree is None:
-            return None
-        tree = reg.tree
-    handle = client.get_workflow_handle(tree_workflow_id(tree))
-    try:
-        return await handle.query("wait_info", job_workflow_id(view.namespace, view.name),
-                                  result_type=WaitInfo, rpc_timeout=QUERY_TIMEOUT)
-    except Exception:
-        return None
-
-
-def is_waiting(view: JobView) -> bool:
-    """A job waiting in a queue for admission."""
-    return view.state == "Queued" or (view.queued and not view.admitted
-                                      and view.state in ("Validating", "Scheduling"))
-
-
-async def waiting_queues(client: Client, views: list[JobView]) -> dict[tuple[str, str], str]:
-    """``{(ns, name): "root-child-2-jfzsm (#3)"}`` for jobs waiting in a queue, from the
-    quota workflow's ``wait_info`` (bounded concurrency)."""
-    waiting = [v for v in views if is_waiting(v)]
-    if not waiting:
-        return {}
-    reg = await get_registry(client)
-    if reg is None or reg.tree is None:
-        return {}
-    gate = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
-
-    async def one(v: JobView) -> tuple[tuple[str, str], str] | None:
-        async with gate:
-            info = await wait_info(client, v, reg.tree)
-        if info is None:
-            return None
-        return (v.namespace, v.name), f"{info.queue} (#{info.position})"
-
-    found = await asyncio.gather(*(one(v) for v in waiting))
-    return dict(f for f in found if f is not None)
 
 
 def print_jobs(views: list[JobView], *, output: str | None, all_namespaces: bool,
@@ -454,7 +167,7 @@ def pod_rows(views: list[JobView], all_namespaces: bool, wide: bool = False,
     return headers, rows
 
 
-def queue_rows(view: Any, started: datetime | None,
+def queue_rows(view: QuotaView, started: datetime | None,
                wide: bool) -> tuple[list[str], list[list[Any]]]:
     from fleetq.resources import format_quantity
 
@@ -535,7 +248,7 @@ async def _get_pods(client: Client, args: GetArgs) -> None:
                                         name=args.name)
         pods = member_pod_objects(snap, args.name)
     if args.name is not None and not pods and not rows:
-        raise not_found("pods", args.name)
+        raise NotFound("pods", args.name)
     if args.output in ("yaml", "json"):
         print_object(as_list(pods), args.output)
     elif rows:
@@ -555,11 +268,11 @@ async def _get_queues(client: Client, args: GetArgs) -> None:
         else:
             _no_resources(qns)
         return
-    _, view, started = found
+    view, started = found.view, found.started
     if args.name is not None:
         view.queues = [q for q in view.queues if q.name == args.name]
         if not view.queues:
-            raise not_found("queues.scheduling.x-k8s.io", args.name)
+            raise NotFound("queues.scheduling.x-k8s.io", args.name)
     if args.output in ("yaml", "json"):
         print_object(as_list([
             {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "Queue",
@@ -581,7 +294,7 @@ async def _get_policies(client: Client, args: GetArgs) -> None:
         if (ns is None or p_ns == ns) and (name is None or p_name == name):
             items.append((p_ns, p_name, doc))
     if name is not None and not items:
-        raise not_found("propagationpolicies.policy.one.alibabacloud.com", name)
+        raise NotFound("propagationpolicies.policy.one.alibabacloud.com", name)
     if args.output in ("yaml", "json"):
         docs = [d for _, _, d in items]
         print_object(docs[0] if name is not None else as_list(docs), args.output)
@@ -611,7 +324,7 @@ async def _get_priority_classes(client: Client, args: GetArgs) -> None:
     if args.name is not None:
         pcs = [(n, v) for n, v in pcs if n == args.name]
         if not pcs:
-            raise not_found("priorityclasses.scheduling.k8s.io", args.name)
+            raise NotFound("priorityclasses.scheduling.k8s.io", args.name)
     if args.output in ("yaml", "json"):
         objs = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                  "metadata": {"name": n}, "value": v} for n, v in pcs]
@@ -625,15 +338,15 @@ async def _get_priority_classes(client: Client, args: GetArgs) -> None:
 async def _get_tree(client: Client, args: GetArgs) -> None:
     reg = await get_registry(client)
     found = await quota_view(client)
-    tree = found[0] if found else (reg.tree if reg else None)
+    tree = found.tree if found else (reg.tree if reg else None)
     if tree is None or (args.name is not None and tree.split("/", 1)[1] != args.name):
         if args.name is not None:
-            raise not_found("elasticquotatrees.scheduling.sigs.k8s.io", args.name)
+            raise NotFound("elasticquotatrees.scheduling.sigs.k8s.io", args.name)
         _no_resources(args.namespace or "kube-system")
         return
     t_ns, t_name = tree.split("/", 1)
     if args.output in ("yaml", "json"):
-        status = found[1].model_dump(mode="json") if found else {}
+        status = found.view.model_dump(mode="json") if found else {}
         print_object({"apiVersion": "scheduling.sigs.k8s.io/v1beta1",
                       "kind": "ElasticQuotaTree",
                       "metadata": {"name": t_name, "namespace": t_ns},
@@ -641,8 +354,8 @@ async def _get_tree(client: Client, args: GetArgs) -> None:
         return
     headers = ["NAME", "QUEUES", "ADMITTED", "WAITING", "AGE"]
     if found:
-        _, qv, started = found
-        row = [t_name, len(qv.queues), qv.holders, qv.waiting, age(started)]
+        qv = found.view
+        row = [t_name, len(qv.queues), qv.holders, qv.waiting, age(found.started)]
     else:
         row = [t_name, "-", "-", "-", "<unknown>"]
     print_table(headers, [row])
@@ -677,11 +390,10 @@ async def show_get(
 def show_member(kind: str, name: str | None, cluster: str, namespace: str | None,
                 output: str | None) -> None:
     """``get pytorchjob [NAME] -m CLUSTER``: the member cluster's own object(s)."""
-    from fleetq.member_contract import job_phase
 
     if kind != "pytorchjob":
         raise CliError("error: -m/--member-cluster is supported for pytorchjob only")
-    items = _member_jobs(cluster, namespace, name)
+    items = member_jobs(fleet_config_path(), cluster, namespace, name)
     if output in ("yaml", "json"):
         print_object(items[0] if name is not None else as_list(items), output)
         return

@@ -1,13 +1,11 @@
-"""What the member clusters themselves hold, for ``get pytorchjob -M``, ``get pod -M`` and
-``describe pytorchjob``.
+"""What the member clusters themselves hold, rendered for ``get pytorchjob -M``, ``get pod
+-M`` and ``describe pytorchjob``.
 
-The job workflows' ``status`` view says where fleetq *thinks* copies are; an operator
-needs what the members *run*: an evicted copy whose pods still run, a copy that already
-failed during the toleration window, a member that does not answer. So these views read
-every member of the fleet config directly — one LIST of PyTorchJobs and one LIST of pods
-per member, filtered by ``fleetq.io/managed-by``, all members in parallel, short timeouts
-and no retries (a silent member costs one connect timeout, not a retry ladder) — and
-merge that with the workflows' views.
+The job workflows' ``status`` view says where fleetq *thinks* copies are; the client
+library reads what the members *run* (:mod:`fleetq.client.members`: every member of the
+fleet config, directly, short timeouts, no retries). These views merge the two: an
+evicted copy whose pods still run, a copy that already failed during the toleration
+window, a member that does not answer.
 
 Without a fleet config (the CLI pointed at a remote Temporal without ``FLEETQ_CONFIG``)
 the callers fall back to the workflows' view and say so once on stderr.
@@ -16,8 +14,6 @@ the callers fall back to the workflows' view and say so once on stderr.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,175 +21,34 @@ import typer
 
 from fleetq.cli.context import CliError, fleet_config_path
 from fleetq.cli.output import age, parse_time
+from fleetq.client import members
+from fleetq.client.members import MemberRead, MemberSnapshot, job_key_of_pod
+from fleetq.client.members import meta_of as _meta
+from fleetq.fleet_config import FleetConfigError
+from fleetq.member_contract import job_phase, pod_restarts
 from fleetq.messages import TERMINAL_STATES, JobView
 
-#: the CLI waits at most this long for a member (connect / read), and never retries
-CONNECT_TIMEOUT_S = 2.0
-READ_TIMEOUT_S = 5.0
-MAX_PARALLEL_READS = 16
-JOBS_PATH = "/apis/kubeflow.org/v1"
+__all__ = ["MemberRead", "MemberSnapshot", "read_members"]
+
 #: pod phases that still hold a node (``Evicted, still running``)
 LIVE_POD_PHASES = ("Running", "Pending", "Unknown")
 FALLBACK_NOTE = ("note: no fleet config ({why}); showing fleetq's own view of the jobs, "
                  "not what the member clusters report")
 
 
-@dataclass
-class MemberRead:
-    """One member's answer: its fleetq-managed PyTorchJobs and pods, or why it gave none."""
-
-    cluster: str
-    jobs: list[dict[str, Any]] = field(default_factory=list)
-    pods: list[dict[str, Any]] = field(default_factory=list)
-    #: one line when the member did not answer (``cluster-a: unreachable (...)``)
-    error: str | None = None
-    #: the bracketed part of a ClusterUnreachable (``connection refused``), else the error
-    why: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def _job_key_of_pod(pod: dict[str, Any]) -> tuple[str, str] | None:
-    from fleetq.naming import KF_JOB_NAME
-
-    meta = _meta(pod)
-    ns = str(meta.get("namespace") or "")
-    for ref in meta.get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("kind") == "PyTorchJob" and ref.get("name"):
-            return ns, str(ref["name"])
-    name = (meta.get("labels") or {}).get(KF_JOB_NAME)
-    return (ns, str(name)) if name else None
-
-
-@dataclass
-class MemberSnapshot:
-    """Every member's answer, indexed by job."""
-
-    reads: dict[str, MemberRead]
-
-    def __post_init__(self) -> None:
-        self._jobs: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-        self._pods: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
-        for cluster, read in self.reads.items():
-            for obj in read.jobs:
-                meta = _meta(obj)
-                key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-                self._jobs.setdefault(key, {})[cluster] = obj
-            for pod in read.pods:
-                pkey = _job_key_of_pod(pod)
-                if pkey is not None:
-                    self._pods.setdefault(pkey, {}).setdefault(cluster, []).append(pod)
-
-    @property
-    def clusters(self) -> list[str]:
-        return list(self.reads)
-
-    def unreachable(self, cluster: str) -> MemberRead | None:
-        read = self.reads.get(cluster)
-        return read if read is not None and not read.ok else None
-
-    def copies(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
-        """``{cluster: member PyTorchJob}`` for one job."""
-        return self._jobs.get((namespace, name), {})
-
-    def pods(self, namespace: str, name: str, cluster: str) -> list[dict[str, Any]]:
-        return sorted(self._pods.get((namespace, name), {}).get(cluster, []),
-                      key=lambda p: str(_meta(p).get("name")))
-
-    def job_keys(self) -> set[tuple[str, str]]:
-        return set(self._jobs) | set(self._pods)
-
-    def all_pods(self) -> list[tuple[str, dict[str, Any]]]:
-        """``(cluster, pod)`` for every fleetq-managed pod, in cluster then pod order."""
-        out = []
-        for cluster, read in self.reads.items():
-            for pod in sorted(read.pods, key=lambda p: (str(_meta(p).get("namespace")),
-                                                        str(_meta(p).get("name")))):
-                out.append((cluster, pod))
-        return out
-
-
-# --------------------------------------------------------------------------- reading
-
-
-def cli_member_api(cluster: Any, config: Any) -> Any:
-    """A :class:`KubeApi` for one member of ``config``, as the CLI uses it: short
-    timeouts and no retries (a silent member is reported, not waited for)."""
-    from activities.kube_api import KubeApi, RetryPolicy
-
-    api = KubeApi.from_kubeconfig(
-        cluster.name, config.cluster_kubeconfig(cluster), cluster.context_name,
-        min(CONNECT_TIMEOUT_S, config.timeouts.connectSeconds),
-        min(READ_TIMEOUT_S, config.timeouts.readSeconds), pool_size=2)
-    api.retry = RetryPolicy(attempts=1)
-    return api
-
-
-def _read_one(cluster: Any, config: Any, namespace: str | None) -> MemberRead:
-    from activities.kube_api import ApiError, ClusterUnreachable
-    from fleetq.fleet_config import FleetConfigError
-    from fleetq.member_contract import MANAGED_BY
-
-    read = MemberRead(cluster.name)
-    try:
-        api = cli_member_api(cluster, config)
-    except FleetConfigError as exc:
-        read.error = read.why = f"{cluster.name}: {exc}"
-        return read
-    selector = f"{MANAGED_BY}=fleetq"
-    jobs = f"{JOBS_PATH}/namespaces/{namespace}/pytorchjobs" if namespace else \
-        f"{JOBS_PATH}/pytorchjobs"
-    pods = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
-    try:
-        read.jobs, _ = api.list(jobs, label_selector=selector)
-        read.pods, _ = api.list(pods, label_selector=selector)
-    except ClusterUnreachable as exc:
-        read.jobs, read.pods = [], []
-        read.error, read.why = str(exc), f"unreachable: {exc.why}"
-    except ApiError as exc:
-        read.jobs, read.pods = [], []
-        read.error = f"{cluster.name}: {exc}"
-        read.why = str(exc)
-    except Exception as exc:  # never a traceback for a member that answers nonsense
-        read.jobs, read.pods = [], []
-        read.error = f"{cluster.name}: {type(exc).__name__}: {exc}"
-        read.why = f"{type(exc).__name__}: {exc}"
-    finally:
-        api.close()
-    return read
-
-
 def read_members(namespace: str | None, config_path: str | None = None,
                  ) -> MemberSnapshot | None:
-    """Every member's fleetq-managed jobs and pods (in ``namespace``, or all), read in
-    parallel; None (after one note on stderr) when no fleet config is available.
-    ``config_path`` defaults to ``FLEETQ_CONFIG``, else the running ``fleetq up``'s."""
-    from fleetq.fleet_config import FleetConfigError, load_fleet_config
-
+    """Every member's fleetq-managed jobs and pods (in ``namespace``, or all); None
+    (after one note on stderr) when no fleet config is available. ``config_path``
+    defaults to ``FLEETQ_CONFIG``, else the running ``fleetq up``'s."""
     try:
-        path = config_path or fleet_config_path()
-        config = load_fleet_config(path)
+        return members.read_members(config_path or fleet_config_path(), namespace)
     except CliError:
         typer.echo(FALLBACK_NOTE.format(why="set FLEETQ_CONFIG, or --state-dir of a "
                                             "running fleetq up"), err=True)
-        return None
     except FleetConfigError as exc:
         typer.echo(FALLBACK_NOTE.format(why=str(exc)), err=True)
-        return None
-    clusters = list(config.clusters)
-    if not clusters:
-        return MemberSnapshot({})
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_READS, len(clusters)),
-                            thread_name_prefix="fleetq-member-read") as pool:
-        reads = list(pool.map(lambda c: _read_one(c, config, namespace), clusters))
-    return MemberSnapshot({r.cluster: r for r in reads})
+    return None
 
 
 # --------------------------------------------------------------------------- rendering
@@ -235,7 +90,6 @@ def _pods_running(pods: Iterable[dict[str, Any]]) -> bool:
 def copy_state(view: JobView | None, cluster: str, snap: MemberSnapshot,
                namespace: str, name: str) -> str | None:
     """STATE of one (job, member) row of ``get pytorchjob -M``; None = no row."""
-    from fleetq.member_contract import job_phase
 
     read = snap.unreachable(cluster)
     expected = view is not None and cluster in expected_clusters(view)
@@ -347,7 +201,6 @@ def member_pod_rows(views: list[JobView], snap: MemberSnapshot, all_namespaces: 
     """``get pod -M`` from the members: every fleetq-managed pod as its member reports
     it (pods of evicted copies included), plus one ``-`` row per unreachable member that
     should hold pods."""
-    from fleetq.member_contract import pod_restarts
 
     headers = ["NAME", "CLUSTER", "READY", "STATUS", "RESTARTS", "AGE"]
     if wide:
@@ -357,7 +210,7 @@ def member_pod_rows(views: list[JobView], snap: MemberSnapshot, all_namespaces: 
         meta = _meta(pod)
         pname = str(meta.get("name") or "?")
         if (name is not None and pname != name) or (job is not None
-                                                     and _job_key_of_pod(pod) != job):
+                                                     and job_key_of_pod(pod) != job):
             continue
         st = pod.get("status") or {}
         row: list[Any] = [pname, cluster, pod_ready(pod), pod_status(pod), pod_restarts(pod),

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import typer
 
-from fleetq.cli.apply import registry
 from fleetq.cli.context import get_client, guarded, run
 from fleetq.client.connection import ensure_search_attributes
+from fleetq.client.registry import registry
 
 
 def register(app: typer.Typer) -> None:

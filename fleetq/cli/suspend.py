@@ -7,21 +7,12 @@ resumed one queues again with its original submit time. The same as
 from __future__ import annotations
 
 import typer
-from temporalio.client import WorkflowExecutionStatus
 
 from fleetq.cli.context import CliError, get_client, guarded, run
-from fleetq.cli.get import JOB_RESOURCE, existing_job, resource_kind
+from fleetq.cli.get import resource_kind
+from fleetq.client.jobs import JOB_RESOURCE, JobSignal, signal_job
 
 PAST = {"suspend": "suspended", "resume": "resumed"}
-
-
-async def signal_job(namespace: str, name: str, signal: str) -> str:
-    client = await get_client()
-    handle, status = await existing_job(client, namespace, name)
-    if status != WorkflowExecutionStatus.RUNNING:
-        raise CliError(f"error: PyTorchJob {namespace}/{name} has finished; nothing to {signal}")
-    await handle.signal(signal)
-    return f"{JOB_RESOURCE}/{name} {PAST[signal]}"
 
 
 def register(app: typer.Typer) -> None:
@@ -37,10 +28,12 @@ def register(app: typer.Typer) -> None:
         ) -> None:
             if resource_kind(resource) != "pytorchjob":
                 raise CliError(f"error: only a pytorchjob can be {PAST[_verb]}")
+            signal: JobSignal = "suspend" if _verb == "suspend" else "resume"
 
-            async def body() -> str:
-                return await signal_job(namespace, name, _verb)
+            async def body() -> None:
+                await signal_job(await get_client(), namespace, name, signal)
 
-            typer.echo(run(body))
+            run(body)
+            typer.echo(f"{JOB_RESOURCE}/{name} {PAST[_verb]}")
 
         app.command(name=verb, help=help_text)(guarded(command))

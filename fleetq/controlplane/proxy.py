@@ -27,7 +27,7 @@ from aiohttp import web
 
 from fleetq.emulator.faults import Faults
 from fleetq.emulator.store import ApiError
-from fleetq.runtime.embedded import free_port
+from fleetq.runtime.supervisor import free_port
 
 T = TypeVar("T")
 #: Headers that belong to one hop (or that aiohttp recomputes), never forwarded.

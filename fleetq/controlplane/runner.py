@@ -36,7 +36,8 @@ from fleetq.controlplane.proxy import Proxy, ProxyLoop, set_faults
 from fleetq.emulator.kube_objects import TERMINAL, finished_pod, node_object
 from fleetq.emulator.kubeconfig import write_private
 from fleetq.emulator.tls import TlsMaterial, make_material
-from fleetq.runtime.embedded import Child, EmbeddedError, free_port, spawn_child, stop_child
+from fleetq.runtime.embedded import EmbeddedError
+from fleetq.runtime.supervisor import Child, free_port, spawn_child, stop_child
 from fleetq.topology import ClusterSpec, Topology, node_names
 
 HOST = "127.0.0.1"

@@ -14,29 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import fcntl
-import functools
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from fleetq.client.connection import connect, ensure_search_attributes, temporal_cli_path
-from fleetq.naming import (
-    CONTROL_TASK_QUEUE,
-    INT_ATTRIBUTES,
-    KEYWORD_ATTRIBUTES,
-    REGISTRY_WORKFLOW_ID,
-    TASK_QUEUE,
-)
+from fleetq.client.registry import registry
+from fleetq.naming import INT_ATTRIBUTES, KEYWORD_ATTRIBUTES, TASK_QUEUE
+from fleetq.runtime.supervisor import Child, port_in_use, spawn_child
 
 Progress = Callable[[str], None]
 STATE_DIR_ENV = "FLEETQ_STATE_DIR"
@@ -99,6 +90,20 @@ def write_info(info: FleetInfo, state_dir: Path) -> Path:
     return path
 
 
+def dev_server_argv(host: str, port: int, db: Path, *, ui_port: int | None = None,
+                    log_level: str = "warn") -> list[str]:
+    """``temporal server start-dev`` on the SQLite file ``db`` with fleetq's search
+    attributes registered; ``--headless`` (no Web UI) without ``ui_port``."""
+    argv = [str(temporal_cli_path()), "server", "start-dev", "--ip", host, "--port", str(port)]
+    argv += ["--ui-port", str(ui_port)] if ui_port is not None else ["--headless"]
+    argv += ["--db-filename", str(db), "--log-level", log_level]
+    for key in KEYWORD_ATTRIBUTES:
+        argv += ["--search-attribute", f"{key}=Keyword"]
+    for key in INT_ATTRIBUTES:
+        argv += ["--search-attribute", f"{key}=Int"]
+    return argv
+
+
 class EmbeddedError(RuntimeError):
     """The embedded fleet could not start; the message is one line for the user."""
 
@@ -114,75 +119,6 @@ class AlreadyRunning(EmbeddedError):
             msg = (f"fleetq is already running with state dir {state_dir} (lock held); "
                    "use another --state-dir")
         super().__init__(msg)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.3)
-        return s.connect_ex((host, port)) == 0
-
-
-def _die_with_parent(sig: int = signal.SIGTERM) -> None:  # pragma: no cover - in the child
-    """Linux: deliver ``sig`` to the child when this process dies (even by SIGKILL)."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
-
-
-@dataclass
-class Child:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-    _fh: IO[bytes] | None = None
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(line.strip() for line in text[-lines:])
-
-
-def spawn_child(name: str, argv: list[str], log_dir: Path,
-                env: dict[str, str] | None = None,
-                death_signal: int = signal.SIGTERM) -> Child:
-    """Start ``argv`` in its own session, logging to ``<log_dir>/<name>.log``; it gets
-    ``death_signal`` when this process dies."""
-    log = log_dir / f"{name}.log"
-    fh = open(log, "ab")  # noqa: SIM115 - closed by stop_child()
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})}, start_new_session=True,
-        preexec_fn=(functools.partial(_die_with_parent, death_signal)
-                    if sys.platform.startswith("linux") else None),
-    )
-    return Child(name, proc, log, fh)
-
-
-def stop_child(child: Child, grace: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL after ``grace`` seconds; closes its log."""
-    if child.alive():
-        with contextlib.suppress(ProcessLookupError):
-            child.proc.send_signal(signal.SIGTERM)
-        try:
-            child.proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                child.proc.kill()
-            child.proc.wait(5)
-    if child._fh is not None:
-        child._fh.close()
-        child._fh = None
 
 
 @dataclass
@@ -267,29 +203,14 @@ class EmbeddedFleet:
         self.children.append(child)
         return child
 
-    def _wait(self, child: Child, what: str, ready: Callable[[], bool], deadline: float) -> None:
-        while True:
-            if not child.alive():
-                raise EmbeddedError(f"{what} exited with code {child.proc.returncode}: "
-                                    f"{child.tail() or 'no output'} (log: {child.log})")
-            if ready():
-                return
-            if time.monotonic() > deadline:
-                raise EmbeddedError(f"{what} did not become ready in time (log: {child.log})")
-            time.sleep(0.1)
+    @staticmethod
+    def _wait(child: Child, what: str, ready: Callable[[], bool], deadline: float) -> None:
+        child.wait_ready(ready, deadline, what=what, error=EmbeddedError)
 
     def _spawn_temporal(self) -> Child:
         self.progress(f"starting Temporal dev server on {self.address}")
-        argv = [
-            str(temporal_cli_path()), "server", "start-dev",
-            "--ip", self.host, "--port", str(self.port), "--ui-port", str(self.ui_port),
-            "--db-filename", str(self.state_dir / "temporal.db"),
-            "--log-level", "warn",
-        ]
-        for key in KEYWORD_ATTRIBUTES:
-            argv += ["--search-attribute", f"{key}=Keyword"]
-        for key in INT_ATTRIBUTES:
-            argv += ["--search-attribute", f"{key}=Int"]
+        argv = dev_server_argv(self.host, self.port, self.state_dir / "temporal.db",
+                               ui_port=self.ui_port)
         return self._spawn("temporal", argv)
 
     def _wait_temporal(self, child: Child, deadline: float) -> None:
@@ -382,8 +303,6 @@ class EmbeddedFleet:
         from temporalio.api.taskqueue.v1 import TaskQueue
         from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
-        from workflows.fleet_registry import RegistryState
-
         client = await connect(self.address)
         resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
             namespace=client.namespace, task_queue=TaskQueue(name=TASK_QUEUE),
@@ -391,12 +310,7 @@ class EmbeddedFleet:
         if not resp.pollers:
             await asyncio.sleep(0.2)
             return False
-        from temporalio.common import WorkflowIDConflictPolicy
-
-        await client.start_workflow(
-            "FleetRegistryWorkflow", RegistryState(), id=REGISTRY_WORKFLOW_ID,
-            task_queue=CONTROL_TASK_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            static_summary="fleetq registry: PropagationPolicies, PriorityClasses, quota tree")
+        await registry(client)  # the registry workflow, started if absent
         return True
 
     def check(self) -> Child | None:
@@ -409,7 +323,7 @@ class EmbeddedFleet:
     def stop(self, grace: float = 10.0) -> None:
         """Stop the worker, then the emulator, then Temporal; remove fleetq.json."""
         for child in reversed(self.children):
-            stop_child(child, grace)
+            child.stop(grace)
         self.children.clear()
         if self._lock_fd is not None:
             info = self.state_dir / INFO_FILE

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from fleetq.cli.output import human_duration, plain_table
-from fleetq.runtime.embedded import free_port
+from fleetq.runtime.supervisor import free_port
 from tests.cli.conftest import EXAMPLES, CliFleet
 
 TREE = str(EXAMPLES / "elasticquotatree.yaml")

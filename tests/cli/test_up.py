@@ -12,7 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from fleetq.runtime.embedded import free_port, pid_alive
+from fleetq.runtime.embedded import pid_alive
+from fleetq.runtime.supervisor import free_port
 
 FLEETQ = [sys.executable, "-c", "from fleetq.cli import main; main()"]
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from fleetq.runtime.embedded import EmbeddedFleet, free_port
+from fleetq.runtime.embedded import EmbeddedFleet
+from fleetq.runtime.supervisor import free_port
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +78,10 @@ def test_a_failed_job_fails_over_to_another_real_member(
 
     import yaml
 
-    from fleetq.cli.apply import apply_objects, load_for_apply
     from fleetq.cli.demo import walkthrough_dir
-    from fleetq.cli.get import get_job
+    from fleetq.client.apply import apply_objects, load_for_apply
     from fleetq.client.connection import connect
+    from fleetq.client.jobs import get_job
     from fleetq.controlplane.build import build
     from fleetq.runtime.embedded import FLEETQ_CLI
 
@@ -167,10 +168,10 @@ def test_a_partitioned_real_member_is_left_and_purged_as_soon_as_it_answers(
 
     import yaml
 
-    from fleetq.cli.apply import apply_objects, load_for_apply
     from fleetq.cli.demo import walkthrough_dir
-    from fleetq.cli.get import get_job
+    from fleetq.client.apply import apply_objects, load_for_apply
     from fleetq.client.connection import connect
+    from fleetq.client.jobs import get_job
     from fleetq.controlplane.build import build
     from fleetq.runtime.embedded import FLEETQ_CLI
 
@@ -247,11 +248,10 @@ def test_max_jobs_one_serialises_queued_jobs_on_real_members(
 
     import yaml
 
-    from fleetq.cli.apply import apply_objects, load_for_apply
-    from fleetq.cli.delete import delete_job
     from fleetq.cli.demo import walkthrough_dir
-    from fleetq.cli.get import get_job
+    from fleetq.client.apply import apply_objects, load_for_apply
     from fleetq.client.connection import connect
+    from fleetq.client.jobs import delete_job, get_job
 
     docs = [yaml.safe_load((walkthrough_dir() / f).read_text())
             for f in ("elasticquotatree.yaml", "propagationpolicy-gang-queue.yaml")]

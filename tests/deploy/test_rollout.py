@@ -37,7 +37,7 @@ from temporalio.worker import Replayer, WorkerDeploymentConfig
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from bench.chaos import job_manifest, job_view, policy_manifest, tree_manifest
-from fleetq.cli.apply import apply_tree
+from fleetq.client.apply import apply_tree
 from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView, QuotaView

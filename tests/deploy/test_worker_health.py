@@ -34,7 +34,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import WorkerDeploymentConfig
 
 from bench.chaos import job_manifest, policy_manifest, tree_manifest
-from fleetq.cli.apply import apply_tree
+from fleetq.client.apply import apply_tree
 from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.models import parse_tree

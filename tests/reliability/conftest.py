@@ -31,7 +31,7 @@ from activities.fleet import Fleet
 from activities.kube_api import KubeApi
 from activities.scheduling import SchedulingActivities
 from bench.chaos import job_manifest, job_view, tree_manifest
-from fleetq.cli.apply import apply_registry_object, apply_tree
+from fleetq.client.apply import apply_registry_object, apply_tree
 from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView

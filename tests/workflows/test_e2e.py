@@ -21,8 +21,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
-from fleetq.cli.apply import apply_objects, start_job
+from fleetq.client.apply import apply_objects
 from fleetq.client.connection import temporal_cli_path
+from fleetq.client.jobs import start_job
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.models import parse_object

@@ -1,0 +1,366 @@
+"""PyTorchJobs as the fleet runs them: one ``pytorchjob/<ns>/<name>`` workflow each.
+
+Starting a job starts its workflow (with the Web UI's summary, details and search
+attributes); reading one asks its ``status`` query while it runs and its result once it
+ended (a cancelled workflow is a deleted job: gone); listing reads Temporal visibility and
+queries the jobs concurrently, bounded. Deleting cancels the workflow, which purges every
+member copy and returns the quota; suspend and resume are signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from fleetq.admission import WaitInfo
+from fleetq.client.connection import REFUSAL_TYPES, has_search_attributes
+from fleetq.client.errors import ClientError, InvalidInput, NotFound
+from fleetq.client.registry import QUERY_TIMEOUT, get_registry
+from fleetq.messages import JobView
+from fleetq.models import PyTorchJob, gang_of
+from fleetq.naming import (
+    SA_CLUSTER,
+    SA_JOB,
+    SA_NAMESPACE,
+    SA_PRIORITY,
+    SA_STATE,
+    TASK_QUEUE,
+    job_workflow_id,
+    parse_job_workflow_id,
+    tree_workflow_id,
+)
+from fleetq.resources import format_resources
+
+MAX_CONCURRENT_QUERIES = 16
+JOB_RESOURCE = "pytorchjobs.kubeflow.org"
+
+# --------------------------------------------------------------------------- start
+
+
+def job_summary(job: PyTorchJob, priority_classes: dict[str, int] | None = None) -> str:
+    """The workflow's static summary in the Web UI, e.g. ``PyTorchJob default/pytorch-test:
+    1 master + 2 workers, cpu 4.01, memory 4Gi``."""
+    return gang_of(job, priority_classes).summary_line(job.metadata.namespace, job.metadata.name)
+
+
+def job_details(job: PyTorchJob, priority_classes: dict[str, int] | None = None) -> str:
+    """The workflow's static details in the Web UI: the gang, in Markdown."""
+    gang = gang_of(job, priority_classes)
+    lines = ["| role | replicas | requests per pod |", "|---|---|---|"]
+    requests: dict[str, str] = {}
+    for pod in gang.pods:
+        requests.setdefault(pod.role, format_resources(pod.requests) or "-")
+    lines += [f"| {role} | {count} | {requests.get(role, '-')} |"
+              for role, count in gang.declared_role_counts().items()]
+    lines += ["", f"{gang.minimum_line().capitalize()}: placed on one member cluster or not at "
+                  f"all; priority {gang.priority}."]
+    return "\n".join(lines)
+
+
+def start_search_attributes(
+    job: PyTorchJob, priority_classes: dict[str, int] | None = None
+) -> TypedSearchAttributes:
+    """The Web UI's filters as far as they are known at submission: the job, its
+    namespace and priority, and state Queued (waiting to be admitted and placed). The
+    workflow only upserts what changes after this, so a job that is admitted and starts
+    running at once costs no upsert for the states it passes through."""
+    ns, name = job.metadata.namespace, job.metadata.name
+    return TypedSearchAttributes([
+        SearchAttributePair(SearchAttributeKey.for_keyword(SA_JOB), f"{ns}/{name}"),
+        SearchAttributePair(SearchAttributeKey.for_keyword(SA_NAMESPACE), ns),
+        SearchAttributePair(SearchAttributeKey.for_keyword(SA_STATE), "Queued"),
+        SearchAttributePair(SearchAttributeKey.for_int(SA_PRIORITY),
+                            gang_of(job, priority_classes).priority),
+    ])
+
+
+_SA_SUPPORT: weakref.WeakKeyDictionary[Client, bool] = weakref.WeakKeyDictionary()
+
+
+async def _has_search_attributes(client: Client) -> bool:
+    """Whether fleetq's search attributes are registered (asked once per client)."""
+    if client not in _SA_SUPPORT:
+        _SA_SUPPORT[client] = await has_search_attributes(client)
+    return _SA_SUPPORT[client]
+
+
+async def start_job(
+    client: Client,
+    job: PyTorchJob,
+    manifest: dict[str, Any],
+    *,
+    run_seconds: int | None = None,
+    priority_classes: dict[str, int] | None = None,
+) -> str:
+    """Start the job's workflow; ``created``, or ``unchanged (already exists)`` when a run
+    of it is still going."""
+    arg: dict[str, Any] = {"manifest": manifest}
+    if run_seconds is not None:
+        arg["run_seconds"] = run_seconds
+    extra: dict[str, Any] = {}
+    if await _has_search_attributes(client):
+        extra["search_attributes"] = start_search_attributes(job, priority_classes)
+    try:
+        await client.start_workflow(
+            "PyTorchJobWorkflow",
+            arg,
+            id=job_workflow_id(job.metadata.namespace, job.metadata.name),
+            task_queue=TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            static_summary=job_summary(job, priority_classes),
+            static_details=job_details(job, priority_classes),
+            **extra,
+        )
+    except WorkflowAlreadyStartedError:
+        return "unchanged (already exists)"
+    return "created"
+
+
+# --------------------------------------------------------------------------- read
+
+
+def _fallback_view(ns: str, name: str, state: str, reason: str,
+                   started: datetime | None, cluster: str | None = None) -> JobView:
+    return JobView(namespace=ns, name=name, state=state,  # type: ignore[arg-type]
+                   reason=reason, created_at=started, cluster=cluster or None)
+
+
+def _sa(execution: Any, key: str) -> str | None:
+    attrs = getattr(execution, "search_attributes", None) or {}
+    value = attrs.get(key)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return str(value) if value else None
+
+
+async def view_of(client: Client, workflow_id: str, status: WorkflowExecutionStatus | None,
+                  started: datetime | None, execution: Any = None) -> JobView | None:
+    """The job's view for one execution, or None when it was deleted (cancelled)."""
+    parsed = parse_job_workflow_id(workflow_id)
+    if parsed is None:
+        return None
+    ns, name = parsed
+    handle = client.get_workflow_handle(workflow_id)
+    if status == WorkflowExecutionStatus.CANCELED:
+        return None
+    if status == WorkflowExecutionStatus.RUNNING:
+        try:
+            view = await handle.query("status", result_type=JobView, rpc_timeout=QUERY_TIMEOUT)
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None
+            state = _sa(execution, SA_STATE) or "Validating"
+            return _fallback_view(ns, name, state, f"status unavailable (is a worker running?): "
+                                  f"{exc.message}", started, _sa(execution, SA_CLUSTER))
+        except Exception as exc:  # query failed inside the worker
+            return _fallback_view(ns, name, "Validating", f"status query failed: {exc}", started)
+        if view is None:
+            return _fallback_view(ns, name, "Validating", "starting", started)
+        return view
+    if status == WorkflowExecutionStatus.COMPLETED:
+        try:
+            typed = client.get_workflow_handle(workflow_id, result_type=JobView)
+            result: JobView = await typed.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
+            return result
+        except Exception as exc:
+            return _fallback_view(ns, name, "Failed", f"result unreadable: {exc}", started)
+    if status == WorkflowExecutionStatus.FAILED:
+        return await _failed_view(handle, ns, name, started)
+    if status == WorkflowExecutionStatus.TERMINATED:
+        return _fallback_view(ns, name, "Failed", "workflow terminated", started)
+    if status == WorkflowExecutionStatus.TIMED_OUT:
+        return _fallback_view(ns, name, "Failed", "workflow timed out", started)
+    return None
+
+
+async def _failed_view(handle: Any, ns: str, name: str, started: datetime | None) -> JobView:
+    """A failed job workflow: ``Refused`` with the one-line reason when it refused its
+    input (a start by hand with an invalid manifest, a wrong workflow id, not a
+    PyTorchJob), else ``Failed``."""
+    reason, state = "failed", "Failed"
+    try:
+        await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        reason = getattr(cause, "message", None) or str(cause or exc)
+        if isinstance(cause, ApplicationError) and cause.type in REFUSAL_TYPES:
+            state = "Refused"
+    except Exception as exc:
+        reason = str(exc)
+    reason = (reason.strip().splitlines() or ["failed"])[0]
+    return _fallback_view(ns, name, state, reason, started)
+
+
+async def existing_job(client: Client, namespace: str, name: str
+                       ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionStatus | None]:
+    """The job's workflow handle and status; :class:`NotFound` when it was never applied
+    or was deleted (its workflow cancelled)."""
+    handle = client.get_workflow_handle(job_workflow_id(namespace, name))
+    try:
+        desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise NotFound(JOB_RESOURCE, name) from None
+        raise
+    if desc.status == WorkflowExecutionStatus.CANCELED:
+        raise NotFound(JOB_RESOURCE, name)
+    return handle, desc.status
+
+
+async def get_job(client: Client, namespace: str, name: str) -> JobView | None:
+    """One job's view; None when it does not exist (never applied, or deleted)."""
+    handle = client.get_workflow_handle(job_workflow_id(namespace, name))
+    try:
+        desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return await view_of(client, desc.id, desc.status, desc.start_time, desc)
+
+
+async def require_job(client: Client, namespace: str, name: str) -> JobView:
+    """One job's view; :class:`NotFound` when it does not exist."""
+    view = await get_job(client, namespace, name)
+    if view is None:
+        raise NotFound(JOB_RESOURCE, name)
+    return view
+
+
+async def list_jobs(client: Client, namespace: str | None) -> list[JobView]:
+    """Every existing job (latest run per id), optionally in one namespace, sorted by
+    namespace and name."""
+    latest: dict[str, WorkflowExecution] = {}
+    async for ex in client.list_workflows('WorkflowType = "PyTorchJobWorkflow"'):
+        parsed = parse_job_workflow_id(ex.id)
+        if parsed is None or (namespace is not None and parsed[0] != namespace):
+            continue
+        seen = latest.get(ex.id)
+        if seen is None or (ex.start_time or datetime.min.replace(tzinfo=UTC)) > (
+                seen.start_time or datetime.min.replace(tzinfo=UTC)):
+            latest[ex.id] = ex
+    gate = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
+
+    async def one(ex: WorkflowExecution) -> JobView | None:
+        async with gate:
+            return await view_of(client, ex.id, ex.status, ex.start_time, ex)
+
+    views = await asyncio.gather(*(one(ex) for ex in latest.values()))
+    return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
+
+
+# --------------------------------------------------------------------------- queue position
+
+
+async def wait_info(client: Client, view: JobView, tree: str | None = None) -> WaitInfo | None:
+    """The quota workflow's ``wait_info`` for a queued job (queue, position, reason)."""
+    if tree is None:
+        reg = await get_registry(client)
+        if reg is None or reg.tree is None:
+            return None
+        tree = reg.tree
+    handle = client.get_workflow_handle(tree_workflow_id(tree))
+    try:
+        info: WaitInfo | None = await handle.query(
+            "wait_info", job_workflow_id(view.namespace, view.name), result_type=WaitInfo,
+            rpc_timeout=QUERY_TIMEOUT)
+        return info
+    except Exception:
+        return None
+
+
+def is_waiting(view: JobView) -> bool:
+    """A job waiting in a queue for admission."""
+    return view.state == "Queued" or (view.queued and not view.admitted
+                                      and view.state in ("Validating", "Scheduling"))
+
+
+async def waiting_queues(client: Client, views: list[JobView]) -> dict[tuple[str, str], str]:
+    """``{(ns, name): "root-child-2-jfzsm (#3)"}`` for jobs waiting in a queue, from the
+    quota workflow's ``wait_info`` (bounded concurrency)."""
+    waiting = [v for v in views if is_waiting(v)]
+    if not waiting:
+        return {}
+    reg = await get_registry(client)
+    if reg is None or reg.tree is None:
+        return {}
+    gate = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
+
+    async def one(v: JobView) -> tuple[tuple[str, str], str] | None:
+        async with gate:
+            info = await wait_info(client, v, reg.tree)
+        if info is None:
+            return None
+        return (v.namespace, v.name), f"{info.queue} (#{info.position})"
+
+    found = await asyncio.gather(*(one(v) for v in waiting))
+    return dict(f for f in found if f is not None)
+
+
+# --------------------------------------------------------------------------- change
+
+
+async def delete_job(client: Client, namespace: str, name: str, *, wait: bool,
+                     timeout: float) -> None:
+    """Delete a job: cancel its workflow (which purges every member copy and returns its
+    quota) and, with ``wait``, return once that is done. A finished job is forgotten, as
+    deleting a completed Kubernetes object is. :class:`NotFound` when there is no job;
+    :class:`ClientError` when the purge outlasts ``timeout`` (it continues)."""
+    handle, status = await existing_job(client, namespace, name)
+    if status != WorkflowExecutionStatus.RUNNING:
+        return
+    await handle.cancel()
+    if not wait:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return
+        await asyncio.sleep(0.2)
+    raise ClientError(f"error: timed out after {timeout:g}s waiting for PyTorchJob "
+                      f"{namespace}/{name} to purge its member copies (it continues "
+                      "in the background)")
+
+
+JobSignal = Literal["suspend", "resume"]
+
+
+async def signal_job(client: Client, namespace: str, name: str, signal: JobSignal) -> None:
+    """Kubeflow's ``runPolicy.suspend`` for a running job: ``suspend`` purges its member
+    copies and releases its quota, ``resume`` queues it again with its submit time.
+    :class:`InvalidInput` when the job has finished."""
+    handle, status = await existing_job(client, namespace, name)
+    if status != WorkflowExecutionStatus.RUNNING:
+        raise InvalidInput(
+            f"error: PyTorchJob {namespace}/{name} has finished; nothing to {signal}")
+    await handle.signal(signal)
+
+
+async def suspend_job(client: Client, namespace: str, name: str) -> None:
+    await signal_job(client, namespace, name, "suspend")
+
+
+async def resume_job(client: Client, namespace: str, name: str) -> None:
+    await signal_job(client, namespace, name, "resume")
