@@ -88,6 +88,19 @@ def test_fleet_config_is_readable_by_fleetq(fleet: EmulatedFleet) -> None:
     assert oct(fleet.kubeconfig_path.stat().st_mode & 0o777) == "0o600"
 
 
+def test_topology_and_the_emulator_package_load_no_http_server() -> None:
+    """The what-if simulator and the CLI read topologies without starting an emulator:
+    neither the core's topology model nor ``import fleetq.emulator`` loads aiohttp."""
+    probe = (
+        "import sys, fleetq.emulator, fleetq.topology\n"
+        "fleetq.topology.default_topology()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'temporalio')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_topology_errors_name_the_field(tmp_path: Path) -> None:
     bad = tmp_path / "topo.yaml"
     bad.write_text("clusters:\n- name: a\n  nodeGroups:\n  - {cpu: lots, memory: 1Gi}\n")
