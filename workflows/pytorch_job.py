@@ -114,8 +114,8 @@ PATCH_RUN_POLICY = "run-policy"
 #: instant, which Temporal's time-skipping test server refuses and never retries (the
 #: workflow hangs; temporalio/sdk-java#2606), more often the more loaded the machine.
 PATCH_DEADLINE_ALONE = "deadline-alone"
-#: continue-as-new once a run's history passes this many events
-MAX_HISTORY_EVENTS = 1000
+#: continue-as-new once a run's history passes this many events (bench/history.py reads it)
+MAX_HISTORY_EVENTS = lifecycle.MAX_HISTORY_EVENTS
 WATCH_SECONDS = 300.0
 #: A workflow's closing task is refused (UnhandledCommand, a WorkflowTaskFailed in the
 #: UI) when an event arrives while it runs. Before closing, a job therefore waits this
@@ -161,11 +161,8 @@ class PyTorchJobWorkflow:
         self._watches: list[asyncio.Future[Any]] = []
         #: cluster -> running purge_when_reachable activity for a copy left there
         self._purgers: dict[str, ActivityHandle[PurgeResult]] = {}
-        #: a suspension asked for (runPolicy.suspend at start, or the suspend signal) and
-        #: not yet carried out; a resume asked for while suspended
-        self._suspend_wanted = False
-        self._suspending = False
-        self._resume_wanted = False
+        #: runPolicy.suspend at start, the suspend and resume signals
+        self._suspension = lifecycle.Suspension()
 
     # ================================================================== run
     @workflow.run
@@ -246,9 +243,9 @@ class PyTorchJobWorkflow:
             and self._job.suspend
             and workflow.patched(PATCH_RUN_POLICY)
         ):
-            self._suspend_wanted = True
+            self._suspension.wanted = True
         while view.state not in TERMINAL_STATES:
-            if self._suspend_wanted:
+            if self._suspension.wanted:
                 await self._suspend()
                 continue
             if self._pol.queued and self._grant is None:
@@ -259,7 +256,7 @@ class PyTorchJobWorkflow:
                 placed = await self._schedule()
                 if not placed:
                     break
-                if self._suspend_wanted:
+                if self._suspension.wanted:
                     continue
             outcome = await self._supervise()
             if outcome == Supervision.SUSPEND:
@@ -292,12 +289,11 @@ class PyTorchJobWorkflow:
                     policy = parse_policy(doc)
                 except ManifestErrors as exc:
                     raise invalid_input(str(exc)) from None
-                if policy.metadata.namespace != self._job.metadata.namespace:
-                    raise invalid_input(
-                        f"PropagationPolicy {policy.metadata.namespace}/{policy.metadata.name}: "
-                        f"metadata.namespace must be the job's namespace "
-                        f"{self._job.metadata.namespace}"
-                    )
+                refusal = lifecycle.policy_refusal(
+                    policy.metadata.namespace, policy.metadata.name, self._job.metadata.namespace
+                )
+                if refusal is not None:
+                    raise invalid_input(refusal)
                 if inp.policy is not None:
                     self._p.resolution.policy = doc
                 self._p.view.policy = f"{policy.metadata.namespace}/{policy.metadata.name}"
@@ -317,7 +313,7 @@ class PyTorchJobWorkflow:
         )
         delay = RESOLVE_BACKOFF.initial
         while self._grant is None:
-            if self._suspend_wanted:  # suspended before the quota workflow took it
+            if self._suspension.wanted:  # suspended before the quota workflow took it
                 return
             tree_id = self._p.resolution.tree_workflow_id
             if tree_id is None:
@@ -343,7 +339,9 @@ class PyTorchJobWorkflow:
                 continue
             self._set_state("Queued", "waiting for quota")
             self._event("Normal", Reason.QUEUED, f"enqueued in quota tree {tree_id}")
-            await workflow.wait_condition(lambda: self._grant is not None or self._suspend_wanted)
+            await workflow.wait_condition(
+                lambda: self._grant is not None or self._suspension.wanted
+            )
             if self._grant is None:  # suspended while waiting: leave the queue
                 await self._release_quota()
                 return
@@ -429,7 +427,7 @@ class PyTorchJobWorkflow:
             self._set_state("Pending", reason)
             pause = lifecycle.placement_pause(delay, view.deadline_at, workflow.now())
             await self._sleep_or_retry(pause, f"retry placement in {int(pause)}s")
-            if self._suspend_wanted:
+            if self._suspension.wanted:
                 return True  # the lifecycle suspends (nothing was bound)
             delay = PLACEMENT_BACKOFF.after(delay)
 
@@ -533,7 +531,7 @@ class PyTorchJobWorkflow:
             if deadline is not None and deadline.near and workflow.patched(PATCH_DEADLINE_ALONE):
                 if deadline.seconds > 0:  # a timer alone: nothing cancels it as it fires
                     await workflow.sleep(deadline.seconds, summary=deadline.summary)
-                if self._suspend_wanted:
+                if self._suspension.wanted:
                     return Supervision.SUSPEND
                 outcome = await self._on_deadline(deadline.due, cluster, tolerance)
                 if outcome:
@@ -546,7 +544,7 @@ class PyTorchJobWorkflow:
             try:
                 await workflow.wait_condition(
                     lambda w=current: (  # type: ignore[misc]
-                        w.done() or self._purger_finished() or self._suspend_wanted
+                        w.done() or self._purger_finished() or self._suspension.wanted
                     ),
                     timeout=None if deadline is None else deadline.timer_seconds,
                     timeout_summary=None if deadline is None else deadline.summary,
@@ -557,7 +555,7 @@ class PyTorchJobWorkflow:
                 if outcome:
                     return outcome
                 continue
-            if self._suspend_wanted:
+            if self._suspension.wanted:
                 return Supervision.SUSPEND
             if not current.done():  # a copy left on a returning member was purged
                 self._collect_purgers()
@@ -591,9 +589,8 @@ class PyTorchJobWorkflow:
                     deadline.summary if deadline else f"re-watch {view.name} on {cluster}",
                 )
             info = workflow.info()
-            if (
-                info.get_current_history_length() > MAX_HISTORY_EVENTS
-                or info.is_continue_as_new_suggested()
+            if lifecycle.continue_as_new_due(
+                info.get_current_history_length(), info.is_continue_as_new_suggested()
             ):
                 return Supervision.CONTINUE
 
@@ -706,7 +703,7 @@ class PyTorchJobWorkflow:
         """runPolicy.suspend / the suspend signal: purge every copy, give the quota back,
         wait in Suspended until resumed, then queue again with the original submit time."""
         view = self._p.view
-        self._suspend_wanted, self._suspending = False, True
+        self._suspension.begin()
         in_queue = self._grant is not None or view.state == "Queued"
         had_copy = bool(view.cluster or view.copies or view.pending_purges)
         self._event("Normal", Reason.SUSPENDED, lifecycle.suspended_message(had_copy))
@@ -718,11 +715,13 @@ class PyTorchJobWorkflow:
         self._set_state(
             "Suspended", "suspended: holds no quota; resume with fleetq resume (signal resume)"
         )
-        while not self._resume_wanted:
-            await workflow.wait_condition(lambda: self._resume_wanted or self._grant is not None)
+        while not self._suspension.resume_wanted:
+            await workflow.wait_condition(
+                lambda: self._suspension.resume_wanted or self._grant is not None
+            )
             if self._grant is not None:  # a grant that crossed our cancel: give it back
                 await self._release_quota()
-        self._resume_wanted, self._suspending = False, False
+        self._suspension.end()
         self._event("Normal", Reason.RESUMED, "resumed: placed again from the queue")
         self._set_state("Queued" if self._pol.queued else "Scheduling", "resumed")
 
@@ -942,7 +941,7 @@ class PyTorchJobWorkflow:
         tree_id = self._p.resolution.tree_workflow_id
         if self._policy is None or not self._policy.queued or tree_id is None:
             return
-        signal: Literal["release", "cancel"] = "release" if self._grant is not None else "cancel"
+        signal = lifecycle.quota_return(granted=self._grant is not None)
         try:
             sent = await self._signal_quota(
                 QuotaSignal(tree_workflow_id=tree_id, signal=signal, job_id=self._ref.workflow_id),
@@ -1063,18 +1062,13 @@ class PyTorchJobWorkflow:
     def suspend(self) -> None:
         """Suspend the job (as ``runPolicy.suspend: true``): its copies are purged and its
         quota released until ``resume``."""
-        view = self._progress.view if self._progress is not None else None
-        if view is not None and view.state not in TERMINAL_STATES and view.state != "Suspended":
-            self._suspend_wanted = True
-            self._resume_wanted = False
+        if self._progress is not None:
+            self._suspension.ask_suspend(self._progress.view.state)
 
     @workflow.signal
     def resume(self) -> None:
         """Resume a suspended job: it queues again (keeping its submit time)."""
-        if self._suspend_wanted:  # not carried out yet: forget it
-            self._suspend_wanted = False
-        elif self._suspending:
-            self._resume_wanted = True
+        self._suspension.ask_resume()
 
     @workflow.signal
     def retry_placement(self) -> None:
