@@ -779,12 +779,19 @@ def plan_capacity_preemption(
     every candidate gone.
 
     On each cluster the placement filters apply as in :func:`~fleetq.placement.
-    place_gang` (same ``affinity``, ``cluster_tolerations``, ``exclude``). Candidates
-    (priority < ``gang.priority``, not opted out) are taken lowest priority first, then
-    least work lost (most recently started), then job id, until the gang fits; the set is
-    then made minimal (no victim can be dropped with the gang still fitting). Among
-    clusters the cheapest wins: lowest highest-victim-priority, then fewest victims, then
-    least work lost (cpu·s), then cluster name."""
+    place_gang` (same ``affinity``, ``cluster_tolerations``, ``exclude``). Candidates are
+    the preemptible gangs of priority < ``gang.priority``. On each cluster: the lowest
+    priority level ``t`` such that evicting every candidate of priority <= ``t`` makes
+    room; among those, candidates on the nodes that such evictions open up most (room for
+    the most of the gang's largest pod, then fewest gangs to evict there) first, then
+    lowest priority, least work lost (most recently started), job id, until the gang fits;
+    then the set is made minimal (no victim can be dropped with the gang still fitting;
+    the dearest is tried first). Among clusters the cheapest wins: lowest
+    highest-victim-priority, then fewest victims, then least work lost (cpu·s), then
+    cluster name.
+
+    Cost: O(log(levels) + log(candidates) + victims) placements of one cluster each, on
+    every cluster where evicting all candidates would make room."""
 
     def place(snaps: Sequence[ClusterSnapshot]) -> ClusterChoice | None:
         return place_gang(
@@ -803,28 +810,17 @@ def plan_capacity_preemption(
             by_cluster.setdefault(g.cluster, []).append(g)
     best: CapacityPlan | None = None
     for snap in sorted(clusters, key=lambda c: c.name):
-        cands = sorted(
-            by_cluster.get(snap.name, ()), key=lambda g: (g.priority, g.work(now), g.job_id)
-        )
+        cands = by_cluster.get(snap.name)
         if not cands:
             continue
 
-        def fit(gangs: Sequence[RunningGang], snap: ClusterSnapshot = snap) -> ClusterChoice | None:
-            return place([_without(snap, gangs)])
+        def fits(gangs: Sequence[RunningGang], snap: ClusterSnapshot = snap) -> bool:
+            return place([_without(snap, gangs)]) is not None
 
-        if fit(cands) is None:
+        chosen = _cheapest(gang, snap, cands, now, fits)
+        if chosen is None:
             continue
-        # Smallest prefix that fits (binary search; the full list fits).
-        lo, hi = 0, len(cands)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fit(cands[:mid]) is not None:
-                hi = mid
-            else:
-                lo = mid
-        chosen = list(cands[:hi])
-        chosen = _minimal(chosen, lambda gs: fit(gs) is not None)
-        choice = fit(chosen)
+        choice = place([_without(snap, chosen)])
         assert choice is not None
         victims = tuple(
             Victim(
@@ -836,7 +832,7 @@ def plan_capacity_preemption(
                 grace_seconds=g.grace_seconds,
                 cluster=snap.name,
             )
-            for g in chosen
+            for g in sorted(chosen, key=lambda g: (g.priority, g.work(now), g.job_id))
         )
         plan = CapacityPlan(snap.name, victims, choice, sum(g.work(now) for g in chosen))
         if best is None or plan.cost < best.cost:
@@ -844,16 +840,67 @@ def plan_capacity_preemption(
     return best
 
 
-def _minimal(
-    chosen: list[RunningGang], fits: Callable[[Sequence[RunningGang]], bool]
-) -> list[RunningGang]:
-    """Drop victims (latest first) while the rest still fits, until no single victim can
-    be dropped (repeated: node-by-node placement is a heuristic, not monotone)."""
+def _smallest(n: int, ok: Callable[[int], bool]) -> int:
+    """The smallest ``i`` in ``[0, n)`` with ``ok(i)``, given ``ok(n - 1)`` (binary
+    search; with a non-monotone ``ok`` still one where it holds)."""
+    lo, hi = -1, n - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _cheapest(
+    gang: Gang,
+    snap: ClusterSnapshot,
+    cands: Sequence[RunningGang],
+    now: float,
+    fits: Callable[[Sequence[RunningGang]], bool],
+) -> list[RunningGang] | None:
+    """A minimal set of ``cands`` whose eviction lets the gang fit on ``snap``, cheap
+    as :func:`plan_capacity_preemption` describes, or None."""
+    if not fits(cands):
+        return None
+    levels = sorted({g.priority for g in cands})
+    top = levels[
+        _smallest(len(levels), lambda i: fits([g for g in cands if g.priority <= levels[i]]))
+    ]
+    pool = [g for g in cands if g.priority <= top]
+    # Nodes these evictions open up most first: copies of the gang's largest pod that
+    # fit there once every pool gang on it is gone, then fewer gangs to evict.
+    largest = R.maximum(p.requests for p in gang.pods)
+    freed: dict[str, R.Resources] = {}
+    count: dict[str, int] = {}
+    for g in pool:
+        for p in g.pods:
+            R.add_into(freed.setdefault(p.node, {}), p.requests)
+            count[p.node] = count.get(p.node, 0) + 1
+    room: dict[str, int] = {}
+    for n in snap.nodes:
+        if n.name not in freed:
+            continue
+        free = R.add(n.free(), freed[n.name])
+        copies = [free.get(k, 0) // v for k, v in largest.items() if v > 0]
+        room[n.name] = min(copies) if copies else n.pods_allocatable
+    rank = {name: i for i, name in enumerate(sorted(room, key=lambda n: (-room[n], count[n], n)))}
+    worst = len(rank)
+
+    def key(g: RunningGang) -> tuple[int, int, float, str]:
+        node_rank = min((rank.get(p.node, worst) for p in g.pods), default=worst)
+        return node_rank, g.priority, g.work(now), g.job_id
+
+    pool.sort(key=key)
+    chosen = pool[: _smallest(len(pool), lambda i: fits(pool[: i + 1])) + 1]
+    # Minimal: try dropping the dearest first; repeat while anything was dropped
+    # (node-by-node placement is a heuristic, so fitting is not strictly monotone).
     changed = True
     while changed:
         changed = False
-        for i in range(len(chosen) - 1, -1, -1):
-            rest = chosen[:i] + chosen[i + 1 :]
+        for g in sorted(chosen, key=lambda g: (-g.priority, -g.work(now), g.job_id)):
+            rest = [x for x in chosen if x is not g]
             if fits(rest):
                 chosen = rest
                 changed = True

@@ -635,3 +635,30 @@ def test_capacity_preemption_needs_the_whole_gang_to_fit_and_respects_exclusions
         plan_capacity_preemption("g", gang, [a, b], run_a + run_b, now=1.0, exclude={"cluster-a"})
         is None
     )
+
+
+def shared_node(
+    name: str, gangs: Sequence[tuple[str, int, float]]
+) -> tuple[NodeCapacity, list[RunningGang]]:
+    """One 8-cpu node of ``cluster-a`` running one-pod gangs ``(job, priority, cpu)``."""
+    used = int(sum(c for _, _, c in gangs) * 1000)
+    n = NodeCapacity(name, {CPU: 8000}, {CPU: used}, pods_used=len(gangs))
+    return n, [
+        RunningGang(job, "cluster-a", prio, (RunningPod(name, {CPU: int(c * 1000)}),), 0.0)
+        for job, prio, c in gangs
+    ]
+
+
+def test_capacity_victims_are_concentrated_on_the_nodes_that_open_up() -> None:
+    a, run_a = shared_node("n-a", [(f"a{i}", 0, 2) for i in range(4)])
+    b, run_b = shared_node("n-b", [("b0", 0, 2), ("b1", 0, 2), ("b2", 1, 2), ("b3", 1, 2)])
+    snap = ClusterSnapshot("cluster-a", nodes=[b, a])
+    plan = plan_capacity_preemption("p", pod_gang(1, 8, 5), [snap], run_b + run_a, now=1.0)
+    assert plan is not None
+    assert sorted(v.job_id for v in plan.victims) == ["a0", "a1", "a2", "a3"]
+    # One big gang rather than four small ones of the same priority.
+    big, run_big = shared_node("n-big", [("z-big", 0, 8)])
+    small, run_small = shared_node("n-small", [(f"s{i}", 0, 2) for i in range(4)])
+    snap = ClusterSnapshot("cluster-a", nodes=[small, big])
+    plan = plan_capacity_preemption("p", pod_gang(1, 8, 5), [snap], run_small + run_big, now=1.0)
+    assert plan is not None and [v.job_id for v in plan.victims] == ["z-big"]

@@ -55,7 +55,7 @@ PARENTS: dict[str, str | None] = {
 }
 CHARGED = ["team-1", "team-2", "team-3", "team-4", "root"]
 SETTINGS = settings(max_examples=300, deadline=None)
-QUOTA_SETTINGS = settings(max_examples=600, deadline=None)
+QUOTA_SETTINGS = settings(max_examples=400, deadline=None)
 
 
 def chain(node: str) -> list[str]:
