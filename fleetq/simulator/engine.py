@@ -101,10 +101,9 @@ class Job:
         self.binding: list[tuple[NodeCapacity, R.Resources]] = []
 
 
-
 class Simulation:
-    """One run: the event loop, the fleet's node state and the metrics (see the module
-    docstring)."""
+    """One run: the event loop, the fleet's node state and the series and counters the
+    report (:func:`~fleetq.simulator.report.build_result`) reads."""
 
     def __init__(self, trace: Trace, policy: QueuePolicy | None) -> None:
         spec = trace.spec
