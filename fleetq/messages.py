@@ -19,6 +19,7 @@ from fleetq.admission import AdmissionRequest, AdmissionState, QueueInfo, QueueP
 from fleetq.capacity import Taint
 from fleetq.models import Gang, GangPod
 from fleetq.naming import owner_id
+from fleetq.rejection import RejectionCode
 
 # --------------------------------------------------------------------------- gang shapes
 
@@ -117,6 +118,9 @@ class Candidate(BaseModel):
 class PlacementVerdict(BaseModel):
     candidates: list[Candidate] = Field(default_factory=list)
     rejections: dict[str, str] = Field(default_factory=dict)
+    #: the code of each rejection, for metrics (same keys; empty in histories recorded
+    #: before codes existed)
+    codes: dict[str, RejectionCode] = Field(default_factory=dict)
     #: clusters that passed the policy filters (affinity, exclusions); empty means the job
     #: can never be placed, as opposed to "no room right now"
     eligible: list[str] = Field(default_factory=list)

@@ -94,6 +94,7 @@ with workflow.unsafe.imports_passed_through():
         SA_STATE,
         job_workflow_id,
     )
+    from fleetq.rejection import RejectionCode
     from workflows import metrics
     from workflows.errors import cancelled_by_delete, invalid_input
 
@@ -409,8 +410,9 @@ class PyTorchJobWorkflow:
                 summary="capacity and gang placement",
             )
             rejections = dict(verdict.rejections)
+            codes = dict(verdict.codes)
             for cand in lifecycle.candidates(verdict):
-                if await self._bind(cand, rejections):
+                if await self._bind(cand, rejections, codes):
                     return True
             view.rejections = rejections
             never = lifecycle.unplaceable_reason(verdict)
@@ -419,8 +421,9 @@ class PyTorchJobWorkflow:
                 self._set_state("Failed", never)
                 return False
             reason = lifecycle.pending_reason(rejections)
-            for r in rejections.values():
-                metrics.placement_failure(metrics.reason_kind(r))
+            for cluster in rejections:
+                if cluster in codes:  # (histories from before codes: metrics are off)
+                    metrics.placement_failure(codes[cluster])
             if reason != last_reason:
                 self._event("Warning", Reason.FAILED_SCHEDULING, reason)
                 last_reason = reason
@@ -431,14 +434,17 @@ class PyTorchJobWorkflow:
                 return True  # the lifecycle suspends (nothing was bound)
             delay = PLACEMENT_BACKOFF.after(delay)
 
-    async def _bind(self, cand: Candidate, rejections: dict[str, str]) -> bool:
+    async def _bind(
+        self, cand: Candidate, rejections: dict[str, str], codes: dict[str, RejectionCode]
+    ) -> bool:
         """Reserve (where the member reserves) and bind on one candidate; a failure is
-        recorded in ``rejections``."""
+        recorded in ``rejections`` and its code in ``codes``."""
         reserved = False
         if cand.reservation:
             rr = await self._reserve(cand.cluster, cand.assignment)
             if not rr.ok:
                 rejections[cand.cluster] = f"reservation lost: {rr.reason}"
+                codes[cand.cluster] = RejectionCode.RESERVATION_LOST
                 return False
             reserved = True
         try:
@@ -467,6 +473,7 @@ class PyTorchJobWorkflow:
                 "Warning", Reason.BINDING_FAILED, f"Binding on {cand.cluster} failed: {msg}"
             )
             rejections[cand.cluster] = f"binding failed: {msg}"
+            codes[cand.cluster] = RejectionCode.BINDING_FAILED
             if reserved:
                 await self._purge(cand.cluster, "release reservations")
             return False
