@@ -27,7 +27,6 @@ fleet and the tests keep unversioned workers.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import contextlib
@@ -48,6 +47,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import typer
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -548,73 +548,95 @@ async def run_worker(
             activities._fleet.close()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The worker's command line (deploy/ manifests are checked against it)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--address", help="Temporal frontend (default: TEMPORAL_ADDRESS)")
-    parser.add_argument("--namespace", help="Temporal namespace (default: TEMPORAL_NAMESPACE)")
-    parser.add_argument("--task-queue", default=TASK_QUEUE)
-    parser.add_argument(
-        "--control-task-queue",
-        default=CONTROL_TASK_QUEUE,
-        help="task queue of the quota and registry workflows (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--no-control",
-        action="store_true",
-        help="do not serve the control task queue (another worker does)",
-    )
-    parser.add_argument("--fleet-config", help="fleet config file (default: FLEETQ_CONFIG)")
-    parser.add_argument(
-        "--prometheus-port",
-        type=int,
-        default=None,
-        help="serve Temporal worker metrics on 127.0.0.1:PORT/metrics",
-    )
-    parser.add_argument(
-        "--prometheus-host",
-        default="127.0.0.1",
-        help="address of the metrics endpoint (0.0.0.0 in a pod; default: %(default)s)",
-    )
-    parser.add_argument(
-        "--health-port",
-        type=int,
-        default=None,
-        help="serve /readyz and /livez on HOST:PORT",
-    )
-    parser.add_argument(
-        "--health-host",
-        default="127.0.0.1",
-        help="address of the health endpoints (0.0.0.0 in a pod; default: %(default)s)",
-    )
-    parser.add_argument(
-        "--liveness-stall-seconds",
-        type=float,
-        default=DEFAULT_STALL_SECONDS,
-        help="/livez fails once an event loop has been stuck this long (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--versioning",
-        action=argparse.BooleanOptionalAction,
-        default=None,
+@dataclasses.dataclass(frozen=True)
+class WorkerArgs:
+    """The worker's command line, parsed (deploy/ manifests are checked against it)."""
+
+    address: str | None = None
+    namespace: str | None = None
+    task_queue: str = TASK_QUEUE
+    control_task_queue: str = CONTROL_TASK_QUEUE
+    no_control: bool = False
+    fleet_config: str | None = None
+    prometheus_port: int | None = None
+    prometheus_host: str = "127.0.0.1"
+    health_port: int | None = None
+    health_host: str = "127.0.0.1"
+    liveness_stall_seconds: float = DEFAULT_STALL_SECONDS
+    versioning: bool | None = None
+    deployment_name: str | None = None
+    build_id: str | None = None
+
+
+_cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@_cli.command(help="The fleetq worker: job workflows and activities on the fleetq task "
+                   "queue, the quota and registry workflows on fleetq-control.")
+def _options(
+    ctx: typer.Context,
+    address: str | None = typer.Option(
+        None, "--address", help="Temporal frontend (default: TEMPORAL_ADDRESS)"),
+    namespace: str | None = typer.Option(
+        None, "--namespace", help="Temporal namespace (default: TEMPORAL_NAMESPACE)"),
+    task_queue: str = typer.Option(TASK_QUEUE, "--task-queue"),
+    control_task_queue: str = typer.Option(
+        CONTROL_TASK_QUEUE, "--control-task-queue",
+        help="task queue of the quota and registry workflows"),
+    no_control: bool = typer.Option(
+        False, "--no-control", help="do not serve the control task queue (another worker does)"),
+    fleet_config: str | None = typer.Option(
+        None, "--fleet-config", help="fleet config file (default: FLEETQ_CONFIG)"),
+    prometheus_port: int | None = typer.Option(
+        None, "--prometheus-port", help="serve Temporal worker metrics on 127.0.0.1:PORT/metrics"),
+    prometheus_host: str = typer.Option(
+        "127.0.0.1", "--prometheus-host",
+        help="address of the metrics endpoint (0.0.0.0 in a pod)"),
+    health_port: int | None = typer.Option(
+        None, "--health-port", help="serve /readyz and /livez on HOST:PORT"),
+    health_host: str = typer.Option(
+        "127.0.0.1", "--health-host", help="address of the health endpoints (0.0.0.0 in a pod)"),
+    liveness_stall_seconds: float = typer.Option(
+        DEFAULT_STALL_SECONDS, "--liveness-stall-seconds",
+        help="/livez fails once an event loop has been stuck this long"),
+    versioning: bool | None = typer.Option(
+        None, "--versioning/--no-versioning",
         help="poll as a Worker Deployment Version (default: FLEETQ_WORKER_VERSIONING=1, "
-        "else off)",
-    )
-    parser.add_argument(
-        "--deployment-name",
+             "else off)"),
+    deployment_name: str | None = typer.Option(
+        None, "--deployment-name",
         help=f"Worker Deployment name (default: FLEETQ_DEPLOYMENT_NAME, else "
-        f"{DEFAULT_DEPLOYMENT_NAME})",
-    )
-    parser.add_argument(
-        "--build-id",
+             f"{DEFAULT_DEPLOYMENT_NAME})"),
+    build_id: str | None = typer.Option(
+        None, "--build-id",
         help="build id (default: FLEETQ_BUILD_ID, else <version>-<git describe or source "
-        "hash>)",
-    )
-    return parser
+             "hash>)"),
+) -> None:
+    ctx.obj.append(WorkerArgs(
+        address=address, namespace=namespace, task_queue=task_queue,
+        control_task_queue=control_task_queue, no_control=no_control,
+        fleet_config=fleet_config, prometheus_port=prometheus_port,
+        prometheus_host=prometheus_host, health_port=health_port, health_host=health_host,
+        liveness_stall_seconds=liveness_stall_seconds, versioning=versioning,
+        deployment_name=deployment_name, build_id=build_id))
+
+
+def parse_args(argv: Sequence[str] | None = None) -> WorkerArgs:
+    """The worker's options from ``argv`` (default: the process's arguments). Like any
+    command line it exits after ``--help`` (0) and on a bad option (2, with the usage)."""
+    parsed: list[WorkerArgs] = []
+    try:
+        _cli(args=None if argv is None else list(argv), obj=parsed)
+    except SystemExit:
+        if not parsed:
+            raise
+    if not parsed:  # pragma: no cover - the command line always exits
+        raise SystemExit(2)
+    return parsed[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     logging.basicConfig(
         level=os.environ.get("FLEETQ_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -23,18 +23,20 @@ Last line: ``RESULT capacity <ratio cold/warm> (target 10.0)``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import typer
 import yaml
 
 from activities.fleet import Fleet
 from activities.member_cluster import KubernetesMemberCluster
+from bench.command import bench_app, run_command
 
 TARGET = 10.0
 
@@ -62,15 +64,7 @@ def timed(fn: Callable[[], Any], repeat: int) -> float:
     return statistics.median(samples)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.capacity", description=(__doc__ or "").split("\n")[0]
-    )
-    ap.add_argument("--clusters", type=int, default=20)
-    ap.add_argument("--nodes", type=int, default=200, help="nodes per cluster")
-    ap.add_argument("--pods", type=int, default=2000, help="running pods per cluster")
-    ap.add_argument("--repeat", type=int, default=5, help="cold LIST samples (median)")
-    args = ap.parse_args(argv)
+def run(args: Options) -> int:
 
     from fleetq.emulator.fleet import EmulatedFleet
     from fleetq.topology import parse_topology
@@ -129,6 +123,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"cold/warm-unchanged: {cold_s / unchanged_s:.0f}x; cached == listed: {same}")
     print(f"RESULT capacity {ratio:.2f} (target {TARGET})")
     return 0 if same and ratio >= TARGET else 1
+
+
+@dataclass(frozen=True)
+class Options:
+    """``fleetq bench capacity``'s options."""
+
+    clusters: int = 20
+    nodes: int = 200
+    pods: int = 2000
+    repeat: int = 5
+
+
+app = bench_app()
+
+
+@app.command(help=(__doc__ or "").split("\n")[0])
+def command(
+    clusters: int = typer.Option(20, "--clusters"),
+    nodes: int = typer.Option(200, "--nodes", help="nodes per cluster"),
+    pods: int = typer.Option(2000, "--pods", help="running pods per cluster"),
+    repeat: int = typer.Option(5, "--repeat", help="cold LIST samples (median)"),
+) -> None:
+    raise typer.Exit(run(Options(clusters, nodes, pods, repeat)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(app, argv, "python -m bench.capacity")
 
 
 if __name__ == "__main__":

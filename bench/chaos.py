@@ -27,7 +27,6 @@ members with the build's kubectl (``tests/controlplane/test_crash_real.py``).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -42,15 +41,18 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import typer
 import yaml
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
+from bench.command import bench_app, run_command
 from fleetq.client.connection import connect
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
@@ -1013,21 +1015,53 @@ async def run_matrix(points: Sequence[str] = KILL_POINTS, restarts: Sequence[str
             shutil.rmtree(wd, ignore_errors=True)
 
 
+class Members(StrEnum):
+    """Which member clusters the crash matrix runs on."""
+
+    emulated = "emulated"
+    real = "real"
+
+
+@dataclass(frozen=True)
+class Options:
+    """``fleetq bench chaos``'s options."""
+
+    points: str | None = None
+    restarts: str | None = None
+    members: str = "emulated"
+    workdir: str | None = None
+    json: bool = False
+
+
+app = bench_app()
+
+
+@app.command(help="fleetq crash matrix (kill points and restarts); loopback only")
+def command(
+    points: str | None = typer.Option(
+        None, "--points",
+        help=f"comma-separated kill points (default all: {','.join(KILL_POINTS)}; "
+             f"on real members {','.join(REAL_KILL_POINTS)})"),
+    restarts: str | None = typer.Option(
+        None, "--restarts",
+        help="comma-separated restarts, or '' for none (default all on emulated members, "
+             "none on real ones)"),
+    members: Members = typer.Option(
+        Members.emulated, "--members",
+        help="emulated members (default) or real control planes built from the Go modules "
+             "(fleetq controlplane build)"),
+    workdir: str | None = typer.Option(None, "--workdir", help="keep logs and state here"),
+    json_too: bool = typer.Option(False, "--json", help="print results as JSON too"),
+) -> None:
+    raise typer.Exit(run(Options(points, restarts, members.value, workdir, json_too)))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="fleetq crash matrix (kill points and "
-                                                 "restarts); loopback only")
-    parser.add_argument("--points", default=None,
-                        help=f"comma-separated kill points (default all: {','.join(KILL_POINTS)}; "
-                             f"on real members {','.join(REAL_KILL_POINTS)})")
-    parser.add_argument("--restarts", default=None,
-                        help="comma-separated restarts, or '' for none (default all on "
-                             "emulated members, none on real ones)")
-    parser.add_argument("--members", choices=("emulated", "real"), default="emulated",
-                        help="emulated members (default) or real control planes built from "
-                             "the Go modules (fleetq controlplane build)")
-    parser.add_argument("--workdir", default=None, help="keep logs and state here")
-    parser.add_argument("--json", action="store_true", help="print results as JSON too")
-    args = parser.parse_args(argv)
+    return run_command(app, argv, "fleetq bench chaos")
+
+
+def run(args: Options) -> int:
+    """The crash matrix as the command line asked for it; prints and returns the exit code."""
     real = args.members == "real"
     have_points, have_restarts = (REAL_KILL_POINTS, ()) if real else (KILL_POINTS, RESTARTS)
     points = [p for p in (args.points or ",".join(have_points)).split(",") if p]

@@ -22,7 +22,6 @@ Last line: ``RESULT e2e <ratio> (target 0.7)``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
@@ -33,10 +32,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import typer
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner
 
 from bench.baseline import ActivityChain, ActivityMix, bench_noop
+from bench.command import bench_app, help_text, run_command
 from bench.common import (
     Phase,
     RunStats,
@@ -336,7 +337,7 @@ def print_profile(p: dict[str, Any]) -> None:
         f"{k} {m:.2f}/{x:.2f}" for k, (m, x) in p["times"].items()))
 
 
-async def run(args: argparse.Namespace) -> int:
+async def run(args: Options) -> int:
     def say(msg: str) -> None:
         print(msg, flush=True)
 
@@ -441,7 +442,7 @@ class Round:
         return self.jobs.rate / self.strict.rate
 
 
-async def run_round(client: Client, pids: dict[str, int], args: argparse.Namespace,
+async def run_round(client: Client, pids: dict[str, int], args: Options,
                     index: int, say: Callable[[str], None]) -> Round:
     names = [f"job-{index}-{i:05d}" for i in range(args.jobs)]
     jobs = Phase("jobs", others=pids).start()
@@ -475,23 +476,43 @@ async def run_round(client: Client, pids: dict[str, int], args: argparse.Namespa
                  latency)
 
 
+@dataclass(frozen=True)
+class Options:
+    """``fleetq bench e2e``'s options."""
+
+    jobs: int = 500
+    concurrency: int = 50
+    warmup: int = 5
+    run_seconds: int = 1
+    rounds: int = 3
+    unsandboxed: bool = False
+
+
+app = bench_app()
+
+
+@app.command(help=help_text(__doc__))
+def command(
+    jobs: int = typer.Option(500, "--jobs", min=1, help="jobs (and baseline workflows)"),
+    concurrency: int = typer.Option(
+        50, "--concurrency", min=1,
+        help="start requests in flight at once (jobs and baseline alike)"),
+    warmup: int = typer.Option(5, "--warmup", min=1, help="warm-up jobs (not measured)"),
+    run_seconds: int = typer.Option(1, "--run-seconds", help="how long each job's pods run"),
+    rounds: int = typer.Option(
+        3, "--rounds", min=1,
+        help="rounds of jobs-then-baselines; RESULT is the median round ratio"),
+    unsandboxed: bool = typer.Option(
+        False, "--unsandboxed",
+        help="experiment: run every workflow (jobs and baseline) without the Python SDK's "
+             "sandbox"),
+) -> None:
+    raise typer.Exit(run_main(run(Options(jobs, concurrency, warmup, run_seconds, rounds,
+                                          unsandboxed))))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="fleetq bench e2e", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobs", type=int, default=500, help="jobs (and baseline workflows)")
-    ap.add_argument("--concurrency", type=int, default=50,
-                    help="start requests in flight at once (jobs and baseline alike)")
-    ap.add_argument("--warmup", type=int, default=5, help="warm-up jobs (not measured)")
-    ap.add_argument("--run-seconds", type=int, default=1, help="how long each job's pods run")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="rounds of jobs-then-baselines; RESULT is the median round ratio")
-    ap.add_argument("--unsandboxed", action="store_true",
-                    help="experiment: run every workflow (jobs and baseline) without the "
-                         "Python SDK's sandbox")
-    args = ap.parse_args(argv)
-    if min(args.jobs, args.concurrency, args.warmup, args.rounds) < 1:
-        ap.error("--jobs, --concurrency, --warmup and --rounds must be at least 1")
-    return run_main(run(args))
+    return run_command(app, argv, "fleetq bench e2e")
 
 
 if __name__ == "__main__":

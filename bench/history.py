@@ -21,19 +21,21 @@ Last line: ``RESULT history <ratio> (target 1.0)``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import typer
 from temporalio import activity
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from bench.command import bench_app, help_text, run_command
 from bench.common import (
     HISTORY_WARN_EVENTS,
     RunStats,
@@ -216,7 +218,7 @@ async def long_job(days: float, rewatch_seconds: float) -> tuple[JobView, list[R
     return view, runs
 
 
-async def run(args: argparse.Namespace) -> int:
+async def run(args: Options) -> int:
     problems: list[str] = []
     walk = await walkthrough(args.run_seconds)
     print_runs("walkthrough job history", walk)
@@ -241,18 +243,40 @@ async def run(args: argparse.Namespace) -> int:
     return 0 if not problems and longest < HISTORY_WARN_EVENTS else 1
 
 
+@dataclass(frozen=True)
+class Options:
+    """``fleetq bench history``'s options."""
+
+    days: float = 7.0
+    rewatch_seconds: float = 600.0
+    run_seconds: int = 3
+
+
+app = bench_app()
+
+
+def _positive(value: float) -> float:
+    if value <= 0:
+        raise typer.BadParameter("must be positive")
+    return value
+
+
+@app.command(help=help_text(__doc__))
+def command(
+    days: float = typer.Option(7.0, "--days", callback=_positive,
+                               help="simulated run time of the long job"),
+    rewatch_seconds: float = typer.Option(
+        600.0, "--rewatch-seconds", callback=_positive,
+        help="the long job's pause between quiet watch windows"),
+    run_seconds: int = typer.Option(
+        3, "--run-seconds", min=0,
+        help="how long the walkthrough job's pods run on the emulator"),
+) -> None:
+    raise typer.Exit(run_main(run(Options(days, rewatch_seconds, run_seconds))))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="fleetq bench history", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--days", type=float, default=7.0, help="simulated run time of the long job")
-    ap.add_argument("--rewatch-seconds", type=float, default=600.0,
-                    help="the long job's pause between quiet watch windows")
-    ap.add_argument("--run-seconds", type=int, default=3,
-                    help="how long the walkthrough job's pods run on the emulator")
-    args = ap.parse_args(argv)
-    if args.days <= 0 or args.rewatch_seconds <= 0 or args.run_seconds < 0:
-        ap.error("--days and --rewatch-seconds must be positive, --run-seconds >= 0")
-    return run_main(run(args))
+    return run_command(app, argv, "fleetq bench history")
 
 
 if __name__ == "__main__":

@@ -16,12 +16,14 @@ Last line: ``RESULT placement <ratio> (target 5.0)``.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import typer
 
+from bench.command import bench_app, help_text, run_command
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
 from fleetq.models import Gang, GangPod
 from fleetq.placement import (
@@ -120,13 +122,7 @@ def linear_pass(views: Sequence[ClusterColumns], reqs: Sequence[np.ndarray]) -> 
     return n
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.placement", description=__doc__)
-    ap.add_argument("--clusters", type=int, default=100)
-    ap.add_argument("--nodes", type=int, default=1000)
-    ap.add_argument("--workers", type=int, default=63)
-    ap.add_argument("--repeat", type=int, default=15)
-    args = ap.parse_args(argv)
+def run(args: Options) -> int:
 
     t0 = time.perf_counter()
     fleet = build_fleet(args.clusters, args.nodes)
@@ -173,6 +169,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"summary: {decision.summary(max_items=2)[:300]}")
     print(f"RESULT placement {ratio:.2f} (target {TARGET})")
     return 0
+
+
+@dataclass(frozen=True)
+class Options:
+    """``fleetq bench placement``'s options."""
+
+    clusters: int = 100
+    nodes: int = 1000
+    workers: int = 63
+    repeat: int = 15
+
+
+app = bench_app()
+
+
+@app.command(help=help_text(__doc__))
+def command(
+    clusters: int = typer.Option(100, "--clusters"),
+    nodes: int = typer.Option(1000, "--nodes"),
+    workers: int = typer.Option(63, "--workers"),
+    repeat: int = typer.Option(15, "--repeat"),
+) -> None:
+    raise typer.Exit(run(Options(clusters, nodes, workers, repeat)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(app, argv, "python -m bench.placement")
 
 
 if __name__ == "__main__":

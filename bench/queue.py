@@ -24,7 +24,6 @@ Last line: ``RESULT queue <ratio> (target 0.5)``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import sys
@@ -32,8 +31,10 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import typer
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
@@ -42,6 +43,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from bench.chaos import code_task_failures
+from bench.command import bench_app, help_text, run_command
 from bench.common import (
     HISTORY_WARN_EVENTS,
     Phase,
@@ -178,7 +180,7 @@ def check_order(events: Sequence[Any], burst: set[str]) -> tuple[list[str], list
     return problems, order
 
 
-async def run(args: argparse.Namespace) -> int:
+async def run(args: Options) -> int:
     n, conc = args.jobs, args.concurrency
     tq = f"bench-queue-{uuid.uuid4().hex[:6]}"
     # as in production, the quota workflow runs on the control task queue (its own worker
@@ -284,16 +286,29 @@ async def run(args: argparse.Namespace) -> int:
     return 0 if not problems else 1
 
 
+@dataclass(frozen=True)
+class Options:
+    """``fleetq bench queue``'s options."""
+
+    jobs: int = 10_000
+    concurrency: int = 200
+
+
+app = bench_app()
+
+
+@app.command(help=help_text(__doc__))
+def command(
+    jobs: int = typer.Option(10_000, "--jobs", min=1, help="holders in the burst"),
+    concurrency: int = typer.Option(
+        200, "--concurrency", min=1,
+        help="start requests in flight at once (holders and baseline alike)"),
+) -> None:
+    raise typer.Exit(run_main(run(Options(jobs, concurrency))))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="fleetq bench queue", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobs", type=int, default=10_000, help="holders in the burst")
-    ap.add_argument("--concurrency", type=int, default=200,
-                    help="start requests in flight at once (holders and baseline alike)")
-    args = ap.parse_args(argv)
-    if args.jobs < 1 or args.concurrency < 1:
-        ap.error("--jobs and --concurrency must be at least 1")
-    return run_main(run(args))
+    return run_command(app, argv, "fleetq bench queue")
 
 
 if __name__ == "__main__":

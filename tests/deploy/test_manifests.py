@@ -82,7 +82,7 @@ def test_pod_template_matches_the_worker(kind: str) -> None:
     template = dict(pod_templates())[kind]
     spec = template["spec"]
     (c,) = spec["containers"]
-    args = worker.build_parser().parse_args(c["args"])  # every flag exists
+    args = worker.parse_args(c["args"])  # every flag exists
     assert args.versioning is True
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports["health"] == args.health_port and args.health_host == "0.0.0.0"
