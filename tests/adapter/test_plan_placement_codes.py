@@ -1,0 +1,42 @@
+"""plan_placement on live members: every rejection carries its code beside the message
+users read, the members the policy rules out included (metrics count by these codes)."""
+
+from __future__ import annotations
+
+from activities.fleet import Fleet
+from activities.scheduling import SchedulingActivities
+from fleetq.messages import GangShape, PlacementInput
+from fleetq.models import Gang, GangPod
+from fleetq.rejection import RejectionCode
+
+CPU = "cpu"
+
+
+def test_rejections_carry_codes_for_capacity_eviction_and_affinity(
+    fleet: Fleet, names: dict[str, str]
+) -> None:
+    acts = SchedulingActivities(None, fleet)
+    huge = GangShape.from_gang(Gang((GangPod("master", 0, {CPU: 10**9 * 1000}),), 0))
+    members = list(fleet.clusters)
+
+    verdict = acts.plan_placement(PlacementInput(job_ref="t/huge", gang=huge))
+    assert verdict.candidates == []
+    assert set(verdict.codes) == set(verdict.rejections) == set(members)
+    assert set(verdict.codes.values()) == {RejectionCode.INSUFFICIENT_CLUSTER_RESOURCE}
+    assert all(r.startswith("needs cpu 1000000000 in total") for r in verdict.rejections.values())
+
+    a, b = names["a"], names["b"]
+    ruled_out = acts.plan_placement(
+        PlacementInput(
+            job_ref="t/huge", gang=huge, exclude=[a], affinity={"clusterNames": [a, b]}
+        )
+    )
+    assert ruled_out.codes[a] is RejectionCode.EVICTED
+    assert ruled_out.rejections[a] == f"{a}: excluded (evicted earlier)"
+    for other in set(members) - {a, b}:
+        assert ruled_out.codes[other] is RejectionCode.AFFINITY_MISMATCH
+        assert ruled_out.rejections[other] == (
+            f"{other}: not selected by the policy's clusterAffinity"
+        )
+    if b != a:
+        assert ruled_out.codes[b] is RejectionCode.INSUFFICIENT_CLUSTER_RESOURCE
