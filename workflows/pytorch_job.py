@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
 from datetime import timedelta
 from enum import Enum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType, ActivityHandle
+
+from workflows.copies import MemberCopies
 
 with workflow.unsafe.imports_passed_through():
     from activities.scheduling import SchedulingActivities
@@ -42,7 +43,6 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.job_input import InvalidJobInput, JobInput
     from fleetq.lifecycle import (
         PLACEMENT_BACKOFF,
-        PURGE_BACKOFF,
         RESOLVE_BACKOFF,
         Announce,
         Deadline,
@@ -65,8 +65,6 @@ with workflow.unsafe.imports_passed_through():
         JobView,
         PlacementInput,
         PodReservation,
-        PurgeInput,
-        PurgeResult,
         QuotaSignal,
         ReserveInput,
         ReserveRequest,
@@ -98,13 +96,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows import metrics
     from workflows.errors import cancelled_by_delete, invalid_input
 
-#: copies left on a member that did not answer are purged by a heartbeating activity that
-#: asks the member every second (``purge_when_reachable``), so they go within seconds of
-#: its return; workflows started before it existed keep purging on timers
-PATCH_PURGE_WHEN_REACHABLE = "purge-when-reachable"
-PURGER_HEARTBEAT = timedelta(seconds=15)
-#: after a purge_when_reachable that failed for good (not for an unreachable member)
-PURGE_RETRY_SECONDS = 30.0
 #: runPolicy honoured by the workflow (suspend, activeDeadlineSeconds): new behaviour for
 #: jobs whose manifest asks for it, so workflows started before it replay unchanged
 PATCH_RUN_POLICY = "run-policy"
@@ -132,8 +123,6 @@ MEMBER_RETRY = RetryPolicy(
     non_retryable_error_types=["ConflictError", "InvalidRequest", "ApiError"],
 )
 
-T = TypeVar("T")
-
 
 class Supervision(Enum):
     """How watching the bound copy ended."""
@@ -156,12 +145,9 @@ class PyTorchJobWorkflow:
         self._details = ""
         self._sa_last: dict[str, Any] = {}
         self._policy: PropagationPolicy | None = None
-        self._in_flight: tuple[str, asyncio.Future[Any]] | None = None
         #: watches started and possibly still running (one left behind by a failover,
         #: the current one of a deleted job), waited for before the workflow closes
         self._watches: list[asyncio.Future[Any]] = []
-        #: cluster -> running purge_when_reachable activity for a copy left there
-        self._purgers: dict[str, ActivityHandle[PurgeResult]] = {}
         #: runPolicy.suspend at start, the suspend and resume signals
         self._suspension = lifecycle.Suspension()
 
@@ -213,6 +199,7 @@ class PyTorchJobWorkflow:
                 ),
                 resolution=Resolution(),
             )
+        self._copies = MemberCopies(self._ref, self._p.view, self._event, self._set_state)
         self._publish()
 
         try:
@@ -238,7 +225,7 @@ class PyTorchJobWorkflow:
         fail over / purge → finish (and suspend / resume, continue-as-new)."""
         view = self._p.view
         for cluster in view.pending_purges:  # carried over by continue-as-new
-            self._start_purger(cluster)
+            self._copies.start_purger(cluster)
         if (
             self._input.progress is None
             and self._job.suspend
@@ -264,7 +251,7 @@ class PyTorchJobWorkflow:
                 continue
             if outcome == Supervision.CONTINUE:
                 await self._settle_watches()
-                self._stop_purgers()  # the next run starts them again
+                self._copies.stop_purgers()  # the next run starts them again
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._p.grant = self._grant
                 workflow.continue_as_new(
@@ -448,7 +435,7 @@ class PyTorchJobWorkflow:
                 return False
             reserved = True
         try:
-            await self._write(
+            await self._copies.write(
                 cand.cluster,
                 workflow.execute_activity_method(
                     SchedulingActivities.bind,
@@ -475,7 +462,7 @@ class PyTorchJobWorkflow:
             rejections[cand.cluster] = f"binding failed: {msg}"
             codes[cand.cluster] = RejectionCode.BINDING_FAILED
             if reserved:
-                await self._purge(cand.cluster, "release reservations")
+                await self._copies.purge(cand.cluster, "release reservations")
             return False
         lifecycle.record_bind(self._p, cand.cluster, rejections, workflow.now())
         self._arm_deadline()
@@ -487,18 +474,6 @@ class PyTorchJobWorkflow:
         )
         self._set_state("Created", f"bound to {cand.cluster}")
         return True
-
-    async def _write(self, cluster: str, call: Awaitable[T]) -> T:
-        """Run one member-cluster write. A delete arriving meanwhile interrupts the
-        workflow at once (``asyncio.shield``) but not the write: cleanup awaits the
-        in-flight write first, then purges that cluster, so nothing it made survives."""
-        task = asyncio.ensure_future(call)
-        self._in_flight = (cluster, task)
-        try:
-            return await asyncio.shield(task)
-        finally:
-            if task.done():
-                self._in_flight = None
 
     async def _reserve(self, cluster: str, assignment: dict[str, str]) -> ReserveResult:
         pods = [
@@ -512,7 +487,7 @@ class PyTorchJobWorkflow:
             )
             for p in self._gang.pods
         ]
-        return await self._write(
+        return await self._copies.write(
             cluster,
             workflow.execute_activity_method(
                 SchedulingActivities.reserve,
@@ -551,7 +526,7 @@ class PyTorchJobWorkflow:
             try:
                 await workflow.wait_condition(
                     lambda w=current: (  # type: ignore[misc]
-                        w.done() or self._purger_finished() or self._suspension.wanted
+                        w.done() or self._copies.purger_finished() or self._suspension.wanted
                     ),
                     timeout=None if deadline is None else deadline.timer_seconds,
                     timeout_summary=None if deadline is None else deadline.summary,
@@ -565,7 +540,7 @@ class PyTorchJobWorkflow:
             if self._suspension.wanted:
                 return Supervision.SUSPEND
             if not current.done():  # a copy left on a returning member was purged
-                self._collect_purgers()
+                self._copies.collect_purgers()
                 continue
             finished, watch = watch, None
             try:
@@ -582,8 +557,8 @@ class PyTorchJobWorkflow:
                 return Supervision.DONE
             if verdict.purge_graceful_old:
                 await self._purge_graceful_old(f"new copy on {cluster} is healthy")
-            if any(c not in self._purgers for c in view.pending_purges):
-                await self._retry_pending_purges()
+            if self._copies.pending_unwatched():
+                await self._copies.retry_pending()
             if verdict.fail_over_now:
                 await self._failover(cluster, f"unhealthy on {cluster} for 0s")
                 return Supervision.FAILOVER
@@ -667,9 +642,9 @@ class PyTorchJobWorkflow:
                 "FailingOver",
                 f"waiting until {old} confirms the old copy is gone (fleetq.io/fencing: Strict)",
             )
-            await self._await_purger(old, confirm=True)
+            await self._copies.await_purger(old, confirm=True)
         elif plan.old_copy == OldCopy.PURGE_FIRST:
-            await self._purge_or_defer(old)
+            await self._copies.purge_or_defer(old)
         else:
             lifecycle.keep_old_copy(self._p, old, plan, workflow.now())
         self._event("Normal", Reason.EVICTED, plan.evicted_message(old))
@@ -701,7 +676,7 @@ class PyTorchJobWorkflow:
         """Purge every copy the job has (current, left behind, pending), each until done."""
         view = self._p.view
         for cluster in lifecycle.copies_to_purge(self._p):
-            await self._purge_until_done(cluster, why)
+            await self._copies.purge_until_done(cluster, why)
         view.copies, view.pending_purges = [], []
         self._p.graceful_old, self._p.grace_deadline = None, None
         await self._settle_watches()
@@ -736,65 +711,19 @@ class PyTorchJobWorkflow:
         old = self._p.graceful_old
         self._p.graceful_old, self._p.grace_deadline = None, None
         if old:
-            await self._purge_or_defer(old)
+            await self._copies.purge_or_defer(old)
             self._event("Normal", Reason.PURGED, f"old copy on {old} purged: {why}")
-
-    async def _purge_or_defer(self, cluster: str) -> None:
-        view = self._p.view
-        try:
-            await self._purge(cluster, "purge old copy", attempts=2)
-        except ActivityError as exc:
-            if cluster not in view.pending_purges:
-                view.pending_purges.append(cluster)
-            self._event(
-                "Warning",
-                Reason.PURGE_DEFERRED,
-                f"could not purge {cluster} now ({exc.cause or exc}); "
-                "will purge when it is reachable",
-            )
-            self._start_purger(cluster)
-            return
-        if cluster in view.copies:
-            view.copies.remove(cluster)
-
-    async def _retry_pending_purges(self) -> None:
-        view = self._p.view
-        for cluster in list(view.pending_purges):
-            try:
-                await self._purge(cluster, "purge copy left while unreachable", attempts=1)
-            except ActivityError:
-                continue
-            lifecycle.forget_copy(view, cluster)
-            self._event(
-                "Normal", Reason.PURGED, f"copy on {cluster} purged after it became reachable"
-            )
-
-    async def _purge(self, cluster: str, why: str, attempts: int = 3) -> PurgeResult:
-        return await self._write(
-            cluster,
-            workflow.execute_activity_method(
-                SchedulingActivities.purge,
-                PurgeInput(cluster=cluster, job=self._ref),
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1),
-                    maximum_interval=timedelta(seconds=10),
-                    maximum_attempts=attempts,
-                ),
-                summary=f"{why} on {cluster}",
-            ),
-        )
 
     # ================================================================== endings
     async def _finish(self) -> None:
         view = self._p.view
         # Reservations were consumed by the pods; delete leftovers on every copy we hold.
         for cluster in list(view.pending_purges):
-            await self._purge_until_done(cluster, "purge copy left while unreachable")
+            await self._copies.purge_until_done(cluster, "purge copy left while unreachable")
             if cluster in view.pending_purges:  # _await_purger removes it itself
                 view.pending_purges.remove(cluster)
         if self._p.graceful_old:
-            await self._purge_until_done(self._p.graceful_old, "purge old copy")
+            await self._copies.purge_until_done(self._p.graceful_old, "purge old copy")
             self._p.graceful_old = None
         await self._settle_watches()
         await self._release_quota()
@@ -804,145 +733,14 @@ class PyTorchJobWorkflow:
     async def _on_deleted(self) -> None:
         view = self._p.view
         self._event("Normal", Reason.DELETED, "job deleted from the fleet; purging member copies")
-        in_flight: list[str] = []
-        if self._in_flight is not None:
-            cluster, task = self._in_flight
-            in_flight.append(cluster)
-            with contextlib.suppress(Exception):
-                await task  # let the interrupted write land before purging after it
-            self._in_flight = None
+        in_flight = await self._copies.land_in_flight()  # purged after it lands
         for cluster in in_flight + lifecycle.copies_to_purge(self._p, current=False):
-            await self._purge_until_done(cluster, "purge on delete")
+            await self._copies.purge_until_done(cluster, "purge on delete")
         view.copies, view.pending_purges, view.cluster = [], [], None
         await self._settle_watches()
         await self._release_quota()
         view.finished_at = workflow.now()
         self._set_state("Deleted", "deleted")
-
-    async def _purge_until_done(self, cluster: str, why: str) -> None:
-        """Purge now; a member that does not answer is handed to a purge_when_reachable
-        activity, which purges the moment it answers again (a handful of events however
-        long the outage, visible in the UI as a running activity)."""
-        if not workflow.patched(PATCH_PURGE_WHEN_REACHABLE):
-            await self._purge_until_done_on_timers(cluster, why)
-            return
-        view = self._p.view
-        if cluster not in view.pending_purges:  # it answered a moment ago: purge now
-            try:
-                await self._purge(cluster, why, attempts=2)
-                return
-            except ActivityError as exc:
-                if cancelled_by_delete(exc):
-                    raise
-                self._set_state(
-                    view.state, f"waiting to purge copy on {cluster}: {exc.cause or exc}"
-                )
-        await self._await_purger(cluster)
-
-    def _start_purger(
-        self, cluster: str, confirm: bool = False
-    ) -> ActivityHandle[PurgeResult] | None:
-        """Start (once) the activity that purges ``cluster``'s copy as soon as it answers;
-        None for a workflow started before it existed (it purges on timers instead)."""
-        running = self._purgers.get(cluster)
-        if running is not None and not running.done():
-            return running
-        if not workflow.patched(PATCH_PURGE_WHEN_REACHABLE):
-            return None
-        handle = workflow.start_activity_method(
-            SchedulingActivities.purge_when_reachable,
-            PurgeInput(cluster=cluster, job=self._ref, confirm=confirm),
-            start_to_close_timeout=timedelta(hours=1),
-            heartbeat_timeout=PURGER_HEARTBEAT,
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                maximum_interval=timedelta(seconds=10),
-                non_retryable_error_types=["InvalidRequest"],
-            ),
-            cancellation_type=ActivityCancellationType.TRY_CANCEL,
-            summary=f"purge {self._ref.name} on {cluster} once it answers",
-        )
-        self._purgers[cluster] = handle
-        return handle
-
-    async def _await_purger(self, cluster: str, confirm: bool = False) -> None:
-        """Purge ``cluster``'s copy and wait until that is done, however long the member
-        stays away (with ``confirm``: until the copy is confirmed gone)."""
-        view = self._p.view
-        running = self._purgers.get(cluster)
-        if confirm and running is not None and not running.done():
-            running.cancel()  # restart it so that it confirms
-            self._purgers.pop(cluster)
-        while True:
-            handle = self._start_purger(cluster, confirm=confirm)
-            if handle is None:
-                await self._purge_until_done_on_timers(cluster, "purge copy")
-                break
-            try:
-                await handle
-                break
-            except ActivityError as exc:
-                if cancelled_by_delete(exc):
-                    raise
-                # e.g. the member left the fleet config: say so; strict fencing still
-                # never lets a new copy start before the old one is confirmed gone
-                self._event(
-                    "Warning", Reason.PURGE_FAILED, f"could not purge {cluster}: {exc.cause or exc}"
-                )
-                if not confirm:
-                    return
-                await workflow.sleep(
-                    PURGE_RETRY_SECONDS, summary=f"retry confirming the copy on {cluster} is gone"
-                )
-            finally:
-                self._purgers.pop(cluster, None)
-        lifecycle.forget_copy(view, cluster)
-        view.unreachable.pop(cluster, None)
-
-    def _purger_finished(self) -> bool:
-        return any(h.done() for h in self._purgers.values())
-
-    def _collect_purgers(self) -> None:
-        """Record the copies that purge_when_reachable activities have purged."""
-        view = self._p.view
-        for cluster, handle in list(self._purgers.items()):
-            if not handle.done():
-                continue
-            del self._purgers[cluster]
-            try:
-                handle.result()
-            except ActivityError as exc:  # left pending: purged on the job's ending
-                self._event(
-                    "Warning", Reason.PURGE_FAILED, f"could not purge {cluster}: {exc.cause or exc}"
-                )
-                continue
-            lifecycle.forget_copy(view, cluster)
-            view.unreachable.pop(cluster, None)
-            self._event(
-                "Normal", Reason.PURGED, f"copy on {cluster} purged as soon as it answered again"
-            )
-
-    def _stop_purgers(self) -> None:
-        for handle in self._purgers.values():
-            if not handle.done():
-                handle.cancel()
-        self._purgers.clear()
-
-    async def _purge_until_done_on_timers(self, cluster: str, why: str) -> None:
-        """Purge, retrying on durable timers (not activity retries): how workflows started
-        before purge_when_reachable existed keep purging."""
-        delay = PURGE_BACKOFF.initial
-        while True:
-            try:
-                await self._purge(cluster, why, attempts=2)
-                return
-            except ActivityError as exc:
-                self._set_state(
-                    self._p.view.state,
-                    f"waiting to purge copy on {cluster}: {exc.cause or exc}",
-                )
-            await workflow.sleep(delay, summary=f"retry purge on {cluster} in {int(delay)}s")
-            delay = PURGE_BACKOFF.after(delay)
 
     async def _release_quota(self) -> None:
         tree_id = self._p.resolution.tree_workflow_id
