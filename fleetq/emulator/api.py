@@ -351,7 +351,8 @@ def json_patch(doc: Any, ops: Any) -> Any:
     """RFC 6902 JSON patch (the ``jsonpatch`` library) on a copy of ``doc``, failing as
     kube-apiserver does: a body that is not a list of operations is 400 BadRequest (it
     cannot be decoded); an operation that cannot be applied (a failed ``test``, a missing
-    path, an unknown op, a malformed pointer) is 422 Invalid."""
+    path, an unknown op) is 422 Invalid. A pointer without its leading ``/`` is 422 too
+    (kube-apiserver's evanphx/json-patch drops its first segment and applies the rest)."""
     if not isinstance(ops, list) or not all(isinstance(op, dict) for op in ops):
         raise bad_request("a JSON patch must be a list of operations")
     try:
