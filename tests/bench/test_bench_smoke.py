@@ -200,3 +200,45 @@ def test_a_missing_benchmark_module_is_one_clear_error(monkeypatch: pytest.Monke
                         lambda name, *a: None if name == "bench.chaos" else real(name, *a))
     with pytest.raises(BenchError, match=r"benchmark 'chaos' is not available .*bench/chaos.py"):
         resolve("chaos")
+
+
+#: every benchmark's flags, as they were under argparse (BENCHMARKS.md's commands use them)
+BENCH_FLAGS = {
+    "e2e": ("--jobs", "--concurrency", "--warmup", "--run-seconds", "--rounds",
+            "--unsandboxed"),
+    "queue": ("--jobs", "--concurrency"),
+    "placement": ("--clusters", "--nodes", "--workers", "--repeat"),
+    "capacity": ("--clusters", "--nodes", "--pods", "--repeat"),
+    "history": ("--days", "--rewatch-seconds", "--run-seconds"),
+    "chaos": ("--points", "--restarts", "--members", "--workdir", "--json"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BENCH_FLAGS))
+def test_every_benchmark_lists_its_flags_and_refuses_an_unknown_one(
+        name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    assert set(BENCH_FLAGS) == set(BENCHMARKS)
+    module = importlib.import_module(f"bench.{name}")
+    assert module.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in BENCH_FLAGS[name]:
+        assert flag in out, (flag, out)
+    assert module.main(["--no-such-flag"]) == 2
+    err = capsys.readouterr().err
+    assert "No such option: --no-such-flag" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("name", "argv"), [
+    ("e2e", ["--jobs", "0"]), ("queue", ["--concurrency", "0"]),
+    ("history", ["--days", "0"]), ("history", ["--run-seconds", "-1"]),
+    ("chaos", ["--members", "cloud"]),
+])
+def test_a_benchmark_refuses_an_out_of_range_value_before_it_starts(
+        name: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    assert importlib.import_module(f"bench.{name}").main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"Invalid value for '{argv[0]}'" in err and "Traceback" not in err
