@@ -22,6 +22,15 @@ Semantics (Kube Queue, see DOMAIN.md):
 * replacing the tree keeps held quota (usage may exceed the new ``max``) and moves every
   waiting job to the queue its namespace maps to now.
 
+Preemption (issue 18; decided by :mod:`fleetq.preemption`, which the quota workflow calls):
+a waiting job may be given a :class:`PendingPlan` (``add_plan``): its victims are told to
+stop, and the preemptor is admitted by the first ``schedule`` after every victim has
+released its quota. Until then the quota it is promised is held for it: each pass counts
+every pending preemptor's request as already charged, so nothing else takes what the
+victims free, and usage never exceeds ``max`` because of a preemption (the preemptor
+is admitted only once it fits for real). Holders keep their priority and preemption
+policy (``HolderPolicy``) so the planner can rank them; both survive continue-as-new.
+
 Usage pattern for callers: after ``release``, ``cancel`` or ``replace_tree``, call
 ``schedule(now)`` and start every returned grant. ``enqueue`` admits the new job at once
 only when nothing else is pending a pass (it then cannot overtake anybody); otherwise it
@@ -50,6 +59,10 @@ class QueuePolicy(StrEnum):
     BLOCK = "Block"
 
 
+#: a victim's default grace period (``fleetq.io/preemption-grace-seconds``)
+DEFAULT_GRACE_SECONDS = 30
+
+
 class AdmissionRequest(BaseModel):
     """One job asking for quota (travels through workflow history: keep it small)."""
 
@@ -60,6 +73,41 @@ class AdmissionRequest(BaseModel):
     priority: int = 0
     request: dict[str, Annotated[int, Field(ge=0)]]  # milli-units, from quota_request()
     submitted_at: float = Field(allow_inf_nan=False)  # seconds (workflow.now().timestamp())
+    #: ``fleetq.io/preemptible`` (False: never a victim) and
+    #: ``fleetq.io/preemption-grace-seconds``, kept while the job holds quota
+    preemptible: bool = True
+    grace_seconds: int = Field(default=DEFAULT_GRACE_SECONDS, ge=0)
+
+
+class HolderPolicy(BaseModel):
+    """What a preemption decision needs to know of an admitted job."""
+
+    priority: int = 0
+    preemptible: bool = True
+    grace_seconds: int = DEFAULT_GRACE_SECONDS
+
+
+class PlannedVictim(BaseModel):
+    """One admitted job a :class:`PendingPlan` preempts, and why (``reason`` is a
+    :class:`fleetq.preemption.PreemptionReason` value, ``message`` the event text)."""
+
+    job_id: str
+    reason: str
+    message: str
+    priority: int = 0
+    grace_seconds: int = DEFAULT_GRACE_SECONDS
+    node: str = ""
+
+
+class PendingPlan(BaseModel):
+    """A quota preemption being carried out: ``preemptor`` is admitted once every victim
+    has released its quota (a :class:`fleetq.preemption.PreemptionPlan`, persisted)."""
+
+    preemptor: str
+    node: str
+    priority: int = 0
+    request: dict[str, int] = Field(default_factory=dict)
+    victims: list[PlannedVictim] = Field(default_factory=list)
 
 
 class Grant(BaseModel):
@@ -71,12 +119,14 @@ class Grant(BaseModel):
 
 
 class WaitInfo(BaseModel):
-    """Where a waiting job stands: 1-based position in its queue and why it waits."""
+    """Where a waiting job stands: 1-based position in its queue and why it waits
+    (``victims``: the preempted jobs it waits for, still holding quota)."""
 
     job_id: str
     queue: str
     position: int
     reason: str
+    victims: list[str] = Field(default_factory=list)
 
 
 class QueueInfo(BaseModel):
@@ -98,7 +148,12 @@ class AdmissionState(BaseModel):
 
     * ``w``: waiting jobs ``(job_id, ns index, priority, submitted_at, shape index,
       skipped_at or None)`` in enqueue order;
-    * ``h``: holders ``(job_id, ns index, shape index)`` in admission order.
+    * ``h``: holders ``(job_id, ns index, shape index)`` in admission order;
+    * ``hp``: holders whose :class:`HolderPolicy` is not the default, ``job_id ->
+      (priority, preemptible, grace_seconds)`` (absent from states written before
+      preemption: every holder then has the default);
+    * ``wp``: likewise ``job_id -> (preemptible, grace_seconds)`` of waiting jobs;
+    * ``p``: pending preemption plans, in the order they were decided.
     """
 
     v: int = 1
@@ -109,6 +164,9 @@ class AdmissionState(BaseModel):
     ns: list[str] = Field(default_factory=list)
     w: list[tuple[str, int, int, float, int, float | None]] = Field(default_factory=list)
     h: list[tuple[str, int, int]] = Field(default_factory=list)
+    hp: dict[str, tuple[int, bool, int]] = Field(default_factory=dict)
+    wp: dict[str, tuple[bool, int]] = Field(default_factory=dict)
+    p: list[PendingPlan] = Field(default_factory=list)
     dirty: bool = False
 
 
@@ -126,11 +184,34 @@ def unpack_state(packed: str) -> AdmissionState:
     return AdmissionState.model_validate_json(zlib.decompress(base64.b64decode(packed)))
 
 
+#: the quota id a pass charges a pending preemptor's request under (see ``schedule``)
+_HELD = "\x00held-for:"
+#: a holder's (priority, preemptible, grace_seconds) when its job says nothing
+_DEFAULT_HOLDER = (0, True, DEFAULT_GRACE_SECONDS)
+
+
 class _Job:
-    __slots__ = ("job_id", "namespace", "priority", "submitted_at", "shape", "key", "queue")
+    __slots__ = (
+        "job_id",
+        "namespace",
+        "priority",
+        "submitted_at",
+        "shape",
+        "key",
+        "queue",
+        "preemptible",
+        "grace_seconds",
+    )
 
     def __init__(
-        self, job_id: str, namespace: str, priority: int, submitted_at: float, shape: int
+        self,
+        job_id: str,
+        namespace: str,
+        priority: int,
+        submitted_at: float,
+        shape: int,
+        preemptible: bool = True,
+        grace_seconds: int = DEFAULT_GRACE_SECONDS,
     ) -> None:
         self.job_id = job_id
         self.namespace = namespace
@@ -139,6 +220,16 @@ class _Job:
         self.shape = shape
         self.key: Key = (-priority, submitted_at, job_id)
         self.queue = ""  # node name of the queue it waits in
+        self.preemptible = preemptible
+        self.grace_seconds = grace_seconds
+
+    @property
+    def policy(self) -> HolderPolicy:
+        return HolderPolicy(
+            priority=self.priority,
+            preemptible=self.preemptible,
+            grace_seconds=self.grace_seconds,
+        )
 
 
 def display_job(job_id: str) -> str:
@@ -171,6 +262,8 @@ class Admission:
         self._admitted: dict[str, _Job] = {}
         self._queues: dict[str, JobQueue] = {}
         self._dirty = False
+        #: pending preemption plans by preemptor, in the order they were decided
+        self._plans: dict[str, PendingPlan] = {}
         self._rebuild_queues({})
 
     # ------------------------------------------------------------------ internals
@@ -221,12 +314,39 @@ class Admission:
 
     def _admit(self, q: JobQueue, key: Key, shape: int, now: float) -> Grant:
         job = self._waiting.pop(key[2])
+        self._plans.pop(job.job_id, None)  # (room enough without its victims after all)
         if self.policy is QueuePolicy.PRIORITY:
             q.mark_skipped_before(key, now)
         q.remove(key, shape)
         node = self.quota.admit(job.job_id, job.namespace, self._shapes[shape])
         self._admitted[job.job_id] = job
         return Grant(job_id=job.job_id, queue=q.name, node=node)
+
+    def _admit_preemptors(self, now: float) -> list[Grant]:
+        """Admit every preemptor whose victims have all released (in plan order); drop
+        plans that can no longer be carried out (preemptor gone, or moved, or not
+        fitting after all: the caller plans again)."""
+        grants: list[Grant] = []
+        for plan in list(self._plans.values()):
+            if any(v.job_id in self._admitted for v in plan.victims):
+                continue
+            del self._plans[plan.preemptor]
+            job = self._waiting.get(plan.preemptor)
+            if job is None or job.queue != plan.node:
+                continue
+            if self.quota.fits(job.queue, self._shapes[job.shape]):
+                grants.append(self._admit(self._queues[job.queue], job.key, job.shape, now))
+        return grants
+
+    def _hold_for_preemptors(self) -> list[str]:
+        """Charge every pending preemptor's request, so a pass admits nobody into the
+        quota promised to them; the quota ids charged (released after the pass)."""
+        held: list[str] = []
+        for plan in self._plans.values():
+            job = self._waiting[plan.preemptor]
+            self.quota.admit(_HELD + plan.preemptor, job.namespace, self._shapes[job.shape])
+            held.append(_HELD + plan.preemptor)
+        return held
 
     def _grant_of(self, job_id: str) -> Grant:
         node = self.quota.holdings[job_id].node
@@ -240,6 +360,10 @@ class Admission:
         skipped = self._skip_times()
         self.quota.replace(tree)
         self._rebuild_queues(skipped)
+        for preemptor, plan in list(self._plans.items()):
+            job = self._waiting[preemptor]
+            if job.queue != plan.node:  # its namespace maps elsewhere now
+                del self._plans[preemptor]
         self._dirty = True
 
     def enqueue(self, req: AdmissionRequest, now: float) -> WaitInfo | Grant:
@@ -253,12 +377,18 @@ class Admission:
             assert info is not None
             return info
         job = _Job(
-            req.job_id, req.namespace, req.priority, req.submitted_at, self._intern(req.request)
+            req.job_id,
+            req.namespace,
+            req.priority,
+            req.submitted_at,
+            self._intern(req.request),
+            req.preemptible,
+            req.grace_seconds,
         )
         self._waiting[job.job_id] = job
         q = self._place(job, None)
         q.promote(now, self.starvation_seconds)
-        if not self._dirty:
+        if not self._dirty and not self._plans:  # (quota held for preemptors: a pass)
             pick = self._pick(q, set())
             if pick is not None and pick[0] == job.key:
                 return self._admit(q, job.key, job.shape, now)
@@ -272,6 +402,7 @@ class Admission:
         if job is None:
             return False
         self._queues[job.queue].remove(job.key, job.shape)
+        self._plans.pop(job_id, None)
         self._dirty = True
         return True
 
@@ -284,10 +415,22 @@ class Admission:
         return True
 
     def schedule(self, now: float) -> list[Grant]:
-        """Admit every waiting job that fits now, in admission order; deterministic."""
+        """Admit every waiting job that fits now, in admission order; deterministic.
+        Preemptors whose victims have all released come first; the quota of those still
+        waiting for victims is held for them."""
         self._dirty = False
+        grants = self._admit_preemptors(now)
         if not self._waiting:
-            return []
+            return grants
+        held = self._hold_for_preemptors()
+        try:
+            grants += self._pass(now)
+        finally:
+            for quota_id in held:
+                self.quota.release(quota_id)
+        return grants
+
+    def _pass(self, now: float) -> list[Grant]:
         nofit: set[tuple[str, int]] = set()
         heap: list[tuple[tuple[int, Key], str]] = []
         for q in self._queues.values():
@@ -319,6 +462,80 @@ class Admission:
     def is_admitted(self, job_id: str) -> bool:
         return job_id in self._admitted
 
+    # ------------------------------------------------------------------ preemption
+
+    def holder_policy(self, job_id: str) -> HolderPolicy | None:
+        """An admitted job's priority and preemption policy; None if it holds nothing."""
+        job = self._admitted.get(job_id)
+        return job.policy if job is not None else None
+
+    def holder_policies(self) -> dict[str, HolderPolicy]:
+        """Every admitted job's :class:`HolderPolicy`, in admission order."""
+        return {job_id: job.policy for job_id, job in self._admitted.items()}
+
+    def request_of(self, job_id: str) -> AdmissionRequest | None:
+        """A waiting job's request as it was enqueued; None if it is not waiting."""
+        job = self._waiting.get(job_id)
+        if job is None:
+            return None
+        return AdmissionRequest(
+            job_id=job.job_id,
+            namespace=job.namespace,
+            priority=job.priority,
+            request=dict(self._shapes[job.shape]),
+            submitted_at=job.submitted_at,
+            preemptible=job.preemptible,
+            grace_seconds=job.grace_seconds,
+        )
+
+    def preemption_candidates(self) -> list[AdmissionRequest]:
+        """The waiting jobs a preemption may be planned for, one per queue (tree
+        pre-order): the first in queue order that has no plan yet and does not fit now
+        (under ``Block``, the head only)."""
+        out: list[AdmissionRequest] = []
+        for q in self._queues.values():
+            for key in q.order:
+                job_id = key[2]
+                if job_id in self._plans:
+                    if self.policy is QueuePolicy.BLOCK:
+                        break
+                    continue
+                job = self._waiting[job_id]
+                if not self.quota.fits(q.node, self._shapes[job.shape]):
+                    request = self.request_of(job_id)
+                    assert request is not None
+                    out.append(request)
+                break
+        return out
+
+    def add_plan(self, plan: PendingPlan) -> None:
+        """Carry out ``plan``: its preemptor (waiting, in the plan's node) is admitted once
+        every victim has released. A preemptor has one plan at a time."""
+        job = self._waiting.get(plan.preemptor)
+        if job is None:
+            raise ValueError(f"preemptor {plan.preemptor!r} is not waiting")
+        if job.queue != plan.node:
+            raise ValueError(
+                f"preemptor {plan.preemptor!r} waits in {job.queue!r}, not {plan.node!r}"
+            )
+        if plan.preemptor in self._plans:
+            raise ValueError(f"preemptor {plan.preemptor!r} has a plan already")
+        for v in plan.victims:
+            if v.job_id not in self._admitted:
+                raise ValueError(f"victim {v.job_id!r} holds no quota")
+        self._plans[plan.preemptor] = plan
+
+    def plans(self) -> list[PendingPlan]:
+        """Pending preemption plans, in the order they were decided."""
+        return list(self._plans.values())
+
+    def waiting_for(self, preemptor: str) -> list[str]:
+        """The victims of ``preemptor``'s plan that still hold quota (empty without one)."""
+        plan = self._plans.get(preemptor)
+        if plan is None:
+            return []
+        return [v.job_id for v in plan.victims if v.job_id in self._admitted]
+
     def holders(self) -> list[str]:
         """Admitted jobs, in admission order."""
         return list(self._admitted)
@@ -342,11 +559,26 @@ class Admission:
         if job is None:
             return None
         q = self._queues[job.queue]
+        victims = self.waiting_for(job_id)
         return WaitInfo(
-            job_id=job_id, queue=q.name, position=q.position(job.key), reason=self._reason(q, job)
+            job_id=job_id,
+            queue=q.name,
+            position=q.position(job.key),
+            reason=self._reason(q, job),
+            victims=victims,
         )
 
     def _reason(self, q: JobQueue, job: _Job) -> str:
+        victims = self.waiting_for(job.job_id)
+        if victims:
+            names = ", ".join(display_job(v) for v in victims)
+            n = len(victims)
+            return (
+                f"waiting for {n} preempted job{'s' if n != 1 else ''} to release "
+                f"quota: {names}"
+            )
+        if job.job_id in self._plans:
+            return "preempted jobs released their quota; admitted at the next scheduling pass"
         if self.policy is QueuePolicy.BLOCK:
             head = q.head()
             if head is not None and head != job.key:
@@ -406,6 +638,16 @@ class Admission:
             for j in self._waiting.values()
         ]
         h = [(j.job_id, n(j.namespace), s(j.shape)) for j in self._admitted.values()]
+        hp = {
+            j.job_id: (j.priority, j.preemptible, j.grace_seconds)
+            for j in self._admitted.values()
+            if (j.priority, j.preemptible, j.grace_seconds) != _DEFAULT_HOLDER
+        }
+        wp = {
+            j.job_id: (j.preemptible, j.grace_seconds)
+            for j in self._waiting.values()
+            if (j.preemptible, j.grace_seconds) != _DEFAULT_HOLDER[1:]
+        }
         tree = self.quota.tree
         return AdmissionState(
             tree=tree.model_dump(mode="json", exclude_none=True) if tree is not None else None,
@@ -415,6 +657,9 @@ class Admission:
             ns=list(namespaces),
             w=w,
             h=h,
+            hp=hp,
+            wp=wp,
+            p=[plan.model_copy(deep=True) for plan in self._plans.values()],
             dirty=self._dirty,
         )
 
@@ -424,14 +669,20 @@ class Admission:
         a = cls(tree, s.policy, s.starve)
         sids = [a._intern(shape) for shape in s.shapes]
         for job_id, ns, shape in s.h:
-            job = _Job(job_id, s.ns[ns], 0, 0.0, sids[shape])
+            prio, preemptible, grace = s.hp.get(job_id, _DEFAULT_HOLDER)
+            job = _Job(job_id, s.ns[ns], prio, 0.0, sids[shape], preemptible, grace)
             a.quota.admit(job_id, job.namespace, a._shapes[job.shape])
             a._admitted[job_id] = job
         skipped: dict[str, float] = {}
         for job_id, ns, prio, submitted, shape, skip in s.w:
-            a._waiting[job_id] = _Job(job_id, s.ns[ns], prio, submitted, sids[shape])
+            preemptible, grace = s.wp.get(job_id, (True, DEFAULT_GRACE_SECONDS))
+            a._waiting[job_id] = _Job(
+                job_id, s.ns[ns], prio, submitted, sids[shape], preemptible, grace
+            )
             if skip is not None:
                 skipped[job_id] = skip
         a._rebuild_queues(skipped)
+        for plan in s.p:
+            a._plans[plan.preemptor] = plan.model_copy(deep=True)
         a._dirty = s.dirty
         return a

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from fleetq import resources as R
-from fleetq.admission import Admission, AdmissionRequest
+from fleetq.admission import Admission, AdmissionRequest, PendingPlan, PlannedVictim
 from fleetq.capacity import ClusterSnapshot, NodeCapacity
 from fleetq.models import ClusterAffinity, ElasticQuotaTree, Gang, ManifestError, PyTorchJob
 from fleetq.placement import ClusterChoice, TolerationLike, place_gang
@@ -93,6 +93,10 @@ __all__ = [
     "TreePreemptionPolicy",
     "Victim",
     "fair_share_order",
+    "holder_infos",
+    "pending_plan",
+    "plan_of",
+    "plan_preemptions",
     "job_policy",
     "job_policy_from_annotations",
     "plan_capacity_preemption",
@@ -690,6 +694,82 @@ def plan_for_request(
     ``request`` on ``admission``'s quota, given the plans still being carried out."""
     snapshot = snapshot_after(snapshot_from_admission(admission, holders), pending)
     return plan_quota_preemption(snapshot, preemptor_from_request(admission, request))
+
+
+def holder_infos(admission: Admission) -> dict[str, HolderInfo]:
+    """The :class:`HolderInfo` of every admitted job, as ``admission`` keeps it."""
+    return {
+        job_id: HolderInfo(p.priority, JobPreemptionPolicy(p.preemptible, p.grace_seconds))
+        for job_id, p in admission.holder_policies().items()
+    }
+
+
+def pending_plan(plan: PreemptionPlan) -> PendingPlan:
+    """``plan`` as :class:`fleetq.admission.Admission` keeps it while it is carried out."""
+    return PendingPlan(
+        preemptor=plan.preemptor,
+        node=plan.node,
+        priority=plan.priority,
+        request=dict(plan.request),
+        victims=[
+            PlannedVictim(
+                job_id=v.job_id,
+                reason=v.reason.value,
+                message=v.message,
+                priority=v.priority,
+                grace_seconds=v.grace_seconds,
+                node=v.node,
+            )
+            for v in plan.victims
+        ],
+    )
+
+
+def plan_of(pending: PendingPlan) -> PreemptionPlan:
+    """The inverse of :func:`pending_plan`."""
+    return PreemptionPlan(
+        preemptor=pending.preemptor,
+        node=pending.node,
+        victims=tuple(
+            Victim(
+                job_id=v.job_id,
+                preemptor=pending.preemptor,
+                reason=PreemptionReason(v.reason),
+                message=v.message,
+                priority=v.priority,
+                grace_seconds=v.grace_seconds,
+                node=v.node,
+            )
+            for v in pending.victims
+        ),
+        priority=pending.priority,
+        request=dict(pending.request),
+    )
+
+
+def plan_preemptions(admission: Admission) -> list[PreemptionPlan]:
+    """The quota workflow's preemption pass, after its scheduling pass: for each of
+    :meth:`~fleetq.admission.Admission.preemption_candidates`, the plan that would admit
+    it given the plans being carried out, recorded with
+    :meth:`~fleetq.admission.Admission.add_plan`. Returns the new plans, whose victims
+    the caller tells to stop. Nothing under a tree whose policy is ``Never`` (or
+    unreadable: a tree is checked when it is applied)."""
+    try:
+        if not tree_policy(admission.quota.tree).enabled:
+            return []
+    except ManifestError:
+        return []
+    holders = holder_infos(admission)
+    pending = [plan_of(p) for p in admission.plans()]
+    out: list[PreemptionPlan] = []
+    for request in admission.preemption_candidates():
+        plan = plan_for_request(admission, holders, request, pending)
+        if plan is None or not plan.victims:
+            continue
+        admission.add_plan(pending_plan(plan))
+        pending.append(plan)
+        out.append(plan)
+    return out
 
 
 # --------------------------------------------------------------------------- capacity
