@@ -2,7 +2,7 @@
 
 Every test runs twice, once per ``members`` parameter:
 
-* ``emulated`` — one :class:`fleetq.emulator.EmulatedFleet` for the session;
+* ``emulated`` — one :class:`fleetq.emulator.fleet.EmulatedFleet` for the session;
 * ``real`` — one :class:`fleetq.controlplane.runner.RealFleet`: etcd, kube-apiserver and
   kube-scheduler built from the upstream Go modules (``fleetq controlplane build``; a
   cold build costs minutes, then it is cached) and our lifecycle controller, same
