@@ -36,8 +36,7 @@ from fleetq.controlplane.proxy import Proxy, ProxyLoop, set_faults
 from fleetq.emulator.kube_objects import TERMINAL, finished_pod, node_object
 from fleetq.emulator.kubeconfig import write_private
 from fleetq.emulator.tls import TlsMaterial, make_material
-from fleetq.runtime.embedded import EmbeddedError
-from fleetq.runtime.supervisor import Child, free_port, spawn_child, stop_child
+from fleetq.runtime.supervisor import Child, ProcessError, free_port, spawn_child, stop_child
 from fleetq.topology import ClusterSpec, Topology, node_names
 
 HOST = "127.0.0.1"
@@ -45,7 +44,7 @@ CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 Progress = Callable[[str], None]
 
 
-class ControlPlaneError(EmbeddedError):
+class ControlPlaneError(ProcessError):
     """A control plane did not come up; the message is one line naming its log."""
 
 
@@ -156,16 +155,8 @@ class ControlPlane:
         return child
 
     def _wait(self, name: str, ready: Callable[[], bool], deadline: float) -> None:
-        child = self.children[name]
-        while not ready():
-            if not child.alive():
-                raise ControlPlaneError(
-                    f"{self.name}: {name} exited with code {child.proc.returncode}: "
-                    f"{child.tail(3) or 'no output'} (log: {child.log})")
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(f"{self.name}: {name} not ready in time "
-                                        f"(log: {child.log})")
-            time.sleep(0.1)
+        self.children[name].wait_ready(ready, deadline, what=f"{self.name}: {name}",
+                                       error=ControlPlaneError)
 
     def _wait_alive(self, names: tuple[str, ...]) -> None:
         for name in names:
