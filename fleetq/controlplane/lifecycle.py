@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from activities.kube_api import ApiError, ClusterUnreachable, KubeApi
+from activities.kube_api import ApiError, ClusterUnreachable, Conflict, KubeApi, NotFound
 from fleetq.emulator.kube_objects import RUN_SECONDS, TERMINAL, finished_pod, iso, parse_time
 from fleetq.emulator.pytorchjob_operator import (
     JOB_NAME,
@@ -152,9 +152,8 @@ class Lifecycle:
             stream = self.api.watch(path, rv, timeout_s=60)
             try:
                 for event in stream:
-                    if event.get("type") == "ERROR":
-                        raise ApiError(int(event["object"].get("code") or 500),
-                                       str(event["object"].get("message")))
+                    if event.get("type") == "ERROR":  # a Status: 410 Gone when rv is too old
+                        raise self.api.watch_error(path, event["object"])
                     rv = event["object"]["metadata"].get("resourceVersion") or rv
                     if event.get("type") != "BOOKMARK":
                         yield event
@@ -266,11 +265,9 @@ class Lifecycle:
     def _patch_status(self, key: Key, status: dict[str, Any], rv: str) -> None:
         path = f"/api/v1/namespaces/{key[0]}/pods/{key[1]}/status"
         body = {"metadata": {"resourceVersion": rv}, "status": status}
-        code, obj = self.api.call("PATCH", path, body=body, content_type=MERGE)
-        if code == 409:
-            return  # changed meanwhile: its watch event brings us back here
-        if code >= 300 and code != 404:
-            raise ApiError(code, f"PATCH {path}: {obj}")
+        # a 409: changed meanwhile, its watch event brings us back here; a 404: gone
+        with contextlib.suppress(Conflict, NotFound):
+            self.api.request("PATCH", path, body=body, content_type=MERGE)
 
     def _start(self, key: Key, uid: str) -> None:
         pod = self._current(key, uid)
@@ -340,9 +337,8 @@ class Lifecycle:
             path = f"{JOBS.replace('/pytorchjobs', '')}/namespaces/{ns}/pytorchjobs/{name}/status"
             body = {"metadata": {"resourceVersion": job["metadata"]["resourceVersion"]},
                     "status": new_status}
-            code, obj = self.api.call("PATCH", path, body=body, content_type=MERGE)
-            if code >= 300 and code not in (404, 409):
-                raise ApiError(code, f"PATCH {path}: {obj}")
+            with contextlib.suppress(Conflict, NotFound):  # changed meanwhile, or gone
+                self.api.request("PATCH", path, body=body, content_type=MERGE)
 
 
 def main(argv: list[str] | None = None) -> None:
