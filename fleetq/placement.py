@@ -575,8 +575,7 @@ def _explain_short(
     (``placed_before`` of other groups, ``k`` copies of this one) are on their nodes.
     A pod (in gang order) that could use no node at all is reported first."""
     for other in groups:
-        mask = cols.schedulable & cols.selector_mask(other.selector)
-        if not (mask & cols.toleration_mask(other.tolerations)).any():
+        if not cols.usable_mask(other.selector, other.tolerations).any():
             return _explain_ineligible(cols, other, other.names[0])
     elig = cols.usable_mask(g.selector, g.tolerations)
     if not elig.any():
