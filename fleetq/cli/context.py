@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from fleetq.client.connection import DEFAULT_ADDRESS, connect
-from fleetq.client.errors import ClientError, NotFound
+from fleetq.client.errors import ClientError
 from fleetq.runtime.embedded import (  # noqa: F401 - re-exported for the commands
     INFO_FILE,
     LOCK_FILE,
@@ -55,11 +55,6 @@ class CliError(ClientError):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
-
-
-def not_found(resource: str, name: str) -> NotFound:
-    """kubectl's NotFound line, e.g. ``pytorchjobs.kubeflow.org "x" not found``."""
-    return NotFound(resource, name)
 
 
 def exit_code(exc: ClientError) -> int:

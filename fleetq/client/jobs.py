@@ -356,11 +356,3 @@ async def signal_job(client: Client, namespace: str, name: str, signal: JobSigna
         raise InvalidInput(
             f"error: PyTorchJob {namespace}/{name} has finished; nothing to {signal}")
     await handle.signal(signal)
-
-
-async def suspend_job(client: Client, namespace: str, name: str) -> None:
-    await signal_job(client, namespace, name, "suspend")
-
-
-async def resume_job(client: Client, namespace: str, name: str) -> None:
-    await signal_job(client, namespace, name, "resume")
