@@ -14,6 +14,9 @@ Temporal, so each rule is unit- and property-tested on its own:
 - runPolicy: ``deadline_to_arm``, ``deadline_passed``, ``deadline_exceeded_reason``, and
   suspend / resume (``Suspension``);
 - the run: ``continue_as_new_due``, ``policy_refusal``, ``quota_return``;
+- quota preemption (issue 18): ``take_preemption`` (the quota workflow's ``preempt``
+  signal), ``preemption_due`` (at once when nothing is bound, else once the grace
+  period ends: the job may finish meanwhile) and ``requeue_after_preemption``;
 - what a job shows: ``record_event``, ``details_markdown``, ``search_attribute_changes``.
 
 Functions that change the run's state change the ``JobProgress`` (or ``JobView``) they
@@ -38,6 +41,7 @@ from fleetq.messages import (
     JobStatus,
     JobView,
     PlacementVerdict,
+    PreemptSignal,
     Resolution,
 )
 from fleetq.models import ApplicationFailover, PurgeMode
@@ -84,6 +88,10 @@ class JobProgress(BaseModel):
     #: a NoExecute health taint on the current member evicts the job at this time
     evict_at: datetime | None = None
     evict_reason: str = ""
+    #: the quota workflow preempted the job: purged, released and queued again at
+    #: ``preempt_at`` (the end of its grace period), or at once when nothing is bound
+    preempt: PreemptSignal | None = None
+    preempt_at: datetime | None = None
 
 
 class Reason(StrEnum):
@@ -107,6 +115,7 @@ class Reason(StrEnum):
     PURGE_DEFERRED = "PurgeDeferred"
     PURGE_FAILED = "PurgeFailed"
     DELETED = "Deleted"
+    PREEMPTED = "Preempted"
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,7 @@ class Due(StrEnum):
     DEADLINE = "deadline"  # runPolicy.activeDeadlineSeconds
     EVICT = "evict"  # a NoExecute taint outlasted its toleration
     GRACE = "grace"  # purgeMode Gracefully: the old copy's grace period
+    PREEMPT = "preempt"  # preempted: the victim's grace period
 
 
 @dataclass(frozen=True)
@@ -194,7 +204,7 @@ def next_deadline(
     now: datetime,
 ) -> Deadline | None:
     """The nearest deadline of the bound job (on a tie, the first of failover tolerance,
-    active deadline, taint eviction, grace period), or None."""
+    active deadline, taint eviction, grace period, preemption), or None."""
     view = progress.view
     best: Deadline | None = None
 
@@ -223,6 +233,13 @@ def next_deadline(
             Due.GRACE,
             progress.grace_deadline,
             f"grace period before purging {progress.graceful_old}",
+        )
+    if progress.preempt is not None and progress.preempt_at is not None:
+        consider(
+            Due.PREEMPT,
+            progress.preempt_at,
+            f"preempted by {_display(progress.preempt.preemptor)}: "
+            f"{progress.preempt.grace_seconds}s to stop",
         )
     return best
 
@@ -551,6 +568,61 @@ def policy_refusal(policy_namespace: str, policy_name: str, job_namespace: str) 
 def quota_return(granted: bool) -> Literal["release", "cancel"]:
     """How a job gives its quota back: release what was granted, else leave the queue."""
     return "release" if granted else "cancel"
+
+
+# ---------------------------------------------------------------------- preemption
+
+
+def _display(job_id: str) -> str:
+    """``pytorchjob/default/big`` -> ``default/big``."""
+    parts = job_id.split("/")
+    return "/".join(parts[1:]) if len(parts) >= 3 else job_id
+
+
+def take_preemption(
+    progress: JobProgress, signal: PreemptSignal, *, holding: bool, now: datetime
+) -> list[Notice]:
+    """The quota workflow preempts the job. Only a job that holds quota (``holding``:
+    it has its grant) and is not over can be preempted; a second signal while the first
+    is being carried out changes nothing. The grace period starts now."""
+    view = progress.view
+    if not holding or view.state in TERMINAL_STATES or progress.preempt is not None:
+        return []
+    progress.preempt = signal
+    progress.preempt_at = now + timedelta(seconds=signal.grace_seconds)
+    by = _display(signal.preemptor)
+    stop = (
+        f"stopping within {signal.grace_seconds}s"
+        if view.cluster is not None
+        else "nothing bound: queued again now"
+    )
+    return [
+        Announce("Warning", Reason.PREEMPTED, f"preempted by {by}: {signal.message}; {stop}"),
+        Transition(view.state, f"preempted by {by} ({signal.message}); {stop}"),
+    ]
+
+
+def preemption_due(progress: JobProgress, now: datetime) -> bool:
+    """Whether a preemption is to be carried out now: at once when no copy is bound,
+    else once its grace period has ended (watching goes on until then: the job may
+    finish first)."""
+    if progress.preempt is None:
+        return False
+    if progress.view.cluster is None or progress.preempt_at is None:
+        return True
+    return now >= progress.preempt_at
+
+
+def requeue_after_preemption(progress: JobProgress) -> list[Notice]:
+    """The preempted job's copies are purged and its quota released: it holds nothing,
+    is bound nowhere and waits in its queue again (with its original submit time)."""
+    signal = progress.preempt
+    forget_placement(progress)
+    progress.preempt, progress.preempt_at = None, None
+    view = progress.view
+    view.admitted, view.queue = False, None
+    by = _display(signal.preemptor) if signal is not None else "the quota workflow"
+    return [Transition("Queued", f"preempted by {by}; queued again (original submit time)")]
 
 
 # ---------------------------------------------------------------------- copies

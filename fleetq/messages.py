@@ -378,6 +378,22 @@ class QuotaView(BaseModel):
     generation: int
     grants_sent: int = 0
     leaks_recovered: list[str] = Field(default_factory=list)
+    #: preemptors waiting for their victims: preemptor -> victims still holding quota
+    preempting: dict[str, list[str]] = Field(default_factory=dict)
+    #: ``preempt`` signals delivered to victims by this run
+    preemptions_sent: int = 0
+
+
+class PreemptSignal(BaseModel):
+    """The quota workflow's ``preempt`` signal to a victim job: stop within
+    ``grace_seconds``, give the quota back and queue again (keeping the submit time).
+    ``reason`` is a ``fleetq.preemption.PreemptionReason`` value, ``message`` says why
+    (``priority 1000 > 10``, ``reclaim for child-1 below min``)."""
+
+    preemptor: str  # the preemptor's workflow id
+    reason: str
+    message: str
+    grace_seconds: int = Field(default=30, ge=0)
 
 
 class DeleteRequest(BaseModel):

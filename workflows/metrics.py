@@ -48,3 +48,11 @@ def queue_lengths(lengths: dict[str, int], holders: int) -> None:
         gauge.set(n, {"queue": queue})
     meter.create_gauge(PREFIX + "quota_holders", "jobs holding quota", "1").set(holders)
 
+
+
+def preemption(reason: str) -> None:
+    """The quota workflow told one victim to give its quota back, counted by
+    ``fleetq.preemption.PreemptionReason`` (Priority, Reclaim, Capacity)."""
+    workflow.metric_meter().create_counter(
+        PREFIX + "preemptions", "admitted jobs preempted to admit another", "1"
+    ).add(1, {"reason": reason})

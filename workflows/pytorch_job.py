@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         JobView,
         PlacementInput,
         PodReservation,
+        PreemptSignal,
         QuotaSignal,
         ReserveInput,
         ReserveRequest,
@@ -75,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from fleetq.models import (
         Gang,
+        ManifestError,
         ManifestErrors,
         PropagationPolicy,
         binding_result,
@@ -92,6 +94,12 @@ with workflow.unsafe.imports_passed_through():
         SA_STATE,
         job_workflow_id,
     )
+    from fleetq.preemption import (
+        GRACE_ANNOTATION,
+        PREEMPTIBLE_ANNOTATION,
+        JobPreemptionPolicy,
+        job_policy,
+    )
     from fleetq.rejection import RejectionCode
     from workflows import metrics
     from workflows.errors import cancelled_by_delete, invalid_input
@@ -106,6 +114,10 @@ PATCH_RUN_POLICY = "run-policy"
 #: instant, which Temporal's time-skipping test server refuses and never retries (the
 #: workflow hangs; temporalio/sdk-java#2606), more often the more loaded the machine.
 PATCH_DEADLINE_ALONE = "deadline-alone"
+#: quota preemption (issue 18): the ``preempt`` signal is acted on, and a job's
+#: ``fleetq.io/preemptible`` / ``fleetq.io/preemption-grace-seconds`` annotations are
+#: checked at start (a job started before either existed ignores both)
+PATCH_PREEMPTION = "preemption"
 #: continue-as-new once a run's history passes this many events (bench/history.py reads it)
 MAX_HISTORY_EVENTS = lifecycle.MAX_HISTORY_EVENTS
 WATCH_SECONDS = 300.0
@@ -131,6 +143,7 @@ class Supervision(Enum):
     FAILOVER = "failover"  # it left its member; placed again (or not) already
     SUSPEND = "suspend"  # a suspension was asked for
     CONTINUE = "continue"  # the history is long: continue-as-new
+    PREEMPT = "preempt"  # preempted: its grace period ended
 
 
 @workflow.defn(name="PyTorchJobWorkflow")
@@ -150,6 +163,8 @@ class PyTorchJobWorkflow:
         self._watches: list[asyncio.Future[Any]] = []
         #: runPolicy.suspend at start, the suspend and resume signals
         self._suspension = lifecycle.Suspension()
+        #: a ``preempt`` signal arrived: recompute the deadline being waited for
+        self._preempt_wake = False
 
     # ================================================================== run
     @workflow.run
@@ -175,6 +190,16 @@ class PyTorchJobWorkflow:
                 f"PyTorchJob {ns}/{name}: workflow id must be {expected!r} "
                 f"(got {workflow.info().workflow_id!r})"
             )
+        notes = job.metadata.annotations
+        if (
+            inp.progress is None
+            and (PREEMPTIBLE_ANNOTATION in notes or GRACE_ANNOTATION in notes)
+            and workflow.patched(PATCH_PREEMPTION)
+        ):
+            try:
+                job_policy(job)
+            except ManifestError as exc:
+                raise invalid_input(str(exc)) from None
         self._job = job
         self._input = inp
         self._ref = JobRef(namespace=ns, name=name, workflow_id=expected)
@@ -236,6 +261,9 @@ class PyTorchJobWorkflow:
             if self._suspension.wanted:
                 await self._suspend()
                 continue
+            if lifecycle.preemption_due(self._p, workflow.now()):
+                await self._preempted()
+                continue
             if self._pol.queued and self._grant is None:
                 await self._wait_for_admission()
                 if self._grant is None:  # a suspension came first
@@ -244,10 +272,10 @@ class PyTorchJobWorkflow:
                 placed = await self._schedule()
                 if not placed:
                     break
-                if self._suspension.wanted:
+                if self._suspension.wanted or lifecycle.preemption_due(self._p, workflow.now()):
                     continue
             outcome = await self._supervise()
-            if outcome == Supervision.SUSPEND:
+            if outcome in (Supervision.SUSPEND, Supervision.PREEMPT):
                 continue
             if outcome == Supervision.CONTINUE:
                 await self._settle_watches()
@@ -298,6 +326,8 @@ class PyTorchJobWorkflow:
             priority=self._gang.priority,
             request=quota_request(self._gang),
             submitted_at=(view.created_at or workflow.now()).timestamp(),
+            preemptible=self._preemption_policy.preemptible,
+            grace_seconds=self._preemption_policy.grace_seconds,
         )
         delay = RESOLVE_BACKOFF.initial
         while self._grant is None:
@@ -417,8 +447,8 @@ class PyTorchJobWorkflow:
             self._set_state("Pending", reason)
             pause = lifecycle.placement_pause(delay, view.deadline_at, workflow.now())
             await self._sleep_or_retry(pause, f"retry placement in {int(pause)}s")
-            if self._suspension.wanted:
-                return True  # the lifecycle suspends (nothing was bound)
+            if self._suspension.wanted or self._p.preempt is not None:
+                return True  # the lifecycle suspends, or is preempted (nothing was bound)
             delay = PLACEMENT_BACKOFF.after(delay)
 
     async def _bind(
@@ -526,7 +556,10 @@ class PyTorchJobWorkflow:
             try:
                 await workflow.wait_condition(
                     lambda w=current: (  # type: ignore[misc]
-                        w.done() or self._copies.purger_finished() or self._suspension.wanted
+                        w.done()
+                        or self._copies.purger_finished()
+                        or self._suspension.wanted
+                        or self._preempt_wake
                     ),
                     timeout=None if deadline is None else deadline.timer_seconds,
                     timeout_summary=None if deadline is None else deadline.summary,
@@ -539,6 +572,9 @@ class PyTorchJobWorkflow:
                 continue
             if self._suspension.wanted:
                 return Supervision.SUSPEND
+            if self._preempt_wake:  # preempted: wait for its grace period from now on
+                self._preempt_wake = False
+                continue
             if not current.done():  # a copy left on a returning member was purged
                 self._copies.collect_purgers()
                 continue
@@ -589,6 +625,8 @@ class PyTorchJobWorkflow:
         if due == Due.DEADLINE:
             await self._deadline_exceeded()
             return Supervision.DONE
+        if due == Due.PREEMPT:
+            return Supervision.PREEMPT
         await self._purge_graceful_old("grace period ended")
         return None
 
@@ -686,6 +724,7 @@ class PyTorchJobWorkflow:
         wait in Suspended until resumed, then queue again with the original submit time."""
         view = self._p.view
         self._suspension.begin()
+        self._p.preempt, self._p.preempt_at = None, None  # the quota goes back anyway
         in_queue = self._grant is not None or view.state == "Queued"
         had_copy = bool(view.cluster or view.copies or view.pending_purges)
         self._event("Normal", Reason.SUSPENDED, lifecycle.suspended_message(had_copy))
@@ -706,6 +745,14 @@ class PyTorchJobWorkflow:
         self._suspension.end()
         self._event("Normal", Reason.RESUMED, "resumed: placed again from the queue")
         self._set_state("Queued" if self._pol.queued else "Scheduling", "resumed")
+
+    async def _preempted(self) -> None:
+        """Carry out a preemption (its grace period is over, or nothing was bound):
+        purge every copy, then give the quota back and queue again with the original
+        submit time; the preemptor is admitted once the quota workflow has it back."""
+        await self._purge_all("purge on preemption")
+        self._announce(lifecycle.requeue_after_preemption(self._p))
+        await self._release_quota()
 
     async def _purge_graceful_old(self, why: str) -> None:
         old = self._p.graceful_old
@@ -806,6 +853,15 @@ class PyTorchJobWorkflow:
         return self._progress
 
     @property
+    def _preemption_policy(self) -> JobPreemptionPolicy:
+        """The job's ``fleetq.io/preemptible`` and grace period (refused at start when
+        unreadable; a job started before that check keeps the defaults)."""
+        try:
+            return job_policy(self._job)
+        except ManifestError:
+            return JobPreemptionPolicy()
+
+    @property
     def _pol(self) -> PropagationPolicy:
         assert self._policy is not None, "policy is resolved before any phase runs"
         return self._policy
@@ -874,6 +930,21 @@ class PyTorchJobWorkflow:
     def resume(self) -> None:
         """Resume a suspended job: it queues again (keeping its submit time)."""
         self._suspension.ask_resume()
+
+    @workflow.signal
+    def preempt(self, signal: PreemptSignal) -> None:
+        """The quota workflow preempts the job: it stops within the grace period (it may
+        finish meanwhile), its copies are purged, its quota released, and it queues
+        again keeping its submit time."""
+        if self._progress is None or not workflow.patched(PATCH_PREEMPTION):
+            return
+        notices = lifecycle.take_preemption(
+            self._progress, signal, holding=self._grant is not None, now=workflow.now()
+        )
+        if notices:
+            self._announce(notices)
+            self._preempt_wake = True
+            self._retry_now = True  # a placement pause ends now
 
     @workflow.signal
     def retry_placement(self) -> None:

@@ -18,6 +18,15 @@ signals one run grew past the 10,240-event warning (BENCHMARKS.md, deep queue). 
 update that arrives then is handed to the next run instead. A periodic check against
 Temporal's own view of the holders returns quota held by jobs that no longer run
 (terminated, timed out, deleted).
+
+Preemption and reclaim (issue 18, off unless the tree's ``fleetq.io/preemption`` or
+``fleetq.io/reclaim`` annotation turns them on): after each scheduling pass, the pure
+``fleetq.preemption.plan_preemptions`` decides which admitted jobs give way to which
+waiting ones; the plans are kept in the admission state (so they survive
+continue-as-new) and each victim gets a ``preempt`` signal, sent like a grant. A victim
+releases its quota once it has stopped; the preemptor is admitted by the first pass after
+its last victim released (a victim whose workflow is gone is released by the holder
+check, or at once when the signal cannot be delivered).
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from fleetq.messages import (
         HolderCheck,
+        PreemptSignal,
         QuotaBatch,
         QuotaMessage,
         QuotaReceipt,
@@ -53,13 +63,20 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.models import (
         QUEUE_POLICY_ANNOTATION,
         STARVATION_ANNOTATION,
+        ElasticQuotaTree,
+        ManifestError,
         ManifestErrors,
         parse_tree,
     )
+    from fleetq.preemption import Victim, plan_preemptions, tree_policy
     from fleetq.resources import format_quantity
     from workflows import metrics
 
 __all__ = ["QuotaTreeInput", "QuotaTreeWorkflow", "QuotaView"]
+
+#: preemption plans and ``preempt`` signals: new commands, only under a tree whose
+#: annotations turn preemption or reclaim on
+PATCH_PREEMPTION = "preemption"
 
 
 @workflow.defn(name="QuotaTreeWorkflow")
@@ -83,6 +100,8 @@ class QuotaTreeWorkflow:
         self._leaks: list[str] = []
         self._details = ""
         self._stop = False
+        self._preemptions_sent = 0
+        self._preemption_on = _preemption_on(self._admission.quota.tree)
 
     @staticmethod
     def _queue_settings(tree: Any, inp: QuotaTreeInput) -> tuple[QueuePolicy, float]:
@@ -156,6 +175,35 @@ class QuotaTreeWorkflow:
         grants = self._immediate + self._admission.schedule(workflow.now().timestamp())
         self._immediate = []
         self._dispatch(grants)
+        if self._preemption_on and workflow.patched(PATCH_PREEMPTION):
+            for plan in plan_preemptions(self._admission):
+                for victim in plan.victims:
+                    self._dispatch_preempt(victim)
+
+    def _dispatch_preempt(self, victim: Victim) -> None:
+        """Tell one victim to stop, without waiting for the delivery (as grants)."""
+        task = asyncio.ensure_future(self._preempt(victim))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def _preempt(self, victim: Victim) -> None:
+        signal = PreemptSignal(
+            preemptor=victim.preemptor,
+            reason=victim.reason.value,
+            message=victim.message,
+            grace_seconds=victim.grace_seconds,
+        )
+        try:
+            await workflow.get_external_workflow_handle(victim.job_id).signal("preempt", signal)
+        except Exception as exc:
+            # The victim's workflow is gone: its quota comes back at once.
+            workflow.logger.info("preemption of %s not delivered: %s", victim.job_id, exc)
+            if self._admission.release(victim.job_id):
+                self._leaks.append(victim.job_id)
+            self._dirty = True
+        else:
+            self._preemptions_sent += 1
+            metrics.preemption(victim.reason.value)
 
     def _dispatch(self, grants: list[Grant]) -> None:
         """Send grants without waiting for their delivery, so the next scheduling pass
@@ -219,6 +267,9 @@ class QuotaTreeWorkflow:
                 for k, v in sorted(q.max.items())
             )
             lines.append(f"| {q.name} | {q.length} | {q.admitted} | {usage or '-'} |")
+        plans = self._admission.plans()
+        if plans:
+            lines += ["", f"{len(plans)} preemptor(s) waiting for their victims to stop"]
         details = "\n".join(lines)
         metrics.queue_lengths({q.name: q.length for q in queues}, admitted)
         if details != self._details:
@@ -239,6 +290,7 @@ class QuotaTreeWorkflow:
         self._admission.replace_tree(tree)
         policy, starve = self._queue_settings(tree, self._input)
         self._admission.policy, self._admission.starvation_seconds = policy, starve
+        self._preemption_on = _preemption_on(tree)
         self._tree_doc = manifest
         self._dirty = True
         return "unchanged" if unchanged else "configured"
@@ -247,7 +299,8 @@ class QuotaTreeWorkflow:
     def _validate_tree(self, manifest: dict[str, Any]) -> None:
         try:
             tree = parse_tree(manifest)
-        except ManifestErrors as exc:
+            tree_policy(tree)  # fleetq.io/preemption, reclaim and fair-share-weight
+        except (ManifestErrors, ManifestError) as exc:
             raise ValueError(str(exc)) from None
         current = self._tree_name()
         name = f"{tree.metadata.namespace}/{tree.metadata.name}"
@@ -336,4 +389,18 @@ class QuotaTreeWorkflow:
             generation=self._input.generation,
             grants_sent=self._grants_sent,
             leaks_recovered=list(self._leaks),
+            preempting={
+                p.preemptor: self._admission.waiting_for(p.preemptor)
+                for p in self._admission.plans()
+            },
+            preemptions_sent=self._preemptions_sent,
         )
+
+
+def _preemption_on(tree: ElasticQuotaTree | None) -> bool:
+    """Whether ``tree``'s annotations turn preemption or reclaim on (a tree whose
+    annotations cannot be read, e.g. given at start and never applied, leaves it off)."""
+    try:
+        return tree_policy(tree).enabled
+    except ManifestError:
+        return False

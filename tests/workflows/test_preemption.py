@@ -1,0 +1,222 @@
+"""Quota preemption and reclaim carried out by the real workflows (the quota workflow and
+the job workflows) over scripted member clusters, on the dev server in real time: a
+high-priority job preempts the running low one, which is purged, gives its quota back
+and queues again with its original submit time; a team below its ``min`` takes quota
+back from a borrower; an opted-out job is never preempted; bad annotations are refused
+in one line."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+
+from fleetq.admission import WaitInfo
+from fleetq.messages import JobEvent, JobView
+from fleetq.naming import job_workflow_id
+from tests.workflows.fakes import load, policy, walkthrough_job
+from tests.workflows.test_quota_workflow import Env, _env, wait_for
+from workflows.quota_tree import QuotaTreeWorkflow, QuotaView
+
+pytestmark = [pytest.mark.timeout(120)]
+
+LOW, HIGH = 10, 1000
+
+
+@pytest_asyncio.fixture
+async def penv(dev_env: WorkflowEnvironment) -> AsyncIterator[Env]:
+    async for e in _env(dev_env, dev_env.client):
+        e.fleet.clusters["cluster-a"].timeline = [(0.5, "Healthy", "Running", "")]
+        yield e
+
+
+def preempting_tree(**annotations: str) -> dict[str, Any]:
+    """The walkthrough tree (leaf child-2, namespace default, ``kube-queue/max-jobs: 1``)
+    with ``annotations``."""
+    doc = copy.deepcopy(load("elasticquotatree.yaml"))
+    doc["metadata"]["annotations"] = annotations
+    return doc
+
+
+def job(name: str, priority: int, namespace: str = "default", **annotations: str
+        ) -> dict[str, Any]:
+    doc = walkthrough_job(name, namespace, Master={"priority": priority})
+    doc["metadata"]["annotations"] = annotations
+    return doc
+
+
+async def start(env: Env, manifest: dict[str, Any]) -> WorkflowHandle[Any, Any]:
+    ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+    doc = policy(queued=True)
+    doc["metadata"]["namespace"] = ns
+    return await env.env.client.start_workflow(
+        "PyTorchJobWorkflow",
+        {"manifest": manifest, "policy": doc, "rewatch_seconds": 1.0},
+        id=job_workflow_id(ns, name),
+        task_queue=env.tq,
+    )
+
+
+async def view_of(handle: WorkflowHandle[Any, Any]) -> JobView:
+    return JobView.model_validate(await handle.query("status"))
+
+
+async def in_state(handle: WorkflowHandle[Any, Any], *states: str) -> JobView:
+    holder: list[JobView] = []
+
+    async def reached() -> bool:
+        holder[:] = [await view_of(handle)]
+        return holder[0].state in states
+
+    await wait_for(reached, timeout=60)
+    return holder[0]
+
+
+def named(view: JobView, reason: str) -> list[JobEvent]:
+    return [e for e in view.events if e.reason == reason]
+
+
+async def quota_view(qh: WorkflowHandle[Any, Any]) -> QuotaView:
+    return QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view))
+
+
+async def finish(env: Env, handle: WorkflowHandle[Any, Any]) -> JobView:
+    name = handle.id.rsplit("/", 1)[1]
+    env.fleet.job("cluster-a", name).set("Healthy", "Succeeded")
+    return JobView.model_validate(await handle.result())
+
+
+async def test_high_priority_preempts_the_running_low_job_which_runs_again_after(
+        penv: Env) -> None:
+    qh = await penv.start_tree(preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}))
+    low = await start(penv, job("low", LOW, **{"fleetq.io/preemption-grace-seconds": "2"}))
+    await in_state(low, "Running")
+    later = await start(penv, job("later", LOW))  # same priority, submitted after low
+    await wait_for(lambda: _waiting(qh, 1))
+    high = await start(penv, job("high", HIGH))
+
+    # the high job waits for its victim, which keeps running through its grace period
+    async def waits_for_low() -> bool:
+        info = await qh.query(QuotaTreeWorkflow.wait_info, high.id, result_type=WaitInfo)
+        return info is not None and info.victims == [low.id]
+
+    await wait_for(waits_for_low)
+    info = await qh.query(QuotaTreeWorkflow.wait_info, high.id, result_type=WaitInfo)
+    assert info is not None
+    assert info.reason == "waiting for 1 preempted job to release quota: default/low"
+    assert (await quota_view(qh)).preempting == {high.id: [low.id]}
+    (preempted,) = named(await view_of(low), "Preempted")
+    assert preempted.type == "Warning"
+    assert preempted.message == (
+        "preempted by default/high: priority 1000 > 10; stopping within 2s"
+    )
+
+    # the victim is purged, gives its quota back and queues again; the high job runs
+    await in_state(high, "Running")
+    low_view = await in_state(low, "Queued")
+    assert low_view.cluster is None and not low_view.admitted
+    assert penv.fleet.calls.index(("purge", "cluster-a")) < [
+        i for i, c in enumerate(penv.fleet.calls) if c == ("bind", "cluster-a")
+    ][1], "the victim's copy is purged before the preemptor is bound"
+    view = await quota_view(qh)
+    assert view.holders == 1 and view.preempting == {} and view.preemptions_sent == 1
+
+    # keeping its original submit time, low goes before the later job of its priority
+    high_view = await finish(penv, high)
+    assert high_view.state == "Succeeded"
+    await in_state(low, "Running")
+    assert (await view_of(later)).state == "Queued"
+    low_view = await finish(penv, low)
+    assert low_view.state == "Succeeded"
+    assert len(named(low_view, "Admitted")) == 2 and len(named(low_view, "Preempted")) == 1
+    await in_state(later, "Running")
+    assert (await finish(penv, later)).state == "Succeeded"
+    view = await quota_view(qh)
+    assert view.holders == 0 and view.waiting == 0
+    assert all(not any(q.usage.values()) for q in view.queues)
+
+
+async def test_an_opted_out_job_is_never_preempted_and_the_high_one_waits(penv: Env) -> None:
+    qh = await penv.start_tree(preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}))
+    low = await start(penv, job("keep", LOW, **{"fleetq.io/preemptible": "false"}))
+    await in_state(low, "Running")
+    high = await start(penv, job("urgent", HIGH))
+    # the quota workflow decides in the pass that queues the high job
+    await wait_for(lambda: _waiting(qh, 1))
+    view = await quota_view(qh)
+    assert view.preempting == {} and view.preemptions_sent == 0
+    info = await qh.query(QuotaTreeWorkflow.wait_info, high.id, result_type=WaitInfo)
+    assert info is not None and info.victims == []
+    assert "kube-queue/max-jobs" in info.reason
+    assert named(await view_of(low), "Preempted") == []
+    # it runs once the opted-out job is done
+    assert (await finish(penv, low)).state == "Succeeded"
+    await in_state(high, "Running")
+    assert (await finish(penv, high)).state == "Succeeded"
+
+
+async def test_a_team_below_min_reclaims_quota_from_a_borrower(penv: Env) -> None:
+    jobs = "kube-queue/max-jobs"
+    doc = copy.deepcopy(load("elasticquotatree.yaml"))
+    doc["metadata"]["annotations"] = {"fleetq.io/reclaim": "Any"}
+    doc["spec"]["root"]["max"][jobs] = 2
+    doc["spec"]["root"]["min"][jobs] = 2
+    doc["spec"]["root"]["children"] = [
+        {"name": "borrower", "namespaces": ["borrow"], "min": {jobs: 0}, "max": {jobs: 2}},
+        {"name": "owner", "namespaces": ["own"], "min": {jobs: 1}, "max": {jobs: 2}},
+    ]
+    qh = await penv.start_tree(doc)
+    first = await start(penv, job("b-first", LOW, "borrow"))
+    await in_state(first, "Running")
+    second = await start(penv, job("b-second", LOW, "borrow", **{
+        "fleetq.io/preemption-grace-seconds": "0"}))
+    await in_state(second, "Running")
+    mine = await start(penv, job("mine", LOW, "own"))  # same priority: reclaim Any
+    await in_state(mine, "Running")
+    # the most recently admitted borrower gave way, the other one kept running
+    second_view = await in_state(second, "Queued")
+    (preempted,) = named(second_view, "Preempted")
+    assert preempted.message == (
+        "preempted by own/mine: reclaim for owner below min; stopping within 0s"
+    )
+    assert (await view_of(first)).state == "Running"
+    view = await quota_view(qh)
+    assert view.holders == 2 and view.waiting == 1
+    # the borrower runs again once there is room
+    assert (await finish(penv, mine)).state == "Succeeded"
+    await in_state(second, "Running")
+    for h in (first, second):
+        assert (await finish(penv, h)).state == "Succeeded"
+
+
+async def test_bad_preemption_annotations_are_refused_in_one_line(penv: Env) -> None:
+    qh = await penv.start_tree(preempting_tree())
+    with pytest.raises(WorkflowUpdateFailedError) as info:
+        await qh.execute_update(
+            QuotaTreeWorkflow.apply_tree, preempting_tree(**{"fleetq.io/reclaim": "always"}))
+    message = str(info.value.cause)
+    assert message.endswith(
+        "ElasticQuotaTree kube-system/elasticquotatree: metadata.annotations."
+        "fleetq.io/reclaim must be Never, LowerPriority or Any, got 'always'")
+    assert "\n" not in message
+    assert (await quota_view(qh)).policy == "Priority"  # the tree in force is untouched
+
+    bad = await start(penv, job("bad", LOW, **{"fleetq.io/preemptible": "maybe"}))
+    with pytest.raises(WorkflowFailureError) as caught:
+        await bad.result()
+    cause = caught.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidManifest"
+    assert cause.message == (
+        "PyTorchJob default/bad: metadata.annotations.fleetq.io/preemptible must be "
+        "\"true\" or \"false\", got 'maybe'")
+
+
+async def _waiting(qh: WorkflowHandle[Any, Any], n: int) -> bool:
+    return (await quota_view(qh)).waiting == n
+
