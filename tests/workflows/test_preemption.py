@@ -103,11 +103,11 @@ async def test_high_priority_preempts_the_running_low_job_which_runs_again_after
 
     # the high job waits for its victim, which keeps running through its grace period
     async def waits_for_low() -> bool:
-        info = await qh.query(QuotaTreeWorkflow.wait_info, high.id, result_type=WaitInfo)
+        info = await wait_info(qh, high.id)
         return info is not None and info.victims == [low.id]
 
     await wait_for(waits_for_low)
-    info = await qh.query(QuotaTreeWorkflow.wait_info, high.id, result_type=WaitInfo)
+    info = await wait_info(qh, high.id)
     assert info is not None
     assert info.reason == "waiting for 1 preempted job to release quota: default/low"
     assert (await quota_view(qh)).preempting == {high.id: [low.id]}
@@ -142,6 +142,26 @@ async def test_high_priority_preempts_the_running_low_job_which_runs_again_after
     assert all(not any(q.usage.values()) for q in view.queues)
 
 
+async def test_a_victim_terminated_while_stopping_is_released_and_the_plan_completes(
+        penv: Env) -> None:
+    qh = await penv.start_tree(
+        preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}), leak_check_seconds=1)
+    low = await start(penv, job("doomed", LOW, **{"fleetq.io/preemption-grace-seconds": "600"}))
+    await in_state(low, "Running")
+    high = await start(penv, job("next", HIGH))
+
+    async def planned() -> bool:
+        return (await quota_view(qh)).preempting == {high.id: [low.id]}
+
+    await wait_for(planned)
+    await low.terminate("gone while stopping")
+    # the holder check returns the victim's quota; the preemptor is admitted and runs
+    await in_state(high, "Running")
+    view = await quota_view(qh)
+    assert view.preempting == {} and low.id in view.leaks_recovered
+    assert (await finish(penv, high)).state == "Succeeded"
+
+
 async def test_an_opted_out_job_is_never_preempted_and_the_high_one_waits(penv: Env) -> None:
     qh = await penv.start_tree(preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}))
     low = await start(penv, job("keep", LOW, **{"fleetq.io/preemptible": "false"}))
@@ -151,7 +171,7 @@ async def test_an_opted_out_job_is_never_preempted_and_the_high_one_waits(penv: 
     await wait_for(lambda: _waiting(qh, 1))
     view = await quota_view(qh)
     assert view.preempting == {} and view.preemptions_sent == 0
-    info = await qh.query(QuotaTreeWorkflow.wait_info, high.id, result_type=WaitInfo)
+    info = await wait_info(qh, high.id)
     assert info is not None and info.victims == []
     assert "kube-queue/max-jobs" in info.reason
     assert named(await view_of(low), "Preempted") == []
@@ -215,6 +235,11 @@ async def test_bad_preemption_annotations_are_refused_in_one_line(penv: Env) -> 
     assert cause.message == (
         "PyTorchJob default/bad: metadata.annotations.fleetq.io/preemptible must be "
         "\"true\" or \"false\", got 'maybe'")
+
+
+async def wait_info(qh: WorkflowHandle[Any, Any], job_id: str) -> WaitInfo | None:
+    info = await qh.query(QuotaTreeWorkflow.wait_info, job_id)
+    return None if info is None else WaitInfo.model_validate(info)
 
 
 async def _waiting(qh: WorkflowHandle[Any, Any], n: int) -> bool:
