@@ -36,6 +36,7 @@ from fleetq.member_contract import (
     OWNER_LABEL,
     PYTORCHJOB_API,
     RESERVATION_API,
+    controlled_by_job,
     copy_dep,
     finished_status,
     is_ours,
@@ -473,19 +474,14 @@ class KubernetesMemberCluster:
         """What of the job is still on the member (its PyTorchJob and pods, terminating
         ones included): empty once a purge is complete."""
         left: list[str] = []
-        obj = self.api.get(self._job_path(job.namespace, job.name))
-        if obj is not None and labels_of(obj).get(OWNER_LABEL) == job.owner_id:
+        if is_ours(self.api.get(self._job_path(job.namespace, job.name)), job):
             left.append(f"PyTorchJob {job.ref}")
         items, _ = self.api.list(
             self._core_path(job.namespace, "pods"), label_selector=f"{KF_JOB_NAME}={job.name}"
         )
         for pod in items:
-            pm = meta_of(pod)
-            if (pm.get("labels") or {}).get(OWNER_LABEL) == job.owner_id or any(
-                isinstance(r, dict) and r.get("kind") == "PyTorchJob" and r.get("name") == job.name
-                for r in pm.get("ownerReferences") or []
-            ):
-                left.append(f"Pod {job.namespace}/{pm.get('name')}")
+            if is_ours(pod, job) or controlled_by_job(pod, job.name):
+                left.append(f"Pod {job.namespace}/{meta_of(pod).get('name')}")
         return left
 
     def purge(self, job: JobRef) -> PurgeResult:
@@ -503,7 +499,7 @@ class KubernetesMemberCluster:
         obj = self.api.get(path)
         foreign = False
         if obj is not None:
-            if labels_of(obj).get(OWNER_LABEL) == job.owner_id:
+            if is_ours(obj, job):
                 if self.api.delete(path, propagation="Background"):
                     deleted.append(f"PyTorchJob {job.ref}")
             else:
@@ -512,13 +508,9 @@ class KubernetesMemberCluster:
         items, _ = self.api.list(pods_path, label_selector=f"{KF_JOB_NAME}={job.name}")
         for pod in items:
             pm = meta_of(pod)
-            refs = [r for r in pm.get("ownerReferences") or [] if isinstance(r, dict)]
             # Ours: labelled with our owner id, or (unless a foreign job holds the name)
             # owned by a PyTorchJob of this name, which was ours or is already gone.
-            ours = (pm.get("labels") or {}).get(OWNER_LABEL) == job.owner_id or (
-                not foreign
-                and any(r.get("kind") == "PyTorchJob" and r.get("name") == job.name for r in refs)
-            )
+            ours = is_ours(pod, job) or (not foreign and controlled_by_job(pod, job.name))
             pod_path = self._core_path(job.namespace, "pods", str(pm.get("name")))
             if ours and self.api.delete(pod_path):
                 deleted.append(f"Pod {job.namespace}/{pm.get('name')}")

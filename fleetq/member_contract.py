@@ -108,6 +108,15 @@ def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     )
 
 
+def controlled_by_job(obj: Mapping[str, Any], name: str) -> bool:
+    """Whether one of the object's ownerReferences is a PyTorchJob called ``name`` (the
+    operator's pods of that job, whichever run of it created them)."""
+    return any(
+        isinstance(ref, dict) and ref.get("kind") == "PyTorchJob" and ref.get("name") == name
+        for ref in meta_of(obj).get("ownerReferences") or []
+    )
+
+
 def pod_templates(manifest: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """``(role, template)`` for every replica spec of a PyTorchJob manifest."""
     specs = (manifest.get("spec") or {}).get("pytorchReplicaSpecs") or {}
