@@ -1,0 +1,189 @@
+"""Quota preemption and reclaim end to end on the embedded fleet (dev server, emulated
+members, the real adapter and worker), judged on the members and the quota workflow: a
+high-priority job preempts the running low one in a ``kube-queue/max-jobs: 1`` leaf (the
+low one's copy is gone from every member before the high one's exists, and it runs
+again afterwards); a team below its ``min`` takes quota back from a borrower; an
+opted-out job is never preempted. A sampler reads the quota workflow all along: no
+node's usage ever exceeds its ``max``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from temporalio.client import WorkflowHandle
+
+from bench.chaos import job_manifest, member_copies, policy_manifest, tree_manifest
+from fleetq.messages import QuotaView
+from fleetq.naming import job_workflow_id, quota_workflow_id
+from tests.reliability.conftest import LEAVES, REL_TREE, Stack
+
+pytestmark = [pytest.mark.timeout(180)]
+
+JOBS = "kube-queue/max-jobs"
+LOW, HIGH = 10, 1000
+PRIO_NS, BORROW_NS, OWN_NS = "pre-prio", "pre-borrow", "pre-own"
+
+
+def preempting_tree() -> dict[str, Any]:
+    """The reliability tree plus a ``max-jobs: 1`` leaf and a two-team subtree (owner:
+    min 1 job, borrower: min 0, both max 2, sharing 2), with preemption and reclaim on."""
+    doc = tree_manifest(LEAVES, max_jobs=100, name=REL_TREE)
+    doc["metadata"]["annotations"] = {
+        "fleetq.io/preemption": "LowerPriority",
+        "fleetq.io/reclaim": "Any",
+    }
+    children = doc["spec"]["root"]["children"]
+    children.append({"name": PRIO_NS, "namespaces": [PRIO_NS],
+                     "max": {"cpu": "100", "memory": "1000Gi", JOBS: 1}})
+    children.append({
+        "name": "pre-team", "min": {JOBS: 2}, "max": {JOBS: 2},
+        "children": [
+            {"name": BORROW_NS, "namespaces": [BORROW_NS], "min": {JOBS: 0}, "max": {JOBS: 2}},
+            {"name": OWN_NS, "namespaces": [OWN_NS], "min": {JOBS: 1}, "max": {JOBS: 2}},
+        ],
+    })
+    return doc
+
+
+class UsageSampler:
+    """Reads the quota workflow's view every 50 ms; keeps every (node, resource) seen
+    above its ``max``."""
+
+    def __init__(self, stack: Stack) -> None:
+        self._handle = stack.client.get_workflow_handle(quota_workflow_id("kube-system",
+                                                                          REL_TREE))
+        self.over: list[str] = []
+        self.samples = 0
+
+    async def run(self) -> None:
+        while True:
+            view = QuotaView.model_validate(await self._handle.query("view"))
+            self.samples += 1
+            for q in view.queues:
+                for k, limit in q.max.items():
+                    if q.usage.get(k, 0) > limit:
+                        self.over.append(f"{q.node} {k} {q.usage[k]} > {limit}")
+            await asyncio.sleep(0.05)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def preempting(stack: Stack) -> AsyncIterator[Stack]:
+    original = copy.deepcopy(stack.tree)
+    await stack.apply_tree(preempting_tree())
+    try:
+        yield stack
+    finally:
+        await stack.apply_tree(original)
+
+
+@pytest_asyncio.fixture
+async def sampler(preempting: Stack) -> AsyncIterator[UsageSampler]:
+    s = UsageSampler(preempting)
+    task = asyncio.ensure_future(s.run())
+    try:
+        yield s
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert s.samples > 0
+    assert s.over == [], s.over
+
+
+def job(namespace: str, prefix: str, priority: int, **annotations: str) -> dict[str, Any]:
+    doc = job_manifest(namespace, f"{prefix}-{uuid.uuid4().hex[:6]}")
+    for spec in doc["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["priority"] = priority
+    doc["metadata"]["annotations"] = annotations
+    return doc
+
+
+async def start(stack: Stack, doc: dict[str, Any], run_seconds: int
+                ) -> WorkflowHandle[Any, Any]:
+    ns = doc["metadata"]["namespace"]
+    arg = {"manifest": doc, "rewatch_seconds": 1.0, "run_seconds": run_seconds,
+           "policy": policy_manifest(ns, queued=True)}
+    return await stack.client.start_workflow(
+        "PyTorchJobWorkflow", arg, id=job_workflow_id(ns, doc["metadata"]["name"]),
+        task_queue="fleetq")
+
+
+def messages(view: Any, reason: str) -> list[str]:
+    return [e.message for e in view.events if e.reason == reason]
+
+
+async def test_priority_preemption_in_a_one_job_leaf(preempting: Stack,
+                                                    sampler: UsageSampler) -> None:
+    stack = preempting
+    low_doc = job(PRIO_NS, "low", LOW, **{"fleetq.io/preemption-grace-seconds": "1"})
+    low = await start(stack, low_doc, run_seconds=12)
+    await stack.wait_state(low, "Running", timeout=60)
+    high_doc = job(PRIO_NS, "high", HIGH)
+    high = await start(stack, high_doc, run_seconds=3)
+    high_view = await stack.wait_state(high, "Created", "Running", timeout=60)
+    # the victim's copy was purged before the preemptor was bound: none left anywhere
+    assert member_copies(stack.emulated, PRIO_NS, low_doc["metadata"]["name"]) == {}
+    assert member_copies(stack.emulated, PRIO_NS, high_doc["metadata"]["name"]) == {
+        high_view.cluster: 1}
+    assert high_view.cluster is not None
+    low_view = await stack.view(low)
+    assert low_view.state == "Queued" and not low_view.admitted
+    high_name = high_doc["metadata"]["name"]
+    assert messages(low_view, "Preempted") == [
+        f"preempted by {PRIO_NS}/{high_name}: priority {HIGH} > {LOW}; stopping within 1s"
+    ]
+    assert (await stack.wait_end(high, timeout=60)).state == "Succeeded"
+    # the low job runs again, from the queue, and completes
+    low_view = await stack.wait_end(low, timeout=90)
+    assert low_view.state == "Succeeded", low_view.reason
+    assert len(messages(low_view, "Admitted")) == 2
+    assert len(messages(low_view, "ScheduleBindingSucceed")) == 2
+
+
+async def test_reclaim_from_a_borrower_for_a_team_below_min(preempting: Stack,
+                                                           sampler: UsageSampler) -> None:
+    stack = preempting
+    borrowers = [job(BORROW_NS, f"b{i}", LOW, **{"fleetq.io/preemption-grace-seconds": "1"})
+                 for i in range(2)]
+    handles = []
+    for doc in borrowers:
+        handles.append(await start(stack, doc, run_seconds=15))
+        await stack.wait_state(handles[-1], "Running", timeout=60)
+    mine_doc = job(OWN_NS, "mine", LOW)  # same priority: reclaim Any
+    mine = await start(stack, mine_doc, run_seconds=2)
+    await stack.wait_state(mine, "Created", "Running", timeout=60)
+    # the most recently admitted borrower gave way; the first kept running
+    second = await stack.view(handles[1])
+    assert messages(second, "Preempted") == [
+        f"preempted by {OWN_NS}/{mine_doc['metadata']['name']}: reclaim for {OWN_NS} "
+        "below min; stopping within 1s"
+    ]
+    assert second.state == "Queued" and second.cluster is None
+    assert member_copies(stack.emulated, BORROW_NS, borrowers[1]["metadata"]["name"]) == {}
+    assert (await stack.view(handles[0])).state == "Running"
+    assert (await stack.wait_end(mine, timeout=60)).state == "Succeeded"
+    for h in handles:
+        assert (await stack.wait_end(h, timeout=90)).state == "Succeeded"
+
+
+async def test_an_opted_out_job_is_never_preempted(preempting: Stack,
+                                                  sampler: UsageSampler) -> None:
+    stack = preempting
+    keep = await start(stack, job(PRIO_NS, "keep", LOW, **{"fleetq.io/preemptible": "false"}),
+                       run_seconds=6)
+    await stack.wait_state(keep, "Running", timeout=60)
+    high = await start(stack, job(PRIO_NS, "urgent", HIGH), run_seconds=1)
+    await stack.wait_state(high, "Queued", timeout=30)
+    keep_view = await stack.wait_end(keep, timeout=60)
+    assert keep_view.state == "Succeeded" and messages(keep_view, "Preempted") == []
+    high_view = await stack.wait_end(high, timeout=60)
+    assert high_view.state == "Succeeded"
+    assert keep_view.finished_at is not None and high_view.bound_at is not None
+    assert high_view.bound_at >= keep_view.finished_at
