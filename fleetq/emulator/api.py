@@ -25,7 +25,7 @@ import yaml
 from aiohttp import web
 
 from fleetq import resources as R
-from fleetq.emulator.kube_objects import parse_duration, parse_time
+from fleetq.emulator.kube_objects import parse_time
 from fleetq.emulator.selectors import SelectorError, parse_selectors, selector_matcher
 from fleetq.emulator.store import (
     ApiError,
@@ -38,6 +38,7 @@ from fleetq.emulator.store import (
     status_details,
 )
 from fleetq.emulator.tables import table, wants_table
+from fleetq.kube_values import parse_go_duration
 from fleetq.models import DNS1123_LABEL, DNS1123_SUBDOMAIN, pod_requests
 
 if TYPE_CHECKING:
@@ -178,7 +179,7 @@ def validate(rt: ResourceType, obj: Obj) -> None:
             raise invalid(rt, name, "spec.owners", "Required value")
         if spec.get("ttl") is not None:
             try:
-                parse_duration(str(spec["ttl"]))
+                parse_go_duration(str(spec["ttl"]))
             except ValueError as exc:
                 raise invalid(rt, name, "spec.ttl", f"Invalid value: {exc}") from None
         if spec.get("expires") is not None:

@@ -15,15 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleetq.emulator.store import Key, Obj, Store, now_iso
-from fleetq.kube_values import parse_go_duration, parse_rfc3339
+from fleetq.kube_values import parse_rfc3339
 
 RUN_SECONDS = "fleetq.io/run-seconds"
 TERMINAL = ("Succeeded", "Failed")
-
-
-def parse_duration(text: str) -> float:
-    """Go ``time.Duration`` text → seconds (``fleetq.kube_values``)."""
-    return parse_go_duration(text)
 
 
 def parse_time(text: str) -> float:

@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from fleetq import resources as R
-from fleetq.emulator.kube_objects import cond, parse_duration, parse_time, set_condition
+from fleetq.emulator.kube_objects import cond, parse_time, set_condition
 from fleetq.emulator.ledger import CapacityLedger, reservation_room
 from fleetq.emulator.node_fit import PodShape, node_reject, unavailable_message
 from fleetq.emulator.selectors import match_label_selector
 from fleetq.emulator.store import Obj, Store
 from fleetq.emulator.timers import Timers
+from fleetq.kube_values import parse_go_duration
 
 RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
 RESERVATION_ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"
@@ -197,7 +198,7 @@ def reservation_expiry(res: Obj, created: float) -> float | None:
         except ValueError:
             return created
     ttl = spec.get("ttl")
-    seconds = DEFAULT_TTL if ttl is None else parse_duration(str(ttl))
+    seconds = DEFAULT_TTL if ttl is None else parse_go_duration(str(ttl))
     if seconds == 0:
         return None
     return created + seconds
