@@ -23,9 +23,8 @@ from fleetq.cli.context import CliError, fleet_config_path
 from fleetq.cli.output import age, parse_time
 from fleetq.client import members
 from fleetq.client.members import MemberRead, MemberSnapshot, job_key_of_pod
-from fleetq.client.members import meta_of as _meta
 from fleetq.fleet_config import FleetConfigError
-from fleetq.member_contract import job_phase, pod_restarts
+from fleetq.member_contract import job_phase, meta_of, pod_restarts
 from fleetq.messages import TERMINAL_STATES, JobView
 
 __all__ = ["MemberRead", "MemberSnapshot", "read_members"]
@@ -80,7 +79,7 @@ def expected_clusters(view: JobView) -> list[str]:
 
 def _pods_live(pods: Iterable[dict[str, Any]]) -> bool:
     return any(str((p.get("status") or {}).get("phase") or "Pending") in LIVE_POD_PHASES
-               and not _meta(p).get("deletionTimestamp") for p in pods)
+               and not meta_of(p).get("deletionTimestamp") for p in pods)
 
 
 def _pods_running(pods: Iterable[dict[str, Any]]) -> bool:
@@ -102,7 +101,7 @@ def copy_state(view: JobView | None, cluster: str, snap: MemberSnapshot,
         assert view is not None
         if obj is not None:
             phase, _ = job_phase(obj)
-            if _meta(obj).get("deletionTimestamp"):
+            if meta_of(obj).get("deletionTimestamp"):
                 return f"{phase}, being deleted"
             return phase
         if view.state in TERMINAL_STATES:
@@ -127,7 +126,7 @@ def copy_age(snap: MemberSnapshot, view: JobView | None, namespace: str, name: s
              cluster: str) -> str:
     obj = snap.copies(namespace, name).get(cluster)
     if obj is not None:
-        return age(_meta(obj).get("creationTimestamp"))
+        return age(meta_of(obj).get("creationTimestamp"))
     if view is not None:
         return age(view.bound_at or view.created_at)
     return "<unknown>"
@@ -184,7 +183,7 @@ def pod_ready(pod: dict[str, Any]) -> str:
 
 
 def pod_status(pod: dict[str, Any]) -> str:
-    if _meta(pod).get("deletionTimestamp"):
+    if meta_of(pod).get("deletionTimestamp"):
         return "Terminating"
     status = pod.get("status") or {}
     for c in status.get("containerStatuses") or []:
@@ -207,7 +206,7 @@ def member_pod_rows(views: list[JobView], snap: MemberSnapshot, all_namespaces: 
         headers.append("NODE")
     rows: list[tuple[tuple[Any, ...], list[Any]]] = []
     for cluster, pod in snap.all_pods():
-        meta = _meta(pod)
+        meta = meta_of(pod)
         pname = str(meta.get("name") or "?")
         if (name is not None and pname != name) or (job is not None
                                                      and job_key_of_pod(pod) != job):
@@ -259,10 +258,10 @@ def member_pod_objects(snap: MemberSnapshot, name: str | None) -> list[dict[str,
     """The member pods for ``get pod -o yaml|json``, each annotated with its cluster."""
     out = []
     for cluster, pod in snap.all_pods():
-        if name is not None and _meta(pod).get("name") != name:
+        if name is not None and meta_of(pod).get("name") != name:
             continue
         obj = dict(pod)
-        meta = dict(_meta(pod))
+        meta = dict(meta_of(pod))
         meta["annotations"] = {**(meta.get("annotations") or {}),
                                "fleetq.io/member-cluster": cluster}
         obj["metadata"] = meta

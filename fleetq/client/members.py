@@ -17,14 +17,13 @@ from typing import Any
 from activities.kube_api import ApiError, ClusterUnreachable, KubeApi, RetryPolicy
 from fleetq.client.errors import ClientError, NotFound
 from fleetq.fleet_config import ClusterConfig, FleetConfig, FleetConfigError, load_fleet_config
-from fleetq.member_contract import MANAGED_BY
+from fleetq.member_contract import MANAGED_BY, PYTORCHJOB_API, meta_of
 from fleetq.naming import KF_JOB_NAME
 
 #: the client waits at most this long for a member (connect / read), and never retries
 CONNECT_TIMEOUT_S = 2.0
 READ_TIMEOUT_S = 5.0
 MAX_PARALLEL_READS = 16
-JOBS_PATH = "/apis/kubeflow.org/v1"
 JOB_RESOURCE = "pytorchjobs.kubeflow.org"
 
 
@@ -43,12 +42,6 @@ class MemberRead:
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-def meta_of(obj: dict[str, Any]) -> dict[str, Any]:
-    """A Kubernetes object's metadata (empty when it has none)."""
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
 
 
 def job_key_of_pod(pod: dict[str, Any]) -> tuple[str, str] | None:
@@ -124,6 +117,12 @@ def member_api(cluster: ClusterConfig, config: FleetConfig) -> KubeApi:
     return api
 
 
+def _jobs_path(namespace: str | None) -> str:
+    """The PyTorchJob collection of ``namespace``, or of every namespace."""
+    base = f"{PYTORCHJOB_API}/namespaces/{namespace}" if namespace else PYTORCHJOB_API
+    return f"{base}/pytorchjobs"
+
+
 def _read_one(cluster: ClusterConfig, config: FleetConfig, namespace: str | None) -> MemberRead:
     read = MemberRead(cluster.name)
     try:
@@ -132,8 +131,7 @@ def _read_one(cluster: ClusterConfig, config: FleetConfig, namespace: str | None
         read.error = read.why = f"{cluster.name}: {exc}"
         return read
     selector = f"{MANAGED_BY}=fleetq"
-    jobs = f"{JOBS_PATH}/namespaces/{namespace}/pytorchjobs" if namespace else \
-        f"{JOBS_PATH}/pytorchjobs"
+    jobs = _jobs_path(namespace)
     pods = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
     try:
         read.jobs, _ = api.list(jobs, label_selector=selector)
@@ -193,13 +191,11 @@ def member_jobs(config_path: str, cluster: str, namespace: str | None,
         raise ClientError(f"error: {exc}") from None
     try:
         if name is not None:
-            obj = api.get(f"{JOBS_PATH}/namespaces/{namespace or 'default'}/pytorchjobs/{name}")
+            obj = api.get(f"{_jobs_path(namespace or 'default')}/{name}")
             if obj is None:
                 raise NotFound(JOB_RESOURCE, name)
             return [obj]
-        path = (f"{JOBS_PATH}/namespaces/{namespace}/pytorchjobs" if namespace
-                else f"{JOBS_PATH}/pytorchjobs")
-        items, _ = api.list(path)
+        items, _ = api.list(_jobs_path(namespace))
         return items
     except (ApiError, ClusterUnreachable) as exc:
         raise ClientError(f"error: {exc}") from None
