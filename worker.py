@@ -550,22 +550,23 @@ async def run_worker(
 
 @dataclasses.dataclass(frozen=True)
 class WorkerArgs:
-    """The worker's command line, parsed (deploy/ manifests are checked against it)."""
+    """The worker's command line, parsed (deploy/ manifests are checked against it; the
+    defaults are the command's, below)."""
 
-    address: str | None = None
-    namespace: str | None = None
-    task_queue: str = TASK_QUEUE
-    control_task_queue: str = CONTROL_TASK_QUEUE
-    no_control: bool = False
-    fleet_config: str | None = None
-    prometheus_port: int | None = None
-    prometheus_host: str = "127.0.0.1"
-    health_port: int | None = None
-    health_host: str = "127.0.0.1"
-    liveness_stall_seconds: float = DEFAULT_STALL_SECONDS
-    versioning: bool | None = None
-    deployment_name: str | None = None
-    build_id: str | None = None
+    address: str | None
+    namespace: str | None
+    task_queue: str
+    control_task_queue: str
+    no_control: bool
+    fleet_config: str | None
+    prometheus_port: int | None
+    prometheus_host: str
+    health_port: int | None
+    health_host: str
+    liveness_stall_seconds: float
+    versioning: bool | None
+    deployment_name: str | None
+    build_id: str | None
 
 
 _cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

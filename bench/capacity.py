@@ -127,12 +127,12 @@ def run(args: Options) -> int:
 
 @dataclass(frozen=True)
 class Options:
-    """``fleetq bench capacity``'s options."""
+    """``fleetq bench capacity``'s options as parsed (the defaults are the command's)."""
 
-    clusters: int = 20
-    nodes: int = 200
-    pods: int = 2000
-    repeat: int = 5
+    clusters: int
+    nodes: int
+    pods: int
+    repeat: int
 
 
 app = bench_app()

@@ -73,7 +73,11 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 #: the phases of a job at which the worker is killed, in lifecycle order
 KILL_POINTS = ("queued", "admitted", "capacity", "reserving", "binding", "created", "running",
-               "failing-over", "releasing")
+               "failing-over", "releasing", "preempting")
+#: kill point "preempting": a job of this priority preempts the running victim (priority 0)
+#: of its leaf, which gets PREEMPT_GRACE seconds to stop; the worker dies meanwhile
+PREEMPTOR_PRIORITY = 1000
+PREEMPT_GRACE = 3
 #: whole-component restarts (run after the kill points, one at a time)
 RESTARTS = ("temporal-restart", "emulator-restart")
 #: members the chaos jobs may use (both support Reservations, so every phase happens)
@@ -191,6 +195,15 @@ def job_manifest(namespace: str, name: str, *, cpu: str = "100m",
                        "template": template()},
         }},
     }
+
+
+def preemption_job(namespace: str, name: str, priority: int, grace: int) -> dict[str, Any]:
+    """:func:`job_manifest` with a priority and a preemption grace period."""
+    doc = job_manifest(namespace, name)
+    for spec in doc["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["priority"] = priority
+    doc["metadata"]["annotations"] = {"fleetq.io/preemption-grace-seconds": str(grace)}
+    return doc
 
 
 def policy_manifest(namespace: str, *, toleration: int = 2, purge: str = "Immediately",
@@ -665,6 +678,8 @@ class ChaosRig:
         assert self.client is not None
         leaves = {f"leaf-{p}": [f"chaos-{p}"] for p in points}
         tree = tree_manifest(leaves)
+        if "preempting" in points:  # the other points' jobs all have priority 0
+            tree["metadata"]["annotations"] = {"fleetq.io/preemption": "LowerPriority"}
         await asyncio.wait_for(apply_tree(self.client, parse_tree(tree), tree), 60)
         for p in points:
             await apply_registry_object(self.client, policy_manifest(f"chaos-{p}"))
@@ -691,11 +706,12 @@ class ChaosRig:
         self.workers[task_queue].stop(sig=signal.SIGKILL)
 
     async def start_job(self, namespace: str, name: str, task_queue: str,
-                        run_seconds: int | None = None) -> WorkflowHandle[Any, Any]:
+                        run_seconds: int | None = None,
+                        manifest: dict[str, Any] | None = None) -> WorkflowHandle[Any, Any]:
         assert self.client is not None
         return await self.client.start_workflow(
             "PyTorchJobWorkflow",
-            {"manifest": job_manifest(namespace, name),
+            {"manifest": manifest or job_manifest(namespace, name),
              "run_seconds": run_seconds or self.run_seconds, "rewatch_seconds": 1.0},
             id=job_workflow_id(namespace, name), task_queue=task_queue)
 
@@ -789,6 +805,18 @@ class ChaosRig:
                 return ""
             await handle.cancel()
             return str(await poll(lambda: scheduled("purge", after_cancel=True), t, 0.01))
+        if point == "preempting":  # the victim was told to stop and is in its grace period
+            assert self.client is not None
+            victim = self.client.get_workflow_handle(
+                job_workflow_id(handle.id.split("/")[1], "victim"))
+
+            async def preempted() -> str:
+                v = await job_view(victim)
+                told = signalled(await history_events(victim), "preempt")
+                return ("victim in its grace period" if told and v is not None
+                        and v.cluster is not None else "")
+
+            return str(await poll(preempted, t, 0.01))
         raise ValueError(f"unknown kill point {point!r}")
 
     async def run_point(self, point: str, timeout: float = 240.0) -> PointResult:
@@ -801,7 +829,15 @@ class ChaosRig:
             blocker = await self.start_job(ns, "blocker", tq, run_seconds=self.run_seconds + 4)
             handles.append(blocker)
             await poll(lambda: _admitted(blocker), 60)
-        handle = await self.start_job(ns, "job", tq)
+        if point == "preempting":  # a low-priority job runs in the leaf (max-jobs 1)
+            victim = await self.start_job(
+                ns, "victim", tq, run_seconds=self.run_seconds + 4,
+                manifest=preemption_job(ns, "victim", 0, PREEMPT_GRACE))
+            handles.append(victim)
+            await poll(lambda: _state(victim, "Running"), 60)
+        handle = await self.start_job(
+            ns, "job", tq, manifest=preemption_job(ns, "job", PREEMPTOR_PRIORITY, PREEMPT_GRACE)
+            if point == "preempting" else None)
         handles.append(handle)
         hit = await self._trigger(point, handle)
         self.kill_worker(tq)
@@ -818,7 +854,9 @@ class ChaosRig:
         for h in handles:
             st, probs = await self.check_job(h, expect, timeout,
                                              failed_over=(point == "failing-over"
-                                                          and h is handle))
+                                                          and h is handle),
+                                             preempted=(point == "preempting"
+                                                        and h is not handle))
             problems += probs
             if h is handle:
                 state = st
@@ -830,8 +868,10 @@ class ChaosRig:
                            self._notes.pop(handle.id, ""))
 
     async def check_job(self, handle: WorkflowHandle[Any, Any], expect: str, timeout: float,
-                        failed_over: bool = False) -> tuple[str, list[str]]:
-        """Wait for the job to end and check it against what it should have reached."""
+                        failed_over: bool = False, preempted: bool = False
+                        ) -> tuple[str, list[str]]:
+        """Wait for the job to end and check it against what it should have reached
+        (``preempted``: it was preempted once, so admitted twice)."""
         assert self.client is not None
         assert self.emulator is not None or self.real is not None
         problems: list[str] = []
@@ -867,8 +907,12 @@ class ChaosRig:
         events = await history_events(handle)
         # one leaf, max-jobs 1, one grant: a second `admitted` would be a double admission
         # (the quota workflow granting a re-sent enqueue again after the crash)
-        if (admissions := signal_count(events, "admitted")) != 1:
-            problems.append(f"{wid}: admitted {admissions} times, expected exactly once")
+        if (admissions := signal_count(events, "admitted")) != 1 + preempted:
+            problems.append(f"{wid}: admitted {admissions} times, expected "
+                            + ("twice (preempted once)" if preempted else "exactly once"))
+        if preempted and (told := sum(1 for e in (view.events if view else [])
+                                      if e.reason == "Preempted")) != 1:
+            problems.append(f"{wid}: {told} Preempted events, expected exactly one")
         if self.real is not None:
             # on real members: none caused by our code or worker (a closing task refused
             # because an event arrived meanwhile is Temporal's design, see
@@ -1024,13 +1068,13 @@ class Members(StrEnum):
 
 @dataclass(frozen=True)
 class Options:
-    """``fleetq bench chaos``'s options."""
+    """``fleetq bench chaos``'s options as parsed (the defaults are the command's)."""
 
-    points: str | None = None
-    restarts: str | None = None
-    members: str = "emulated"
-    workdir: str | None = None
-    json: bool = False
+    points: str | None
+    restarts: str | None
+    members: str
+    workdir: str | None
+    json: bool
 
 
 app = bench_app()

@@ -478,14 +478,14 @@ async def run_round(client: Client, pids: dict[str, int], args: Options,
 
 @dataclass(frozen=True)
 class Options:
-    """``fleetq bench e2e``'s options."""
+    """``fleetq bench e2e``'s options as parsed (the defaults are the command's)."""
 
-    jobs: int = 500
-    concurrency: int = 50
-    warmup: int = 5
-    run_seconds: int = 1
-    rounds: int = 3
-    unsandboxed: bool = False
+    jobs: int
+    concurrency: int
+    warmup: int
+    run_seconds: int
+    rounds: int
+    unsandboxed: bool
 
 
 app = bench_app()

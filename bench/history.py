@@ -245,11 +245,11 @@ async def run(args: Options) -> int:
 
 @dataclass(frozen=True)
 class Options:
-    """``fleetq bench history``'s options."""
+    """``fleetq bench history``'s options as parsed (the defaults are the command's)."""
 
-    days: float = 7.0
-    rewatch_seconds: float = 600.0
-    run_seconds: int = 3
+    days: float
+    rewatch_seconds: float
+    run_seconds: int
 
 
 app = bench_app()

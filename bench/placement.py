@@ -173,12 +173,12 @@ def run(args: Options) -> int:
 
 @dataclass(frozen=True)
 class Options:
-    """``fleetq bench placement``'s options."""
+    """``fleetq bench placement``'s options as parsed (the defaults are the command's)."""
 
-    clusters: int = 100
-    nodes: int = 1000
-    workers: int = 63
-    repeat: int = 15
+    clusters: int
+    nodes: int
+    workers: int
+    repeat: int
 
 
 app = bench_app()

@@ -288,10 +288,10 @@ async def run(args: Options) -> int:
 
 @dataclass(frozen=True)
 class Options:
-    """``fleetq bench queue``'s options."""
+    """``fleetq bench queue``'s options as parsed (the defaults are the command's)."""
 
-    jobs: int = 10_000
-    concurrency: int = 200
+    jobs: int
+    concurrency: int
 
 
 app = bench_app()
