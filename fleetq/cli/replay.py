@@ -1,8 +1,10 @@
 """``fleetq sim replay``: try a quota tree or queue policy on a workload trace before
 applying it to the fleet.
 
-Runs :func:`fleetq.simulator.simulate` (the workflows' own admission and placement code in
-virtual time) and prints the report as rich tables or JSON (``-o json``); ``--plot FILE``
+Runs :func:`fleetq.simulator.simulate` (the workflows' own admission, preemption and
+placement code in virtual time) and prints the report as rich tables or JSON (``-o
+json``); ``--preemption``, ``--reclaim`` and ``--starvation-seconds`` override the trace's
+tree annotations and starvation bound, to compare policies on one trace; ``--plot FILE``
 also writes a PNG of queue lengths and utilisation over time: the queues that waited
 longest one by one, the rest summed, the busiest clusters, so it reads the same with 3
 queues or 1,000 (matplotlib, the ``fleetq[plot]`` extra, imported only then). A bad trace
@@ -24,7 +26,14 @@ from rich.table import Table
 
 from fleetq import resources as R
 from fleetq.admission import QueuePolicy
-from fleetq.simulator import SimulationResult, TraceError, load_trace, simulate
+from fleetq.preemption import PreemptionMode, ReclaimMode
+from fleetq.simulator import (
+    SimulationResult,
+    TraceError,
+    load_trace,
+    simulate,
+    with_overrides,
+)
 
 
 class Output(StrEnum):
@@ -60,6 +69,10 @@ def _amount(name: str, v: float | None) -> str:
                 return f"{v / factor:.1f}{suffix}".replace(".0" + suffix, suffix)
         return f"{v:.0f}"
     return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _pct(v: float | None) -> str:
@@ -100,6 +113,23 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
         )
     console.print(t)
 
+    if summary["classes"]:
+        t = Table(title="Time to admission and to start by job class (all its groups)")
+        for col in ("class", "groups", "jobs", "done", "preempted"):
+            t.add_column(col, justify="left" if col == "class" else "right")
+        for what in ("admit", "start"):
+            for p in ("mean", "p50", "p99"):
+                t.add_column(f"{what} {p}", justify="right")
+        for c in summary["classes"]:
+            adm, start = c["timeToAdmission"], c["timeToStart"]
+            t.add_row(
+                c["class"], str(c["groups"]), str(c["jobs"]), str(c["completed"]),
+                str(c["preempted"]),
+                *(_seconds(adm[p]) for p in ("mean", "p50", "p99")),
+                *(_seconds(start[p]) for p in ("mean", "p50", "p99")),
+            )
+        console.print(t)
+
     t = Table(title="Queues (waiting jobs)")
     for col in ("queue", "quota node", "max length", "avg length", "waiting at end"):
         t.add_column(col, justify="left" if col in ("queue", "quota node") else "right")
@@ -128,6 +158,8 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
                       _pct(r["peakUtilisation"]))
     console.print(t)
 
+    render_preemption(summary, console)
+
     failures = summary["placementFailures"]
     if failures["reasons"]:
         t = Table(
@@ -142,6 +174,39 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
         console.print(t)
     else:
         console.print("Placement failures: none (every admitted job fitted at once)")
+
+
+def render_preemption(summary: dict[str, Any], console: Console) -> None:
+    """The tree's preemption policy, then (when it preempted) preemptions by reason
+    and by group with the work they wasted."""
+    p = summary["preemption"]
+    policy = f"preemption {p['preemption']}, reclaim {p['reclaim']}"
+    if p["fairShareWeights"]:
+        policy += ", fair-share weights " + ", ".join(
+            f"{k}={v:g}" for k, v in p["fairShareWeights"].items()
+        )
+    if not p["preempted"] and not p["preemptors"]:
+        console.print(f"Preemption ({policy}): no job was preempted")
+        return
+    reasons = ", ".join(f"{k} {v}" for k, v in p["byReason"].items()) or "none"
+    console.print(
+        f"Preemption ({policy}): {_count(p['preemptors'], 'preemptor')}, "
+        f"{_count(p['preempted'], 'run')} preempted ({reasons}), "
+        f"{_count(p['finishedDuringGrace'], 'victim')} finished during the grace period; "
+        f"wasted work {p['wastedCpuSeconds']:,.0f} cpu·s ({_pct(p['wastedShare'])} of the "
+        "cpu·s run)"
+    )
+    t = Table(title="Groups that lost runs to preemption (a preempted job waits again from "
+              "its original submit time)")
+    for col in ("group", "namespace", "jobs", "preempted", "wasted cpu·s"):
+        t.add_column(col, justify="left" if col in ("group", "namespace") else "right")
+    for g in summary["groups"]:
+        if not g["preempted"]:
+            continue
+        t.add_row(g["group"], g["namespace"], str(g["jobs"]), str(g["preempted"]),
+                  f"{g['wastedCpuSeconds']:,.0f}",
+                  style="bold" if g["group"] == "all" and not g["namespace"] else None)
+    console.print(t)
 
 
 # --------------------------------------------------------------------------- plot
@@ -346,15 +411,35 @@ def register(app: typer.Typer) -> None:
             QueuePolicy | None,
             typer.Option("--policy", help="Override the trace's queuePolicy"),
         ] = None,
+        preemption: Annotated[
+            PreemptionMode | None,
+            typer.Option("--preemption",
+                         help="Override the tree's fleetq.io/preemption annotation"),
+        ] = None,
+        reclaim: Annotated[
+            ReclaimMode | None,
+            typer.Option("--reclaim", help="Override the tree's fleetq.io/reclaim annotation"),
+        ] = None,
+        starvation_seconds: Annotated[
+            float | None,
+            typer.Option("--starvation-seconds", min=0,
+                         help="Override the trace's starvationSeconds (Priority policy)"),
+        ] = None,
     ) -> None:
         """What-if: replay a workload trace with the scheduler's own quota/placement code.
 
         Reports makespan, quota and cluster utilisation, time to admission and to start,
-        placement failures by reason and queue lengths, in virtual time."""
+        placement failures by reason, queue lengths, and preemptions with the work they
+        wasted, in virtual time."""
         if plot is not None and (missing := _plot_unavailable()):
             raise _fail(missing)  # before a simulation that may take a while
         try:
-            tr = load_trace(trace)
+            tr = with_overrides(
+                load_trace(trace),
+                preemption=preemption,
+                reclaim=reclaim,
+                starvation_seconds=starvation_seconds,
+            )
         except TraceError as exc:
             raise _fail(str(exc)) from None
         result = simulate(tr, policy)

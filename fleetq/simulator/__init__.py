@@ -32,6 +32,14 @@ for clusters that changed since they last rejected that gang. (The placement heu
 sound but not complete; a gang it rejects could in rare cases fit once other gangs moved,
 and such a gang is simply retried at the next finish.)
 
+Preemption (issue 18): the tree's ``fleetq.io/preemption`` / ``fleetq.io/reclaim``
+annotations turn on the quota workflow's own preemption pass
+(:func:`fleetq.preemption.plan_preemptions`) after every scheduling pass; victims stop
+after their grace period, lose their run and wait again with their original submit time,
+and the report counts preemptions by reason and the cpu·s they wasted (see
+:mod:`~fleetq.simulator.engine`). Capacity preemption (a gang that quota admits but no
+cluster can hold) is not simulated.
+
 Metrics use time-weighted integration of step functions over ``[first submit, end]``.
 
 The package: :mod:`~fleetq.simulator.trace` (the trace model, validation and loading),
@@ -58,6 +66,7 @@ from fleetq.simulator.trace import (
     TraceSpec,
     load_trace,
     parse_trace,
+    with_overrides,
 )
 
 __all__ = [
@@ -74,4 +83,5 @@ __all__ = [
     "load_trace",
     "parse_trace",
     "simulate",
+    "with_overrides",
 ]

@@ -7,6 +7,16 @@ nodes) with a *finish* event ``runSeconds`` later; if none fits, the job keeps i
 and is retried once capacity is freed. *finish* -> node requests are freed,
 ``Admission.release`` then ``Admission.schedule`` grants quota to waiting jobs. See
 :mod:`fleetq.simulator` for what is counted and why it is fast.
+
+Preemption (issue 18), when the tree's policy is not ``Never``/``Never``: after every
+scheduling pass the engine runs the quota workflow's own preemption pass,
+:func:`fleetq.preemption.plan_preemptions` (plans recorded in the ``Admission``, whose
+``schedule`` holds their quota for the preemptors). Each victim gets a *stop* event after
+its grace period (at once if it holds quota but was never placed): its run is lost (the
+cpu·s it ran are *wasted work*), its nodes are freed, it releases its quota and is queued
+again with its original submit time; the next ``schedule`` admits the preemptor once
+all its victims have released. A victim that finishes during its grace period simply
+finishes.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from fleetq.placement import (
     place_gang,
     pod_groups,
 )
+from fleetq.preemption import PreemptionReason, plan_preemptions
 from fleetq.rejection import Rejection
 from fleetq.simulator.report import (
     FailureReasons,
@@ -79,15 +90,18 @@ def cluster_snapshots(topology: Topology) -> list[ClusterSnapshot]:
     return out
 
 
-_FINISH = 0  # at equal times, finishes (which free capacity) go before submissions
-_SUBMIT = 1
+# at equal times, finishes and stops (which free capacity) go before submissions
+_FINISH = 0
+_STOP = 1  # a preempted job's grace period is over
+_SUBMIT = 2
 
 
 class Job:
-    """One job of the trace, from submission to its finish."""
+    """One job of the trace, from submission to its finish. A preempted job's
+    ``admitted``/``started`` are cleared: they are those of the run that finished."""
 
-    __slots__ = ("admitted", "binding", "cluster", "gid", "id", "run", "seq", "started",
-                 "submitted")
+    __slots__ = ("admitted", "binding", "cluster", "gid", "id", "idx", "key", "preempted",
+                 "request", "run", "seq", "started", "stopping", "submitted", "wasted")
 
     def __init__(self, gid: int, job_id: str, submitted: float, run: float) -> None:
         self.gid = gid
@@ -99,6 +113,12 @@ class Job:
         self.seq = 0  # admission order
         self.cluster = ""
         self.binding: list[tuple[NodeCapacity, R.Resources]] = []
+        self.idx = 0  # index in Simulation.all_jobs
+        self.key = -1  # key of the running run in Simulation.running
+        self.request: AdmissionRequest | None = None
+        self.stopping: PreemptionReason | None = None  # told to stop, why
+        self.preempted = 0  # runs lost to preemption
+        self.wasted = 0.0  # cpu·s of those runs
 
 
 class Simulation:
@@ -145,6 +165,17 @@ class Simulation:
         self.adm_seq = 0
         self.bind_seq = 0
         self.jobs: list[list[Job]] = [[] for _ in groups]
+        self.all_jobs: list[Job] = []
+        self.by_id: dict[str, Job] = {}
+        # preemption (issue 18): plans come from fleetq.preemption.plan_preemptions
+        self.preemption = trace.preemption
+        self.preempting = trace.tree is not None and trace.preemption.enabled
+        self.job_policies = [trace.job_policy(gid) for gid in range(len(groups))]
+        self.cpu = [self.totals[gid].get(R.CPU, 0) / R.MILLI for gid in range(len(groups))]
+        self.preemptions: dict[PreemptionReason, int] = {}
+        self.preemptors = 0  # plans decided
+        self.finished_in_grace = 0
+        self.wasted = 0.0
         self.reasons = FailureReasons()
         self.failed_attempts = 0
         self.delayed = 0
@@ -202,20 +233,42 @@ class Simulation:
         job_id = f"pytorchjob/{g.namespace}/{g.name}-{idx:0{self.widths[gid]}d}"
         job = Job(gid, job_id, t, self._run_seconds(gid))
         self.jobs[gid].append(job)
-        req = AdmissionRequest(
+        job.idx = len(self.all_jobs)
+        self.all_jobs.append(job)
+        self.by_id[job_id] = job
+        policy = self.job_policies[gid]
+        job.request = AdmissionRequest(
             job_id=job_id,
             namespace=g.namespace,
             priority=self.gangs[gid].priority,
             request=self.requests[gid],
             submitted_at=t,
+            preemptible=policy.preemptible,
+            grace_seconds=policy.grace_seconds,
         )
-        res = self.admission.enqueue(req, t)
+        self._enqueue(job, t)
+
+    def _enqueue(self, job: Job, t: float) -> None:
+        assert job.request is not None
+        res = self.admission.enqueue(job.request, t)
         if isinstance(res, Grant):
             self._granted(job, t)
         else:
-            self.waiting[job_id] = job
+            self.waiting[job.id] = job
             self.qlen[res.queue] += 1
             self.qlen_series[res.queue].set(t, self.qlen[res.queue])
+
+    def _preempt(self, t: float) -> None:
+        """The quota workflow's preemption pass; tell each new victim to stop."""
+        for plan in plan_preemptions(self.admission):
+            self.preemptors += 1
+            for v in plan.victims:
+                job = self.by_id[v.job_id]
+                if job.stopping is not None:
+                    continue  # told to stop already (for a plan dropped since)
+                job.stopping = v.reason
+                delay = float(v.grace_seconds) if job.binding else 0.0
+                heapq.heappush(self.heap, (t + delay, _STOP, job.idx, 0))
 
     def _granted(self, job: Job, t: float) -> None:
         job.admitted = t
@@ -226,8 +279,8 @@ class Simulation:
         self.fresh.append(job)
         self.quota_changed = True
 
-    def _finish(self, t: float, key: int) -> None:
-        job = self.running.pop(key)
+    def _unbind(self, job: Job) -> None:
+        """Give the nodes of a running job back."""
         for node, req in job.binding:
             R.add_into(node.requested, req, -1)
             node.pods_used -= 1
@@ -236,10 +289,49 @@ class Simulation:
         alloc = self.alloc_now[job.cluster]
         R.add_into(alloc, self.totals[job.gid], -1)
         alloc[R.PODS] = alloc.get(R.PODS, 0) - len(self.pods[job.gid]) * R.MILLI
+        self.freed = True
+
+    def _finish(self, t: float, key: int) -> None:
+        job = self.running.pop(key, None)
+        if job is None:
+            return  # preempted before it could finish
+        self._unbind(job)
+        if job.stopping is not None:
+            self.finished_in_grace += 1
+            job.stopping = None
         self.completed += 1
         self.last_finish = t
-        self.freed = True
         self.admission.release(job.id)
+        self._schedule(t)
+
+    def _stop(self, t: float, idx: int) -> None:
+        """A victim's grace period is over: its run is lost, it releases its quota and
+        waits again with its original submit time."""
+        job = self.all_jobs[idx]
+        reason = job.stopping
+        if reason is None:
+            return  # it finished during its grace period
+        job.stopping = None
+        if job.binding:
+            self.running.pop(job.key)
+            assert job.started is not None
+            lost = self.cpu[job.gid] * (t - job.started)
+            job.wasted += lost
+            self.wasted += lost
+            self._unbind(job)
+        else:  # admitted, never placed
+            self.unplaced[job.gid].remove(job)
+            self.unplaced_count -= 1
+        job.preempted += 1
+        self.preemptions[reason] = self.preemptions.get(reason, 0) + 1
+        job.admitted = job.started = None
+        job.cluster = ""
+        self.admission.release(job.id)
+        self._enqueue(job, t)
+        self._schedule(t)
+
+    def _schedule(self, t: float) -> None:
+        """``Admission.schedule`` after quota was released; start every grant."""
         self.quota_changed = True
         for grant in self.admission.schedule(t):
             waiting = self.waiting.pop(grant.job_id)
@@ -337,6 +429,7 @@ class Simulation:
         key = self.bind_seq
         self.bind_seq += 1
         self.running[key] = job
+        job.key = key
         heapq.heappush(self.heap, (t + job.run, _FINISH, key, 0))
 
     def _placement_pass(self, t: float) -> None:
@@ -397,8 +490,12 @@ class Simulation:
             t, kind, a, b = heapq.heappop(heap)
             if kind == _FINISH:
                 self._finish(t, a)
+            elif kind == _STOP:
+                self._stop(t, a)
             else:
                 self._submit(t, a, b)
+            if self.preempting and self.waiting:
+                self._preempt(t)
             if self.fresh or (self.freed and self.unplaced_count):
                 self._placement_pass(t)
             self._record(t)

@@ -4,7 +4,8 @@ placement failures grouped by rejection code.
 :func:`build_result` reads a finished :class:`~fleetq.simulator.engine.Simulation`'s
 counters and series; :class:`FailureReasons` tallies the jobs whose first placement
 failed under every reason (a :class:`~fleetq.rejection.Rejection`'s code and summary) a
-cluster gave.
+cluster gave. With preemption on, the summary also says how many jobs were preempted, by
+reason, and the work they lost (cpu·s of the runs that were preempted).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fleetq.preemption import PreemptionReason
 from fleetq.rejection import Rejection, RejectionCode
 from fleetq.simulator.series import StepSeries, resource_order, rounded, scaled, stats, units
 
@@ -114,6 +116,8 @@ class FailureReasons:
 
 
 def _group_stats(name: str, namespace: str, count: int, jobs: list[Job]) -> dict[str, Any]:
+    """A group's times are those of each job's last run (a preempted job waits again
+    from its original submit time)."""
     adm = [j.admitted - j.submitted for j in jobs if j.admitted is not None]
     start = [j.started - j.submitted for j in jobs if j.started is not None]
     completed = sum(1 for j in jobs if j.started is not None and not j.binding)
@@ -124,6 +128,29 @@ def _group_stats(name: str, namespace: str, count: int, jobs: list[Job]) -> dict
         "completed": completed,
         "timeToAdmission": stats(adm),
         "timeToStart": stats(start),
+        "preempted": sum(j.preempted for j in jobs),
+        "wastedCpuSeconds": rounded(sum(j.wasted for j in jobs), 3),
+    }
+
+
+def _preemption(run: Simulation) -> dict[str, Any]:
+    """Preemptions by reason and the work they wasted, against the work done."""
+    policy = run.preemption
+    done = sum(run.cpu[j.gid] * j.run for js in run.jobs for j in js
+               if j.started is not None and not j.binding)
+    total = done + run.wasted
+    return {
+        "preemption": policy.preemption.value,
+        "reclaim": policy.reclaim.value,
+        "fairShareWeights": dict(policy.weights),
+        "preemptors": run.preemptors,
+        "preempted": sum(run.preemptions.values()),
+        "byReason": {r.value: run.preemptions[r] for r in PreemptionReason
+                     if r in run.preemptions},
+        "finishedDuringGrace": run.finished_in_grace,
+        "wastedCpuSeconds": rounded(run.wasted, 3),
+        "completedCpuSeconds": rounded(done, 3),
+        "wastedShare": rounded(run.wasted / total) if total else 0.0,
     }
 
 
@@ -137,6 +164,17 @@ def build_result(run: Simulation, end: float) -> SimulationResult:
         js = run.jobs[gid]
         groups.append(_group_stats(g.name, g.namespace, g.count, js))
     groups.append(_group_stats("all", "", len(all_jobs), all_jobs))
+    by_class: dict[str, list[int]] = {}
+    for gid, g in enumerate(spec.jobs):
+        if g.jobClass is not None:
+            by_class.setdefault(g.jobClass, []).append(gid)
+    classes = []
+    for name, gids in by_class.items():
+        js = [j for gid in gids for j in run.jobs[gid]]
+        row = _group_stats(name, "", sum(spec.jobs[gid].count for gid in gids), js)
+        row.pop("group")
+        row.pop("namespace")
+        classes.append({"class": name, "groups": len(gids), **row})
     quota = []
     for node in run.admission.quota:
         res = {}
@@ -193,6 +231,7 @@ def build_result(run: Simulation, end: float) -> SimulationResult:
             "unplacedAtEnd": run.unplaced_count,
         },
         "groups": groups,
+        "classes": classes,
         "queues": queues,
         "quota": quota,
         "clusters": clusters,
@@ -201,6 +240,7 @@ def build_result(run: Simulation, end: float) -> SimulationResult:
             "failedAttempts": run.failed_attempts,
             "reasons": reasons,
         },
+        "preemption": _preemption(run),
     }
     series = {
         "queueLength": dict(run.qlen_series),

@@ -4,15 +4,20 @@ A trace (see ``examples/traces/``) names a topology, an optional quota tree, a q
 policy and groups of identical jobs. :func:`parse_trace` validates it with pydantic into a
 :class:`Trace` whose problems end in one line naming the field (:class:`TraceError`), and
 turns each job group into the PyTorchJob it stands for, so :func:`fleetq.models.gang_of`
-derives its gang exactly as the workflows do.
+derives its gang exactly as the workflows do. The preemption policy is read the same way:
+the tree's ``fleetq.io/preemption``, ``fleetq.io/reclaim`` and
+``fleetq.io/fair-share-weight`` annotations by :func:`fleetq.preemption.tree_policy`, a
+group's ``annotations`` (``fleetq.io/preemptible``,
+``fleetq.io/preemption-grace-seconds``) by :func:`fleetq.preemption.job_policy`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,7 @@ from fleetq.models import (
     ClusterAffinity,
     ElasticQuotaTree,
     Gang,
+    ManifestError,
     ManifestErrors,
     Toleration,
     _loc_to_path,
@@ -42,6 +48,16 @@ from fleetq.models import (
     gang_of,
     parse_job,
     parse_tree,
+)
+from fleetq.preemption import (
+    PREEMPTION_ANNOTATION,
+    RECLAIM_ANNOTATION,
+    JobPreemptionPolicy,
+    PreemptionMode,
+    ReclaimMode,
+    TreePreemptionPolicy,
+    job_policy,
+    tree_policy,
 )
 from fleetq.topology import (
     Topology,
@@ -60,6 +76,7 @@ __all__ = [
     "TraceSpec",
     "load_trace",
     "parse_trace",
+    "with_overrides",
 ]
 
 #: Most jobs one trace may expand to (keeps a typo like ``count: 1e9`` from hanging).
@@ -117,6 +134,10 @@ class JobGroupSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     namespace: str = "default"
+    annotations: dict[str, str] = Field(default_factory=dict)  # the jobs' annotations
+    #: the job class this group belongs to (``small``, ``large``...): the report also
+    #: gives the times of each class, all its groups together
+    jobClass: str | None = Field(None, min_length=1, max_length=63)
     count: StrictInt = Field(ge=0, le=MAX_JOBS)
     start: float = Field(0.0, ge=0, allow_inf_nan=False)
     interval: float = Field(0.0, ge=0, allow_inf_nan=False)
@@ -201,16 +222,24 @@ class TraceSpec(BaseModel):
 
 @dataclass
 class Trace:
-    """A validated trace with its topology, quota tree and one gang per job group."""
+    """A validated trace with its topology, quota tree and one gang per job group, the
+    tree's preemption policy and each group's own (``jobs`` gives one per group; a
+    trace built without them has every group preemptible with the default grace)."""
 
     spec: TraceSpec
     topology: Topology
     tree: ElasticQuotaTree | None
     gangs: list[Gang]
+    preemption: TreePreemptionPolicy = field(default_factory=TreePreemptionPolicy)
+    jobs: list[JobPreemptionPolicy] = field(default_factory=list)
 
     @property
     def policy(self) -> QueuePolicy:
         return self.spec.queuePolicy
+
+    def job_policy(self, gid: int) -> JobPreemptionPolicy:
+        """The preemption policy of job group ``gid``."""
+        return self.jobs[gid] if gid < len(self.jobs) else JobPreemptionPolicy()
 
     @property
     def job_count(self) -> int:
@@ -256,7 +285,7 @@ def _job_doc(g: JobGroupSpec) -> dict[str, Any]:
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": g.name, "namespace": g.namespace},
+        "metadata": {"name": g.name, "namespace": g.namespace, "annotations": g.annotations},
         "spec": {
             "pytorchReplicaSpecs": {
                 "Master": {"replicas": g.master, "template": {"spec": pod}},
@@ -297,18 +326,61 @@ def parse_trace(doc: Any, source: str = "trace", base_dir: Path | None = None) -
     if not any(c.nodeGroups for c in topo.members):
         raise TraceError(f"{source} topology has no member cluster with nodes")
     tree = None
+    preemption = TreePreemptionPolicy()
     if spec.quota is not None:
         try:
             tree = parse_tree(spec.quota)
-        except ManifestErrors as exc:
+            preemption = tree_policy(tree)
+        except (ManifestError, ManifestErrors) as exc:
             raise TraceError(f"{source} quota: {_first_line(str(exc))}") from None
     gangs: list[Gang] = []
+    jobs: list[JobPreemptionPolicy] = []
     for i, g in enumerate(spec.jobs):
         try:
-            gangs.append(gang_of(parse_job(_job_doc(g))))
-        except ManifestErrors as exc:
+            job = parse_job(_job_doc(g))
+            gangs.append(gang_of(job))
+            jobs.append(job_policy(job))
+        except (ManifestError, ManifestErrors) as exc:
             raise TraceError(f"{source} jobs[{i}]: {_first_line(str(exc))}") from None
-    return Trace(spec, topo, tree, gangs)
+    return Trace(spec, topo, tree, gangs, preemption, jobs)
+
+
+def with_overrides(
+    trace: Trace,
+    *,
+    preemption: PreemptionMode | str | None = None,
+    reclaim: ReclaimMode | str | None = None,
+    starvation_seconds: float | None = None,
+) -> Trace:
+    """``trace`` with its tree's ``fleetq.io/preemption`` / ``fleetq.io/reclaim``
+    annotations or its ``starvationSeconds`` replaced (``None`` keeps the trace's), as
+    ``fleetq sim replay --preemption/--reclaim/--starvation-seconds`` do. The policy is
+    written on a copy of the tree and read back with :func:`fleetq.preemption.
+    tree_policy`, so the simulation sees it exactly as the quota workflow would. A trace
+    without a quota tree has nothing to preempt for: a policy other than ``Never`` is
+    refused (:class:`TraceError`)."""
+    spec = trace.spec
+    if starvation_seconds is not None:
+        if not (math.isfinite(starvation_seconds) and starvation_seconds >= 0):
+            raise TraceError(
+                f"starvation seconds must be a finite number >= 0, got {starvation_seconds!r}"
+            )
+        spec = spec.model_copy(update={"starvationSeconds": float(starvation_seconds)})
+    notes: dict[str, str] = {}
+    if preemption is not None:
+        notes[PREEMPTION_ANNOTATION] = PreemptionMode(preemption).value
+    if reclaim is not None:
+        notes[RECLAIM_ANNOTATION] = ReclaimMode(reclaim).value
+    tree, policy = trace.tree, trace.preemption
+    if notes:
+        if tree is None:
+            if any(v != "Never" for v in notes.values()):
+                raise TraceError("trace has no quota tree: there is no quota to preempt for")
+        else:
+            tree = tree.model_copy(deep=True)
+            tree.metadata.annotations.update(notes)
+            policy = tree_policy(tree)
+    return dataclasses.replace(trace, spec=spec, tree=tree, preemption=policy)
 
 
 def load_trace(path: str | Path) -> Trace:

@@ -91,6 +91,69 @@ def test_missing_trace_file(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: trace ") and "cannot read" in lines[0]
 
 
+# --------------------------------------------------------------------------- preemption
+
+
+def preemption_trace(tmp_path: Path) -> str:
+    """One 8-cpu node and an 8-cpu quota: ``low`` (priority 1) runs 100 s from t=0,
+    ``high`` (priority 100) wants all of it at t=10; the tree says nothing of
+    preemption (``Never``)."""
+    return small_trace(
+        tmp_path,
+        quota={
+            "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+            "kind": "ElasticQuotaTree",
+            "metadata": {"name": "t", "namespace": "kube-system"},
+            "spec": {"root": {"name": "root", "max": {"cpu": 8},
+                              "children": [{"name": "team", "namespaces": ["team"]}]}},
+        },
+        jobs=[
+            {"name": "low", "namespace": "team", "count": 1, "priority": 1, "jobClass": "low",
+             "requests": {"cpu": "8"}, "runSeconds": 100},
+            {"name": "high", "namespace": "team", "count": 1, "start": 10, "priority": 100,
+             "jobClass": "high", "requests": {"cpu": "8"}, "runSeconds": 50},
+        ],
+    )
+
+
+def test_preemption_override_reports_preemptions_and_wasted_work(tmp_path: Path) -> None:
+    path = preemption_trace(tmp_path)
+    code, out = replay("--trace", path)
+    assert code == 0
+    assert "Preemption (preemption Never, reclaim Never): no job was preempted" in out
+    code, out = replay("--trace", path, "--preemption", "LowerPriority")
+    assert code == 0
+    text = " ".join(out.split())
+    assert ("Preemption (preemption LowerPriority, reclaim Never): 1 preemptor, 1 run "
+            "preempted (Priority 1), 0 victims finished during the grace period; wasted "
+            "work 320 cpu·s (21.1% of the cpu·s run)") in text
+    assert "Groups that lost runs to preemption" in out
+    assert "Time to admission and to start by job class" in out
+    code, out = replay("--trace", path, "--preemption", "LowerPriority", "--reclaim", "Any",
+                       "-o", "json")
+    assert code == 0
+    summary = json.loads(out)
+    p = summary["preemption"]
+    assert (p["preemption"], p["reclaim"], p["byReason"]) == (
+        "LowerPriority", "Any", {"Priority": 1})
+    classes = {c["class"]: c for c in summary["classes"]}
+    assert classes["high"]["timeToAdmission"]["mean"] == 30.0
+    assert (classes["low"]["preempted"], classes["low"]["wastedCpuSeconds"]) == (1, 320.0)
+
+
+def test_starvation_override_and_bad_overrides(tmp_path: Path) -> None:
+    code, out = replay("--trace", GANGS, "-o", "json", "--starvation-seconds", "60")
+    assert code == 0
+    assert json.loads(out)["starvationSeconds"] == 60
+    code, out = replay("--trace", small_trace(tmp_path), "--reclaim", "Any")
+    assert code == 1
+    assert out.strip().splitlines() == [
+        "error: trace has no quota tree: there is no quota to preempt for"]
+    code, out = replay("--trace", GANGS, "--preemption", "Sometimes")
+    assert code == 2
+    assert "Sometimes" in out
+
+
 # --------------------------------------------------------------------------- plot at scale
 
 

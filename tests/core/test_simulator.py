@@ -376,3 +376,200 @@ def test_a_group_name_must_make_valid_pytorchjob_names() -> None:
 
     with pytest.raises(ValidationError, match="DNS-1035 label: a letter first"):
         JobGroupSpec.model_validate({"name": "7b-train", "count": 1, "tasks": []})
+
+
+# --------------------------------------------------------------------------- preemption
+
+
+def preempt_tree(
+    root_max: dict[str, Any],
+    annotations: dict[str, str],
+    children: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    doc = tree(root_max, children)
+    doc["metadata"]["annotations"] = annotations
+    return doc
+
+
+def _low_then_high(**tree_notes: str) -> dict[str, Any]:
+    """One 8-cpu node: ``low`` (priority 1) takes it for 100 s from t=0; ``high``
+    (priority 100) wants all of it from t=10 for 50 s."""
+    return {
+        "topology": ONE_NODE,
+        "quota": preempt_tree({"cpu": 8}, tree_notes),
+        "jobs": [
+            group("low", priority=1, requests={"cpu": "8"}, runSeconds=100),
+            group("high", start=10, priority=100, requests={"cpu": "8"}, runSeconds=50),
+        ],
+    }
+
+
+def test_priority_preemption_evicts_the_low_job_and_admits_the_high_one() -> None:
+    # high arrives at 10: low is told to stop and gets its 30 s grace; at 40 low's run
+    # (8 cpu x 40 s) is lost, low releases and waits again from its submit time 0; high
+    # is admitted at 40 and runs to 90; low runs again from 90 to 190.
+    s = run(_low_then_high(**{"fleetq.io/preemption": "LowerPriority"}))
+    g = by_group(s)
+    assert g["high"]["timeToAdmission"]["mean"] == 30.0
+    assert g["low"]["timeToAdmission"]["mean"] == 90.0  # from its original submit time
+    assert (g["low"]["preempted"], g["low"]["wastedCpuSeconds"]) == (1, 320.0)
+    assert (g["high"]["preempted"], g["high"]["wastedCpuSeconds"]) == (0, 0.0)
+    assert s["makespan"] == 190.0
+    assert s["jobs"]["completed"] == 2
+    p = s["preemption"]
+    assert (p["preemption"], p["reclaim"]) == ("LowerPriority", "Never")
+    assert (p["preemptors"], p["preempted"], p["byReason"]) == (1, 1, {"Priority": 1})
+    assert p["wastedCpuSeconds"] == 320.0
+    assert p["completedCpuSeconds"] == 8 * 100 + 8 * 50
+    assert p["wastedShare"] == pytest.approx(320 / 1520, abs=1e-6)
+    # quota never went over max while low was stopping and high waiting
+    root = next(n for n in s["quota"] if n["node"] == "root")["resources"]["cpu"]
+    assert root["peakUtilisation"] == 1.0
+
+
+def test_never_reproduces_todays_results_and_plans_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fleetq.simulator import engine
+
+    def no_plans(*_: Any) -> Any:
+        raise AssertionError("a Never/Never tree must not plan preemptions")
+
+    monkeypatch.setattr(engine, "plan_preemptions", no_plans)
+    plain = run(_low_then_high())
+    never = run(_low_then_high(**{"fleetq.io/preemption": "Never", "fleetq.io/reclaim": "Never"}))
+    assert json.dumps(plain) == json.dumps(never)
+    g = by_group(never)
+    # today's behaviour: high waits for low to finish
+    assert g["high"]["timeToAdmission"]["mean"] == 90.0
+    assert g["low"]["timeToAdmission"]["mean"] == 0.0
+    assert never["makespan"] == 150.0
+    assert never["preemption"]["preempted"] == 0
+    assert never["preemption"]["wastedCpuSeconds"] == 0.0
+    # and a larger trace gives the same report with the annotations as without
+    doc = yaml.safe_load((TRACES / "mixed-teams.yaml").read_text())
+    for g2 in doc["jobs"]:
+        g2["count"] //= 8
+    base = run(doc)
+    doc["quota"]["metadata"]["annotations"] = {"fleetq.io/preemption": "Never"}
+    assert json.dumps(run(doc)) == json.dumps(base)
+
+
+def test_grace_period_and_opt_out_come_from_the_jobs_annotations() -> None:
+    doc = _low_then_high(**{"fleetq.io/preemption": "LowerPriority"})
+    doc["jobs"][0]["annotations"] = {"fleetq.io/preemption-grace-seconds": "5"}
+    g = by_group(run(doc))
+    assert g["high"]["timeToAdmission"]["mean"] == 5.0  # low stopped at 15
+    assert g["low"]["wastedCpuSeconds"] == 8 * 15
+    doc["jobs"][0]["annotations"] = {"fleetq.io/preemptible": "false"}
+    s = run(doc)
+    g = by_group(s)
+    assert g["high"]["timeToAdmission"]["mean"] == 90.0  # waits for low to finish
+    assert g["low"]["preempted"] == 0
+    assert s["preemption"]["preemptors"] == 0
+
+
+def test_a_victim_that_finishes_during_its_grace_period_loses_nothing() -> None:
+    doc = _low_then_high(**{"fleetq.io/preemption": "LowerPriority"})
+    doc["jobs"][1]["start"] = 80  # low finishes at 100, before its grace ends at 110
+    s = run(doc)
+    g = by_group(s)
+    assert g["high"]["timeToAdmission"]["mean"] == 20.0
+    assert (g["low"]["preempted"], g["low"]["wastedCpuSeconds"]) == (0, 0.0)
+    p = s["preemption"]
+    assert (p["preemptors"], p["preempted"], p["finishedDuringGrace"]) == (1, 0, 1)
+    assert s["makespan"] == 150.0
+
+
+def test_reclaim_takes_back_a_borrowers_job_for_a_team_below_min() -> None:
+    # root 8 cpu; team-a and team-b are each guaranteed 4. team-a borrows all 8 from
+    # t=0; team-b's job arrives at 10: the most recently admitted of team-a's jobs is
+    # reclaimed (any priority), team-b gets it at 40.
+    children: list[dict[str, Any]] = [
+        {"name": "team-a", "namespaces": ["team-a"], "min": {"cpu": 4}, "max": {"cpu": 8}},
+        {"name": "team-b", "namespaces": ["team-b"], "min": {"cpu": 4}, "max": {"cpu": 8}},
+    ]
+    doc: dict[str, Any] = {
+        "topology": ONE_NODE,
+        "quota": preempt_tree({"cpu": 8}, {"fleetq.io/reclaim": "Any"}, children),
+        "jobs": [
+            group("borrow", namespace="team-a", count=2, interval=1, priority=1000,
+                  runSeconds=100),
+            group("owner", namespace="team-b", start=10, runSeconds=20),
+        ],
+    }
+    doc["quota"]["spec"]["root"]["min"] = {"cpu": 8}
+    s = run(doc)
+    g = by_group(s)
+    assert g["owner"]["timeToAdmission"]["mean"] == 30.0
+    assert g["borrow"]["preempted"] == 1
+    assert g["borrow"]["wastedCpuSeconds"] == 4 * 39  # borrow-1 ran from 1 to 40
+    assert s["preemption"]["byReason"] == {"Reclaim": 1}
+    # without reclaim team-b waits for a borrower to finish on its own
+    doc["quota"]["metadata"]["annotations"] = {}
+    assert by_group(run(doc))["owner"]["timeToAdmission"]["mean"] == 90.0
+
+
+def test_a_victim_never_placed_gives_its_quota_back_at_once() -> None:
+    # "huge" holds the leaf's only job slot but fits no node; "high" preempts it
+    # without waiting for a grace period (there is no copy to stop) or losing work.
+    doc = {
+        "topology": TWO_NODES,
+        "quota": preempt_tree({"kube-queue/max-jobs": 1},
+                              {"fleetq.io/preemption": "LowerPriority"}),
+        "jobs": [
+            group("huge", requests={"cpu": "12"}),
+            group("high", start=5, priority=100),
+        ],
+    }
+    s = run(doc)
+    g = by_group(s)
+    assert g["high"]["timeToAdmission"]["mean"] == 0.0
+    assert g["high"]["completed"] == 1
+    assert (g["huge"]["preempted"], g["huge"]["wastedCpuSeconds"]) == (1, 0.0)
+    assert s["jobs"]["unplacedAtEnd"] == 1  # huge, admitted again at 15, fits no node
+
+
+def test_overrides_set_the_trees_annotations() -> None:
+    from fleetq.simulator import with_overrides
+
+    plain = parse_trace(_low_then_high())
+    assert not plain.preemption.enabled
+    on = with_overrides(plain, preemption="LowerPriority", starvation_seconds=30)
+    assert on.tree is not None
+    assert on.tree.metadata.annotations["fleetq.io/preemption"] == "LowerPriority"
+    assert plain.tree is not None and not plain.tree.metadata.annotations  # a copy
+    s = simulate(on).summary(timeline_points=2)
+    annotated = run(_low_then_high(**{"fleetq.io/preemption": "LowerPriority"}))
+    assert s["starvationSeconds"] == 30
+    assert s["groups"] == annotated["groups"]
+    with pytest.raises(TraceError, match="no quota tree"):
+        with_overrides(parse_trace(_base()), reclaim="Any")
+
+
+@pytest.mark.parametrize(
+    ("where", "notes", "message"),
+    [
+        ("tree", {"fleetq.io/reclaim": "always"},
+         "trace quota: ElasticQuotaTree kube-system/t: metadata.annotations.fleetq.io/reclaim "
+         "must be Never, LowerPriority or Any, got 'always'"),
+        ("job", {"fleetq.io/preemptible": "no"},
+         "trace jobs[0]: PyTorchJob team/low: metadata.annotations.fleetq.io/preemptible "
+         "must be \"true\" or \"false\", got 'no'"),
+        ("job", {"fleetq.io/preemption-grace-seconds": "-1"},
+         "trace jobs[0]: PyTorchJob team/low: metadata.annotations."
+         "fleetq.io/preemption-grace-seconds must be a whole number"),
+    ],
+)
+def test_bad_preemption_annotations_are_one_line(
+    where: str, notes: dict[str, str], message: str
+) -> None:
+    doc = _low_then_high()
+    if where == "tree":
+        doc["quota"]["metadata"]["annotations"] = notes
+    else:
+        doc["jobs"][0]["annotations"] = notes
+    with pytest.raises(TraceError) as err:
+        parse_trace(doc)
+    assert str(err.value).startswith(message), str(err.value)
+    assert "\n" not in str(err.value)
