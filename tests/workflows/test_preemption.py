@@ -21,6 +21,7 @@ from fleetq.admission import WaitInfo
 from fleetq.messages import JobEvent, JobView
 from fleetq.naming import job_workflow_id
 from tests.workflows.fakes import load, policy, walkthrough_job
+from tests.workflows.test_e2e import record
 from tests.workflows.test_quota_workflow import Env, _env, wait_for
 from workflows.quota_tree import QuotaTreeWorkflow, QuotaView
 
@@ -140,6 +141,10 @@ async def test_high_priority_preempts_the_running_low_job_which_runs_again_after
     view = await quota_view(qh)
     assert view.holders == 0 and view.waiting == 0
     assert all(not any(q.usage.values()) for q in view.queues)
+    # FLEETQ_RECORD_HISTORIES=1: the replay test then guards the preemption paths
+    await record(low, "preempted-victim")
+    await record(high, "preemptor")
+    await record(qh, "quota-preemption")
 
 
 async def test_a_victim_terminated_while_stopping_is_released_and_the_plan_completes(
