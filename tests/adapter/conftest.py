@@ -184,6 +184,18 @@ def member(fleet: Fleet, name: str) -> KubernetesMemberCluster:
     return m
 
 
+@pytest.fixture
+def faulty(emulator: Any, fleet: Fleet, names: dict[str, str]) -> Iterator[KubernetesMemberCluster]:
+    """Member ``cluster-b`` for a fault-injection test; its faults are cleared after, and
+    the test ends once its capacity cache vouches for it again."""
+    m = member(fleet, names["b"])
+    try:
+        yield m
+    finally:
+        emulator.clear_faults(m.name)
+        eventually(lambda: m.capacity().reachable, timeout_s=15)
+
+
 @pytest.fixture(scope="session")
 def source_api(fleet: Fleet) -> KubeApi:
     assert fleet.source is not None

@@ -4,28 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from activities.fleet import Fleet
 from activities.kube_api import ClusterUnreachable
 from activities.member_cluster import KubernetesMemberCluster
 from fleetq.messages import BindRequest, JobRef, PodReservation, ReserveRequest
 from fleetq.resources import CPU
 
-from .conftest import CONNECT_S, READ_S, TTL_S, eventually, manifest, member
-
-
-@pytest.fixture
-def faulty(emulator: Any, fleet: Fleet, names: dict[str, str]) -> Iterator[KubernetesMemberCluster]:
-    m = member(fleet, names["b"])
-    try:
-        yield m
-    finally:
-        emulator.clear_faults(m.name)
-        eventually(lambda: m.capacity().reachable, timeout_s=15)
+from .conftest import CONNECT_S, READ_S, TTL_S, eventually, manifest
 
 
 def later(seconds: float, fn: Callable[[], Any]) -> threading.Timer:

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from activities.fleet import Fleet
 from activities.kube_api import (
     AlreadyExists,
     ApiError,
@@ -24,8 +23,6 @@ from activities.kube_api import (
     api_error,
 )
 from activities.member_cluster import KubernetesMemberCluster
-
-from .conftest import eventually, member
 
 
 def _status_body(code: int, reason: str) -> dict[str, Any]:
@@ -107,16 +104,6 @@ def test_a_live_server_answers_with_typed_errors(source_api: KubeApi, namespace:
 
     assert source_api.delete(f"{path}/cm") is True
     assert source_api.delete(f"{path}/cm") is False
-
-
-@pytest.fixture
-def faulty(emulator: Any, fleet: Fleet, names: dict[str, str]) -> Iterator[KubernetesMemberCluster]:
-    m = member(fleet, names["b"])
-    try:
-        yield m
-    finally:
-        emulator.clear_faults(m.name)
-        eventually(lambda: m.capacity().reachable, timeout_s=15)
 
 
 @pytest.mark.parametrize(("status", "cls"), [(429, TooManyRequests), (503, ServerError)])
