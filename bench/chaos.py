@@ -40,7 +40,6 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +54,7 @@ from temporalio.service import RPCError
 from bench.command import bench_app, run_command
 from fleetq.client.connection import connect
 from fleetq.emulator.fleet import EmulatedFleet
+from fleetq.kube_values import parse_rfc3339
 from fleetq.messages import JobView
 from fleetq.naming import (
     KF_JOB_NAME as JOB_NAME_LABEL,
@@ -952,10 +952,10 @@ class ChaosRig:
         trigger checked)."""
         point = wid.split("/")[1].removeprefix("chaos-")
         killed = self.kill_times.get(point)
-        created = (copy.get("metadata") or {}).get("creationTimestamp")
-        if point != "binding" or killed is None or not created:
+        created = parse_rfc3339((copy.get("metadata") or {}).get("creationTimestamp"))
+        if point != "binding" or killed is None or created is None:
             return
-        at = datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
+        at = created.timestamp()
         # creationTimestamp has whole seconds; the retry comes a minute later
         who = ("written by the killed worker's request, after the kill" if at < killed + 5
                else "written by the new worker's retried bind")

@@ -6,23 +6,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from typing import Any
 
 from fleetq.emulator.store import Obj
+from fleetq.kube_values import parse_rfc3339
 
 Column = tuple[str, str, int, Callable[[Obj], Any]]  # name, type, priority, cell
 
 
 def _age(obj: Obj) -> str:
-    ts = obj["metadata"].get("creationTimestamp")
-    if not ts:
+    created = parse_rfc3339(obj["metadata"].get("creationTimestamp"))
+    if created is None:
         return "<unknown>"
-    try:
-        secs = int(time.time() - datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp())
-    except ValueError:
-        return "<unknown>"
-    secs = max(secs, 0)
+    secs = max(int(time.time() - created.timestamp()), 0)
     if secs < 120:
         return f"{secs}s"
     if secs < 7200:
