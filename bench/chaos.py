@@ -55,6 +55,7 @@ from bench.command import bench_app, run_command
 from fleetq.client.connection import connect
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.kube_values import parse_rfc3339
+from fleetq.member_contract import OWNER_LABEL
 from fleetq.messages import JobView
 from fleetq.naming import (
     KF_JOB_NAME as JOB_NAME_LABEL,
@@ -83,7 +84,6 @@ RESTARTS = ("temporal-restart", "emulator-restart")
 #: members the chaos jobs may use (both support Reservations, so every phase happens)
 MEMBERS = ("cluster-a", "cluster-b")
 TREE_NAME = "chaos-tree"
-OWNER_LABEL = "fleetq.io/owner"
 HOLDING_PHASES = ("Available", "Pending")
 #: kill points of the rig on real members (``ChaosRig(members="real")``): the worker
 #: killed while its bind writes to a real API server, and killed once the bind completed,

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from activities.kube_api import ApiError, ClusterUnreachable, Conflict, KubeApi, NotFound
-from fleetq.emulator.kube_objects import RUN_SECONDS, TERMINAL, finished_pod, iso, parse_time
+from fleetq.emulator.kube_objects import TERMINAL, finished_pod, iso, parse_time
 from fleetq.emulator.pytorchjob_operator import (
     JOB_NAME,
     OPERATOR_NAME,
@@ -42,6 +42,7 @@ from fleetq.emulator.pytorchjob_operator import (
     job_status,
     replica_slots,
 )
+from fleetq.member_contract import RUN_SECONDS_ANNOTATION
 
 log = logging.getLogger("fleetq.lifecycle")
 PODS = "/api/v1/pods"
@@ -248,11 +249,12 @@ class Lifecycle:
                 self.later(at - time.time(), lambda: self._finish(key, uid, "Succeeded"))
 
     def run_seconds(self, pod: Obj) -> float | None:
-        value = (pod["metadata"].get("annotations") or {}).get(RUN_SECONDS)
+        value = (pod["metadata"].get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
         owner = _owner(pod)
         if value is None and owner:
             job = self.jobs.get((pod["metadata"]["namespace"], owner[0]))
-            value = ((job or {}).get("metadata", {}).get("annotations") or {}).get(RUN_SECONDS)
+            value = ((job or {}).get("metadata", {}).get("annotations") or {}).get(
+                RUN_SECONDS_ANNOTATION)
         try:
             return max(0.0, float(value)) if value is not None else None
         except ValueError:

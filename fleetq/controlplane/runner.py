@@ -36,6 +36,7 @@ from fleetq.controlplane.proxy import Proxy, ProxyLoop, set_faults
 from fleetq.emulator.kube_objects import TERMINAL, finished_pod, node_object
 from fleetq.emulator.kubeconfig import write_private
 from fleetq.emulator.tls import TlsMaterial, make_material
+from fleetq.naming import KF_JOB_NAME
 from fleetq.runtime.supervisor import Child, ProcessError, free_port, spawn_child, stop_child
 from fleetq.topology import ClusterSpec, Topology, node_names
 
@@ -472,7 +473,7 @@ class RealFleet:
             return False
         _, pods = plane.request(
             "GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector="
-                   f"training.kubeflow.org/job-name%3D{name}")
+                   f"{KF_JOB_NAME}%3D{name}")
         for pod in (pods or {}).get("items") or []:
             if (pod.get("status") or {}).get("phase") in TERMINAL:
                 continue

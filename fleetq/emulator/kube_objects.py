@@ -17,7 +17,6 @@ from typing import Any
 from fleetq.emulator.store import Key, Obj, Store, now_iso
 from fleetq.kube_values import parse_rfc3339
 
-RUN_SECONDS = "fleetq.io/run-seconds"
 TERMINAL = ("Succeeded", "Failed")
 
 

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 
 from fleetq import resources as R
 from fleetq.emulator.kube_objects import (
-    RUN_SECONDS,
     TERMINAL,
     cond,
     finished_pod,
@@ -25,6 +24,7 @@ from fleetq.emulator.kube_objects import (
 from fleetq.emulator.ledger import CapacityLedger
 from fleetq.emulator.store import Key, Obj, Store, now_iso
 from fleetq.emulator.timers import Timers
+from fleetq.member_contract import RUN_SECONDS_ANNOTATION
 
 
 class PodLifecycle:
@@ -58,13 +58,13 @@ class PodLifecycle:
     def run_seconds(self, pod: Obj) -> float | None:
         """How long the pod runs: its run-seconds annotation, else its job's; None: forever."""
         ann = pod["metadata"].get("annotations") or {}
-        value = ann.get(RUN_SECONDS)
+        value = ann.get(RUN_SECONDS_ANNOTATION)
         if value is None:
             owner = job_owner(pod)
             if owner:
                 job = self.store.get("pytorchjobs", pod["metadata"]["namespace"], owner)
                 if job is not None:
-                    value = (job["metadata"].get("annotations") or {}).get(RUN_SECONDS)
+                    value = (job["metadata"].get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
         if value is None:
             return None
         try:
