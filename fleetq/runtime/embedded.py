@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,13 +214,7 @@ class EmbeddedFleet:
         return self._spawn("temporal", argv)
 
     def _wait_temporal(self, child: Child, deadline: float) -> None:
-        def ready() -> bool:
-            try:
-                return asyncio.run(self._temporal_ready())
-            except Exception:
-                return False
-
-        self._wait(child, "Temporal dev server", ready, deadline)
+        self._wait(child, "Temporal dev server", _answers(self._temporal_ready), deadline)
         self._wait(child, "Temporal Web UI", lambda: port_in_use(self.host, self.ui_port),
                    deadline)
 
@@ -289,14 +283,7 @@ class EmbeddedFleet:
             "worker", [sys.executable, "-c", FLEETQ_CLI, "worker"],
             env={"TEMPORAL_ADDRESS": self.address, "FLEETQ_CONFIG": self.fleet_config},
         )
-
-        def ready() -> bool:
-            try:
-                return asyncio.run(self._worker_polling())
-            except Exception:
-                return False
-
-        self._wait(child, "fleetq worker", ready, deadline)
+        self._wait(child, "fleetq worker", _answers(self._worker_polling), deadline)
 
     async def _worker_polling(self) -> bool:
         from temporalio.api.enums.v1 import TaskQueueType
@@ -339,6 +326,19 @@ class EmbeddedFleet:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _answers(check: Callable[[], Coroutine[Any, Any, bool]]) -> Callable[[], bool]:
+    """A readiness check for :meth:`Child.wait_ready` that runs the coroutine ``check``
+    once per call; any failure counts as not ready yet."""
+
+    def ready() -> bool:
+        try:
+            return asyncio.run(check())
+        except Exception:
+            return False
+
+    return ready
 
 
 def _info_pid(path: Path) -> int | None:
