@@ -34,14 +34,7 @@ from typing import Any
 
 from activities.kube_api import ApiError, ClusterUnreachable, Conflict, KubeApi, NotFound
 from fleetq.emulator.kube_objects import TERMINAL, finished_pod, iso, parse_time
-from fleetq.emulator.pytorchjob_operator import (
-    JOB_NAME,
-    OPERATOR_NAME,
-    REPLICA_INDEX,
-    REPLICA_TYPE,
-    job_status,
-    replica_slots,
-)
+from fleetq.emulator.pytorchjob_operator import job_status, pod_for, replica_slots
 from fleetq.member_contract import RUN_SECONDS_ANNOTATION
 
 log = logging.getLogger("fleetq.lifecycle")
@@ -75,32 +68,6 @@ def _owner(pod: Obj) -> tuple[str, str] | None:
         if ref.get("kind") == "PyTorchJob":
             return str(ref.get("name")), str(ref.get("uid"))
     return None
-
-
-def pod_for(job: Obj, role: str, index: int, template: dict[str, Any],
-            restart: str | None) -> Obj:
-    """The pod the training-operator creates for one replica."""
-    jmeta = job["metadata"]
-    tmeta = copy.deepcopy(dict(template.get("metadata") or {}))
-    spec = copy.deepcopy(dict(template.get("spec") or {}))
-    if restart and restart != "ExitCode":
-        spec["restartPolicy"] = restart
-    spec.pop("nodeName", None)
-    labels = {**(tmeta.get("labels") or {}), JOB_NAME: jmeta["name"], REPLICA_TYPE: role,
-              REPLICA_INDEX: str(index), OPERATOR_NAME: "pytorchjob-controller"}
-    if role == "master":
-        labels["training.kubeflow.org/job-role"] = "master"
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": f"{jmeta['name']}-{role}-{index}", "namespace": jmeta["namespace"],
-            "labels": labels, "annotations": dict(tmeta.get("annotations") or {}),
-            "ownerReferences": [{
-                "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": jmeta["name"],
-                "uid": jmeta["uid"], "controller": True, "blockOwnerDeletion": True}],
-        },
-        "spec": spec,
-    }
 
 
 def running_status(pod: Obj, node_ip: str) -> dict[str, Any]:
@@ -331,7 +298,7 @@ class Lifecycle:
                 pname = f"{name}-{role}-{index}"
                 if pname not in mine:
                     created = self.api.create(f"/api/v1/namespaces/{ns}/pods",
-                                              pod_for(job, role, index, dict(template), restart))
+                                              pod_for(job, role, index, template, restart))
                     if created is not None:
                         mine[pname] = created
         new_status = job_status(job, list(mine.values()), copy.deepcopy(status))
