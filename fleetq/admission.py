@@ -156,6 +156,8 @@ class AdmissionState(BaseModel):
     * ``p``: pending preemption plans, in the order they were decided.
     """
 
+    #: 2 since jobs' preemption policies are kept (``hp``, ``wp``); a job of an older
+    #: state has an unknown policy and priority as a holder, and is never a victim
     v: int = 1
     tree: dict[str, Any] | None = None
     policy: QueuePolicy = QueuePolicy.PRIORITY
@@ -650,6 +652,7 @@ class Admission:
         }
         tree = self.quota.tree
         return AdmissionState(
+            v=2,
             tree=tree.model_dump(mode="json", exclude_none=True) if tree is not None else None,
             policy=self.policy,
             starve=self.starvation_seconds,
@@ -668,14 +671,16 @@ class Admission:
         tree = parse_tree(s.tree) if s.tree is not None else None
         a = cls(tree, s.policy, s.starve)
         sids = [a._intern(shape) for shape in s.shapes]
+        # (an older state knows no job's policy: never preempt a job that may have opted out)
+        default = _DEFAULT_HOLDER if s.v >= 2 else (0, False, DEFAULT_GRACE_SECONDS)
         for job_id, ns, shape in s.h:
-            prio, preemptible, grace = s.hp.get(job_id, _DEFAULT_HOLDER)
+            prio, preemptible, grace = s.hp.get(job_id, default)
             job = _Job(job_id, s.ns[ns], prio, 0.0, sids[shape], preemptible, grace)
             a.quota.admit(job_id, job.namespace, a._shapes[job.shape])
             a._admitted[job_id] = job
         skipped: dict[str, float] = {}
         for job_id, ns, prio, submitted, shape, skip in s.w:
-            preemptible, grace = s.wp.get(job_id, (True, DEFAULT_GRACE_SECONDS))
+            preemptible, grace = s.wp.get(job_id, default[1:])
             a._waiting[job_id] = _Job(
                 job_id, s.ns[ns], prio, submitted, sids[shape], preemptible, grace
             )

@@ -759,10 +759,13 @@ def plan_preemptions(admission: Admission) -> list[PreemptionPlan]:
             return []
     except ManifestError:
         return []
+    candidates = admission.preemption_candidates()
+    if not candidates:
+        return []
     holders = holder_infos(admission)
     pending = [plan_of(p) for p in admission.plans()]
     out: list[PreemptionPlan] = []
-    for request in admission.preemption_candidates():
+    for request in candidates:
         plan = plan_for_request(admission, holders, request, pending)
         if plan is None or not plan.victims:
             continue

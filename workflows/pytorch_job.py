@@ -268,6 +268,8 @@ class PyTorchJobWorkflow:
                 await self._wait_for_admission()
                 if self._grant is None:  # a suspension came first
                     continue
+                if lifecycle.preemption_due(self._p, workflow.now()):  # before placing
+                    continue
             if view.cluster is None:
                 placed = await self._schedule()
                 if not placed:
@@ -412,6 +414,8 @@ class PyTorchJobWorkflow:
             if lifecycle.deadline_passed(view, workflow.now()):
                 await self._deadline_exceeded()
                 return False
+            if self._p.preempt is not None:
+                return True  # the lifecycle carries the preemption out (nothing is bound)
             self._set_state("Scheduling", "evaluating member clusters")
             verdict = await workflow.execute_local_activity_method(
                 SchedulingActivities.plan_placement,

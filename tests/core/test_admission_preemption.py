@@ -224,7 +224,8 @@ def test_plans_and_holder_policies_survive_continue_as_new() -> None:
     )
 
 
-def test_a_state_written_before_preemption_still_loads() -> None:
+def test_a_state_written_before_preemption_still_loads_and_its_jobs_are_never_victims(
+) -> None:
     old = {
         "v": 1,
         "tree": one_job_leaf().model_dump(mode="json", exclude_none=True),
@@ -235,7 +236,18 @@ def test_a_state_written_before_preemption_still_loads() -> None:
         "dirty": False,
     }
     a = Admission.from_state(AdmissionState.model_validate(old))
-    assert a.holder_policy("pytorchjob/team/a") == HolderPolicy()
+    # their priorities and annotations were not kept: none of them may be preempted
+    assert a.holder_policy("pytorchjob/team/a") == HolderPolicy(preemptible=False)
     assert a.plans() == []
     request = a.request_of("pytorchjob/team/b")
-    assert request is not None and request.priority == 5 and request.preemptible
+    assert request is not None and request.priority == 5 and not request.preemptible
+    a.replace_tree(one_job_leaf(**{"fleetq.io/preemption": "LowerPriority"}))
+    a.schedule(1)
+    assert plan_preemptions(a) == []
+    # a state written now keeps the defaults as they are
+    b = Admission.from_state(unpack_state(pack_state(a.to_state())))
+    assert b.holder_policy("pytorchjob/team/a") == HolderPolicy(preemptible=False)
+    fresh = Admission(one_job_leaf())
+    admitted(fresh, req("c"))
+    again = Admission.from_state(unpack_state(pack_state(fresh.to_state())))
+    assert again.holder_policy("pytorchjob/team/c") == HolderPolicy()
