@@ -14,10 +14,9 @@ import typer
 
 from fleetq.cli.context import CliError, get_client, guarded, run
 from fleetq.cli.get import resource_kind
-from fleetq.client.apply import RESOURCE_NAMES, delete_objects, load_for_apply
+from fleetq.client.apply import RESOURCE_NAMES, delete_object, delete_objects, load_for_apply
 from fleetq.client.errors import ClientError
-from fleetq.client.jobs import delete_job
-from fleetq.client.registry import delete_registry_object, get_registry
+from fleetq.client.registry import get_registry
 
 #: what ``delete`` accepts (after alias resolution) and the registry kind it names
 KINDS = {
@@ -83,10 +82,7 @@ def register(app: typer.Typer) -> None:
             out, errs = [], []
             for n in names or []:
                 try:
-                    if kind == "PyTorchJob":
-                        await delete_job(client, namespace, n, wait=wait, timeout=timeout)
-                    else:
-                        await delete_registry_object(client, kind, tree_ns, n)
+                    await delete_object(client, kind, tree_ns, n, wait=wait, timeout=timeout)
                     out.append(deleted_line(kind, n))
                 except ClientError as exc:
                     errs.append(exc.message)

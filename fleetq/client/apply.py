@@ -147,6 +147,16 @@ DELETE_ORDER = {"PyTorchJob": 0, "PropagationPolicy": 1, "PriorityClass": 2,
                 "ElasticQuotaTree": 3}
 
 
+async def delete_object(client: Client, kind: str, namespace: str, name: str, *,
+                        wait: bool, timeout: float) -> None:
+    """Delete one object: a PyTorchJob by :func:`~fleetq.client.jobs.delete_job`, any other
+    kind from the registry (:func:`~fleetq.client.registry.delete_registry_object`)."""
+    if kind == "PyTorchJob":
+        await delete_job(client, namespace, name, wait=wait, timeout=timeout)
+    else:
+        await delete_registry_object(client, kind, namespace, name)
+
+
 async def delete_objects(client: Client, objects: list[tuple[FleetObject, dict[str, Any]]],
                          *, wait: bool, timeout: float
                          ) -> tuple[list[tuple[str, str]], list[str]]:
@@ -156,10 +166,8 @@ async def delete_objects(client: Client, objects: list[tuple[FleetObject, dict[s
     for obj, _ in sorted(objects, key=lambda o: DELETE_ORDER.get(o[0].kind, 9)):
         ns = getattr(obj.metadata, "namespace", None) or "default"
         try:
-            if obj.kind == "PyTorchJob":
-                await delete_job(client, ns, obj.metadata.name, wait=wait, timeout=timeout)
-            else:
-                await delete_registry_object(client, obj.kind, ns, obj.metadata.name)
+            await delete_object(client, obj.kind, ns, obj.metadata.name, wait=wait,
+                                timeout=timeout)
         except ClientError as exc:
             errors.append(exc.message)
         else:
