@@ -37,7 +37,7 @@ from fleetq.cli.output import (
 from fleetq.client.errors import NotFound
 from fleetq.client.jobs import list_jobs, require_job, waiting_queues
 from fleetq.client.members import member_jobs
-from fleetq.client.registry import get_registry, quota_view
+from fleetq.client.registry import PLURALS, get_registry, quota_view
 from fleetq.member_contract import job_phase
 from fleetq.messages import JobView, QuotaView
 from fleetq.naming import job_workflow_id
@@ -294,7 +294,7 @@ async def _get_policies(client: Client, args: GetArgs) -> None:
         if (ns is None or p_ns == ns) and (name is None or p_name == name):
             items.append((p_ns, p_name, doc))
     if name is not None and not items:
-        raise NotFound("propagationpolicies.policy.one.alibabacloud.com", name)
+        raise NotFound(PLURALS["PropagationPolicy"], name)
     if args.output in ("yaml", "json"):
         docs = [d for _, _, d in items]
         print_object(docs[0] if name is not None else as_list(docs), args.output)
@@ -324,7 +324,7 @@ async def _get_priority_classes(client: Client, args: GetArgs) -> None:
     if args.name is not None:
         pcs = [(n, v) for n, v in pcs if n == args.name]
         if not pcs:
-            raise NotFound("priorityclasses.scheduling.k8s.io", args.name)
+            raise NotFound(PLURALS["PriorityClass"], args.name)
     if args.output in ("yaml", "json"):
         objs = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                  "metadata": {"name": n}, "value": v} for n, v in pcs]
@@ -341,7 +341,7 @@ async def _get_tree(client: Client, args: GetArgs) -> None:
     tree = found.tree if found else (reg.tree if reg else None)
     if tree is None or (args.name is not None and tree.split("/", 1)[1] != args.name):
         if args.name is not None:
-            raise NotFound("elasticquotatrees.scheduling.sigs.k8s.io", args.name)
+            raise NotFound(PLURALS["ElasticQuotaTree"], args.name)
         _no_resources(args.namespace or "kube-system")
         return
     t_ns, t_name = tree.split("/", 1)
