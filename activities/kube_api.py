@@ -550,10 +550,6 @@ class KubeApi:
             status = 500
         return api_error(status, event_object, f"watch {path}: {event_object}")
 
-    def probe(self) -> bool:
-        """Does the API server answer at all (any non-5xx status counts)?"""
-        return self.probe_ready()[0] == "True"
-
     def probe_ready(self, read_s: float | None = None) -> tuple[ReadyStatus, str]:
         """The member's Ready condition from one ``GET /version`` (read timeout
         ``read_s``, default the configured one): ``True`` (it answers), ``False`` (it
