@@ -404,9 +404,7 @@ class KubernetesMemberCluster:
         answer within the timeout (or keeps failing) yields ``Unknown``."""
         try:
             return self._status(job)
-        except ClusterUnreachable as exc:
-            return self._unknown(str(exc))
-        except ApiError as exc:
+        except (ClusterUnreachable, ApiError) as exc:
             return self._unknown(str(exc))
 
     def _status(self, job: JobRef) -> JobStatus:
