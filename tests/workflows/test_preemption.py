@@ -13,11 +13,18 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import ApplicationError
+from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
 from fleetq.admission import WaitInfo
+from fleetq.cli.describe import describe_lines
 from fleetq.messages import JobEvent, JobView
 from fleetq.naming import job_workflow_id
 from tests.workflows.fakes import load, policy, walkthrough_job
@@ -30,11 +37,35 @@ pytestmark = [pytest.mark.timeout(120)]
 LOW, HIGH = 10, 1000
 
 
+class Metered(Env):
+    metrics: MetricBuffer
+
+    def counted(self, name: str, label: str) -> dict[str, int]:
+        """Every update of counter ``name`` so far, summed by the value of ``label``."""
+        out: dict[str, int] = {}
+        for u in self.metrics.retrieve_updates():
+            if u.metric.name == name:
+                key = str(u.attributes.get(label))
+                out[key] = out.get(key, 0) + int(u.value)
+        return out
+
+
 @pytest_asyncio.fixture
-async def penv(dev_env: WorkflowEnvironment) -> AsyncIterator[Env]:
-    async for e in _env(dev_env, dev_env.client):
+async def penv(dev_env: WorkflowEnvironment) -> AsyncIterator[Metered]:
+    """The workers of ``_env`` on a client whose runtime keeps the metrics in a buffer."""
+    buffer = MetricBuffer(10_000)
+    base = dev_env.client
+    client = await Client.connect(
+        base.service_client.config.target_host,
+        namespace=base.namespace,
+        data_converter=base.data_converter,
+        runtime=Runtime(telemetry=TelemetryConfig(metrics=buffer)),
+    )
+    async for e in _env(dev_env, client):
         e.fleet.clusters["cluster-a"].timeline = [(0.5, "Healthy", "Running", "")]
-        yield e
+        metered = Metered(e.env, e.tq, e.fleet)
+        metered.metrics = buffer
+        yield metered
 
 
 def preempting_tree(**annotations: str) -> dict[str, Any]:
@@ -94,7 +125,7 @@ async def finish(env: Env, handle: WorkflowHandle[Any, Any]) -> JobView:
 
 
 async def test_high_priority_preempts_the_running_low_job_which_runs_again_after(
-        penv: Env) -> None:
+        penv: Metered) -> None:
     qh = await penv.start_tree(preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}))
     low = await start(penv, job("low", LOW, **{"fleetq.io/preemption-grace-seconds": "2"}))
     await in_state(low, "Running")
@@ -112,6 +143,9 @@ async def test_high_priority_preempts_the_running_low_job_which_runs_again_after
     assert info is not None
     assert info.reason == "waiting for 1 preempted job to release quota: default/low"
     assert (await quota_view(qh)).preempting == {high.id: [low.id]}
+    # what ``fleetq describe`` shows of the waiting preemptor
+    lines = describe_lines(await view_of(high), info)
+    assert "Waiting:      waiting for 1 preempted job to release quota: default/low" in lines
     (preempted,) = named(await view_of(low), "Preempted")
     assert preempted.type == "Warning"
     assert preempted.message == (
@@ -127,6 +161,7 @@ async def test_high_priority_preempts_the_running_low_job_which_runs_again_after
     ][1], "the victim's copy is purged before the preemptor is bound"
     view = await quota_view(qh)
     assert view.holders == 1 and view.preempting == {} and view.preemptions_sent == 1
+    assert penv.counted("fleetq_preemptions", "reason") == {"Priority": 1}
 
     # keeping its original submit time, low goes before the later job of its priority
     high_view = await finish(penv, high)
@@ -186,7 +221,7 @@ async def test_an_opted_out_job_is_never_preempted_and_the_high_one_waits(penv: 
     assert (await finish(penv, high)).state == "Succeeded"
 
 
-async def test_a_team_below_min_reclaims_quota_from_a_borrower(penv: Env) -> None:
+async def test_a_team_below_min_reclaims_quota_from_a_borrower(penv: Metered) -> None:
     jobs = "kube-queue/max-jobs"
     doc = copy.deepcopy(load("elasticquotatree.yaml"))
     doc["metadata"]["annotations"] = {"fleetq.io/reclaim": "Any"}
@@ -213,6 +248,7 @@ async def test_a_team_below_min_reclaims_quota_from_a_borrower(penv: Env) -> Non
     assert (await view_of(first)).state == "Running"
     view = await quota_view(qh)
     assert view.holders == 2 and view.waiting == 1
+    assert penv.counted("fleetq_preemptions", "reason") == {"Reclaim": 1}
     # the borrower runs again once there is room
     assert (await finish(penv, mine)).state == "Succeeded"
     await in_state(second, "Running")
