@@ -18,11 +18,20 @@ Relative paths resolve against the config file's directory. Every problem ends i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Protocol
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from fleetq.cluster_health import TaintSettings
 from fleetq.models import DNS1123_LABEL
@@ -30,6 +39,31 @@ from fleetq.models import DNS1123_LABEL
 
 class FleetConfigError(ValueError):
     """A fleet config that cannot be used; one line naming the file and field."""
+
+
+class _Named(Protocol):
+    name: str
+
+
+def cluster_name(value: str) -> str:
+    """``value`` if it is a valid cluster name (a lowercase DNS label); the fleet config
+    and the emulator's topology name clusters alike."""
+    if len(value) > 63 or not DNS1123_LABEL.match(value):
+        raise ValueError(f"{value[:64]!r} is not a valid cluster name (lowercase DNS label)")
+    return value
+
+
+#: a cluster name, validated by :func:`cluster_name`
+ClusterName = Annotated[str, AfterValidator(cluster_name)]
+
+
+def unique_cluster_names(clusters: Sequence[_Named]) -> None:
+    """Refuse a cluster name declared twice (the error names the second one's field)."""
+    seen: set[str] = set()
+    for i, c in enumerate(clusters):
+        if c.name in seen:
+            raise ValueError(f"@clusters[{i}].name {c.name!r} is declared twice")
+        seen.add(c.name)
 
 
 class _Strict(BaseModel):
@@ -57,19 +91,12 @@ class TaintConfig(_Strict):
 
 
 class ClusterConfig(_Strict):
-    name: str
+    name: ClusterName
     context: str | None = None  # defaults to the cluster name
     kubeconfig: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     reservation: bool = False
     taints: list[TaintConfig] = Field(default_factory=list)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if len(v) > 63 or not DNS1123_LABEL.match(v):
-            raise ValueError(f"{v[:64]!r} is not a valid cluster name (lowercase DNS label)")
-        return v
 
     @property
     def context_name(self) -> str:
@@ -113,11 +140,7 @@ class FleetConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> FleetConfig:
-        seen: set[str] = set()
-        for i, c in enumerate(self.clusters):
-            if c.name in seen:
-                raise ValueError(f"@clusters[{i}].name {c.name!r} is declared twice")
-            seen.add(c.name)
+        unique_cluster_names(self.clusters)
         return self
 
     def cluster_kubeconfig(self, cluster: ClusterConfig) -> str:

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fleetq import resources as R
-from fleetq.fleet_config import TaintConfig
-from fleetq.models import DNS1123_LABEL, DNS1123_SUBDOMAIN, _loc_to_path, _pydantic_message
+from fleetq.fleet_config import ClusterName, TaintConfig, unique_cluster_names
+from fleetq.models import DNS1123_SUBDOMAIN, _loc_to_path, _pydantic_message
 
 DEFAULT_TOPOLOGY = Path(__file__).resolve().parent / "data" / "default-topology.yaml"
 
@@ -61,18 +61,11 @@ class NodeGroup(BaseModel):
 
 class ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    name: str
+    name: ClusterName
     labels: dict[str, str] = Field(default_factory=dict)
     reservation: bool = False
     member: bool = True
     nodeGroups: list[NodeGroup] = Field(default_factory=list)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not DNS1123_LABEL.match(v) or len(v) > 63:
-            raise ValueError(f"{v[:64]!r} is not a valid cluster name (lowercase DNS label)")
-        return v
 
 
 class Topology(BaseModel):
@@ -81,11 +74,7 @@ class Topology(BaseModel):
 
     @model_validator(mode="after")
     def _unique(self) -> Topology:
-        seen: set[str] = set()
-        for i, c in enumerate(self.clusters):
-            if c.name in seen:
-                raise ValueError(f"@clusters[{i}].name {c.name!r} is declared twice")
-            seen.add(c.name)
+        unique_cluster_names(self.clusters)
         return self
 
     def cluster(self, name: str) -> ClusterSpec:
