@@ -100,8 +100,11 @@ def test_status_follows_the_job_to_success(
     assert first.phase in ("Created", "Running")
 
     def succeeded() -> Any:
+        # the job succeeds with its master (Kubeflow's rule); the workers started on their
+        # own schedule and may finish a moment later, so wait for every pod as well
         st = ma.status(job)
-        return st if st.phase == "Succeeded" else None
+        done = st.phase == "Succeeded" and all(p.phase == "Succeeded" for p in st.pods)
+        return st if done else None
 
     st = eventually(succeeded, timeout_s=15)
     assert st.health == "Healthy"
@@ -255,8 +258,11 @@ def test_a_finished_job_the_member_deletes_keeps_its_phase(
     ma.bind(BindRequest(job=job, manifest=manifest(job), run_seconds=1))
 
     def succeeded() -> Any:
+        # the job succeeds with its master (Kubeflow's rule); the workers started on their
+        # own schedule and may finish a moment later, so wait for every pod as well
         st = ma.status(job)
-        return st if st.phase == "Succeeded" else None
+        done = st.phase == "Succeeded" and all(p.phase == "Succeeded" for p in st.pods)
+        return st if done else None
 
     eventually(succeeded, 30)
     # the capacity cache's watch has seen the finished object before it goes
