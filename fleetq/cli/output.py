@@ -16,7 +16,7 @@ import typer
 import yaml
 
 from fleetq.cli.context import CliError, is_tty
-from fleetq.kube_values import parse_rfc3339
+from fleetq.kube_values import human_duration, parse_rfc3339
 
 OUTPUT_FORMATS = ("wide", "yaml", "json")
 
@@ -30,34 +30,6 @@ def check_output(fmt: str | None) -> str | None:
             f"allowed formats are: {','.join(OUTPUT_FORMATS)}"
         )
     return fmt
-
-
-def human_duration(seconds: float) -> str:
-    """kubectl's ``duration.HumanDuration``: 45s, 3m44s, 15m, 5h2m, 15d, 2y10d."""
-    s = int(max(seconds, 0))
-    if s < 120:
-        return f"{s}s"
-    minutes = s // 60
-    if minutes < 10:
-        rest = s % 60
-        return f"{minutes}m" if rest == 0 else f"{minutes}m{rest}s"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 8:
-        rest = minutes % 60
-        return f"{hours}h" if rest == 0 else f"{hours}h{rest}m"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        rest = hours % 24
-        return f"{hours // 24}d" if rest == 0 else f"{hours // 24}d{rest}h"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    years, days = hours // (24 * 365), (hours // 24) % 365
-    if hours < 24 * 365 * 8 and days:
-        return f"{years}y{days}d"
-    return f"{years}y"
 
 
 def parse_time(value: Any) -> datetime | None:

@@ -9,23 +9,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fleetq.emulator.store import Obj
-from fleetq.kube_values import parse_rfc3339
+from fleetq.kube_values import human_duration, parse_rfc3339
 
 Column = tuple[str, str, int, Callable[[Obj], Any]]  # name, type, priority, cell
 
 
 def _age(obj: Obj) -> str:
+    """The AGE column as kube-apiserver prints it (translateTimestampSince)."""
     created = parse_rfc3339(obj["metadata"].get("creationTimestamp"))
     if created is None:
         return "<unknown>"
-    secs = max(int(time.time() - created.timestamp()), 0)
-    if secs < 120:
-        return f"{secs}s"
-    if secs < 7200:
-        return f"{secs // 60}m"
-    if secs < 172800:
-        return f"{secs // 3600}h"
-    return f"{secs // 86400}d"
+    return human_duration(time.time() - created.timestamp())
 
 
 def _conds(obj: Obj) -> list[dict[str, Any]]:

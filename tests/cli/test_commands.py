@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from fleetq.cli.output import human_duration, plain_table
+from fleetq.cli.output import plain_table
 from fleetq.runtime.supervisor import free_port
 from tests.cli.conftest import EXAMPLES, CliFleet
 
@@ -277,13 +277,6 @@ async def test_kubectl_plugin(cli_fleet: CliFleet) -> None:
     proc = await kubectl("get", "pytorchjob", "nope")
     assert (proc.returncode, proc.stderr.strip()) == (
         1, 'Error from server (NotFound): pytorchjobs.kubeflow.org "nope" not found')
-
-
-def test_ages_like_kubectl() -> None:
-    cases = {0: "0s", 59: "59s", 119: "119s", 120: "2m", 224: "3m44s", 383: "6m23s",
-             600: "10m", 3 * 3600: "3h", 5 * 3600 + 120: "5h2m", 30 * 3600: "30h",
-             3 * 86400 + 3600: "3d1h", 15 * 86400: "15d", 800 * 86400: "2y70d"}
-    assert {s: human_duration(s) for s in cases} == cases
 
 
 def test_plain_tables_align_like_kubectl() -> None:

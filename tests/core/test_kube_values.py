@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from fleetq.kube_values import (
     format_go_duration,
     go_duration_or_none,
+    human_duration,
     parse_go_duration,
     parse_rfc3339,
 )
@@ -55,3 +56,11 @@ def test_rfc3339() -> None:
     assert parse_rfc3339(aware) is aware
     for bad in ("", "yesterday", None, 17):
         assert parse_rfc3339(bad) is None
+
+
+def test_ages_like_kubectl() -> None:
+    cases = {0: "0s", 59: "59s", 119: "119s", 120: "2m", 224: "3m44s", 383: "6m23s",
+             600: "10m", 3 * 3600: "3h", 5 * 3600 + 120: "5h2m", 30 * 3600: "30h",
+             3 * 86400 + 3600: "3d1h", 15 * 86400: "15d", 800 * 86400: "2y70d"}
+    assert {s: human_duration(s) for s in cases} == cases
+
