@@ -86,6 +86,7 @@ BoolArray = npt.NDArray[np.bool_]
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 #: Quantities above this are clipped when held in int64 columns (sound: free shrinks).
 _INT_CAP = 1 << 62
+_FLOAT_EXACT = 1 << 53  # integers below this are exact in float64, and so is floor(a / b)
 _MEMO_LIMIT = 512
 
 
@@ -200,9 +201,15 @@ def _clip(v: int) -> int:
 
 def _allocated_share(node: NodeCapacity) -> float:
     """Mean requested/allocatable over the resources a node offers (kube-scheduler's
-    ``MostAllocated`` idea, unweighted)."""
-    shares = [min(1.0, node.requested.get(k, 0) / a) for k, a in node.allocatable.items() if a > 0]
-    return sum(shares) / len(shares) if shares else 0.0
+    ``MostAllocated`` idea, unweighted), summed left to right in the node's resource
+    order (what :func:`_node_columns` computes with numpy, bit for bit)."""
+    total = 0.0
+    count = 0
+    for k, a in node.allocatable.items():
+        if a > 0:
+            total += min(1.0, node.requested.get(k, 0) / a)
+            count += 1
+    return total / count if count else 0.0
 
 
 class ClusterColumns:
@@ -240,71 +247,43 @@ class ClusterColumns:
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         nodes = snapshot.nodes
+        parts = _node_columns(nodes) or _node_columns_exact(nodes)
         n = len(nodes)
-        names: list[str] = []
-        res_index: dict[str, int] = {}
-        for node in nodes:
-            for k in node.allocatable:
-                if k not in res_index:
-                    res_index[k] = len(res_index)
-        nres = len(res_index)
-        alloc_rows: list[list[int]] = [[0] * n for _ in range(nres)]
-        req_rows: list[list[int]] = [[0] * n for _ in range(nres)]
-        total_free = [0] * nres
-        total_alloc = [0] * nres
-        slots: list[int] = []
-        sched: list[bool] = []
-        labels: list[dict[str, str]] = []
-        taint_groups: dict[tuple[Taint, ...], list[int]] = {}
-        total_slots = 0
-        nodes = sorted(nodes, key=_allocated_share, reverse=True)  # stable: ties keep order
-        for i, node in enumerate(nodes):
-            names.append(node.name)
-            labels.append(node.labels)
-            ok = not node.unschedulable
-            sched.append(ok)
-            free_slots = max(0, node.pods_allocatable - node.pods_used)
-            slots.append(min(free_slots, _INT_CAP))
-            requested = node.requested
-            for k, a in node.allocatable.items():
-                r = res_index[k]
-                used = requested.get(k, 0)
-                alloc_rows[r][i] = _clip(max(0, a))
-                req_rows[r][i] = _clip(max(0, used))
-                if ok:
-                    total_free[r] += max(0, a - used)
-                    total_alloc[r] += max(0, a)
-            if ok:
-                total_slots += free_slots
-            hard = tuple(t for t in node.taints if t.effect in HARD_EFFECTS)
-            if hard:
-                taint_groups.setdefault(hard, []).append(i)
+        order = parts.order
+        names = [nodes[i].name for i in order]
         self.names = names
         self.names_arr = np.array(names, dtype=object)
-        self.resources = tuple(res_index)
-        self.res_index = res_index
-        self.alloc: IntArray = np.array(alloc_rows, dtype=np.int64).reshape(nres, n)
-        self.requested: IntArray = np.array(req_rows, dtype=np.int64).reshape(nres, n)
+        self.resources = tuple(parts.res_index)
+        self.res_index = parts.res_index
+        self.alloc: IntArray = parts.alloc
+        self.requested: IntArray = parts.requested
         self.free: IntArray = np.maximum(self.alloc - self.requested, 0)
         self.free.setflags(write=False)
         self.free_alloc: IntArray = np.vstack((self.free, self.alloc))
         self.alloc.setflags(write=False)
         self.requested.setflags(write=False)
-        self.slots: IntArray = np.array(slots, dtype=np.int64)
+        self.slots: IntArray = parts.slots
         self.slots.setflags(write=False)
-        self.schedulable: BoolArray = np.array(sched, dtype=bool)
+        self.schedulable: BoolArray = parts.schedulable
         self.max_alloc = [int(row.max()) if n else 0 for row in self.alloc]
         any_sched = bool(self.schedulable.any())
         self.max_free = [int(row[self.schedulable].max()) if any_sched else 0 for row in self.free]
-        self.labels = labels
+        self.labels = [nodes[i].labels for i in order]
+        taint_groups: dict[tuple[Taint, ...], list[int]] = {}
+        for i, j in enumerate(order):
+            taints = nodes[j].taints
+            if taints:
+                hard = tuple(t for t in taints if t.effect in HARD_EFFECTS)
+                if hard:
+                    taint_groups.setdefault(hard, []).append(i)
         self.taint_groups = {k: np.array(v, dtype=np.int64) for k, v in taint_groups.items()}
         untainted = np.ones(n, dtype=bool)
         for idx in self.taint_groups.values():
             untainted[idx] = False
         self.untainted: BoolArray = untainted
-        self.total_free = total_free
-        self.total_alloc = total_alloc
-        self.total_slots = total_slots
+        self.total_free = parts.total_free
+        self.total_alloc = parts.total_alloc
+        self.total_slots = parts.total_slots
         self.memo: dict[Any, Any] = {}
 
     @classmethod
@@ -378,6 +357,139 @@ class ClusterColumns:
             got.setflags(write=False)
             self._remember(mk, got)
         return got  # type: ignore[no-any-return]
+
+
+# --------------------------------------------------------------------------- node columns
+
+
+@dataclass(frozen=True)
+class _NodeColumns:
+    """What :class:`ClusterColumns` reads off a snapshot's nodes, nodes in fill order."""
+
+    order: list[int]  # snapshot positions, most-allocated first (ties in snapshot order)
+    res_index: dict[str, int]  # resources offered by some node, first seen first
+    alloc: IntArray  # (resources, nodes) max(0, allocatable), clipped to _INT_CAP
+    requested: IntArray  # (resources, nodes) max(0, requested) of offered resources, clipped
+    slots: IntArray  # free pod slots, clipped
+    schedulable: BoolArray
+    total_free: list[int]  # exact sums over schedulable nodes
+    total_alloc: list[int]
+    total_slots: int
+
+
+def _node_columns_exact(nodes: Sequence[NodeCapacity]) -> _NodeColumns:
+    """The node columns, node by node with Python integers: exact for any quantity."""
+    n = len(nodes)
+    res_index: dict[str, int] = {}
+    for node in nodes:
+        for k in node.allocatable:
+            if k not in res_index:
+                res_index[k] = len(res_index)
+    nres = len(res_index)
+    alloc_rows: list[list[int]] = [[0] * n for _ in range(nres)]
+    req_rows: list[list[int]] = [[0] * n for _ in range(nres)]
+    total_free = [0] * nres
+    total_alloc = [0] * nres
+    slots: list[int] = []
+    sched: list[bool] = []
+    total_slots = 0
+    order = sorted(range(n), key=lambda j: _allocated_share(nodes[j]), reverse=True)
+    for i, j in enumerate(order):  # sorted() is stable: ties keep snapshot order
+        node = nodes[j]
+        ok = not node.unschedulable
+        sched.append(ok)
+        free_slots = max(0, node.pods_allocatable - node.pods_used)
+        slots.append(min(free_slots, _INT_CAP))
+        requested = node.requested
+        for k, a in node.allocatable.items():
+            r = res_index[k]
+            used = requested.get(k, 0)
+            alloc_rows[r][i] = _clip(max(0, a))
+            req_rows[r][i] = _clip(max(0, used))
+            if ok:
+                total_free[r] += max(0, a - used)
+                total_alloc[r] += max(0, a)
+        if ok:
+            total_slots += free_slots
+    return _NodeColumns(
+        order=order,
+        res_index=res_index,
+        alloc=np.array(alloc_rows, dtype=np.int64).reshape(nres, n),
+        requested=np.array(req_rows, dtype=np.int64).reshape(nres, n),
+        slots=np.array(slots, dtype=np.int64),
+        schedulable=np.array(sched, dtype=bool),
+        total_free=total_free,
+        total_alloc=total_alloc,
+        total_slots=total_slots,
+    )
+
+
+def _node_columns(nodes: Sequence[NodeCapacity]) -> _NodeColumns | None:
+    """:func:`_node_columns_exact`, one numpy call per resource instead of Python work
+    per node and resource, or None where that would not be exact (a quantity of 2**53 or
+    more, where float64 shares and int64 sums could round; something not an integer).
+
+    Same fill order: a node's share is summed left to right in the node's own resource
+    order, as :func:`_allocated_share` does (nodes are grouped by that order), from the
+    same correctly rounded quotients (both operands are exact in float64 below 2**53)."""
+    n = len(nodes)
+    if not n:
+        return None
+    allocs = [node.allocatable for node in nodes]
+    reqs = [node.requested for node in nodes]
+    keys = [tuple(a) for a in allocs]
+    shapes: dict[tuple[str, ...], int] = {}
+    for kt in keys:
+        if kt not in shapes:
+            shapes[kt] = len(shapes)
+    res_index: dict[str, int] = {}
+    for kt in shapes:
+        for k in kt:
+            if k not in res_index:
+                res_index[k] = len(res_index)
+    nres = len(res_index)
+    raw_a = np.array([[a.get(k, 0) for a in allocs] for k in res_index]).reshape(nres, n)
+    raw_r = np.array([[q.get(k, 0) for q in reqs] for k in res_index]).reshape(nres, n)
+    pods = np.array([(node.pods_allocatable, node.pods_used) for node in nodes])
+    for arr in (raw_a, raw_r, pods):
+        if arr.size and (arr.dtype.kind != "i" or int(np.abs(arr).max()) >= _FLOAT_EXACT):
+            return None
+    raw_a = raw_a.astype(np.int64, copy=False)
+    shape_of = np.array([shapes[kt] for kt in keys], dtype=np.int64)
+    offered = np.zeros((len(shapes), nres), dtype=bool)
+    for kt, s in shapes.items():
+        offered[s, [res_index[k] for k in kt]] = True
+    raw_r = np.where(offered[shape_of].T, raw_r, 0).astype(np.int64, copy=False)
+    # _allocated_share, vectorised per resource order
+    share = np.zeros(n)
+    for kt, s in shapes.items():
+        at = np.flatnonzero(shape_of == s)
+        total = np.zeros(len(at))
+        count = np.zeros(len(at))
+        for k in kt:
+            a = raw_a[res_index[k], at]
+            has = a > 0
+            q = np.minimum(1.0, raw_r[res_index[k], at] / np.where(has, a, 1))
+            total += np.where(has, q, 0.0)
+            count += has
+        share[at] = np.where(count > 0, total / np.maximum(count, 1), 0.0)
+    perm = np.argsort(-share, kind="stable")
+    sched = np.array([not node.unschedulable for node in nodes], dtype=bool)
+    free_slots = np.maximum(pods[:, 0] - pods[:, 1], 0).astype(np.int64, copy=False)
+    alloc = np.maximum(raw_a, 0)
+    on = alloc[:, sched]
+    total_free = [sum(row) for row in np.maximum(raw_a[:, sched] - raw_r[:, sched], 0).tolist()]
+    return _NodeColumns(
+        order=perm.tolist(),
+        res_index=res_index,
+        alloc=alloc[:, perm],
+        requested=np.maximum(raw_r, 0)[:, perm],
+        slots=free_slots[perm],
+        schedulable=sched[perm],
+        total_free=total_free,
+        total_alloc=[sum(row) for row in on.tolist()],
+        total_slots=sum(free_slots[sched].tolist()),
+    )
 
 
 _CACHE: dict[int, tuple[weakref.ref[ClusterSnapshot], tuple[Any, ...], ClusterColumns]] = {}
@@ -741,7 +853,6 @@ def _score(
 # words the exact rejection reason (should _pack ever find a fit there, that fit is used,
 # so a disagreement could only cost speed, never soundness).
 
-_FLOAT_EXACT = 1 << 53  # integers below this are exact in float64, and so is floor(a / b)
 _FLEET_LIMIT = 4
 
 
