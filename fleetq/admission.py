@@ -25,7 +25,8 @@ Semantics (Kube Queue, see DOMAIN.md):
 Preemption (issue 18; decided by :mod:`fleetq.preemption`, which the quota workflow calls):
 a waiting job may be given a :class:`PendingPlan` (``add_plan``): its victims are told to
 stop, and the preemptor is admitted by the first ``schedule`` after every victim has
-released its quota. Until then the quota it is promised is held for it: each pass counts
+released its quota (or earlier, should quota freed elsewhere make it fit with its victims
+still holding). Until then the quota it is promised is held for it: each pass counts
 every pending preemptor's request as already charged, so nothing else takes what the
 victims free, and usage never exceeds ``max`` because of a preemption (the preemptor
 is admitted only once it fits for real). Holders keep their priority and preemption
@@ -528,8 +529,8 @@ class Admission:
         self._plans[plan.preemptor] = plan
 
     def plans(self) -> list[PendingPlan]:
-        """Pending preemption plans, in the order they were decided."""
-        return list(self._plans.values())
+        """Pending preemption plans, in the order they were decided (copies)."""
+        return [plan.model_copy(deep=True) for plan in self._plans.values()]
 
     def waiting_for(self, preemptor: str) -> list[str]:
         """The victims of ``preemptor``'s plan that still hold quota (empty without one)."""

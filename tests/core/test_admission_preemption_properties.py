@@ -1,0 +1,183 @@
+"""Property test: random sequences of enqueue / scheduling pass (with preemption planning)
+/ release / cancel / continue-as-new under a tree with priority preemption and reclaim
+on, against the invariants of carrying preemption out:
+
+* usage never exceeds ``max`` at any node (preemption never over-admits);
+* the quota a pending plan's victims will free is held for its preemptor: at every node,
+  usage minus what pending victims still hold plus every pending preemptor's request
+  stays within ``max`` (so each preemptor fits once its victims are gone, whatever else
+  was admitted meanwhile);
+* a preemptor is admitted once none of its victims holds quota, or earlier only if it
+  fits even with its victims still holding and its own held request still counted (the
+  quota freed elsewhere is then enough: its victims' quota is not needed); a job is a
+  victim of at most one pending plan, never a pending preemptor, never opted out, and
+  (priority preemption) always of lower priority than its preemptor;
+* a copy restored from the serialized state carries on identically.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from fleetq.admission import Admission, AdmissionRequest, Grant, PendingPlan
+from fleetq.models import parse_tree
+from fleetq.preemption import plan_preemptions
+
+JOBS = "kube-queue/max-jobs"
+NAMESPACES = ["a1", "a2", "b1"]
+JOB_IDS = [f"pytorchjob/ns/j{i}" for i in range(12)]
+SHAPES = [{JOBS: 1000, "cpu": 1000}, {JOBS: 1000, "cpu": 2000}, {JOBS: 1000, "cpu": 4000}]
+TREE: dict[str, Any] = {
+    "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+    "kind": "ElasticQuotaTree",
+    "metadata": {
+        "name": "tree",
+        "namespace": "kube-system",
+        "annotations": {"fleetq.io/preemption": "LowerPriority", "fleetq.io/reclaim": "Any"},
+    },
+    "spec": {"root": {
+        "name": "root", "min": {"cpu": 8, JOBS: 6}, "max": {"cpu": 8, JOBS: 6},
+        "children": [
+            {"name": "a", "min": {"cpu": 4}, "max": {"cpu": 8, JOBS: 4}, "children": [
+                {"name": "a1", "min": {"cpu": 2}, "max": {"cpu": 6, JOBS: 2},
+                 "namespaces": ["a1"]},
+                {"name": "a2", "min": {"cpu": 2}, "max": {"cpu": 6}, "namespaces": ["a2"]},
+            ]},
+            {"name": "b1", "min": {"cpu": 4}, "max": {"cpu": 8, JOBS: 3},
+             "namespaces": ["b1"]},
+        ],
+    }},
+}
+
+
+class PreemptionMachine(RuleBasedStateMachine):
+    @initialize()
+    def start(self) -> None:
+        self.a = Admission(parse_tree(TREE))
+        self.now = 0.0
+        self.requests: dict[str, AdmissionRequest] = {}
+
+    # ------------------------------------------------------------------ rules
+    @rule(job=st.sampled_from(JOB_IDS), ns=st.sampled_from(NAMESPACES),
+          prio=st.sampled_from([0, 10, 100]), shape=st.sampled_from(SHAPES),
+          preemptible=st.booleans())
+    def enqueue(self, job: str, ns: str, prio: int, shape: dict[str, int],
+                preemptible: bool) -> None:
+        if self.a.is_admitted(job) or self.a.request_of(job) is not None:
+            return
+        self.now += 1
+        req = AdmissionRequest(job_id=job, namespace=ns, priority=prio, request=shape,
+                               submitted_at=self.now, preemptible=preemptible)
+        self.requests[job] = req
+        before = self._plans()
+        result = self.a.enqueue(req, self.now)
+        if isinstance(result, Grant):
+            self._check_grants([result], before)
+        self.scheduling_pass()  # as the quota workflow runs one after every message
+
+    @rule()
+    def scheduling_pass(self) -> None:
+        self.now += 1
+        before = self._plans()
+        self._check_grants(self.a.schedule(self.now), before)
+        holders = self.a.holder_policies()
+        plans = plan_preemptions(self.a)
+        event("preemption planned" if plans else "no preemption planned")
+        for plan in plans:
+            preemptor = self.requests[plan.preemptor]
+            for v in plan.victims:
+                assert holders[v.job_id].preemptible, v
+                if v.reason == "Priority":
+                    assert holders[v.job_id].priority < preemptor.priority, v
+
+    @rule(data=st.data(), victim=st.booleans())
+    def release(self, data: st.DataObject, victim: bool) -> None:
+        """A victim stops (``victim``), or any holder finishes: its quota comes back."""
+        holders = self.a.holders()
+        if holders:
+            victims = [v.job_id for p in self.a.plans() for v in p.victims
+                       if v.job_id in holders]
+            job = data.draw(st.sampled_from(victims if victim and victims else holders))
+            assert self.a.release(job)
+            self.scheduling_pass()
+
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        waiting = self.a.waiting()
+        if waiting:
+            assert self.a.cancel(data.draw(st.sampled_from(waiting)))
+            self.scheduling_pass()
+
+    @rule()
+    def continue_as_new(self) -> None:
+        state = self.a.to_state()
+        self.a = Admission.from_state(state)
+        assert self.a.to_state() == state
+
+    # ------------------------------------------------------------------ checks
+    def _plans(self) -> dict[str, PendingPlan]:
+        return {p.preemptor: p for p in self.a.plans()}
+
+    def _check_grants(self, grants: list[Grant], plans: dict[str, PendingPlan]) -> None:
+        holders = set(self.a.holders())
+        for g in grants:
+            plan = plans.get(g.job_id)
+            if plan is not None:
+                event("preemptor admitted")
+                if any(v.job_id in holders for v in plan.victims):
+                    event("preemptor admitted before its victims released")
+                    for n in self._chain(plan.node):
+                        node = self.a.quota.nodes[n]
+                        for k, limit in node.max.items():
+                            used = node.usage.get(k, 0) + plan.request.get(k, 0)
+                            assert used <= limit, f"{g.job_id} admitted early: {n} {k}"
+
+    def _chain(self, node: str) -> list[str]:
+        return [n.name for n in self.a.quota.nodes[node].chain]
+
+    @invariant()
+    def usage_within_max(self) -> None:
+        for node in self.a.quota:
+            for k, limit in node.max.items():
+                assert node.usage.get(k, 0) <= limit, (node.name, k, node.usage)
+
+    @invariant()
+    def freed_quota_is_held_for_preemptors(self) -> None:
+        held: dict[str, dict[str, int]] = {n.name: dict(n.usage) for n in self.a.quota}
+        holdings = self.a.quota.holdings
+        for plan in self.a.plans():
+            for v in plan.victims:
+                if v.job_id in holdings:
+                    h = holdings[v.job_id]
+                    for n in self._chain(h.node):
+                        for k, q in h.request.items():
+                            held[n][k] = held[n].get(k, 0) - q
+            for n in self._chain(plan.node):
+                for k, q in plan.request.items():
+                    held[n][k] = held[n].get(k, 0) + q
+        for node in self.a.quota:
+            for k, limit in node.max.items():
+                assert held[node.name].get(k, 0) <= limit, (node.name, k, held[node.name])
+
+    @invariant()
+    def plans_are_consistent(self) -> None:
+        seen: set[str] = set()
+        plans = self.a.plans()
+        preemptors = {p.preemptor for p in plans}
+        for plan in plans:
+            assert self.a.request_of(plan.preemptor) is not None, "a preemptor waits"
+            for v in plan.victims:
+                assert v.job_id not in seen, f"{v.job_id} is a victim twice"
+                assert v.job_id not in preemptors
+                seen.add(v.job_id)
+
+
+PreemptionMachine.TestCase.settings = settings(
+    max_examples=300, stateful_step_count=60, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_preemption_carried_out = PreemptionMachine.TestCase
