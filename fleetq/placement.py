@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -269,14 +269,24 @@ class ClusterColumns:
         any_sched = bool(self.schedulable.any())
         self.max_free = [int(row[self.schedulable].max()) if any_sched else 0 for row in self.free]
         self.labels = [nodes[i].labels for i in order]
-        taint_groups: dict[tuple[Taint, ...], list[int]] = {}
+        # nodes by taint object first (one lookup per node), then by hard taints
+        by_object: dict[int, tuple[tuple[Taint, ...], list[int]]] = {}
         for i, j in enumerate(order):
             taints = nodes[j].taints
             if taints:
-                hard = tuple(t for t in taints if t.effect in HARD_EFFECTS)
-                if hard:
-                    taint_groups.setdefault(hard, []).append(i)
-        self.taint_groups = {k: np.array(v, dtype=np.int64) for k, v in taint_groups.items()}
+                key = id(taints[0]) if len(taints) == 1 else id(taints)
+                got = by_object.get(key)
+                if got is None:
+                    got = by_object[key] = (taints, [])
+                got[1].append(i)
+        taint_groups: dict[tuple[Taint, ...], list[int]] = {}
+        for taints, positions in by_object.values():
+            hard = tuple(t for t in taints if t.effect in HARD_EFFECTS)
+            if hard:
+                taint_groups.setdefault(hard, []).extend(positions)
+        self.taint_groups = {
+            k: np.sort(np.array(v, dtype=np.int64)) for k, v in taint_groups.items()
+        }
         untainted = np.ones(n, dtype=bool)
         for idx in self.taint_groups.values():
             untainted[idx] = False
@@ -430,8 +440,10 @@ def _node_columns(nodes: Sequence[NodeCapacity]) -> _NodeColumns | None:
     more, where float64 shares and int64 sums could round; something not an integer).
 
     Same fill order: a node's share is summed left to right in the node's own resource
-    order, as :func:`_allocated_share` does (nodes are grouped by that order), from the
-    same correctly rounded quotients (both operands are exact in float64 below 2**53)."""
+    order, as :func:`_allocated_share` does, from the same correctly rounded quotients
+    (both operands are exact in float64 below 2**53); adding 0.0 for a resource the node
+    does not offer changes no sum, so nodes whose resource orders all follow the
+    fleet's first-seen order are summed in one pass, others by their own order."""
     n = len(nodes)
     if not n:
         return None
@@ -450,32 +462,41 @@ def _node_columns(nodes: Sequence[NodeCapacity]) -> _NodeColumns | None:
     nres = len(res_index)
     raw_a = np.array([[a.get(k, 0) for a in allocs] for k in res_index]).reshape(nres, n)
     raw_r = np.array([[q.get(k, 0) for q in reqs] for k in res_index]).reshape(nres, n)
-    pods = np.array([(node.pods_allocatable, node.pods_used) for node in nodes])
+    pods = np.array(
+        ([node.pods_allocatable for node in nodes], [node.pods_used for node in nodes])
+    )
     for arr in (raw_a, raw_r, pods):
         if arr.size and (arr.dtype.kind != "i" or int(np.abs(arr).max()) >= _FLOAT_EXACT):
             return None
     raw_a = raw_a.astype(np.int64, copy=False)
-    shape_of = np.array([shapes[kt] for kt in keys], dtype=np.int64)
-    offered = np.zeros((len(shapes), nres), dtype=bool)
-    for kt, s in shapes.items():
-        offered[s, [res_index[k] for k in kt]] = True
-    raw_r = np.where(offered[shape_of].T, raw_r, 0).astype(np.int64, copy=False)
-    # _allocated_share, vectorised per resource order
-    share = np.zeros(n)
-    for kt, s in shapes.items():
-        at = np.flatnonzero(shape_of == s)
-        total = np.zeros(len(at))
-        count = np.zeros(len(at))
-        for k in kt:
-            a = raw_a[res_index[k], at]
-            has = a > 0
-            q = np.minimum(1.0, raw_r[res_index[k], at] / np.where(has, a, 1))
-            total += np.where(has, q, 0.0)
-            count += has
-        share[at] = np.where(count > 0, total / np.maximum(count, 1), 0.0)
+    if len(shapes) > 1:
+        shape_of = np.array([shapes[kt] for kt in keys], dtype=np.int64)
+        offered = np.zeros((len(shapes), nres), dtype=bool)
+        for kt, s in shapes.items():
+            offered[s, [res_index[k] for k in kt]] = True
+        raw_r = np.where(offered[shape_of].T, raw_r, 0)
+    raw_r = raw_r.astype(np.int64, copy=False)
+    has = raw_a > 0
+    quot = np.minimum(1.0, raw_r / np.where(has, raw_a, 1))
+    quot[~has] = 0.0
+    count = has.sum(axis=0)
+    rows = [[res_index[k] for k in kt] for kt in shapes]
+    if all(r == sorted(r) for r in rows):
+        total = np.zeros(n)
+        for row in quot:  # left to right, in the first-seen order every node follows
+            total += row
+    else:
+        total = np.zeros(n)
+        for kt, s in shapes.items():
+            at = np.flatnonzero(shape_of == s)
+            part = np.zeros(len(at))
+            for k in kt:
+                part += quot[res_index[k], at]
+            total[at] = part
+    share = np.where(count > 0, total / np.maximum(count, 1), 0.0)
     perm = np.argsort(-share, kind="stable")
     sched = np.array([not node.unschedulable for node in nodes], dtype=bool)
-    free_slots = np.maximum(pods[:, 0] - pods[:, 1], 0).astype(np.int64, copy=False)
+    free_slots = np.maximum(pods[0] - pods[1], 0).astype(np.int64, copy=False)
     alloc = np.maximum(raw_a, 0)
     on = alloc[:, sched]
     total_free = [sum(row) for row in np.maximum(raw_a[:, sched] - raw_r[:, sched], 0).tolist()]
@@ -871,61 +892,129 @@ class _Eligible:
 
 class _Fleet:
     """Columnar views of several clusters stacked into one, over the union of their
-    resources (a resource a cluster does not offer is 0 on its nodes)."""
+    resources (a resource a cluster does not offer is 0 on its nodes).
 
-    __slots__ = ("classes", "fas", "memo", "names_arr", "nres", "res_index", "starts", "views")
+    When some clusters' views change, a fleet view is not rebuilt from scratch
+    (:func:`_fleet_of`): if nobody is using the cached fleet view that shares the most
+    clusters with the new one, :meth:`patch` overwrites the changed clusters' segments
+    in place and marks the eligible node sets it holds stale for those clusters, and
+    :meth:`eligible` rewrites just those segments when a set is next asked for;
+    otherwise the new view is built from that one (``base``), copying its columns and
+    splicing its eligible sets when first asked for. Either way the arrays equal those
+    of a build from scratch, for a cost that depends on what changed."""
 
-    def __init__(self, views: tuple[ClusterColumns, ...]) -> None:
+    __slots__ = (
+        "classes",
+        "fas",
+        "inherited",
+        "lent",
+        "lock",
+        "memo",
+        "names_arr",
+        "nres",
+        "readers",
+        "res_index",
+        "stale",
+        "starts",
+        "views",
+    )
+    fas: IntArray
+    names_arr: npt.NDArray[Any]
+
+    def __init__(
+        self,
+        views: tuple[ClusterColumns, ...],
+        base: _Fleet | None = None,
+        res_index: dict[str, int] | None = None,
+    ) -> None:
         self.views = views
         sizes = [len(v) for v in views]
         starts = np.zeros(len(views) + 1, dtype=np.int64)
         np.cumsum(sizes, out=starts[1:])
         self.starts = starts
-        res_index: dict[str, int] = {}
-        for v in views:
-            for name in v.resources:
-                res_index.setdefault(name, len(res_index))
+        res_index = _union(views) if res_index is None else res_index
+        self.res_index = res_index
         nres = len(res_index)
-        n = int(starts[-1])
+        self.nres = nres
+        self.readers = 0  # decisions using this view now (guarded by _FLEETS_LOCK)
+        self.lent = False  # a view built from this one reads its eligible sets
+        self.lock = threading.Lock()  # guards memo refreshes
+        self.stale: dict[str, set[int]] = {}  # memo key -> clusters changed since
+        self.memo: dict[str, _Eligible] = {}
+        self.inherited: _Inherited | None = None
+        changed: list[int] | None = None
+        if base is not None and len(base.views) == len(views) and base.res_index == res_index:
+            pairs = zip(base.views, views, strict=True)
+            changed = [c for c, (a, b) in enumerate(pairs) if a is not b]
         # rows: free per resource, allocatable per resource, free pod slots
-        fas = np.zeros((2 * nres + 1, n), dtype=np.int64)
-        for v, s, e in zip(views, starts[:-1].tolist(), starts[1:].tolist(), strict=True):
-            for name, r in v.res_index.items():
-                u = res_index[name]
-                fas[u, s:e] = v.free[r]
-                fas[nres + u, s:e] = v.alloc[r]
-            fas[2 * nres, s:e] = v.slots
+        if changed is None or base is None:
+            fas = _stack([_block(v, res_index) for v in views], 2 * nres + 1, np.int64)
+            names_arr = _stack([v.names_arr for v in views], None, object)
+        else:
+            old = base.starts.tolist()
+            fas = _splice(base.fas, old, changed, lambda c: _block(views[c], res_index))
+            names_arr = _splice(base.names_arr, old, changed, lambda c: views[c].names_arr)
+            with base.lock:  # the eligible sets base holds for its current views
+                memo = {k: v for k, v in base.memo.items() if k not in base.stale}
+            self.inherited = _Inherited(memo, old, starts.tolist(), changed)
         fas.setflags(write=False)
         self.fas = fas
-        self.res_index = res_index
-        self.nres = nres
-        names: list[str] = []
-        for v in views:
-            names.extend(v.names)
-        self.names_arr = np.array(names, dtype=object)
-        # clusters with the same largest node per resource share the gang's group order
-        classes: dict[tuple[Any, ...], list[int]] = {}
-        for c, v in enumerate(views):
-            classes.setdefault((v.resources, tuple(v.max_alloc)), []).append(c)
-        self.classes = classes
-        self.memo: dict[str, _Eligible] = {}
+        self.names_arr = names_arr
+        self.classes = _classes(views)
+
+    def patch(self, views: tuple[ClusterColumns, ...], changed: Sequence[int]) -> None:
+        """Take ``views`` (as many clusters, the same resource union and, at ``changed``,
+        clusters of the same sizes) in place. Only for a fleet view nobody else uses."""
+        starts = self.starts.tolist()
+        self.fas.setflags(write=True)
+        for c in changed:
+            s, e = starts[c], starts[c + 1]
+            self.fas[:, s:e] = _block(views[c], self.res_index)
+            self.names_arr[s:e] = views[c].names_arr
+        self.fas.setflags(write=False)
+        self.views = views
+        self.classes = _classes(views)
+        for key in self.memo:
+            self.stale.setdefault(key, set()).update(changed)
+        inherited = self.inherited
+        if inherited is not None:
+            wider = sorted({*inherited.changed, *changed})
+            self.inherited = _Inherited(inherited.memo, inherited.old_starts, starts, wider)
 
     def eligible(self, g: PodGroup) -> _Eligible:
-        got = self.memo.get(g.key)
-        if got is not None:
+        with self.lock:
+            got = self.memo.get(g.key)
+            if got is not None:
+                stale = self.stale.pop(g.key, None)
+                if stale:
+                    got = self._refresh(g, got, sorted(stale))
+                    self.memo[g.key] = got
+                return got
+            inherited = self.inherited
+            old = inherited.memo.pop(g.key, None) if inherited is not None else None
+            if inherited is not None and old is not None:
+                idx, slots = self._splice_eligible(g, old, inherited)
+            else:
+                if self.views:
+                    caps = np.concatenate(
+                        [v.eligible_slots(g.selector, g.tolerations, g.key) for v in self.views]
+                    )
+                else:
+                    caps = np.zeros(0, dtype=np.int64)
+                idx = np.flatnonzero(caps > 0)
+                slots = caps[idx]
+            got = self._eligible_of(idx, slots)
+            if len(self.memo) >= _MEMO_LIMIT:
+                self.memo.clear()
+                self.stale.clear()
+            self.memo[g.key] = got
             return got
-        if self.views:
-            caps = np.concatenate(
-                [v.eligible_slots(g.selector, g.tolerations, g.key) for v in self.views]
-            )
-        else:
-            caps = np.zeros(0, dtype=np.int64)
-        idx = np.flatnonzero(caps > 0)
+
+    def _eligible_of(self, idx: IntArray, slots: IntArray) -> _Eligible:
         free = self.fas[: self.nres, idx]
         free.setflags(write=False)
-        slots = caps[idx]
         exact = not free.size or int(free.max()) < _FLOAT_EXACT
-        got = _Eligible(
+        return _Eligible(
             idx=idx,
             bounds=np.searchsorted(idx, self.starts),
             free=free,
@@ -933,10 +1022,142 @@ class _Fleet:
             ffree=free.astype(np.float64) if exact else None,
             fslots=slots.astype(np.float64),
         )
-        if len(self.memo) >= _MEMO_LIMIT:
-            self.memo.clear()
-        self.memo[g.key] = got
-        return got
+
+    def _refresh(self, g: PodGroup, el: _Eligible, changed: list[int]) -> _Eligible:
+        """``el`` (this fleet's, computed before :meth:`patch` changed the clusters at
+        ``changed``) made current: segments rewritten in place where a changed cluster
+        has as many eligible nodes as before, else spliced into new arrays."""
+        starts = self.starts.tolist()
+        bounds = el.bounds.tolist()
+        fresh: list[tuple[int, IntArray, IntArray]] = []
+        for c in changed:
+            caps = self.views[c].eligible_slots(g.selector, g.tolerations, g.key)
+            at = np.flatnonzero(caps > 0)
+            fresh.append((c, at, caps[at]))
+        same = all(len(at) == bounds[c + 1] - bounds[c] for c, at, _s in fresh)
+        frees = [self.fas[: self.nres, at + starts[c]] for c, at, _s in fresh]
+        if (
+            not same
+            or el.ffree is None
+            or any(f.size and int(f.max()) >= _FLOAT_EXACT for f in frees)
+        ):
+            given = {c: (at, s) for c, at, s in fresh}
+            moved = _Inherited({}, starts, starts, changed)
+            return self._eligible_of(*self._splice_eligible(g, el, moved, given))
+        arrays = (el.idx, el.free, el.slots, el.ffree, el.fslots)
+        for a in arrays:
+            a.setflags(write=True)
+        try:
+            for (c, at, slots), free in zip(fresh, frees, strict=True):
+                lo, hi = bounds[c], bounds[c + 1]
+                el.idx[lo:hi] = at + starts[c]
+                el.free[:, lo:hi] = free
+                el.slots[lo:hi] = slots
+                el.ffree[:, lo:hi] = free
+                el.fslots[lo:hi] = slots
+        finally:
+            for a in arrays:
+                a.setflags(write=False)
+        return el
+
+    def _splice_eligible(
+        self,
+        g: PodGroup,
+        old: _Eligible,
+        inherited: _Inherited,
+        fresh: Mapping[int, tuple[IntArray, IntArray]] | None = None,
+    ) -> tuple[IntArray, IntArray]:
+        """``old``'s eligible nodes and their slots, re-based to this fleet's node
+        positions, with those of the changed clusters computed afresh (or taken from
+        ``fresh``: cluster -> eligible local positions, their slots)."""
+        bounds = old.bounds.tolist()
+        starts = inherited.new_starts
+        idx: list[IntArray] = []
+        slots: list[IntArray] = []
+        prev = 0  # first cluster of the run of unchanged clusters before `c`
+        for c in [*inherited.changed, len(self.views)]:
+            if c > prev:
+                lo, hi = bounds[prev], bounds[c]
+                shift = starts[prev] - inherited.old_starts[prev]
+                idx.append(old.idx[lo:hi] + shift if shift else old.idx[lo:hi])
+                slots.append(old.slots[lo:hi])
+            if c < len(self.views):
+                got = fresh.get(c) if fresh is not None else None
+                if got is None:
+                    caps = self.views[c].eligible_slots(g.selector, g.tolerations, g.key)
+                    at = np.flatnonzero(caps > 0)
+                    got = (at, caps[at])
+                idx.append(got[0] + starts[c])
+                slots.append(got[1])
+            prev = c + 1
+        return np.concatenate(idx), np.concatenate(slots)
+
+
+@dataclass(frozen=True)
+class _Inherited:
+    """What a fleet view built from a base keeps of it: base's eligible sets (consumed
+    as they are spliced), both fleets' cluster start positions, the changed clusters."""
+
+    memo: dict[str, _Eligible]
+    old_starts: list[int]
+    new_starts: list[int]
+    changed: list[int]
+
+
+def _union(views: Sequence[ClusterColumns]) -> dict[str, int]:
+    res_index: dict[str, int] = {}
+    for v in views:
+        for name in v.resources:
+            res_index.setdefault(name, len(res_index))
+    return res_index
+
+
+def _classes(views: Sequence[ClusterColumns]) -> dict[tuple[Any, ...], list[int]]:
+    """Clusters with the same largest node per resource: they share the gang's group
+    order."""
+    classes: dict[tuple[Any, ...], list[int]] = {}
+    for c, v in enumerate(views):
+        classes.setdefault((v.resources, tuple(v.max_alloc)), []).append(c)
+    return classes
+
+
+def _block(v: ClusterColumns, res_index: Mapping[str, int]) -> IntArray:
+    """One cluster's segment of the fleet's stacked columns: free per union resource,
+    allocatable per union resource, free pod slots."""
+    nres = len(res_index)
+    out = np.zeros((2 * nres + 1, len(v)), dtype=np.int64)
+    for name, r in v.res_index.items():
+        u = res_index[name]
+        out[u] = v.free[r]
+        out[nres + u] = v.alloc[r]
+    out[2 * nres] = v.slots
+    return out
+
+
+def _stack(parts: Sequence[npt.NDArray[Any]], rows: int | None, dtype: Any) -> npt.NDArray[Any]:
+    if parts:
+        return np.concatenate(parts, axis=-1)
+    return np.zeros((0,) if rows is None else (rows, 0), dtype=dtype)
+
+
+def _splice(
+    old: npt.NDArray[Any],
+    starts: Sequence[int],
+    changed: Sequence[int],
+    piece: Callable[[int], npt.NDArray[Any]],
+) -> npt.NDArray[Any]:
+    """``old``'s columns (cluster ``c`` at ``starts[c]:starts[c + 1]``) with those of the
+    ``changed`` clusters (ascending) replaced by ``piece(c)``."""
+    parts: list[npt.NDArray[Any]] = []
+    prev = 0
+    for c in changed:
+        if c > prev:
+            parts.append(old[..., starts[prev] : starts[c]])
+        parts.append(piece(c))
+        prev = c + 1
+    if prev < len(starts) - 1:
+        parts.append(old[..., starts[prev] : starts[-1]])
+    return _stack(parts, None if old.ndim == 1 else old.shape[0], old.dtype)
 
 
 _FLEETS: dict[tuple[int, ...], _Fleet] = {}
@@ -944,23 +1165,69 @@ _FLEETS_LOCK = threading.Lock()
 
 
 def _fleet_of(views: tuple[ClusterColumns, ...], cacheable: bool) -> _Fleet:
-    """The stacked view of ``views``, cached (a few, most recent kept) per tuple of view
-    objects. A view object is only reused by :func:`columns_of` while its snapshot is
-    unchanged, so a fleet view goes stale exactly when one of its snapshots does."""
+    """The stacked view of ``views`` for one decision (give it back with
+    :func:`_release`), cached (a few, most recent kept) per tuple of view objects.
+
+    A view object is only reused by :func:`columns_of` while its snapshot is unchanged,
+    so a fleet view goes stale exactly when one of its snapshots does. It is then made
+    from the cached fleet view sharing the most clusters with it (at least half): patched
+    in place when no decision is using that one and the changed clusters kept their
+    sizes, else built from it, so a decision after one cluster changed pays for that
+    cluster (and, when built, a copy of the stacked columns) only."""
     if not cacheable:
         return _Fleet(views)
     key = tuple(map(id, views))
+    res_index = _union(views)
     with _FLEETS_LOCK:
         fleet = _FLEETS.pop(key, None)
         if fleet is not None and all(a is b for a, b in zip(fleet.views, views, strict=True)):
             _FLEETS[key] = fleet  # most recently used last
+            fleet.readers += 1
             return fleet
-    fleet = _Fleet(views)  # holds the views, so their ids stay unique while cached
+        base: _Fleet | None = None
+        base_key: tuple[int, ...] = ()
+        changed: list[int] = []
+        fewest = len(views) // 2 + 1
+        for other_key, other in reversed(_FLEETS.items()):  # most recent first
+            if len(other.views) == len(views) and other.res_index == res_index:
+                pairs = enumerate(zip(other.views, views, strict=True))
+                diff = [c for c, (a, b) in pairs if a is not b]
+                if len(diff) < fewest:
+                    base, base_key, changed, fewest = other, other_key, diff, len(diff)
+        own = False
+        if base is not None:
+            starts = base.starts
+            own = (
+                base.readers == 0
+                and not base.lent
+                and all(len(views[c]) == starts[c + 1] - starts[c] for c in changed)
+            )
+            base.readers += 1
+            if own:
+                del _FLEETS[base_key]
+            else:
+                base.lent = True
+    if own and base is not None:
+        base.patch(views, changed)
+        fleet = base
+    else:
+        try:
+            fleet = _Fleet(views, base, res_index)
+        finally:
+            if base is not None:
+                _release(base)
+        fleet.readers = 1
     with _FLEETS_LOCK:
-        _FLEETS[key] = fleet
+        _FLEETS[key] = fleet  # holds the views, so their ids stay unique while cached
         while len(_FLEETS) > _FLEET_LIMIT:
             del _FLEETS[next(iter(_FLEETS))]
     return fleet
+
+
+def _release(fleet: _Fleet) -> None:
+    """A decision is done with ``fleet`` (from :func:`_fleet_of`)."""
+    with _FLEETS_LOCK:
+        fleet.readers -= 1
 
 
 def _plan_order(groups: Sequence[PodGroup], cols: ClusterColumns) -> tuple[int, ...]:
@@ -1296,7 +1563,11 @@ def place_gang(
         found: dict[int, ClusterChoice] = {}
         if npods and alive.any():
             fleet = _fleet_of(tuple(views), all(snaps[i].resource_version for i in cand))
-            found = _place_fleet(groups, total, npods, fleet, alive, [snaps[i].name for i in cand])
+            try:
+                names = [snaps[i].name for i in cand]
+                found = _place_fleet(groups, total, npods, fleet, alive, names)
+            finally:
+                _release(fleet)
         for c in np.flatnonzero(alive).tolist():
             i = cand[c]
             got = found.get(c)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fleetq import placement
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
 from fleetq.models import Gang, GangPod
 from fleetq.placement import estimate_sum_of_free, fits_node_by_node, place_gang
@@ -241,3 +242,160 @@ def test_unresolvable_means_not_even_an_empty_uncordoned_cluster_fits(
         ],
     )
     assert place_gang(gang, [empty]).best is None, why
+
+
+# --------------------------------------------------------------------------- incremental
+#
+# In a busy fleet some cluster's snapshot changes between any two decisions. The columnar
+# views are cached per snapshot and the stacked fleet view is patched for the clusters
+# that changed (in place, or copied from a fleet view another decision is using); every
+# decision must be exactly the one a cold build gives.
+
+
+@st.composite
+def unordered_nodes(draw: st.DrawFn, i: int) -> NodeCapacity:
+    """A node whose resources come in any order, with requests for resources it does not
+    offer, negative or huge quantities now and then."""
+    node = draw(nodes(i))
+    keys = draw(st.permutations(list(node.allocatable)))
+    alloc = {k: node.allocatable[k] for k in keys}
+    requested = dict(node.requested)
+    if draw(st.integers(0, 4)) == 0:
+        requested[draw(st.sampled_from(RES))] = draw(st.integers(0, 4000))
+    odd = draw(st.integers(0, 9))
+    if odd == 0:
+        alloc[draw(st.sampled_from(keys))] = draw(st.sampled_from([-500, 1 << 53, 1 << 70]))
+    elif odd == 1:
+        requested[draw(st.sampled_from(keys))] = draw(st.sampled_from([-500, (1 << 53) + 1]))
+    node.allocatable = alloc
+    node.requested = requested
+    return node
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_vectorised_node_columns_equal_the_exact_ones(data: st.DataObject) -> None:
+    n = data.draw(st.integers(1, 10))
+    snap_nodes = [data.draw(unordered_nodes(i)) for i in range(n)]
+    fast = placement._node_columns(snap_nodes)
+    exact = placement._node_columns_exact(snap_nodes)
+    quantities = [
+        abs(v)
+        for node in snap_nodes
+        for d in (node.allocatable, node.requested)
+        for v in d.values()
+    ]
+    if fast is None:
+        assert max(quantities) >= 1 << 53
+        return
+    assert fast.order == exact.order
+    assert list(fast.res_index.items()) == list(exact.res_index.items())
+    for name in ("alloc", "requested", "slots", "schedulable"):
+        a, b = getattr(fast, name), getattr(exact, name)
+        assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all(), name
+    assert (fast.total_free, fast.total_alloc, fast.total_slots) == (
+        exact.total_free,
+        exact.total_alloc,
+        exact.total_slots,
+    )
+
+
+@st.composite
+def changed(draw: st.DrawFn, snap: ClusterSnapshot, version: int) -> ClusterSnapshot:
+    """``snap`` as the capacity cache would hand it over after something happened: a new
+    snapshot object (new node objects) with a pod more or less on a node, a node cordoned,
+    added or removed, or everything different."""
+    nodes_ = [
+        NodeCapacity(
+            n.name, dict(n.allocatable), dict(n.requested), dict(n.labels), n.taints,
+            n.unschedulable, n.pods_allocatable, n.pods_used,
+        )
+        for n in snap.nodes
+    ]
+    what = draw(st.sampled_from(["pod", "pod", "pod", "cordon", "add", "remove", "all"]))
+    if what == "all" or not nodes_:
+        nodes_ = draw(snapshots()).nodes
+    elif what == "pod":
+        node = draw(st.sampled_from(nodes_))
+        key = draw(st.sampled_from(RES))
+        node.requested[key] = max(0, node.requested.get(key, 0) + draw(st.integers(-2000, 2000)))
+        node.pods_used = max(0, node.pods_used + draw(st.sampled_from([-1, 1])))
+    elif what == "cordon":
+        node = draw(st.sampled_from(nodes_))
+        node.unschedulable = not node.unschedulable
+    elif what == "add":
+        nodes_.append(draw(nodes(len(nodes_) + 100)))
+    else:
+        nodes_.pop(draw(st.integers(0, len(nodes_) - 1)))
+    reachable = snap.reachable if draw(st.integers(0, 9)) else not snap.reachable
+    return ClusterSnapshot(
+        snap.name, nodes=nodes_, reachable=reachable, resource_version=f"v{version}"
+    )
+
+
+def cold(snaps: list[ClusterSnapshot]) -> list[ClusterSnapshot]:
+    """The same snapshots without a resource version: every view is built from scratch."""
+    return [
+        ClusterSnapshot(s.name, s.labels, s.taints, s.nodes, s.reservation, s.reachable, "")
+        for s in snaps
+    ]
+
+
+def assert_fleet_is_current(gang: Gang, snaps: list[ClusterSnapshot]) -> None:
+    """The cached stacked view of the clusters the gang may use equals a fresh one."""
+    views = tuple(
+        placement.columns_of(s) for s in sorted(snaps, key=lambda s: s.name) if s.reachable
+    )
+    if not views:
+        return
+    fleet = placement._fleet_of(views, True)
+    try:
+        fresh = placement._Fleet(views)
+        assert fleet.res_index == fresh.res_index
+        assert (fleet.starts == fresh.starts).all()
+        assert (fleet.fas == fresh.fas).all() and fleet.fas.shape == fresh.fas.shape
+        assert fleet.names_arr.tolist() == fresh.names_arr.tolist()
+        for g in placement.pod_groups(gang):
+            a, b = fleet.eligible(g), fresh.eligible(g)
+            for name in ("idx", "bounds", "free", "slots", "fslots"):
+                x, y = getattr(a, name), getattr(b, name)
+                assert x.shape == y.shape and (x == y).all(), name
+            assert (a.ffree is None) == (b.ffree is None)
+            assert a.ffree is None or b.ffree is None or (a.ffree == b.ffree).all()
+    finally:
+        placement._release(fleet)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    gang_list=st.lists(gangs(), min_size=1, max_size=2),
+    first=st.lists(snapshots(), min_size=2, max_size=6),
+    data=st.data(),
+)
+def test_decisions_after_clusters_change_equal_cold_decisions(
+    gang_list: list[Gang], first: list[ClusterSnapshot], data: st.DataObject
+) -> None:
+    """Random sequences of cluster changes (one or several clusters per step, sometimes
+    while another decision holds the fleet view): each decision equals the cold one."""
+    snaps = [
+        ClusterSnapshot(f"cluster-{i}", nodes=s.nodes, resource_version="v0")
+        for i, s in enumerate(first)
+    ]
+    for step in range(1, data.draw(st.integers(1, 8)) + 1):
+        gang = data.draw(st.sampled_from(gang_list))
+        busy = None
+        if data.draw(st.integers(0, 3)) == 0:  # another decision is using the fleet view
+            views = tuple(placement.columns_of(s) for s in snaps if s.reachable)
+            busy = placement._fleet_of(views, True) if views else None
+        try:
+            assert place_gang(gang, snaps) == place_gang(gang, cold(snaps))
+        finally:
+            if busy is not None:
+                placement._release(busy)
+        which = data.draw(
+            st.lists(st.integers(0, len(snaps) - 1), min_size=1, max_size=2, unique=True)
+        )
+        for c in which:
+            snaps[c] = data.draw(changed(snaps[c], step))
+        assert place_gang(gang, snaps) == place_gang(gang, cold(snaps))
+        assert_fleet_is_current(gang, snaps)
