@@ -154,7 +154,8 @@ class AdmissionState(BaseModel):
       (priority, preemptible, grace_seconds)`` (absent from states written before
       preemption: every holder then has the default);
     * ``wp``: likewise ``job_id -> (preemptible, grace_seconds)`` of waiting jobs;
-    * ``p``: pending preemption plans, in the order they were decided.
+    * ``p``: pending preemption plans, in the order they were decided; ``d``: plans
+      whose preemptor left the queue while their victims were stopping.
     """
 
     #: 2 since jobs' preemption policies are kept (``hp``, ``wp``); a job of an older
@@ -170,6 +171,7 @@ class AdmissionState(BaseModel):
     hp: dict[str, tuple[int, bool, int]] = Field(default_factory=dict)
     wp: dict[str, tuple[bool, int]] = Field(default_factory=dict)
     p: list[PendingPlan] = Field(default_factory=list)
+    d: list[PendingPlan] = Field(default_factory=list)
     dirty: bool = False
 
 
@@ -267,6 +269,9 @@ class Admission:
         self._dirty = False
         #: pending preemption plans by preemptor, in the order they were decided
         self._plans: dict[str, PendingPlan] = {}
+        #: plans whose preemptor left the queue (cancelled, or admitted before its
+        #: victims released): their victims, told to stop already, are still leaving
+        self._draining: list[PendingPlan] = []
         self._rebuild_queues({})
 
     # ------------------------------------------------------------------ internals
@@ -317,7 +322,7 @@ class Admission:
 
     def _admit(self, q: JobQueue, key: Key, shape: int, now: float) -> Grant:
         job = self._waiting.pop(key[2])
-        self._plans.pop(job.job_id, None)  # (room enough without its victims after all)
+        self._drain(job.job_id)
         if self.policy is QueuePolicy.PRIORITY:
             q.mark_skipped_before(key, now)
         q.remove(key, shape)
@@ -326,20 +331,29 @@ class Admission:
         return Grant(job_id=job.job_id, queue=q.name, node=node)
 
     def _admit_preemptors(self, now: float) -> list[Grant]:
-        """Admit every preemptor whose victims have all released (in plan order); drop
-        plans that can no longer be carried out (preemptor gone, or moved, or not
-        fitting after all: the caller plans again)."""
+        """Admit every preemptor whose victims have all released (in plan order), and
+        forget its plan; forget draining plans whose victims have all released, and
+        plans that can no longer be carried out (not fitting after all, e.g. under a
+        new tree: the caller plans again)."""
+        self._draining = [
+            p for p in self._draining if any(v.job_id in self._admitted for v in p.victims)
+        ]
         grants: list[Grant] = []
         for plan in list(self._plans.values()):
             if any(v.job_id in self._admitted for v in plan.victims):
                 continue
             del self._plans[plan.preemptor]
-            job = self._waiting.get(plan.preemptor)
-            if job is None or job.queue != plan.node:
-                continue
+            job = self._waiting[plan.preemptor]
             if self.quota.fits(job.queue, self._shapes[job.shape]):
                 grants.append(self._admit(self._queues[job.queue], job.key, job.shape, now))
         return grants
+
+    def _drain(self, preemptor: str) -> None:
+        """``preemptor`` leaves the queue: nothing is held for it any more, but its
+        victims, told to stop already, still count as leaving until they have."""
+        plan = self._plans.pop(preemptor, None)
+        if plan is not None:
+            self._draining.append(plan)
 
     def _hold_for_preemptors(self) -> list[str]:
         """Charge every pending preemptor's request, so a pass admits nobody into the
@@ -364,9 +378,8 @@ class Admission:
         self.quota.replace(tree)
         self._rebuild_queues(skipped)
         for preemptor, plan in list(self._plans.items()):
-            job = self._waiting[preemptor]
-            if job.queue != plan.node:  # its namespace maps elsewhere now
-                del self._plans[preemptor]
+            if self._waiting[preemptor].queue != plan.node:  # its namespace maps elsewhere
+                self._drain(preemptor)
         self._dirty = True
 
     def enqueue(self, req: AdmissionRequest, now: float) -> WaitInfo | Grant:
@@ -405,7 +418,7 @@ class Admission:
         if job is None:
             return False
         self._queues[job.queue].remove(job.key, job.shape)
-        self._plans.pop(job_id, None)
+        self._drain(job_id)
         self._dirty = True
         return True
 
@@ -532,12 +545,22 @@ class Admission:
         """Pending preemption plans, in the order they were decided (copies)."""
         return [plan.model_copy(deep=True) for plan in self._plans.values()]
 
+    def draining(self) -> list[PendingPlan]:
+        """Plans whose preemptor left the queue while their victims still hold quota
+        (copies): those victims are leaving, and no later plan may count on them."""
+        return [plan.model_copy(deep=True) for plan in self._draining]
+
     def waiting_for(self, preemptor: str) -> list[str]:
-        """The victims of ``preemptor``'s plan that still hold quota (empty without one)."""
+        """The victims of waiting ``preemptor``'s plan that still hold quota (empty
+        without one)."""
         plan = self._plans.get(preemptor)
         if plan is None:
             return []
         return [v.job_id for v in plan.victims if v.job_id in self._admitted]
+
+    def preemptors(self) -> dict[str, list[str]]:
+        """Waiting preemptors and the victims each still waits for, in plan order."""
+        return {p: self.waiting_for(p) for p in self._plans}
 
     def holders(self) -> list[str]:
         """Admitted jobs, in admission order."""
@@ -664,6 +687,7 @@ class Admission:
             hp=hp,
             wp=wp,
             p=[plan.model_copy(deep=True) for plan in self._plans.values()],
+            d=[plan.model_copy(deep=True) for plan in self._draining],
             dirty=self._dirty,
         )
 
@@ -690,5 +714,6 @@ class Admission:
         a._rebuild_queues(skipped)
         for plan in s.p:
             a._plans[plan.preemptor] = plan.model_copy(deep=True)
+        a._draining = [plan.model_copy(deep=True) for plan in s.d]
         a._dirty = s.dirty
         return a

@@ -763,7 +763,13 @@ def plan_preemptions(admission: Admission) -> list[PreemptionPlan]:
     if not candidates:
         return []
     holders = holder_infos(admission)
-    pending = [plan_of(p) for p in admission.plans()]
+    # a plan whose preemptor left the queue: its victims are still leaving, and nothing is
+    # held for it (a preemptor of no request that snapshot_after cannot mistake for an
+    # admitted job)
+    pending = [plan_of(p) for p in admission.plans()] + [
+        dataclasses.replace(plan_of(p), preemptor=f"{p.preemptor} (gone {i})", request={})
+        for i, p in enumerate(admission.draining())
+    ]
     out: list[PreemptionPlan] = []
     for request in candidates:
         plan = plan_for_request(admission, holders, request, pending)

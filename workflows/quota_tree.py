@@ -267,9 +267,9 @@ class QuotaTreeWorkflow:
                 for k, v in sorted(q.max.items())
             )
             lines.append(f"| {q.name} | {q.length} | {q.admitted} | {usage or '-'} |")
-        plans = self._admission.plans()
-        if plans:
-            lines += ["", f"{len(plans)} preemptor(s) waiting for their victims to stop"]
+        preemptors = self._admission.preemptors()
+        if preemptors:
+            lines += ["", f"{len(preemptors)} preemptor(s) waiting for their victims to stop"]
         details = "\n".join(lines)
         metrics.queue_lengths({q.name: q.length for q in queues}, admitted)
         if details != self._details:
@@ -389,10 +389,7 @@ class QuotaTreeWorkflow:
             generation=self._input.generation,
             grants_sent=self._grants_sent,
             leaks_recovered=list(self._leaks),
-            preempting={
-                p.preemptor: self._admission.waiting_for(p.preemptor)
-                for p in self._admission.plans()
-            },
+            preempting=self._admission.preemptors(),
             preemptions_sent=self._preemptions_sent,
         )
 

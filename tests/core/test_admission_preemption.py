@@ -156,17 +156,25 @@ def test_an_opted_out_job_is_never_a_victim() -> None:
     )
 
 
-def test_a_cancelled_preemptor_drops_its_plan_and_frees_the_held_quota() -> None:
+def test_a_cancelled_preemptor_holds_nothing_and_its_victim_is_not_chosen_again() -> None:
     a = Admission(one_job_leaf(**{"fleetq.io/preemption": "LowerPriority"}))
     admitted(a, req("low", prio=10))
     a.enqueue(req("high", prio=1000, at=1), 1)
     a.schedule(1)
     plan_preemptions(a)
     assert a.cancel("pytorchjob/team/high")
-    assert a.plans() == []
+    assert a.preemptors() == {} and a.plans() == []
+    assert [p.preemptor for p in a.draining()] == ["pytorchjob/team/high"]
+    # the victim was told to stop already: no second plan takes it again
+    a.enqueue(req("other", prio=1000, at=2), 2)
+    a.schedule(2)
+    assert plan_preemptions(a) == []
+    # once it has released, its plan is forgotten and nothing is held: its quota goes to
+    # whoever is first in the queue
     a.release("pytorchjob/team/low")
-    a.enqueue(req("low", prio=10), 2)
-    assert [g.job_id for g in a.schedule(2)] == ["pytorchjob/team/low"]
+    a.enqueue(req("low", prio=10), 3)
+    assert [g.job_id for g in a.schedule(3)] == ["pytorchjob/team/other"]
+    assert a.plans() == [] and a.draining() == []
 
 
 def test_reclaim_takes_back_from_a_borrower_for_a_team_below_min() -> None:

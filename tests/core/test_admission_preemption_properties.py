@@ -149,13 +149,15 @@ class PreemptionMachine(RuleBasedStateMachine):
     def freed_quota_is_held_for_preemptors(self) -> None:
         held: dict[str, dict[str, int]] = {n.name: dict(n.usage) for n in self.a.quota}
         holdings = self.a.quota.holdings
-        for plan in self.a.plans():
+        for plan in self.a.plans() + self.a.draining():
             for v in plan.victims:
                 if v.job_id in holdings:
                     h = holdings[v.job_id]
                     for n in self._chain(h.node):
                         for k, q in h.request.items():
                             held[n][k] = held[n].get(k, 0) - q
+            if plan in self.a.draining():
+                continue  # cancelled or admitted: its victims still leave, nothing held
             for n in self._chain(plan.node):
                 for k, q in plan.request.items():
                     held[n][k] = held[n].get(k, 0) + q
@@ -166,10 +168,10 @@ class PreemptionMachine(RuleBasedStateMachine):
     @invariant()
     def plans_are_consistent(self) -> None:
         seen: set[str] = set()
-        plans = self.a.plans()
-        preemptors = {p.preemptor for p in plans}
-        for plan in plans:
+        preemptors = set(self.a.preemptors())
+        for plan in self.a.plans():
             assert self.a.request_of(plan.preemptor) is not None, "a preemptor waits"
+        for plan in self.a.plans() + self.a.draining():
             for v in plan.victims:
                 assert v.job_id not in seen, f"{v.job_id} is a victim twice"
                 assert v.job_id not in preemptors
