@@ -293,6 +293,7 @@ def test_vectorised_node_columns_equal_the_exact_ones(data: st.DataObject) -> No
     for name in ("alloc", "requested", "slots", "schedulable"):
         a, b = getattr(fast, name), getattr(exact, name)
         assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all(), name
+        assert a.flags["C_CONTIGUOUS"], name  # rows are read as rows, as before
     assert (fast.total_free, fast.total_alloc, fast.total_slots) == (
         exact.total_free,
         exact.total_alloc,
