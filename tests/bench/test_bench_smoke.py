@@ -32,10 +32,16 @@ def run_main(main: Callable[[Sequence[str]], int], argv: list[str],
 def test_placement_at_a_tiny_size_prints_its_result(capsys: pytest.CaptureFixture[str]) -> None:
     from bench import placement
 
-    code, _out, m = run_main(placement.main, ["--clusters", "3", "--nodes", "40",
-                                              "--workers", "3", "--repeat", "2"], capsys)
+    code, out, m = run_main(placement.main, ["--clusters", "3", "--nodes", "40",
+                                             "--workers", "3", "--repeat", "2",
+                                             "--changes", "4"], capsys)
     assert code == 0
     assert m["name"] == "placement" and float(m["t"]) == 5.0
+    changed = RESULT.match(out.strip().splitlines()[-2])
+    assert changed, out
+    assert changed["name"] == "placementchanged" and float(changed["t"]) == 2.0
+    assert "1 of 3 clusters changed before each decision (4 times):" in out
+    assert "decision after the changes == cold decision: True" in out
 
 
 def test_capacity_at_a_tiny_size_prints_its_result(capsys: pytest.CaptureFixture[str]) -> None:
@@ -207,7 +213,7 @@ BENCH_FLAGS = {
     "e2e": ("--jobs", "--concurrency", "--warmup", "--run-seconds", "--rounds",
             "--unsandboxed"),
     "queue": ("--jobs", "--concurrency"),
-    "placement": ("--clusters", "--nodes", "--workers", "--repeat"),
+    "placement": ("--clusters", "--nodes", "--workers", "--repeat", "--changes"),
     "capacity": ("--clusters", "--nodes", "--pods", "--repeat"),
     "history": ("--days", "--rewatch-seconds", "--run-seconds"),
     "chaos": ("--points", "--restarts", "--members", "--workdir", "--json"),
