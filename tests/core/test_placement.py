@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -342,6 +344,45 @@ def test_fleet_cache_goes_stale_with_its_snapshots() -> None:
     b.nodes[0].requested = {"cpu": 64000}  # mutated in place, version kept: forget() it
     forget(b)
     assert place_gang(g, [a, b]).best is None
+
+
+def test_decisions_in_parallel_while_clusters_change_equal_cold_decisions() -> None:
+    """Placement runs in activity threads; the cached fleet view is patched in place only
+    when no decision is using it. Several threads placing while clusters change must each
+    get exactly the decision a cold build gives for the snapshots they passed."""
+    rng = random.Random(19)
+
+    def snapshot(c: int, version: int) -> ClusterSnapshot:
+        nodes = [
+            node(f"c{c}-n{i}", rng.choice([4, 8, 16]), requested={"cpu": rng.randrange(0, 9000)},
+                 pods_used=rng.randrange(0, 4), pods_allocatable=4)
+            for i in range(rng.randrange(3, 8))
+        ]
+        return cluster(f"cluster-{c}", *nodes, resource_version=f"v{version}")
+
+    fleet = [snapshot(c, 0) for c in range(8)]
+    lock = threading.Lock()
+    gangs = [gang(2), gang(5, cpu=1), gang(3, cpu=4)]
+    mismatches: list[tuple[int, int]] = []
+
+    def work(seed: int) -> None:
+        for step in range(60):
+            with lock:
+                if rng.random() < 0.4:
+                    c = rng.randrange(len(fleet))
+                    fleet[c] = snapshot(c, seed * 1000 + step)
+                snaps = list(fleet)
+                g = gangs[rng.randrange(len(gangs))]
+            cold = [cluster(s.name, *s.nodes) for s in snaps]  # no version: built afresh
+            if place_gang(g, snaps) != place_gang(g, cold):
+                mismatches.append((seed, step))
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert mismatches == []
 
 
 def test_clusters_with_different_group_orders_in_one_fleet() -> None:
