@@ -484,10 +484,11 @@ def _node_columns(nodes: Sequence[NodeCapacity]) -> _NodeColumns | None:
         return None
     rows += [list(map(_PODS_ALLOCATABLE, nodes)), list(map(_PODS_USED, nodes))]
     arrays = [np.array(row) for row in rows]  # one row at a time: much faster than a table
-    for arr in arrays:
-        if arr.dtype.kind != "i" or int(np.abs(arr).max()) >= _FLOAT_EXACT:
-            return None
+    if any(arr.dtype.kind != "i" for arr in arrays):
+        return None  # bool, float, beyond int64 or not a number
     table = np.stack(arrays).astype(np.int64, copy=False)
+    if max(int(table.max()), -int(table.min())) >= _FLOAT_EXACT:
+        return None
     raw_a = table[:nres]
     raw_r = table[nres : 2 * nres]
     pods = table[2 * nres :]
