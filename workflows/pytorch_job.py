@@ -18,7 +18,9 @@ scheduling of the reserve/bind) before anything is written: a worker that crashe
 placing re-places from scratch with nothing written, never writes to a second cluster.
 Status is change-driven (a heartbeating watch activity returns only when something
 changed) and the workflow continues-as-new with its progress, so a job that runs for a
-week keeps a bounded history.
+week keeps a bounded history. A job its quota workflow preempts (the ``preempt`` signal)
+keeps running through its grace period, then is purged like a suspension, gives its quota
+back and queues again with its original submit time.
 """
 
 from __future__ import annotations
