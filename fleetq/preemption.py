@@ -775,9 +775,10 @@ def plan_preemptions(admission: Admission) -> list[PreemptionPlan]:
         plan = plan_for_request(admission, holders, request, pending)
         if plan is None or not plan.victims:
             continue
-        admission.add_plan(pending_plan(plan))
         pending.append(plan)
         out.append(plan)
+    for plan in out:  # all decided before any is recorded: an error records none
+        admission.add_plan(pending_plan(plan))
     return out
 
 

@@ -176,7 +176,12 @@ class QuotaTreeWorkflow:
         self._immediate = []
         self._dispatch(grants)
         if self._preemption_on and workflow.patched(PATCH_PREEMPTION):
-            for plan in plan_preemptions(self._admission):
+            try:
+                plans = plan_preemptions(self._admission)
+            except Exception as exc:  # never let a planning error take the semaphore down
+                workflow.logger.error("preemption planning failed: %s", exc)
+                return
+            for plan in plans:
                 for victim in plan.victims:
                     self._dispatch_preempt(victim)
 
