@@ -202,6 +202,50 @@ async def test_a_victim_terminated_while_stopping_is_released_and_the_plan_compl
     assert (await finish(penv, high)).state == "Succeeded"
 
 
+async def test_a_victim_with_nothing_bound_gives_way_at_once(penv: Metered) -> None:
+    cluster = penv.fleet.clusters["cluster-a"]
+    cluster.fits = False  # admitted by quota, but no member has room: Pending
+    qh = await penv.start_tree(preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}))
+    low = await start(penv, job("stuck", LOW, **{"fleetq.io/preemption-grace-seconds": "600"}))
+    await in_state(low, "Pending")
+    high = await start(penv, job("first", HIGH))
+    # no grace period to sit out: nothing of the victim runs anywhere
+    await wait_for(lambda: _admitted(high))
+    low_view = await in_state(low, "Queued")
+    (preempted,) = named(low_view, "Preempted")
+    assert preempted.message.endswith("nothing bound: queued again now")
+    assert penv.fleet.count("bind") == 0
+    cluster.fits = True
+    await high.signal("retry_placement")
+    await in_state(high, "Running")
+    assert (await finish(penv, high)).state == "Succeeded"
+    await in_state(low, "Running")
+    assert (await finish(penv, low)).state == "Succeeded"
+    assert (await quota_view(qh)).holders == 0
+
+
+async def test_a_victim_deleted_while_stopping_releases_and_the_preemptor_runs(
+        penv: Metered) -> None:
+    qh = await penv.start_tree(preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}))
+    low = await start(penv, job("dropped", LOW, **{"fleetq.io/preemption-grace-seconds": "600"}))
+    await in_state(low, "Running")
+    high = await start(penv, job("wanted", HIGH))
+
+    async def planned() -> bool:
+        return (await quota_view(qh)).preempting == {high.id: [low.id]}
+
+    await wait_for(planned)
+    await low.cancel()  # fleetq delete: its copy is purged and its quota released
+    await in_state(high, "Running")
+    assert (await view_of(low)).state == "Deleted"
+    assert low.id not in (await quota_view(qh)).leaks_recovered  # released by itself
+    assert (await finish(penv, high)).state == "Succeeded"
+
+
+async def _admitted(handle: WorkflowHandle[Any, Any]) -> bool:
+    return (await view_of(handle)).admitted
+
+
 async def test_an_opted_out_job_is_never_preempted_and_the_high_one_waits(penv: Env) -> None:
     qh = await penv.start_tree(preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}))
     low = await start(penv, job("keep", LOW, **{"fleetq.io/preemptible": "false"}))
