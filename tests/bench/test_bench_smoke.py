@@ -217,6 +217,8 @@ BENCH_FLAGS = {
     "capacity": ("--clusters", "--nodes", "--pods", "--repeat"),
     "history": ("--days", "--rewatch-seconds", "--run-seconds"),
     "chaos": ("--points", "--restarts", "--members", "--workdir", "--json"),
+    "admission": ("--parents", "--leaves", "--waiting-per-leaf", "--repeats", "--bytes-jobs",
+                  "--seed"),
 }
 
 

@@ -1,0 +1,494 @@
+"""Benchmark: does the quota workflow's admission cost grow with the quota tree, and how
+many bytes does a waiting job add to the state it carries across continue-as-new?
+
+Pure core only (no Temporal): :class:`fleetq.admission.Admission` on trees of Kueue's
+large-scale shape (10 parents x 100 leaves), 10 x 20 (200 leaves) and 2 x 3 (6 leaves),
+each leaf guaranteeing 64 cpu and 8 GPUs and allowed to borrow up to 4x that, the root
+exactly the sum of the guarantees, so the fleet is full and every leaf has a backlog
+(``--waiting-per-leaf`` jobs of four shapes, four priorities). One measured **task** is
+what one quota-workflow task does for one ``release`` message
+(``workflows/quota_tree.py``): ``release`` + ``schedule``, then the listing its details
+table is built from after every task (``counts``, ``queues``, ``preemptors``, the table
+lines, ``holders``), plus the continue-as-new ``pack_state(to_state())`` amortised over
+the tasks of one run (``max_history_events`` / 7 events per single-release task). The
+three sizes run interleaved, each task after a random holder's release, then the freed
+queue gets a new job (untimed) so the backlog stays; thread CPU medians over --repeats
+tasks. Queue checks per release (``Admission._pick`` calls, on separate instances) are
+counted too. Target: a task at 1,000 leaves costs at most 2x one at 6 leaves.
+
+Bytes: --bytes-jobs waiting jobs (100 per leaf by default) in the 1,000-leaf tree with
+realistic job ids (``pytorchjob/<team>/llama-finetune-7b-lr3e-4-20261130-1234``), after
+some scheduling so that some carry skip times; the packed state's size per waiting job
+(what the jobs add over the same state with none waiting) and the whole continue-as-new
+input against Temporal's payload limits (2 MiB error, 512 KiB warning in the server's
+dynamic config; the docs say 256 KB). Target: 100,000 waiting jobs within the warning,
+i.e. at most 512 KiB / 100,000 bytes per job.
+
+Run: ``python -m bench.admission [--parents 10] [--leaves 100] [--waiting-per-leaf 20]
+[--repeats 300] [--bytes-jobs 100000]``. Last two lines: ``RESULT admission1000 <ratio>
+(target 2.0)`` and ``RESULT admissionbytes <bytes per waiting job> (target 5.24)``.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import typer
+
+from bench.command import bench_app, help_text, run_command
+from fleetq import resources as R
+from fleetq.admission import (
+    Admission,
+    AdmissionState,
+    Grant,
+    QueuePolicy,
+    pack_state,
+    unpack_state,
+)
+from fleetq.admission import AdmissionRequest as Request
+from fleetq.messages import QuotaTreeInput
+from fleetq.models import parse_tree
+from fleetq.queues import JobQueue, Key
+
+TARGET = 2.0
+#: Temporal's blob size limits (server dynamic config ``limit.blobSize.error`` / ``.warn``)
+BLOB_ERROR = 2 * 1024 * 1024
+BLOB_WARN = 512 * 1024
+#: the documented warning (docs.temporal.io/self-hosted-guide/defaults)
+BLOB_WARN_DOCS = 256 * 1024
+HISTORY_SIZE_ERROR = 50 * 1024 * 1024
+#: history events of a quota-workflow task that takes one release and sends one grant:
+#: workflow task scheduled, started, completed; update accepted, completed; signal
+#: external initiated, external signaled
+EVENTS_PER_TASK = 7
+T0 = 1_795_000_000.0  # 2026-11-18, a workflow.now() timestamp
+GI = (1 << 30) * R.MILLI
+LEAF_MIN = {R.CPU: 64 * R.MILLI, R.GPU: 8 * R.MILLI}
+BORROW = 4  # a leaf's max is this many times its min
+#: job request shapes (milli-units) and how often each is submitted
+SHAPES: list[tuple[dict[str, int], float]] = [
+    ({R.CPU: 4000, R.MEMORY: 16 * GI, R.MAX_JOBS: R.MILLI}, 0.40),
+    ({R.CPU: 8000, R.MEMORY: 64 * GI, R.GPU: 1000, R.MAX_JOBS: R.MILLI}, 0.35),
+    ({R.CPU: 64000, R.MEMORY: 512 * GI, R.GPU: 8000, R.MAX_JOBS: R.MILLI}, 0.20),
+    ({R.CPU: 128000, R.MEMORY: 1024 * GI, R.GPU: 16000, R.MAX_JOBS: R.MILLI}, 0.05),
+]
+PRIORITIES = [(0, 0.60), (10, 0.25), (100, 0.12), (1000, 0.03)]
+MODELS = ["llama", "mistral", "qwen2", "gemma", "gpt-neox", "t5", "whisper", "vit", "bert"]
+SIZES = ["1b", "3b", "7b", "8b", "13b", "34b", "70b", "base", "large"]
+TASKS = ["finetune", "pretrain", "eval", "sweep", "distill", "dpo", "sft", "lora"]
+LRS = ["1e-4", "2e-5", "3e-4", "5e-5", "1e-5", "6e-4"]
+KUBE_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def tree_doc(parents: int, leaves: int, name: str = "fleet") -> dict[str, Any]:
+    """An ElasticQuotaTree manifest: ``parents`` x ``leaves`` leaves, each guaranteeing
+    :data:`LEAF_MIN` and borrowing up to :data:`BORROW` times it, parents up to 1.5x their
+    guarantee, the root exactly the sum of all guarantees."""
+
+    def q(res: dict[str, int], times: float) -> dict[str, int]:
+        return {k: int(v * times) // R.MILLI for k, v in res.items()}
+
+    children = []
+    for p in range(parents):
+        org = f"org-{p:02d}"
+        teams = [
+            {"name": f"{org}-team-{i:03d}", "namespaces": [f"{org}-team-{i:03d}"],
+             "min": q(LEAF_MIN, 1), "max": q(LEAF_MIN, BORROW)}
+            for i in range(leaves)
+        ]
+        children.append({"name": org, "min": q(LEAF_MIN, leaves),
+                         "max": q(LEAF_MIN, leaves * 1.5), "children": teams})
+    total = q(LEAF_MIN, parents * leaves)
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+        "kind": "ElasticQuotaTree",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {"root": {"name": "root", "min": total, "max": total, "children": children}},
+    }
+
+
+def namespaces(doc: dict[str, Any]) -> list[str]:
+    return [ns for org in doc["spec"]["root"]["children"] for t in org["children"]
+            for ns in t["namespaces"]]
+
+
+class JobSource:
+    """Realistic, reproducible job submissions: names as ML teams write them, four
+    request shapes, four priorities, submission times with microseconds."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.now = T0
+        self.count = 0
+        self._shapes = [s for s, _ in SHAPES]
+        self._shape_w = [w for _, w in SHAPES]
+        self._prios = [p for p, _ in PRIORITIES]
+        self._prio_w = [w for _, w in PRIORITIES]
+
+    def name(self) -> str:
+        r = self.rng
+        day = 20261101 + r.randrange(30)
+        base = (f"{r.choice(MODELS)}-{r.choice(TASKS)}-{r.choice(SIZES)}-lr{r.choice(LRS)}"
+                f"-{day}")
+        if r.random() < 0.5:
+            return f"{base}-{r.randrange(10000):04d}"
+        return f"{base}-{''.join(r.choices(KUBE_SUFFIX, k=5))}"
+
+    def job(self, namespace: str) -> Request:
+        self.count += 1
+        self.now += self.rng.uniform(0.001, 0.05)
+        return Request(
+            job_id=f"pytorchjob/{namespace}/{self.name()}-{self.count}",
+            namespace=namespace,
+            priority=self.rng.choices(self._prios, self._prio_w)[0],
+            request=self.rng.choices(self._shapes, self._shape_w)[0],
+            submitted_at=round(self.now, 6),
+        )
+
+
+class CountingAdmission(Admission):
+    """An :class:`Admission` that counts its queue checks (one per ``_pick``: whether and
+    what a queue could admit now)."""
+
+    checks = 0
+
+    def _pick(self, q: JobQueue, nofit: set[tuple[str, int]]) -> tuple[Key, int] | None:
+        self.checks += 1
+        return super()._pick(q, nofit)
+
+
+@dataclass
+class Fleet:
+    """One tree under load: an admission with every leaf backlogged, the jobs holding
+    quota (to release one at random) and a job source to refill the backlog."""
+
+    label: str
+    leaves: int
+    admission: Admission
+    source: JobSource
+    held: list[str] = field(default_factory=list)
+    now: float = T0
+
+    def add_grants(self, job_ids: Sequence[str]) -> None:
+        self.held.extend(job_ids)
+
+    def pick_holder(self) -> str:
+        """Remove and return a random holder (constant time)."""
+        i = self.source.rng.randrange(len(self.held))
+        self.held[i], self.held[-1] = self.held[-1], self.held[i]
+        return self.held.pop()
+
+    def refill(self, granted: Sequence[str]) -> None:
+        """A new job in each queue a grant left, so the backlog stays (untimed)."""
+        for job_id in granted:
+            ns = job_id.split("/")[1]
+            res = self.admission.enqueue(self.source.job(ns), self.source.now)
+            if isinstance(res, Grant):  # admitted at once
+                self.held.append(res.job_id)
+
+
+def build_fleet(label: str, parents: int, leaves: int, waiting_per_leaf: int, seed: int,
+                cls: type[Admission] = Admission) -> Fleet:
+    """Fill the tree round-robin until the root is full, then queue
+    ``waiting_per_leaf`` more jobs in every leaf."""
+    doc = tree_doc(parents, leaves)
+    adm = cls(parse_tree(doc), QueuePolicy.PRIORITY, 600)
+    fleet = Fleet(label, parents * leaves, adm, JobSource(seed))
+    spaces = namespaces(doc)
+    full = False
+    while not full:
+        full = True
+        for ns in spaces:
+            res = adm.enqueue(fleet.source.job(ns), fleet.source.now)
+            if not isinstance(res, Grant):
+                continue
+            fleet.held.append(res.job_id)
+            full = False
+    for _ in range(waiting_per_leaf):
+        for ns in spaces:
+            adm.enqueue(fleet.source.job(ns), fleet.source.now)
+    fleet.now = fleet.source.now
+    fleet.add_grants([g.job_id for g in adm.schedule(fleet.now)])
+    return fleet
+
+
+def publish_details(adm: Admission) -> int:
+    """What the quota workflow computes after every task (mirrors
+    ``QuotaTreeWorkflow._publish_details`` and the run loop's ``holders()`` check)."""
+    admitted, waiting = adm.counts()
+    queues = adm.queues()
+    lines = [f"{admitted} admitted, {waiting} waiting", "", "| queue | waiting | admitted "
+             "| usage / max |", "|---|---|---|---|"]
+    for q in queues:
+        usage = ", ".join(
+            f"{k} {R.format_quantity(k, q.usage.get(k, 0))}/{R.format_quantity(k, v)}"
+            for k, v in sorted(q.max.items())
+        )
+        lines.append(f"| {q.name} | {q.length} | {q.admitted} | {usage or '-'} |")
+    lines.append(str(len(adm.preemptors())))
+    lengths = {q.name: q.length for q in queues}
+    return len("\n".join(lines)) + len(lengths) + len(adm.holders())
+
+
+@dataclass
+class TaskTimes:
+    """Thread CPU seconds of each measured task, by part."""
+
+    release_schedule: list[float] = field(default_factory=list)
+    details: list[float] = field(default_factory=list)
+    grants: int = 0
+
+
+def one_task(fleet: Fleet, times: TaskTimes) -> None:
+    adm = fleet.admission
+    job_id = fleet.pick_holder()
+    fleet.now += 0.5
+    clock = time.thread_time
+    t0 = clock()
+    adm.release(job_id)
+    grants = adm.schedule(fleet.now)
+    t1 = clock()
+    publish_details(adm)
+    t2 = clock()
+    times.release_schedule.append(t1 - t0)
+    times.details.append(t2 - t1)
+    times.grants += len(grants)
+    granted = [g.job_id for g in grants]
+    fleet.add_grants(granted)
+    fleet.refill(granted)
+
+
+def packed_of(adm: Admission) -> str:
+    """What continue-as-new carries (``workflows/quota_tree.py``)."""
+    return pack_state(adm.to_state())
+
+
+def rebuilt(packed: str) -> Admission:
+    """What the next run starts from."""
+    return Admission.from_state(unpack_state(packed))
+
+
+def median_cpu(fn: Callable[[], object], repeat: int) -> float:
+    out = []
+    for _ in range(repeat):
+        t0 = time.thread_time()
+        fn()
+        out.append(time.thread_time() - t0)
+    return statistics.median(out)
+
+
+@dataclass
+class SizeResult:
+    label: str
+    leaves: int
+    nodes: int
+    waiting: int
+    admitted: int
+    release_schedule_s: float
+    details_s: float
+    pack_s: float
+    unpack_s: float
+    packed_bytes: int
+    grants_per_task: float
+    checks_per_release: float
+    nonempty_queues: int
+
+    def task_s(self, tasks_per_run: int) -> float:
+        return self.release_schedule_s + self.details_s + self.pack_s / tasks_per_run
+
+
+def queue_checks(label: str, parents: int, leaves: int, waiting: int, seed: int,
+                 tasks: int) -> tuple[float, int]:
+    """Mean queue checks per release over ``tasks`` tasks, and the non-empty queues."""
+    fleet = build_fleet(label, parents, leaves, waiting, seed, CountingAdmission)
+    adm = fleet.admission
+    assert isinstance(adm, CountingAdmission)
+    nonempty = sum(1 for q in adm.queues() if q.length)
+    checks = 0
+    for _ in range(tasks):
+        job_id = fleet.pick_holder()
+        fleet.now += 0.5
+        adm.release(job_id)
+        before = adm.checks
+        granted = [g.job_id for g in adm.schedule(fleet.now)]
+        checks += adm.checks - before
+        fleet.add_grants(granted)
+        fleet.refill(granted)
+    return checks / tasks, nonempty
+
+
+def measure_sizes(shapes: list[tuple[str, int, int]], waiting: int, repeats: int,
+                  seed: int) -> list[SizeResult]:
+    fleets = [build_fleet(label, p, leaves, waiting, seed) for label, p, leaves in shapes]
+    times = [TaskTimes() for _ in fleets]
+    for _ in range(3):  # warm up
+        for fleet in fleets:
+            one_task(fleet, TaskTimes())
+    for _ in range(repeats):
+        for fleet, t in zip(fleets, times, strict=True):
+            one_task(fleet, t)
+    out = []
+    for (label, p, leaves), fleet, t in zip(shapes, fleets, times, strict=True):
+        adm = fleet.admission
+        packed = pack_state(adm.to_state())
+        pack_s = median_cpu(partial(packed_of, adm), 5)
+        unpack_s = median_cpu(partial(rebuilt, packed), 5)
+        admitted, waiting_now = adm.counts()
+        checks, nonempty = queue_checks(label, p, leaves, waiting, seed, min(repeats, 50))
+        out.append(SizeResult(
+            label=label, leaves=p * leaves, nodes=1 + p + p * leaves, waiting=waiting_now,
+            admitted=admitted,
+            release_schedule_s=statistics.median(t.release_schedule),
+            details_s=statistics.median(t.details),
+            pack_s=pack_s, unpack_s=unpack_s, packed_bytes=len(packed),
+            grants_per_task=t.grants / repeats, checks_per_release=checks,
+            nonempty_queues=nonempty,
+        ))
+    return out
+
+
+@dataclass
+class BytesResult:
+    waiting: int
+    skipped: int
+    raw_json: int
+    packed: int
+    packed_empty: int
+    payload: int
+    pack_s: float
+    unpack_s: float
+    round_trip: bool
+
+    @property
+    def per_job(self) -> float:
+        return (self.packed - self.packed_empty) / self.waiting
+
+
+def measure_bytes(parents: int, leaves: int, jobs: int, seed: int) -> BytesResult:
+    """``jobs`` waiting jobs (spread evenly over the leaves) in the tree, after some
+    scheduling; sizes of what continue-as-new carries."""
+    per_leaf = max(1, -(-jobs // (parents * leaves)))
+    fleet = build_fleet("bytes", parents, leaves, per_leaf, seed)
+    adm = fleet.admission
+    for _ in range(min(500, jobs // 10 + 1)):  # some grants past skipped jobs
+        one_task(fleet, TaskTimes())
+    while adm.counts()[1] > jobs:  # exactly ``jobs`` waiting
+        adm.cancel(adm.waiting()[-1])
+    state = adm.to_state()
+    raw = state.model_dump_json().encode()
+    packed = pack_state(state)
+    empty = pack_state(state.model_copy(update={"w": [], "wp": {}}))
+    doc = tree_doc(parents, leaves)
+    payload = QuotaTreeInput(tree=doc, packed_state=packed, generation=1).model_dump_json()
+    back = unpack_state(packed)
+    return BytesResult(
+        waiting=len(state.w),
+        skipped=sum(1 for w in state.w if w[5] is not None),
+        raw_json=len(raw),
+        packed=len(packed),
+        packed_empty=len(empty),
+        payload=len(payload.encode()),
+        pack_s=median_cpu(partial(packed_of, adm), 3),
+        unpack_s=median_cpu(partial(rebuilt, packed), 3),
+        round_trip=back == AdmissionState.model_validate_json(raw),
+    )
+
+
+def kib(n: float) -> str:
+    return f"{n / 1024:,.1f} KiB"
+
+
+@dataclass(frozen=True)
+class Options:
+    """``fleetq bench admission``'s options as parsed (the defaults are the command's)."""
+
+    parents: int
+    leaves: int
+    waiting_per_leaf: int
+    repeats: int
+    bytes_jobs: int
+    seed: int
+
+
+def run(args: Options) -> int:
+    tasks_per_run = QuotaTreeInput().max_history_events // EVENTS_PER_TASK
+    shapes = [("small", 2, 3), ("mid", 10, 20), ("large", args.parents, args.leaves)]
+    t_start = time.process_time()
+    sizes = measure_sizes(shapes, args.waiting_per_leaf, args.repeats, args.seed)
+    small, large = sizes[0], sizes[-1]
+    print(f"tasks: one release + schedule + details listing each, thread CPU median of "
+          f"{args.repeats}; pack amortised over {tasks_per_run} tasks per run "
+          f"({QuotaTreeInput().max_history_events} events / {EVENTS_PER_TASK} per task)")
+    print("| tree | leaves | waiting | admitted | release+schedule | details listing | "
+          "pack (once per run) | unpack | task | grants/task | queue checks/release | "
+          "non-empty queues |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in sizes:
+        print(f"| {s.label} | {s.leaves:,} | {s.waiting:,} | {s.admitted:,} | "
+              f"{s.release_schedule_s * 1e3:.3f} ms | {s.details_s * 1e3:.3f} ms | "
+              f"{s.pack_s * 1e3:.1f} ms | {s.unpack_s * 1e3:.1f} ms | "
+              f"{s.task_s(tasks_per_run) * 1e3:.3f} ms | {s.grants_per_task:.2f} | "
+              f"{s.checks_per_release:.1f} | {s.nonempty_queues:,} |")
+    core_ratio = large.release_schedule_s / small.release_schedule_s
+    no_details = ((large.release_schedule_s + large.pack_s / tasks_per_run)
+                  / (small.release_schedule_s + small.pack_s / tasks_per_run))
+    ratio = large.task_s(tasks_per_run) / small.task_s(tasks_per_run)
+    print(f"{large.leaves:,} leaves vs {small.leaves}: release+schedule {core_ratio:.1f}x, "
+          f"+ amortised pack {no_details:.1f}x, whole task (with the details listing) "
+          f"{ratio:.1f}x")
+    print(f"pack at continue-as-new: {large.pack_s * 1e3:.1f} ms at {large.leaves:,} leaves "
+          f"({large.packed_bytes:,} bytes), {small.pack_s * 1e3:.2f} ms at {small.leaves}")
+    print(f"CPU for the task measurements: {time.process_time() - t_start:.1f} s")
+
+    b = measure_bytes(args.parents, args.leaves, args.bytes_jobs, args.seed + 1)
+    jobs_at = {
+        "512 KiB warning": (BLOB_WARN - (b.payload - b.packed + b.packed_empty)) / b.per_job,
+        "2 MiB error": (BLOB_ERROR - (b.payload - b.packed + b.packed_empty)) / b.per_job,
+    }
+    print(f"{b.waiting:,} waiting jobs in the {large.leaves:,}-leaf tree ({b.skipped:,} with "
+          f"a skip time): state JSON {kib(b.raw_json)} ({b.raw_json / b.waiting:.1f} B/job), "
+          f"packed {kib(b.packed)} ({b.packed / b.waiting:.1f} B/job; "
+          f"{b.per_job:.2f} B per waiting job over the same state with none waiting, "
+          f"{kib(b.packed_empty)})")
+    print(f"continue-as-new input {kib(b.payload)}: {b.payload / BLOB_ERROR:.0%} of the 2 MiB "
+          f"blob error limit, {b.payload / BLOB_WARN:.0%} of the 512 KiB warning "
+          f"({b.payload / BLOB_WARN_DOCS:.0%} of the documented 256 KB); two copies per run "
+          f"(started and continued-as-new events) are {2 * b.payload / HISTORY_SIZE_ERROR:.1%} "
+          f"of the 50 MiB history limit")
+    print("waiting jobs at which the input reaches: " + ", ".join(
+        f"{k} {v:,.0f}" for k, v in jobs_at.items()))
+    print(f"pack {b.pack_s * 1e3:.0f} ms, unpack + rebuild {b.unpack_s * 1e3:.0f} ms thread "
+          f"CPU; state round trip equal: {b.round_trip}")
+    print(f"RESULT admission1000 {ratio:.2f} (target {TARGET})")
+    print(f"RESULT admissionbytes {b.per_job:.2f} (target {BLOB_WARN / args.bytes_jobs:.2f})")
+    return 0 if b.round_trip else 1
+
+
+app = bench_app()
+
+
+@app.command(help=help_text(__doc__))
+def command(
+    parents: int = typer.Option(10, "--parents", min=1, help="parents of the large tree"),
+    leaves: int = typer.Option(100, "--leaves", min=1, help="leaves per parent, large tree"),
+    waiting_per_leaf: int = typer.Option(20, "--waiting-per-leaf", min=1),
+    repeats: int = typer.Option(300, "--repeats", min=1, help="tasks per tree (median of)"),
+    bytes_jobs: int = typer.Option(100_000, "--bytes-jobs", min=1,
+                                   help="waiting jobs whose packed size is measured"),
+    seed: int = typer.Option(19, "--seed"),
+) -> None:
+    raise typer.Exit(run(Options(parents, leaves, waiting_per_leaf, repeats, bytes_jobs, seed)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(app, argv, "python -m bench.admission")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
