@@ -23,6 +23,16 @@ named explicitly is read whatever its extension. Inside a directory, a file none
 documents has ``apiVersion`` or ``kind`` (a kustomization, Helm values, a ``fleetq sim``
 trace) is skipped with a note rather than failing the whole directory; named explicitly,
 the same file is an error. A directory with no manifest at all is an error.
+
+Preemption annotations. The models check a tree's queue-policy annotations, but the
+preemption ones (``fleetq.io/preemption``, ``reclaim`` and ``fair-share-weight`` on the
+tree, ``fleetq.io/preemptible`` and ``preemption-grace-seconds`` on a job) are read by
+:mod:`fleetq.preemption`, which imports the models. The loader checks them with the very
+functions the quota and job workflows use (:func:`preemption_annotation_error`), so
+``fleetq validate`` and ``fleetq apply`` refuse a bad value before anything is created,
+with the workflows' own line. The models do not: objects already stored in the registry,
+the quota workflow's state and job histories are parsed with the models and must still
+parse (the workflows keep refusing such values when they meet them).
 """
 
 from __future__ import annotations
@@ -47,13 +57,16 @@ from yaml.events import (
 from yaml.nodes import MappingNode, ScalarNode
 
 from fleetq.models import (
+    ElasticQuotaTree,
     FleetObject,
     ManifestError,
     ManifestErrors,
     PriorityClass,
+    PyTorchJob,
     object_ref,
     parse_object,
 )
+from fleetq.preemption import job_policy, tree_policy
 
 MIB = 1024 * 1024
 #: Largest file (or stdin) we read at all.
@@ -346,6 +359,21 @@ def _object_size(doc: Any) -> int:
     return len(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
+def preemption_annotation_error(obj: FleetObject) -> ManifestError | None:
+    """The error the quota workflow (a tree's ``fleetq.io/preemption``, ``reclaim`` and
+    ``fair-share-weight``) or the job workflow (a job's ``fleetq.io/preemptible`` and
+    ``preemption-grace-seconds``) would refuse ``obj`` with, or None when its preemption
+    annotations are good. The first bad annotation of an object is reported."""
+    try:
+        if isinstance(obj, ElasticQuotaTree):
+            tree_policy(obj)
+        elif isinstance(obj, PyTorchJob):
+            job_policy(obj)
+    except ManifestError as exc:
+        return exc
+    return None
+
+
 @dataclass
 class _Entry:
     source: Source
@@ -373,12 +401,18 @@ def _check_document(doc: Any, source: Source, errors: list[str]) -> FleetObject 
         )
         return None
     try:
-        return parse_object(doc)
+        obj = parse_object(doc)
     except ManifestErrors as exc:
         errors.extend(str(e) for e in exc.errors)
+        return None
     except RecursionError:
         errors.append(str(ManifestError(ref, "", f"is nested deeper than {MAX_DEPTH} levels")))
-    return None
+        return None
+    refused = preemption_annotation_error(obj)
+    if refused is not None:
+        errors.append(str(refused))
+        return None
+    return obj
 
 
 @dataclass

@@ -23,7 +23,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from fleetq.client.errors import ClientError, InvalidInput
 from fleetq.client.jobs import delete_job, start_job
 from fleetq.client.registry import delete_registry_object, registry
-from fleetq.manifests import STDIN, STDIN_NAME, load_manifests
+from fleetq.manifests import STDIN, STDIN_NAME, load_manifests, preemption_annotation_error
 from fleetq.messages import QuotaTreeInput
 from fleetq.models import (
     ElasticQuotaTree,
@@ -117,7 +117,14 @@ async def apply_objects(
     run_seconds: int | None = None,
     priority_classes: dict[str, int] | None = None,
 ) -> list[Applied]:
-    """Apply validated objects in dependency order; one result per object."""
+    """Apply validated objects in dependency order; one result per object.
+
+    Objects built without the loader are checked first as it checks them: a bad
+    preemption annotation (:func:`~fleetq.manifests.preemption_annotation_error`) raises
+    :class:`InvalidInput`, one line per object, and nothing is applied."""
+    refused = [str(e) for e in map(preemption_annotation_error, (o for o, _ in objects)) if e]
+    if refused:
+        raise InvalidInput("\n".join(refused))
     out: list[Applied] = []
     ordered = sorted(objects, key=lambda o: KIND_ORDER.get(o[0].kind, 9))
     for obj, manifest in ordered:
