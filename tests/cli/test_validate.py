@@ -1,16 +1,22 @@
-"""``fleetq validate``: what a user sees for good and bad manifests, and the exit code."""
+"""``fleetq validate`` (and, for preemption annotations, ``fleetq apply``): what a user sees
+for good and bad manifests, and the exit code."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from fleetq.cli import app
+from fleetq.client.apply import apply_objects, load_for_apply
+from fleetq.client.errors import InvalidInput
+from fleetq.models import parse_object
+from tests.cli.conftest import CliFleet
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 JOB_YAML = (EXAMPLES / "pytorch-test.yaml").read_text()
@@ -301,3 +307,150 @@ def test_master_only_and_elastic_worker_only_jobs_pass(tmp_path: Path) -> None:
     code, lines = validate("-f", write(tmp_path, "a.yaml", master_only),
                            "-f", write(tmp_path, "b.yaml", elastic))
     assert (code, lines) == (0, [f"OK {JOB}", "OK PyTorchJob default/elastic"])
+
+
+# --------------------------------------------------------------------------- preemption annotations
+# fleetq.io/preemption, reclaim and fair-share-weight on the tree, fleetq.io/preemptible and
+# preemption-grace-seconds on a job: refused by validate and apply with the line the quota
+# and job workflows use, before anything is created.
+
+
+def annotated(text: str, name: str | None = None, **annotations: str) -> str:
+    doc = yaml.safe_load(text)
+    doc["metadata"]["annotations"] = annotations
+    if name is not None:
+        doc["metadata"]["name"] = name
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+ANNOTATIONS = "metadata.annotations"
+# Each case: (the manifest it goes on, its annotations, the line after "<Kind> <ns>/<name>: ").
+BAD_PREEMPTION = {
+    "tree preemption": (
+        TREE_YAML, {"fleetq.io/preemption": "Always"},
+        f"{ANNOTATIONS}.fleetq.io/preemption must be Never or LowerPriority, got 'Always'",
+    ),
+    "tree reclaim": (
+        TREE_YAML, {"fleetq.io/reclaim": "x"},
+        f"{ANNOTATIONS}.fleetq.io/reclaim must be Never, LowerPriority or Any, got 'x'",
+    ),
+    "tree reclaim in the wrong case": (
+        TREE_YAML, {"fleetq.io/preemption": "LowerPriority", "fleetq.io/reclaim": "any"},
+        f"{ANNOTATIONS}.fleetq.io/reclaim must be Never, LowerPriority or Any, got 'any'",
+    ),
+    "fair-share weight zero": (
+        TREE_YAML, {"fleetq.io/fair-share-weight": "child-2=0"},
+        f"{ANNOTATIONS}.fleetq.io/fair-share-weight weight of 'child-2' must be a positive "
+        "number, got '0'",
+    ),
+    "fair-share weight of an unknown node": (
+        TREE_YAML, {"fleetq.io/fair-share-weight": "root=1,team-x=2"},
+        f"{ANNOTATIONS}.fleetq.io/fair-share-weight names no node of the tree: 'team-x'",
+    ),
+    "fair-share weight without a node": (
+        TREE_YAML, {"fleetq.io/fair-share-weight": "2"},
+        f"{ANNOTATIONS}.fleetq.io/fair-share-weight must be node=weight pairs separated by "
+        "commas, got '2'",
+    ),
+    "job preemptible": (
+        JOB_YAML, {"fleetq.io/preemptible": "no"},
+        f"{ANNOTATIONS}.fleetq.io/preemptible must be \"true\" or \"false\", got 'no'",
+    ),
+    "job grace negative": (
+        JOB_YAML, {"fleetq.io/preemption-grace-seconds": "-1"},
+        f"{ANNOTATIONS}.fleetq.io/preemption-grace-seconds must be a whole number of seconds "
+        "between 0 and 86400, got '-1'",
+    ),
+    "job grace over a day": (
+        JOB_YAML, {"fleetq.io/preemptible": "false", "fleetq.io/preemption-grace-seconds": "86401"},
+        f"{ANNOTATIONS}.fleetq.io/preemption-grace-seconds must be a whole number of seconds "
+        "between 0 and 86400, got '86401'",
+    ),
+    "job grace not whole": (
+        JOB_YAML, {"fleetq.io/preemption-grace-seconds": "1.5"},
+        f"{ANNOTATIONS}.fleetq.io/preemption-grace-seconds must be a whole number of seconds "
+        "between 0 and 86400, got '1.5'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PREEMPTION))
+def test_bad_preemption_annotation_is_refused_in_one_line(tmp_path: Path, case: str) -> None:
+    base, notes, message = BAD_PREEMPTION[case]
+    ref = TREE if base is TREE_YAML else JOB
+    path = write(tmp_path, "m.yaml", annotated(base, **notes))
+    assert validate("-f", path) == (1, [f"{ref}: {message}"])
+
+
+def test_good_preemption_annotations_pass(tmp_path: Path) -> None:
+    tree = annotated(TREE_YAML, **{"fleetq.io/preemption": "LowerPriority",
+                                   "fleetq.io/reclaim": "Any",
+                                   "fleetq.io/fair-share-weight": "root=1, child-2=2.5"})
+    never = annotated(TREE_YAML, name="never", **{"fleetq.io/preemption": "Never",
+                                                  "fleetq.io/reclaim": "LowerPriority"})
+    opted_out = annotated(JOB_YAML, **{"fleetq.io/preemptible": "false",
+                                       "fleetq.io/preemption-grace-seconds": "0"})
+    day = annotated(JOB_YAML, name="day", **{"fleetq.io/preemptible": "true",
+                                            "fleetq.io/preemption-grace-seconds": "86400"})
+    code, lines = validate("-f", write(tmp_path, "tree.yaml", tree),
+                           "-f", write(tmp_path, "jobs.yaml", f"{opted_out}---\n{day}"))
+    assert (code, lines) == (0, [f"OK {TREE}", f"OK {JOB}", "OK PyTorchJob default/day"])
+    code, lines = validate("-f", write(tmp_path, "never.yaml", never))
+    assert (code, lines) == (0, ["OK ElasticQuotaTree kube-system/never"])
+    # the apply path loads them the same way
+    objects, _, _ = load_for_apply([str(tmp_path / "tree.yaml"), str(tmp_path / "jobs.yaml")])
+    assert [o.metadata.name for o, _ in objects] == ["elasticquotatree", "pytorch-test", "day"]
+
+
+def test_bad_annotations_of_several_objects_are_all_listed(tmp_path: Path) -> None:
+    tree = annotated(TREE_YAML, **{"fleetq.io/preemption": "Always"})
+    job = annotated(JOB_YAML, **{"fleetq.io/preemptible": "no"})
+    code, lines = validate("-f", write(tmp_path, "all.yaml", f"{tree}---\n{job}"))
+    assert code == 1
+    assert lines == [f"{TREE}: {BAD_PREEMPTION['tree preemption'][2]}",
+                     f"{JOB}: {BAD_PREEMPTION['job preemptible'][2]}"]
+
+
+class _NoFleet:
+    """A Temporal client that must not be used."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"apply_objects used the client ({name}) for refused input")
+
+
+async def test_apply_objects_refuses_objects_built_without_the_loader() -> None:
+    good = parse_object(yaml.safe_load(POLICY_YAML))
+    tree = parse_object(yaml.safe_load(annotated(TREE_YAML, **{"fleetq.io/reclaim": "x"})))
+    job = parse_object(yaml.safe_load(
+        annotated(JOB_YAML, **{"fleetq.io/preemption-grace-seconds": "soon"})))
+    objects = [(o, o.model_dump(mode="json", by_alias=True)) for o in (good, tree, job)]
+    with pytest.raises(InvalidInput) as refused:
+        await apply_objects(_NoFleet(), objects)  # type: ignore[arg-type]
+    assert str(refused.value).splitlines() == [
+        f"{TREE}: {BAD_PREEMPTION['tree reclaim'][2]}",
+        f"{JOB}: {ANNOTATIONS}.fleetq.io/preemption-grace-seconds must be a whole number of "
+        "seconds between 0 and 86400, got 'soon'",
+    ]
+
+
+@pytest.mark.parametrize("case", list(BAD_PREEMPTION))
+async def test_apply_refuses_bad_preemption_annotation_and_creates_nothing(
+    cli_fleet: CliFleet, tmp_path: Path, case: str
+) -> None:
+    base, notes, message = BAD_PREEMPTION[case]
+    is_tree = base is TREE_YAML
+    name = "preempting-tree" if is_tree else "preempting-job"
+    bad = write(tmp_path, "bad.yaml", annotated(base, name=name, **notes))
+    policy = write(tmp_path, "policy.yaml", POLICY_YAML.replace(
+        "name: example-policy", "name: never-applied-preemption"))
+    r = await cli_fleet.run("apply", "-f", policy, "-f", bad)
+    assert r.exit_code == 1
+    ref = f"ElasticQuotaTree kube-system/{name}" if is_tree else f"PyTorchJob default/{name}"
+    assert r.stderr.splitlines() == [f"{ref}: {message}"]
+    assert r.stdout == ""
+    r = await cli_fleet.run("get", "elasticquotatree" if is_tree else "pytorchjob", name)
+    assert r.exit_code == 1
+    assert "NotFound" in r.stderr
+    r = await cli_fleet.run("get", "propagationpolicy", "never-applied-preemption")
+    assert r.exit_code == 1
+    assert "NotFound" in r.stderr
