@@ -22,7 +22,9 @@ from fleetq.manifests import (
     Source,
     load_manifests,
     parse_manifest_text,
+    preemption_annotation_error,
 )
+from fleetq.preemption import job_policy, tree_policy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 JOB_YAML = (EXAMPLES / "pytorch-test.yaml").read_text()
@@ -332,6 +334,37 @@ def test_values_json_cannot_carry() -> None:
     assert load_text(text).errors == [
         "PyTorchJob default/pytorch-test: spec.cleanPodPolicy inf is not a finite number"
     ]
+
+
+def test_bad_preemption_annotations_are_refused_with_the_workflows_line() -> None:
+    tree = yaml.safe_load(TREE_YAML)
+    tree["metadata"]["annotations"] = {"fleetq.io/reclaim": "Always"}
+    bad_job = job_doc(name="bad", annotations={"fleetq.io/preemption-grace-seconds": "1e3"})
+    good_job = job_doc(annotations={"fleetq.io/preemptible": "false"})
+    result = load_text("---\n".join(dump(d) for d in (tree, bad_job, good_job)))
+    # the models still parse them (stored trees and job histories must keep parsing) ...
+    parsed_tree, parsed_job = M.parse_tree(tree), M.parse_job(bad_job)
+    # ... the loader refuses them with exactly what the quota and job workflows raise
+    with pytest.raises(M.ManifestError) as tree_error:
+        tree_policy(parsed_tree)
+    with pytest.raises(M.ManifestError) as job_error:
+        job_policy(parsed_job)
+    assert result.errors == [str(tree_error.value), str(job_error.value)]
+    assert result.errors == [
+        "ElasticQuotaTree kube-system/elasticquotatree: metadata.annotations.fleetq.io/reclaim "
+        "must be Never, LowerPriority or Any, got 'Always'",
+        "PyTorchJob default/bad: metadata.annotations.fleetq.io/preemption-grace-seconds must "
+        "be a whole number of seconds between 0 and 86400, got '1e3'",
+    ]
+    assert [(o.kind, o.metadata.name) for _, o in result.objects] == [
+        ("PyTorchJob", "pytorch-test")
+    ]
+
+
+def test_objects_without_preemption_annotations_are_never_refused_for_them() -> None:
+    result = load_text("---\n".join((TREE_YAML, POLICY_YAML, JOB_YAML)))
+    assert result.errors == []
+    assert [preemption_annotation_error(o) for _, o in result.objects] == [None, None, None]
 
 
 # --------------------------------------------------------------------------- hostile input
