@@ -28,6 +28,7 @@ from fleetq import resources as R
 from fleetq.admission import QueuePolicy
 from fleetq.preemption import PreemptionMode, ReclaimMode
 from fleetq.simulator import (
+    SimulationError,
     SimulationResult,
     TraceError,
     load_trace,
@@ -442,7 +443,10 @@ def register(app: typer.Typer) -> None:
             )
         except TraceError as exc:
             raise _fail(str(exc)) from None
-        result = simulate(tr, policy)
+        try:
+            result = simulate(tr, policy)
+        except SimulationError as exc:
+            raise _fail(str(exc)) from None
         summary = result.summary()
         if plot is not None:
             try:

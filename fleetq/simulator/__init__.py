@@ -54,7 +54,7 @@ trace always gives the same result.
 
 from __future__ import annotations
 
-from fleetq.simulator.engine import cluster_snapshots, simulate
+from fleetq.simulator.engine import SimulationError, cluster_snapshots, simulate
 from fleetq.simulator.report import TIMELINE_POINTS, SimulationResult
 from fleetq.simulator.series import StepSeries
 from fleetq.simulator.trace import (
@@ -74,6 +74,7 @@ __all__ = [
     "TIMELINE_POINTS",
     "JobGroupSpec",
     "RunRange",
+    "SimulationError",
     "SimulationResult",
     "StepSeries",
     "Trace",

@@ -53,7 +53,12 @@ from fleetq.simulator.series import StepSeries, resource_order
 from fleetq.simulator.trace import RunRange, Trace
 from fleetq.topology import Topology, node_names
 
-__all__ = ["Job", "Simulation", "cluster_snapshots", "simulate"]
+__all__ = ["Job", "Simulation", "SimulationError", "cluster_snapshots", "simulate"]
+
+
+class SimulationError(RuntimeError):
+    """The replay cannot go on (one line): preemption that makes no progress, e.g. the
+    same job preempted twice at one instant of virtual time."""
 
 
 def cluster_snapshots(topology: Topology) -> list[ClusterSnapshot]:
@@ -176,6 +181,7 @@ class Simulation:
         self.preemptors = 0  # plans decided
         self.finished_in_grace = 0
         self.wasted = 0.0
+        self.stopped_at: tuple[float, set[int]] = (-1.0, set())  # (instant, jobs stopped)
         self.reasons = FailureReasons()
         self.failed_attempts = 0
         self.delayed = 0
@@ -311,6 +317,15 @@ class Simulation:
         reason = job.stopping
         if reason is None:
             return  # it finished during its grace period
+        instant, stopped = self.stopped_at
+        if instant != t:
+            self.stopped_at = instant, stopped = t, set()
+        if idx in stopped:
+            raise SimulationError(
+                f"preemption makes no progress at t={t:g}s: {job.id} was preempted twice "
+                "at the same instant (admitted again, then chosen as a victim again)"
+            )
+        stopped.add(idx)
         job.stopping = None
         if job.binding:
             self.running.pop(job.key)

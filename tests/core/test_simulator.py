@@ -573,3 +573,37 @@ def test_bad_preemption_annotations_are_one_line(
         parse_trace(doc)
     assert str(err.value).startswith(message), str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_preemption_without_progress_is_an_error_not_a_hang(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A planner that keeps choosing the same victim for a job that can never fit: the
+    # victim (never placed) stops at once, is admitted again by the same pass, and is
+    # chosen again at the same instant. The replay ends with one line naming it.
+    from fleetq.preemption import PreemptionPlan, PreemptionReason, Victim
+    from fleetq.simulator import SimulationError, engine
+
+    huge, high = "pytorchjob/team/huge-0", "pytorchjob/team/high-0"
+
+    def planner(admission: Any) -> list[PreemptionPlan]:
+        if not admission.is_admitted(huge) or high not in admission.waiting():
+            return []
+        victim = Victim(huge, high, PreemptionReason.PRIORITY, "priority 100 > 0", 0, 30)
+        return [PreemptionPlan(high, "team", (victim,), 100, {"cpu": 16000})]
+
+    monkeypatch.setattr(engine, "plan_preemptions", planner)
+    doc = {
+        "topology": TWO_NODES,
+        "quota": preempt_tree({"cpu": 12}, {"fleetq.io/preemption": "LowerPriority"}),
+        "jobs": [
+            group("huge", requests={"cpu": "12"}),
+            group("high", start=5, priority=100, requests={"cpu": "16"}),
+        ],
+    }
+    with pytest.raises(SimulationError) as err:
+        run(doc)
+    assert str(err.value) == (
+        "preemption makes no progress at t=5s: pytorchjob/team/huge-0 was preempted twice "
+        "at the same instant (admitted again, then chosen as a victim again)"
+    )
