@@ -15,6 +15,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from fleetq.messages import DeleteRequest, Resolution, ResolveInput
     from fleetq.models import (
+        ManifestError,
         ManifestErrors,
         PriorityClass,
         PropagationPolicy,
@@ -22,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         parse_policy,
         parse_tree,
     )
+    from fleetq.preemption import tree_policy
     from fleetq.registry import RegistryState, resolve_from_state
 
 __all__ = ["DeleteRequest", "FleetRegistryWorkflow", "RegistryState"]
@@ -85,6 +87,10 @@ class FleetRegistryWorkflow:
         if kind not in ("PropagationPolicy", "PriorityClass", "ElasticQuotaTree"):
             raise ValueError(f"{kind} objects are not kept in the fleet registry")
         if kind == "ElasticQuotaTree":
+            try:  # fleetq.io/preemption, reclaim and fair-share-weight, as the quota workflow
+                tree_policy(obj)  # type: ignore[arg-type]
+            except ManifestError as exc:
+                raise ValueError(str(exc)) from None
             name = f"{obj.metadata.namespace}/{obj.metadata.name}"  # type: ignore[union-attr]
             if self._s.tree is not None and self._s.tree != name:
                 raise ValueError(

@@ -8,6 +8,7 @@ in one line."""
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,9 +28,11 @@ from fleetq.admission import WaitInfo
 from fleetq.cli.describe import describe_lines
 from fleetq.messages import JobEvent, JobView
 from fleetq.naming import job_workflow_id
+from fleetq.registry import RegistryState
 from tests.workflows.fakes import load, policy, walkthrough_job
 from tests.workflows.test_e2e import record
 from tests.workflows.test_quota_workflow import Env, _env, wait_for
+from workflows.fleet_registry import FleetRegistryWorkflow
 from workflows.quota_tree import QuotaTreeWorkflow, QuotaView
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -311,6 +314,15 @@ async def test_bad_preemption_annotations_are_refused_in_one_line(penv: Env) -> 
         "fleetq.io/reclaim must be Never, LowerPriority or Any, got 'always'")
     assert "\n" not in message
     assert (await quota_view(qh)).policy == "Priority"  # the tree in force is untouched
+    # the fleet registry refuses to keep such a tree too (a direct update, not `fleetq apply`)
+    registry = await penv.env.client.start_workflow(
+        FleetRegistryWorkflow.run, RegistryState(), id=f"registry-{uuid.uuid4().hex[:8]}",
+        task_queue=penv.tq)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await registry.execute_update(
+            FleetRegistryWorkflow.apply, preempting_tree(**{"fleetq.io/reclaim": "always"}))
+    assert str(refused.value.cause).endswith("got 'always'")
+    await registry.terminate()
 
     bad = await start(penv, job("bad", LOW, **{"fleetq.io/preemptible": "maybe"}))
     with pytest.raises(WorkflowFailureError) as caught:
