@@ -185,6 +185,7 @@ class Simulation:
         self.reasons = FailureReasons()
         self.failed_attempts = 0
         self.delayed = 0
+        self.late: set[int] = set()  # jobs counted in delayed
         self.completed = 0
         self.last_finish: float | None = None
         # metrics
@@ -470,7 +471,9 @@ class Simulation:
                 heapq.heappush(heap, (queue[0].seq, gid))
         counted: dict[int, dict[ReasonKey, tuple[list[str], str]]] = {}
         for job in self.fresh:
-            if job.started is None:
+            # once per job: not if preempted since, nor again after a preemption
+            if job.started is None and job.admitted is not None and job.idx not in self.late:
+                self.late.add(job.idx)
                 self.delayed += 1
                 reasons = counted.get(job.gid)
                 if reasons is None:

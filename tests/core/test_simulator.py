@@ -529,6 +529,7 @@ def test_a_victim_never_placed_gives_its_quota_back_at_once() -> None:
     assert g["high"]["completed"] == 1
     assert (g["huge"]["preempted"], g["huge"]["wastedCpuSeconds"]) == (1, 0.0)
     assert s["jobs"]["unplacedAtEnd"] == 1  # huge, admitted again at 15, fits no node
+    assert s["placementFailures"]["delayedJobs"] == 1  # huge, counted once
 
 
 def test_overrides_set_the_trees_annotations() -> None:
