@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -49,6 +49,8 @@ with workflow.unsafe.imports_passed_through():
         QueuePolicy,
         WaitInfo,
         pack_state,
+        pack_state_json,
+        unpack_carried,
         unpack_state,
     )
     from fleetq.messages import (
@@ -77,14 +79,29 @@ __all__ = ["QuotaTreeInput", "QuotaTreeWorkflow", "QuotaView"]
 #: preemption plans and ``preempt`` signals: new commands, only under a tree whose
 #: annotations turn preemption or reclaim on
 PATCH_PREEMPTION = "preemption"
+#: continue-as-new carries the admission state and the tree's manifest as one compact
+#: ``binary/plain`` payload (``fleetq.admission.pack_state``), the run's second argument,
+#: instead of base64 JSON text in ``QuotaTreeInput.packed_state`` beside the manifest
+#: as JSON; a run started either way reads both
+PATCH_COMPACT_STATE = "compact-state"
 
 
 @workflow.defn(name="QuotaTreeWorkflow")
 class QuotaTreeWorkflow:
     @workflow.init
-    def __init__(self, inp: QuotaTreeInput) -> None:
+    def __init__(
+        self, inp: QuotaTreeInput | dict[str, Any], carried: bytes | None = None
+    ) -> None:
+        # The SDK decodes the input with these type hints only when the run has as many
+        # arguments as the hints (both after a compact continue-as-new); a run started
+        # with the input alone gets it as a plain dict.
+        inp = QuotaTreeInput.model_validate(inp)
         self._input = inp
-        if inp.packed_state is not None:
+        self._tree_doc: dict[str, Any] | None = inp.tree
+        if carried is not None:  # continued as new since PATCH_COMPACT_STATE
+            state, self._tree_doc = unpack_carried(carried)
+            self._admission = Admission.from_state(state)
+        elif inp.packed_state is not None:
             self._admission = Admission.from_state(unpack_state(inp.packed_state))
         elif inp.state is not None:
             self._admission = Admission.from_state(inp.state)
@@ -92,7 +109,6 @@ class QuotaTreeWorkflow:
             tree = parse_tree(inp.tree) if inp.tree else None
             policy, starve = self._queue_settings(tree, inp)
             self._admission = Admission(tree, policy, starve)
-        self._tree_doc: dict[str, Any] | None = inp.tree
         self._dirty = True
         self._immediate: list[Grant] = []
         self._grants_sent = 0
@@ -118,7 +134,11 @@ class QuotaTreeWorkflow:
 
     # ------------------------------------------------------------------ main loop
     @workflow.run
-    async def run(self, inp: QuotaTreeInput) -> None:
+    async def run(
+        self, inp: QuotaTreeInput | dict[str, Any], carried: bytes | None = None
+    ) -> None:
+        del inp, carried  # as read by __init__
+        inp = self._input
         last_leak_check = workflow.now()
         while True:
             timeout: float | None = None
@@ -151,17 +171,32 @@ class QuotaTreeWorkflow:
                 )
                 if self._immediate:
                     continue
-                workflow.continue_as_new(
-                    QuotaTreeInput(
-                        tree=self._tree_doc,
-                        policy=inp.policy,
-                        starvation_seconds=inp.starvation_seconds,
-                        packed_state=pack_state(self._admission.to_state()),
-                        max_history_events=inp.max_history_events,
-                        leak_check_seconds=inp.leak_check_seconds,
-                        generation=inp.generation + 1,
-                    )
-                )
+                self._continue_as_new(inp)
+
+    def _continue_as_new(self, inp: QuotaTreeInput) -> NoReturn:
+        state = self._admission.to_state()
+        if workflow.patched(PATCH_COMPACT_STATE):
+            workflow.continue_as_new(args=[
+                QuotaTreeInput(
+                    policy=inp.policy,
+                    starvation_seconds=inp.starvation_seconds,
+                    max_history_events=inp.max_history_events,
+                    leak_check_seconds=inp.leak_check_seconds,
+                    generation=inp.generation + 1,
+                ),
+                pack_state(state, self._tree_doc),
+            ])
+        workflow.continue_as_new(
+            QuotaTreeInput(
+                tree=self._tree_doc,
+                policy=inp.policy,
+                starvation_seconds=inp.starvation_seconds,
+                packed_state=pack_state_json(state),
+                max_history_events=inp.max_history_events,
+                leak_check_seconds=inp.leak_check_seconds,
+                generation=inp.generation + 1,
+            )
+        )
 
     @staticmethod
     def _should_continue(inp: QuotaTreeInput) -> bool:
