@@ -107,7 +107,12 @@ class PlannedVictim(BaseModel):
 
 class PendingPlan(BaseModel):
     """A quota preemption being carried out: ``preemptor`` is admitted once every victim
-    has released its quota (a :class:`fleetq.preemption.PreemptionPlan`, persisted)."""
+    has released its quota (a :class:`fleetq.preemption.PreemptionPlan`, persisted).
+
+    ``victims`` are the outstanding ones: a victim is dropped from every plan when it
+    releases (:meth:`Admission.release`), so one that queues again and is re-admitted
+    later is not waited for, nor counted as leaving, a second time. The plan ends when
+    none is left."""
 
     preemptor: str
     node: str
@@ -293,6 +298,8 @@ class _Sections:
 
 def _micros(times: list[float]) -> list[int] | None:
     """``times`` as whole microseconds when every one is exactly that, else None."""
+    if not all(abs(t) < 1e12 for t in times):  # (about 31,700 years: int64 microseconds)
+        return None
     us = [round(t * 1_000_000) for t in times]
     if all(u / 1_000_000 == t for u, t in zip(us, times, strict=True)):
         return us
@@ -579,15 +586,13 @@ class Admission:
 
     def _admit_preemptors(self, now: float) -> list[Grant]:
         """Admit every preemptor whose victims have all released (in plan order), and
-        forget its plan; forget draining plans whose victims have all released, and
-        plans that can no longer be carried out (not fitting after all, e.g. under a
-        new tree: the caller plans again)."""
-        self._draining = [
-            p for p in self._draining if any(v.job_id in self._admitted for v in p.victims)
-        ]
+        forget its plan; forget plans that can no longer be carried out (not fitting
+        after all, e.g. under a new tree: the caller plans again). "Released" is what
+        the plan recorded (its outstanding victims), not whether the victim holds quota
+        now: a victim may have queued again and been re-admitted since."""
         grants: list[Grant] = []
         for plan in list(self._plans.values()):
-            if any(v.job_id in self._admitted for v in plan.victims):
+            if plan.victims:
                 continue
             del self._plans[plan.preemptor]
             job = self._waiting[plan.preemptor]
@@ -670,12 +675,21 @@ class Admission:
         return True
 
     def release(self, job_id: str) -> bool:
-        """Give an admitted job's quota back; idempotent (``False`` if it held none)."""
+        """Give an admitted job's quota back; idempotent (``False`` if it held none).
+        A victim that releases is no longer outstanding in any plan (see
+        :class:`PendingPlan`); a draining plan with no victim left ends."""
         if self._admitted.pop(job_id, None) is None:
             return False
         self.quota.release(job_id)
+        self._victim_released(job_id)
         self._dirty = True
         return True
+
+    def _victim_released(self, job_id: str) -> None:
+        for plan in (*self._plans.values(), *self._draining):
+            if any(v.job_id == job_id for v in plan.victims):
+                plan.victims = [v for v in plan.victims if v.job_id != job_id]
+        self._draining = [p for p in self._draining if p.victims]
 
     def schedule(self, now: float) -> list[Grant]:
         """Admit every waiting job that fits now, in admission order; deterministic.
@@ -798,12 +812,12 @@ class Admission:
         return [plan.model_copy(deep=True) for plan in self._draining]
 
     def waiting_for(self, preemptor: str) -> list[str]:
-        """The victims of waiting ``preemptor``'s plan that still hold quota (empty
+        """The victims of waiting ``preemptor``'s plan that have not released yet (empty
         without one)."""
         plan = self._plans.get(preemptor)
         if plan is None:
             return []
-        return [v.job_id for v in plan.victims if v.job_id in self._admitted]
+        return [v.job_id for v in plan.victims]
 
     def preemptors(self) -> dict[str, list[str]]:
         """Waiting preemptors and the victims each still waits for, in plan order."""
@@ -938,6 +952,13 @@ class Admission:
             dirty=self._dirty,
         )
 
+    def _outstanding(self, plan: PendingPlan) -> PendingPlan:
+        """A copy of a restored ``plan`` without the victims that hold no quota: a state
+        packed before victims were dropped as they released still lists them."""
+        copy = plan.model_copy(deep=True)
+        copy.victims = [v for v in copy.victims if v.job_id in self._admitted]
+        return copy
+
     @classmethod
     def from_state(cls, s: AdmissionState) -> Admission:
         tree = parse_tree(s.tree) if s.tree is not None else None
@@ -960,7 +981,7 @@ class Admission:
                 skipped[job_id] = skip
         a._rebuild_queues(skipped)
         for plan in s.p:
-            a._plans[plan.preemptor] = plan.model_copy(deep=True)
-        a._draining = [plan.model_copy(deep=True) for plan in s.d]
+            a._plans[plan.preemptor] = a._outstanding(plan)
+        a._draining = [p for p in map(a._outstanding, s.d) if p.victims]
         a._dirty = s.dirty
         return a
