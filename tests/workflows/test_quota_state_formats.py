@@ -6,7 +6,9 @@ same holders and queue, and its own continue-as-new carries them on as one compa
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
@@ -19,6 +21,7 @@ from tests.workflows.test_quota_workflow import Env, _env, tree, wait_for
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
 
 JOBS = "kube-queue/max-jobs"
+HISTORIES = Path(__file__).parent / "histories"
 
 
 @pytest_asyncio.fixture
@@ -70,7 +73,7 @@ async def test_a_run_continued_by_older_code_carries_on_in_the_compact_format(
     async def continued() -> bool:
         # the same tree again: each adds a scheduling pass to the history
         assert await qh.execute_update(QuotaTreeWorkflow.apply_tree, doc) == "unchanged"
-        return (await view(qh)).generation == 5
+        return (await view(qh)).generation >= 5
 
     await wait_for(continued)
     after = await view(qh)
@@ -101,3 +104,9 @@ async def test_a_run_continued_by_older_code_carries_on_in_the_compact_format(
 
     await wait_for(admitted)
     await qh.signal(QuotaTreeWorkflow.stop)
+    await qh.result()
+    if os.environ.get("FLEETQ_RECORD_HISTORIES"):  # for tests/workflows/test_replay.py
+        runs = {"quota-text-state-in": qh.first_execution_run_id, "quota-compact-state-in": None}
+        for name, run_id in runs.items():
+            hist = await qenv.env.client.get_workflow_handle(wid, run_id=run_id).fetch_history()
+            (HISTORIES / f"{name}@{wid.replace('/', '~')}.json").write_text(hist.to_json())
