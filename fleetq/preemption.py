@@ -621,7 +621,11 @@ def snapshot_after(snapshot: QuotaSnapshot, plans: Iterable[PreemptionPlan]) -> 
     preemptors admitted (after everybody else, and never victims themselves until they
     are really admitted). Plan the next waiting job on this, not on the current
     snapshot, while earlier plans' victims are still releasing: a victim is never chosen
-    twice and freed quota is never promised twice."""
+    twice and freed quota is never promised twice.
+
+    Only a plan's *outstanding* victims are gone (a :class:`~fleetq.admission.PendingPlan`
+    drops a victim when it releases): a victim that released, queued again and was
+    re-admitted holds quota again like any other job."""
     held = {j.job_id for j in snapshot.admitted}
     plans = [p for p in plans if p.preemptor not in held]  # admitted for real already
     gone = {v.job_id for p in plans for v in p.victims}
@@ -765,7 +769,7 @@ def plan_preemptions(admission: Admission) -> list[PreemptionPlan]:
     holders = holder_infos(admission)
     # a plan whose preemptor left the queue: its victims are still leaving, and nothing is
     # held for it (a preemptor of no request that snapshot_after cannot mistake for an
-    # admitted job)
+    # admitted job). Plans list only their outstanding victims (not released yet).
     pending = [plan_of(p) for p in admission.plans()] + [
         dataclasses.replace(plan_of(p), preemptor=f"{p.preemptor} (gone {i})", request={})
         for i, p in enumerate(admission.draining())

@@ -259,3 +259,80 @@ def test_a_state_written_before_preemption_still_loads_and_its_jobs_are_never_vi
     admitted(fresh, req("c"))
     again = Admission.from_state(unpack_state(pack_state(fresh.to_state())))
     assert again.holder_policy("pytorchjob/team/c") == HolderPolicy()
+
+
+def shared_leaf() -> ElasticQuotaTree:
+    """One leaf ``team`` of 10 cpu, priority preemption on."""
+    return make_tree(
+        {"name": "root", "max": {"cpu": 10},
+         "children": [{"name": "team", "namespaces": ["team"]}]},
+        **{"fleetq.io/preemption": "LowerPriority"},
+    )
+
+
+def test_a_victim_readmitted_before_its_preemptor_is_not_waited_for_again() -> None:
+    """issue 18: victims stop, queue again with their submit time and are re-admitted
+    into room freed elsewhere; the preemptor still gets in once they all released."""
+    a = Admission(shared_leaf())
+    admitted(a, req("filler", prio=10, cpu=4), 0)
+    admitted(a, req("v1", prio=10, cpu=2, at=1), 1)
+    admitted(a, req("v2", prio=10, cpu=2, at=2), 2)
+    a.enqueue(req("high", prio=1000, cpu=6, at=5), 5)
+    (plan,) = plan_preemptions(a)
+    assert [v.job_id for v in plan.victims] == ["pytorchjob/team/v2", "pytorchjob/team/v1"]
+    a.release("pytorchjob/team/filler")
+    assert a.schedule(10) == []  # the 4 cpu freed are held for high
+    a.release("pytorchjob/team/v2")
+    a.enqueue(req("v2", prio=10, cpu=2, at=2), 35)
+    assert [g.job_id for g in a.schedule(35)] == ["pytorchjob/team/v2"]  # room is left
+    assert a.waiting_for("pytorchjob/team/high") == ["pytorchjob/team/v1"]
+    a.release("pytorchjob/team/v1")
+    a.enqueue(req("v1", prio=10, cpu=2, at=1), 36)
+    # high first (its plan is done), then v1 into the 2 cpu left
+    assert [g.job_id for g in a.schedule(36)] == ["pytorchjob/team/high", "pytorchjob/team/v1"]
+    assert a.plans() == [] and a.usage("root")["cpu"] == 10_000
+
+
+def test_a_readmitted_victim_is_not_counted_as_leaving_by_a_later_plan() -> None:
+    """Its quota was promised once: a later preemptor must free it again (a new plan
+    naming it), not count on it as already leaving."""
+    a = Admission(shared_leaf())
+    admitted(a, req("v1", prio=10, cpu=4), 0)
+    admitted(a, req("v2", prio=10, cpu=4, at=1), 1)
+    admitted(a, req("filler", prio=10, cpu=2, at=2), 2)
+    a.enqueue(req("high", prio=1000, cpu=4, at=5), 5)
+    (plan,) = plan_preemptions(a)
+    assert [v.job_id for v in plan.victims] == ["pytorchjob/team/v2"]
+    assert a.cancel("pytorchjob/team/high")  # its plan drains: v2 was told to stop
+    a.release("pytorchjob/team/filler")
+    a.release("pytorchjob/team/v2")
+    a.enqueue(req("v2", prio=10, cpu=4, at=1), 40)
+    assert [g.job_id for g in a.schedule(40)] == ["pytorchjob/team/v2"]
+    assert a.draining() == []  # its victim released: the plan is over
+    a.enqueue(req("next", prio=1000, cpu=6, at=41), 41)
+    assert a.schedule(41) == []
+    (later,) = plan_preemptions(a)
+    # 2 cpu free: 4 more are needed, from one job, and v2 (re-admitted) is the newest
+    assert [v.job_id for v in later.victims] == ["pytorchjob/team/v2"]
+    a.release("pytorchjob/team/v2")
+    assert [g.job_id for g in a.schedule(42)] == ["pytorchjob/team/next"]
+
+
+def test_a_state_listing_a_released_victim_admits_the_preemptor_after_continue_as_new(
+) -> None:
+    """States packed before victims were dropped as they released still list them: such
+    a victim holds no quota, so it is not waited for."""
+    a = Admission(shared_leaf())
+    admitted(a, req("v1", prio=10, cpu=5), 0)
+    admitted(a, req("v2", prio=10, cpu=5, at=1), 1)
+    a.enqueue(req("high", prio=1000, cpu=10, at=5), 5)
+    (plan,) = plan_preemptions(a)
+    state = a.to_state()
+    a.release("pytorchjob/team/v2")
+    older = a.to_state()
+    assert [v.job_id for v in older.p[0].victims] == ["pytorchjob/team/v1"]
+    older.p = state.p  # as written before: both victims listed, v2 released
+    b = Admission.from_state(unpack_state(pack_state(older)))
+    assert b.waiting_for("pytorchjob/team/high") == ["pytorchjob/team/v1"]
+    b.release("pytorchjob/team/v1")
+    assert [g.job_id for g in b.schedule(6)] == ["pytorchjob/team/high"]
