@@ -48,8 +48,9 @@ import math
 import sys
 import zlib
 from array import array
+from collections.abc import Sequence
 from enum import StrEnum
-from itertools import accumulate, pairwise, zip_longest
+from itertools import accumulate, pairwise
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -232,7 +233,7 @@ class _Columns:
                 return ["a", code, self._add(_little_endian(array(code, values)))]
         return ["j", self._add(json.dumps(values).encode())]  # beyond 64 bits
 
-    def strs(self, values: list[str]) -> list[Any]:
+    def strs(self, values: Sequence[str]) -> list[Any]:
         distinct = dict.fromkeys(values)
         if len(distinct) * 4 <= len(values):
             table = {v: i for i, v in enumerate(distinct)}
@@ -241,23 +242,24 @@ class _Columns:
 
     def job_ids(self, ids: list[str], ns: list[int]) -> list[Any]:
         """Ids as (prefix up to the last ``/``, namespace) groups, then the rest of each
-        id split into tokens, one column per token position."""
-        groups: dict[tuple[str, int], int] = {}
-        group_col: list[int] = []
-        tokens: list[list[str]] = []
-        for job_id, n in zip(ids, ns, strict=True):
-            cut = job_id.rfind("/") + 1
-            group_col.append(groups.setdefault((job_id[:cut], n), len(groups)))
-            tokens.append(job_id[cut:].split(_TOKEN_SEP))
-        columns = [
-            self.strs([x for x in column if x is not None])
-            for column in zip_longest(*tokens)
-        ]
+        id split into tokens; ids of the same number of tokens are packed together, one
+        column per token position."""
+        cuts = [job_id.rfind("/") + 1 for job_id in ids]
+        keys = [(job_id[:cut], n) for job_id, cut, n in zip(ids, cuts, ns, strict=True)]
+        groups = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        tails = [job_id[cut:].split(_TOKEN_SEP) for job_id, cut in zip(ids, cuts, strict=True)]
+        widths = list(map(len, tails))
+        rows: dict[int, list[list[str]]] = {}
+        if len(set(widths)) == 1:
+            rows[widths[0]] = tails
+        else:
+            for tokens, width in zip(tails, widths, strict=True):
+                rows.setdefault(width, []).append(tokens)
         return [
             [list(g) for g in groups],
-            self.ints(group_col),
-            self.ints([len(t) for t in tokens]),
-            columns,
+            self.ints(list(map(groups.__getitem__, keys))),
+            self.ints(widths),
+            [[w, [self.strs(col) for col in zip(*r, strict=True)]] for w, r in rows.items()],
         ]
 
 
@@ -285,14 +287,12 @@ class _Sections:
     def job_ids(self, d: list[Any]) -> tuple[list[str], list[int]]:
         groups: list[list[Any]] = d[0]
         group_col = self.ints(d[1])
-        widths = self.ints(d[2])
-        parts: list[list[str]] = [[] for _ in widths]
-        for k, desc in enumerate(d[3]):
-            values = iter(self.strs(desc))
-            for i, w in enumerate(widths):
-                if w > k:
-                    parts[i].append(next(values))
-        ids = [groups[g][0] + _TOKEN_SEP.join(p) for g, p in zip(group_col, parts, strict=True)]
+        by_width = {
+            w: iter(list(map(_TOKEN_SEP.join, zip(*(self.strs(c) for c in cols), strict=True))))
+            for w, cols in d[3]
+        }
+        tails = [next(by_width[w]) for w in self.ints(d[2])]
+        ids = [groups[g][0] + t for g, t in zip(group_col, tails, strict=True)]
         return ids, [groups[g][1] for g in group_col]
 
 
