@@ -20,9 +20,14 @@ Bytes: --bytes-jobs waiting jobs (100 per leaf by default) in the 1,000-leaf tre
 realistic job ids (``pytorchjob/<team>/llama-finetune-7b-lr3e-4-20261130-1234``), after
 some scheduling so that some carry skip times; the packed state's size per waiting job
 (what the jobs add over the same state with none waiting) and the whole continue-as-new
-input against Temporal's payload limits (2 MiB error, 512 KiB warning in the server's
-dynamic config; the docs say 256 KB). Target: 100,000 waiting jobs within the warning,
-i.e. at most 512 KiB / 100,000 bytes per job.
+input (its payloads as the data converter writes them) against Temporal's payload limits
+(2 MiB error, 512 KiB warning in the server's dynamic config; the docs say 256 KB), in
+the compact format (``pack_state``: settings as JSON, then the state and the tree's
+manifest as one ``binary/plain`` payload) and in the text format before it
+(``pack_state_json`` in ``QuotaTreeInput.packed_state`` beside the manifest). The jobs
+are enqueued round-robin over the leaves, which makes each job's namespace nearly free to
+pack; the same jobs with their namespaces in random order are packed too. Target:
+100,000 waiting jobs within the warning, i.e. at most 512 KiB / 100,000 bytes per job.
 
 Run: ``python -m bench.admission [--parents 10] [--leaves 100] [--waiting-per-leaf 20]
 [--repeats 300] [--bytes-jobs 100000]``. Last two lines: ``RESULT admission1000 <ratio>
@@ -49,9 +54,11 @@ from fleetq.admission import (
     Grant,
     QueuePolicy,
     pack_state,
+    pack_state_json,
     unpack_state,
 )
 from fleetq.admission import AdmissionRequest as Request
+from fleetq.client.connection import DATA_CONVERTER
 from fleetq.messages import QuotaTreeInput
 from fleetq.models import parse_tree
 from fleetq.queues import JobQueue, Key
@@ -264,12 +271,12 @@ def one_task(fleet: Fleet, times: TaskTimes) -> None:
     fleet.refill(granted)
 
 
-def packed_of(adm: Admission) -> str:
+def packed_of(adm: Admission, doc: dict[str, Any]) -> bytes:
     """What continue-as-new carries (``workflows/quota_tree.py``)."""
-    return pack_state(adm.to_state())
+    return pack_state(adm.to_state(), doc)
 
 
-def rebuilt(packed: str) -> Admission:
+def rebuilt(packed: bytes) -> Admission:
     """What the next run starts from."""
     return Admission.from_state(unpack_state(packed))
 
@@ -336,8 +343,9 @@ def measure_sizes(shapes: list[tuple[str, int, int]], waiting: int, repeats: int
     out = []
     for (label, p, leaves), fleet, t in zip(shapes, fleets, times, strict=True):
         adm = fleet.admission
-        packed = pack_state(adm.to_state())
-        pack_s = median_cpu(partial(packed_of, adm), 5)
+        doc = tree_doc(p, leaves)
+        packed = packed_of(adm, doc)
+        pack_s = median_cpu(partial(packed_of, adm, doc), 5)
         unpack_s = median_cpu(partial(rebuilt, packed), 5)
         admitted, waiting_now = adm.counts()
         checks, nonempty = queue_checks(label, p, leaves, waiting, seed, min(repeats, 50))
@@ -358,16 +366,35 @@ class BytesResult:
     waiting: int
     skipped: int
     raw_json: int
-    packed: int
+    packed: int  # the compact state with the manifest (pack_state)
     packed_empty: int
-    payload: int
+    packed_shuffled: int  # the same jobs, their namespaces in random order
+    payload: int  # the whole continue-as-new input, compact
+    old_packed: int  # the text format before (pack_state_json)
+    old_packed_empty: int
+    old_payload: int
     pack_s: float
     unpack_s: float
+    old_pack_s: float
     round_trip: bool
 
     @property
     def per_job(self) -> float:
         return (self.packed - self.packed_empty) / self.waiting
+
+    @property
+    def per_job_shuffled(self) -> float:
+        return (self.packed_shuffled - self.packed_empty) / self.waiting
+
+    @property
+    def old_per_job(self) -> float:
+        return (self.old_packed - self.old_packed_empty) / self.waiting
+
+
+def payload_size(*values: Any) -> int:
+    """Bytes of ``values`` as continue-as-new arguments (payloads with their metadata)."""
+    payloads = DATA_CONVERTER.payload_converter.to_payloads(list(values))
+    return sum(p.ByteSize() for p in payloads)
 
 
 def measure_bytes(parents: int, leaves: int, jobs: int, seed: int) -> BytesResult:
@@ -381,21 +408,33 @@ def measure_bytes(parents: int, leaves: int, jobs: int, seed: int) -> BytesResul
     while adm.counts()[1] > jobs:  # exactly ``jobs`` waiting
         adm.cancel(adm.waiting()[-1])
     state = adm.to_state()
-    raw = state.model_dump_json().encode()
-    packed = pack_state(state)
-    empty = pack_state(state.model_copy(update={"w": [], "wp": {}}))
     doc = tree_doc(parents, leaves)
-    payload = QuotaTreeInput(tree=doc, packed_state=packed, generation=1).model_dump_json()
+    raw = state.model_dump_json().encode()
+    packed = pack_state(state, doc)
+    empty = state.model_copy(update={"w": [], "wp": {}})
+    # the same jobs at the same times, their namespaces (and names) in random order
+    order = random.Random(seed).sample(range(len(state.w)), len(state.w))
+    shuffled = state.model_copy(update={"w": [
+        (state.w[o][0], state.w[o][1], state.w[o][2], w[3], state.w[o][4], w[5])
+        for w, o in zip(state.w, order, strict=True)
+    ]})
+    settings = QuotaTreeInput(generation=1)
+    old = pack_state_json(state)
     back = unpack_state(packed)
     return BytesResult(
         waiting=len(state.w),
         skipped=sum(1 for w in state.w if w[5] is not None),
         raw_json=len(raw),
         packed=len(packed),
-        packed_empty=len(empty),
-        payload=len(payload.encode()),
-        pack_s=median_cpu(partial(packed_of, adm), 3),
+        packed_empty=len(pack_state(empty, doc)),
+        packed_shuffled=len(pack_state(shuffled, doc)),
+        payload=payload_size(settings, packed),
+        old_packed=len(old),
+        old_packed_empty=len(pack_state_json(empty)),
+        old_payload=payload_size(QuotaTreeInput(tree=doc, packed_state=old, generation=1)),
+        pack_s=median_cpu(partial(packed_of, adm, doc), 3),
         unpack_s=median_cpu(partial(rebuilt, packed), 3),
+        old_pack_s=median_cpu(lambda: pack_state_json(adm.to_state()), 3),
         round_trip=back == AdmissionState.model_validate_json(raw),
     )
 
@@ -447,24 +486,36 @@ def run(args: Options) -> int:
     print(f"CPU for the task measurements: {time.process_time() - t_start:.1f} s")
 
     b = measure_bytes(args.parents, args.leaves, args.bytes_jobs, args.seed + 1)
+    fixed = b.payload - b.packed + b.packed_empty
     jobs_at = {
-        "512 KiB warning": (BLOB_WARN - (b.payload - b.packed + b.packed_empty)) / b.per_job,
-        "2 MiB error": (BLOB_ERROR - (b.payload - b.packed + b.packed_empty)) / b.per_job,
+        "512 KiB warning": (BLOB_WARN - fixed) / b.per_job,
+        "2 MiB error": (BLOB_ERROR - fixed) / b.per_job,
     }
+    old_fixed = b.old_payload - b.old_packed + b.old_packed_empty
     print(f"{b.waiting:,} waiting jobs in the {large.leaves:,}-leaf tree ({b.skipped:,} with "
-          f"a skip time): state JSON {kib(b.raw_json)} ({b.raw_json / b.waiting:.1f} B/job), "
-          f"packed {kib(b.packed)} ({b.packed / b.waiting:.1f} B/job; "
-          f"{b.per_job:.2f} B per waiting job over the same state with none waiting, "
-          f"{kib(b.packed_empty)})")
-    print(f"continue-as-new input {kib(b.payload)}: {b.payload / BLOB_ERROR:.0%} of the 2 MiB "
+          f"a skip time): state JSON {kib(b.raw_json)} ({b.raw_json / b.waiting:.1f} B/job)")
+    print(f"compact (pack_state, with the manifest): {kib(b.packed)} "
+          f"({b.packed / b.waiting:.1f} B/job; {b.per_job:.2f} B per waiting job over the "
+          f"same state with none waiting, {kib(b.packed_empty)}); namespaces in random "
+          f"order: {b.per_job_shuffled:.2f} B per waiting job")
+    print(f"text format before (pack_state_json): {kib(b.old_packed)} "
+          f"({b.old_per_job:.2f} B per waiting job; {kib(b.old_packed_empty)} with none "
+          f"waiting); its continue-as-new input with the manifest beside it "
+          f"{kib(b.old_payload)} ({kib(old_fixed)} with none waiting), "
+          f"{b.old_payload / BLOB_ERROR:.0%} of the 2 MiB blob error limit")
+    print(f"continue-as-new input {kib(b.payload)} ({kib(fixed)} with none waiting): "
+          f"{b.payload / BLOB_ERROR:.0%} of the 2 MiB "
           f"blob error limit, {b.payload / BLOB_WARN:.0%} of the 512 KiB warning "
           f"({b.payload / BLOB_WARN_DOCS:.0%} of the documented 256 KB); two copies per run "
           f"(started and continued-as-new events) are {2 * b.payload / HISTORY_SIZE_ERROR:.1%} "
           f"of the 50 MiB history limit")
     print("waiting jobs at which the input reaches: " + ", ".join(
-        f"{k} {v:,.0f}" for k, v in jobs_at.items()))
-    print(f"pack {b.pack_s * 1e3:.0f} ms, unpack + rebuild {b.unpack_s * 1e3:.0f} ms thread "
-          f"CPU; state round trip equal: {b.round_trip}")
+        f"{k} {v:,.0f}" for k, v in jobs_at.items()) + " (namespaces in random order: "
+        + ", ".join(f"{k} {(lim - fixed) / b.per_job_shuffled:,.0f}" for k, lim in
+                    (("512 KiB", BLOB_WARN), ("2 MiB", BLOB_ERROR))) + ")")
+    print(f"pack {b.pack_s * 1e3:.0f} ms (text format {b.old_pack_s * 1e3:.0f} ms), "
+          f"unpack + rebuild {b.unpack_s * 1e3:.0f} ms thread CPU; state round trip "
+          f"equal: {b.round_trip}")
     print(f"RESULT admission1000 {ratio:.2f} (target {TARGET})")
     print(f"RESULT admissionbytes {b.per_job:.2f} (target {BLOB_WARN / args.bytes_jobs:.2f})")
     return 0 if b.round_trip else 1

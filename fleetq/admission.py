@@ -200,10 +200,11 @@ def pack_state_json(state: AdmissionState) -> str:
 #: the first bytes of :func:`pack_state`'s output (fleetq admission, format 3)
 _MAGIC = b"FQA3"
 #: LZMA2 settings of :func:`pack_state`. Measured on the 100,000-job state of ``fleetq
-#: bench admission`` (whole pack, thread CPU): preset 1, 11.1 B per waiting job in
-#: ~0.8 s; preset 1 in the normal (optimal parsing) mode, 9.7 B in ~1.1 s; preset 6,
-#: 9.6 B in ~1.6 s. The pack runs inside the continue-as-new workflow task, which the
-#: SDK fails as deadlocked after 2 s without yielding: the fastest wins.
+#: bench admission`` with an earlier column layout (whole pack, thread CPU): preset 1,
+#: 11.1 B per waiting job in ~0.8 s; preset 1 in the normal (optimal parsing) mode,
+#: 9.7 B in ~1.1 s; preset 6, 9.6 B in ~1.6 s. The pack runs inside the continue-as-new
+#: workflow task, which the SDK fails as deadlocked after 2 s without yielding: the
+#: fastest wins.
 _LZMA_FILTERS: list[dict[str, int]] = [{"id": lzma.FILTER_LZMA2, "preset": 1}]
 #: job ids are split into tokens at this character, one column per token position
 _TOKEN_SEP = "-"
@@ -313,13 +314,17 @@ def pack_state(state: AdmissionState, manifest: dict[str, Any] | None = None) ->
 
     Columnar: waiting jobs' ids grouped by their prefix up to the last ``/``
     (``pytorchjob/<namespace>/``) and namespace, the rest split at ``-`` into token
-    columns, repeated tokens interned; priorities, shapes and the jobs' preemption
-    policies (interned) as integer arrays; submission times as microsecond deltas in
-    enqueue order; then LZMA. Measured (``fleetq bench admission``, BENCHMARKS.md
-    section 6): with 100,000 realistic ids in a 1,000-leaf tree about 9.6 B per waiting
-    job, ~0.95 MiB in all: under Temporal's 2 MiB blob error limit, not under its
-    512 KiB warning (the ids' random parts and the submission times alone carry ~7 B
-    per job). Deterministic; :func:`unpack_state` / :func:`unpack_carried` read it."""
+    columns (ids of the same number of tokens together), repeated tokens interned;
+    priorities, shapes and the jobs' preemption policies (interned) as integer arrays;
+    submission times as microsecond deltas in enqueue order; then LZMA. Measured
+    (``fleetq bench admission``, BENCHMARKS.md section 6), 100,000 waiting jobs with
+    realistic ids in a 1,000-leaf tree: 9.7 B per waiting job (13.2 B when their
+    namespaces come in random order), the whole continue-as-new input 0.96 MiB: under
+    half of Temporal's 2 MiB blob error limit, but not under its 512 KiB warning, which
+    it reaches at ~37,000-50,000 waiting jobs (the ids' random parts and the submission
+    times alone carry ~7 B per job). The price is CPU: ~0.95 s to pack 100,000 waiting
+    jobs against ~0.3 s for the text format. Deterministic; :func:`unpack_state` /
+    :func:`unpack_carried` read it."""
     cols = _Columns()
     times = [w[3] for w in state.w]
     micros = _micros(times)
