@@ -294,28 +294,28 @@ def test_a_victim_readmitted_before_its_preemptor_is_not_waited_for_again() -> N
 
 
 def test_a_readmitted_victim_is_not_counted_as_leaving_by_a_later_plan() -> None:
-    """Its quota was promised once: a later preemptor must free it again (a new plan
-    naming it), not count on it as already leaving."""
+    """Its quota was promised once: a draining plan ends when its victims released, and a
+    later preemptor must free the re-admitted victim's quota again (a plan naming it)."""
     a = Admission(shared_leaf())
     admitted(a, req("v1", prio=10, cpu=4), 0)
     admitted(a, req("v2", prio=10, cpu=4, at=1), 1)
     admitted(a, req("filler", prio=10, cpu=2, at=2), 2)
-    a.enqueue(req("high", prio=1000, cpu=4, at=5), 5)
+    a.enqueue(req("high", prio=1000, cpu=8, at=5), 5)
     (plan,) = plan_preemptions(a)
-    assert [v.job_id for v in plan.victims] == ["pytorchjob/team/v2"]
-    assert a.cancel("pytorchjob/team/high")  # its plan drains: v2 was told to stop
-    a.release("pytorchjob/team/filler")
+    assert [v.job_id for v in plan.victims] == ["pytorchjob/team/v2", "pytorchjob/team/v1"]
+    assert a.cancel("pytorchjob/team/high")  # its plan drains: both were told to stop
     a.release("pytorchjob/team/v2")
     a.enqueue(req("v2", prio=10, cpu=4, at=1), 40)
-    assert [g.job_id for g in a.schedule(40)] == ["pytorchjob/team/v2"]
-    assert a.draining() == []  # its victim released: the plan is over
-    a.enqueue(req("next", prio=1000, cpu=6, at=41), 41)
+    assert [g.job_id for g in a.schedule(40)] == ["pytorchjob/team/v2"]  # nothing held
+    a.release("pytorchjob/team/v1")
     assert a.schedule(41) == []
+    assert a.draining() == []  # both victims released: the plan is over
+    a.enqueue(req("next", prio=1000, cpu=6, at=42), 42)
+    assert a.schedule(42) == []  # 4 cpu free
     (later,) = plan_preemptions(a)
-    # 2 cpu free: 4 more are needed, from one job, and v2 (re-admitted) is the newest
-    assert [v.job_id for v in later.victims] == ["pytorchjob/team/v2"]
+    assert [v.job_id for v in later.victims] == ["pytorchjob/team/v2"]  # the newest
     a.release("pytorchjob/team/v2")
-    assert [g.job_id for g in a.schedule(42)] == ["pytorchjob/team/next"]
+    assert [g.job_id for g in a.schedule(43)] == ["pytorchjob/team/next"]
 
 
 def test_a_state_listing_a_released_victim_admits_the_preemptor_after_continue_as_new(

@@ -12,6 +12,12 @@ on, against the invariants of carrying preemption out:
   quota freed elsewhere is then enough: its victims' quota is not needed); a job is a
   victim of at most one pending plan, never a pending preemptor, never opted out, and
   (priority preemption) always of lower priority than its preemptor;
+* victims that stop queue again with their original submit time and may be re-admitted
+  before their preemptor: a plan lists exactly the victims told to stop that have not
+  released since (a re-admitted victim is neither waited for nor counted as leaving
+  again), so no victim is promised twice; a plan outlives its victims' releases only
+  while victims of earlier or draining plans it counted on are still leaving, and once
+  no victim is leaving anywhere every preemptor whose victims released is admitted;
 * a copy restored from the serialized state carries on identically.
 """
 
@@ -60,6 +66,8 @@ class PreemptionMachine(RuleBasedStateMachine):
         self.a = Admission(parse_tree(TREE))
         self.now = 0.0
         self.requests: dict[str, AdmissionRequest] = {}
+        #: victims told to stop that have not released since (the model of the plans)
+        self.leaving: set[str] = set()
 
     # ------------------------------------------------------------------ rules
     @rule(job=st.sampled_from(JOB_IDS), ns=st.sampled_from(NAMESPACES),
@@ -79,6 +87,13 @@ class PreemptionMachine(RuleBasedStateMachine):
             self._check_grants([result], before)
         self.scheduling_pass()  # as the quota workflow runs one after every message
 
+    @rule(ns=st.sampled_from(NAMESPACES), n=st.integers(2, 4))
+    def burst_of_small_jobs(self, ns: str, n: int) -> None:
+        """Several small low-priority jobs: a later large one needs several victims."""
+        free = [j for j in JOB_IDS if not self.a.is_admitted(j) and self.a.request_of(j) is None]
+        for job in free[:n]:
+            self.enqueue(job, ns, 0, SHAPES[0], True)
+
     @rule()
     def scheduling_pass(self) -> None:
         self.now += 1
@@ -87,9 +102,13 @@ class PreemptionMachine(RuleBasedStateMachine):
         holders = self.a.holder_policies()
         plans = plan_preemptions(self.a)
         event("preemption planned" if plans else "no preemption planned")
+        if any(len(p.victims) > 1 for p in plans):
+            event("several victims")
         for plan in plans:
             preemptor = self.requests[plan.preemptor]
             for v in plan.victims:
+                assert v.job_id not in self.leaving, f"{v.job_id} promised twice"
+                self.leaving.add(v.job_id)
                 assert holders[v.job_id].preemptible, v
                 if v.reason == "Priority":
                     assert holders[v.job_id].priority < preemptor.priority, v
@@ -103,7 +122,27 @@ class PreemptionMachine(RuleBasedStateMachine):
                        if v.job_id in holders]
             job = data.draw(st.sampled_from(victims if victim and victims else holders))
             assert self.a.release(job)
+            self.leaving.discard(job)
             self.scheduling_pass()
+
+    @rule(data=st.data(), pass_between=st.booleans())
+    def victim_stops_and_queues_again(self, data: st.DataObject, pass_between: bool) -> None:
+        """A victim stops, releases and queues again with its original submit time (a
+        pass may run in between, as when its re-enqueue arrives later); the next pass may
+        re-admit it before its preemptor, into room freed elsewhere."""
+        victims = sorted(self.leaving)
+        if victims:
+            job = data.draw(st.sampled_from(victims))
+            assert self.a.release(job)
+            self.leaving.discard(job)
+            if pass_between:
+                self.scheduling_pass()
+            self.now += 1
+            result = self.a.enqueue(self.requests[job], self.now)
+            event("victim re-admitted at once" if isinstance(result, Grant) else "victim queued")
+            self.scheduling_pass()
+            if self.a.is_admitted(job):
+                event("victim re-admitted")
 
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
@@ -123,12 +162,26 @@ class PreemptionMachine(RuleBasedStateMachine):
         return {p.preemptor: p for p in self.a.plans()}
 
     def _check_grants(self, grants: list[Grant], plans: dict[str, PendingPlan]) -> None:
-        holders = set(self.a.holders())
+        granted = {g.job_id for g in grants}
+
+        def leaving(plan: PendingPlan) -> bool:  # (the model, not what the plan says)
+            return any(v.job_id in self.leaving for v in plan.victims)
+
+        if not self.leaving:  # nothing held back any more: every released plan is done
+            for preemptor in plans:
+                assert preemptor in granted, f"{preemptor}: victims released, not admitted"
+        else:
+            # a plan whose victims all released stays only while earlier or draining
+            # plans' victims, which it counted on, are still leaving
+            leaving_before = any(map(leaving, self.a.draining()))
+            for pending in self.a.plans():
+                assert leaving(pending) or leaving_before, f"{pending.preemptor} outlives"
+                leaving_before = leaving_before or leaving(pending)
         for g in grants:
             plan = plans.get(g.job_id)
             if plan is not None:
                 event("preemptor admitted")
-                if any(v.job_id in holders for v in plan.victims):
+                if leaving(plan):
                     event("preemptor admitted before its victims released")
                     for n in self._chain(plan.node):
                         node = self.a.quota.nodes[n]
@@ -151,7 +204,7 @@ class PreemptionMachine(RuleBasedStateMachine):
         holdings = self.a.quota.holdings
         for plan in self.a.plans() + self.a.draining():
             for v in plan.victims:
-                if v.job_id in holdings:
+                if v.job_id in self.leaving:  # (a re-admitted victim frees nothing again)
                     h = holdings[v.job_id]
                     for n in self._chain(h.node):
                         for k, q in h.request.items():
@@ -164,6 +217,14 @@ class PreemptionMachine(RuleBasedStateMachine):
         for node in self.a.quota:
             for k, limit in node.max.items():
                 assert held[node.name].get(k, 0) <= limit, (node.name, k, held[node.name])
+
+    @invariant()
+    def plans_list_exactly_the_victims_still_leaving(self) -> None:
+        listed = [v.job_id for p in self.a.plans() + self.a.draining() for v in p.victims]
+        assert sorted(listed) == sorted(self.leaving), (listed, self.leaving)
+        assert all(p.victims for p in self.a.draining()), "a draining plan outlives its victims"
+        holders = set(self.a.holders())
+        assert self.leaving <= holders
 
     @invariant()
     def plans_are_consistent(self) -> None:
