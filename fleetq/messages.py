@@ -358,8 +358,11 @@ class QuotaTreeInput(BaseModel):
     policy: QueuePolicy = QueuePolicy.PRIORITY
     starvation_seconds: float = 600
     state: AdmissionState | None = None
-    #: the state as ``fleetq.admission.pack_state`` writes it (what continue-as-new
-    #: carries; ``state`` is still read, for inputs written before it existed)
+    #: the state as ``fleetq.admission.pack_state_json`` writes it (base64 text; what
+    #: continue-as-new carried before the ``compact-state`` patch, still read and still
+    #: written when older histories replay). Since that patch the run's second argument
+    #: carries ``pack_state``'s bytes (binary/plain) and this stays empty; ``state`` is
+    #: read for inputs written before either existed
     packed_state: str | None = None
     #: continue-as-new once history passes this many events (Temporal warns at 10,240)
     max_history_events: int = 2500
