@@ -774,9 +774,13 @@ def plan_preemptions(admission: Admission) -> list[PreemptionPlan]:
         dataclasses.replace(plan_of(p), preemptor=f"{p.preemptor} (gone {i})", request={})
         for i, p in enumerate(admission.draining())
     ]
+    # nothing changes in ``admission`` until every plan is decided: one snapshot of it
+    base = snapshot_from_admission(admission, holders)
     out: list[PreemptionPlan] = []
     for request in candidates:
-        plan = plan_for_request(admission, holders, request, pending)
+        plan = plan_quota_preemption(
+            snapshot_after(base, pending), preemptor_from_request(admission, request)
+        )
         if plan is None or not plan.victims:
             continue
         pending.append(plan)
