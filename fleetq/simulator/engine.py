@@ -57,8 +57,8 @@ __all__ = ["Job", "Simulation", "SimulationError", "cluster_snapshots", "simulat
 
 
 class SimulationError(RuntimeError):
-    """The replay cannot go on (one line): preemption that makes no progress, e.g. the
-    same job preempted twice at one instant of virtual time."""
+    """The replay cannot go on (one line): preemption that makes no progress, i.e. the
+    same job preempted twice for the same preemptor at one instant of virtual time."""
 
 
 def cluster_snapshots(topology: Topology) -> list[ClusterSnapshot]:
@@ -181,7 +181,9 @@ class Simulation:
         self.preemptors = 0  # plans decided
         self.finished_in_grace = 0
         self.wasted = 0.0
-        self.stopped_at: tuple[float, set[int]] = (-1.0, set())  # (instant, jobs stopped)
+        #: (instant, (victim, preemptor) pairs stopped at that instant)
+        self.stopped_at: tuple[float, set[tuple[int, str]]] = (-1.0, set())
+        self.stopping_for: dict[int, str] = {}  # victim told to stop -> its preemptor
         self.reasons = FailureReasons()
         self.failed_attempts = 0
         self.delayed = 0
@@ -274,6 +276,7 @@ class Simulation:
                 if job.stopping is not None:
                     continue  # told to stop already (for a plan dropped since)
                 job.stopping = v.reason
+                self.stopping_for[job.idx] = plan.preemptor
                 delay = float(v.grace_seconds) if job.binding else 0.0
                 heapq.heappush(self.heap, (t + delay, _STOP, job.idx, 0))
 
@@ -306,6 +309,7 @@ class Simulation:
         if job.stopping is not None:
             self.finished_in_grace += 1
             job.stopping = None
+            self.stopping_for.pop(job.idx, None)
         self.completed += 1
         self.last_finish = t
         self.admission.release(job.id)
@@ -318,15 +322,19 @@ class Simulation:
         reason = job.stopping
         if reason is None:
             return  # it finished during its grace period
+        # A victim stopped at once (never placed) may be re-admitted by the same pass and
+        # then taken by another preemptor: bounded. The same victim for the same
+        # preemptor twice at one instant is a loop that makes no progress.
         instant, stopped = self.stopped_at
         if instant != t:
             self.stopped_at = instant, stopped = t, set()
-        if idx in stopped:
+        pair = (idx, self.stopping_for.pop(idx, ""))
+        if pair in stopped:
             raise SimulationError(
                 f"preemption makes no progress at t={t:g}s: {job.id} was preempted twice "
-                "at the same instant (admitted again, then chosen as a victim again)"
+                f"at the same instant for {pair[1]} (admitted again, then chosen again)"
             )
-        stopped.add(idx)
+        stopped.add(pair)
         job.stopping = None
         if job.binding:
             self.running.pop(job.key)

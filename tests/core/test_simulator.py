@@ -607,7 +607,7 @@ def test_preemption_without_progress_is_an_error_not_a_hang(
         run(doc)
     assert str(err.value) == (
         "preemption makes no progress at t=5s: pytorchjob/team/huge-0 was preempted twice "
-        "at the same instant (admitted again, then chosen as a victim again)"
+        "at the same instant for pytorchjob/team/high-0 (admitted again, then chosen again)"
     )
 
 
