@@ -56,7 +56,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleetq import resources as R
-from fleetq.models import ElasticQuotaTree, parse_tree
+from fleetq.models import DEFAULT_STARVATION_SECONDS, ElasticQuotaTree, parse_tree
 from fleetq.queues import JobQueue, Key
 from fleetq.quota import QuotaTree
 
@@ -174,7 +174,7 @@ class AdmissionState(BaseModel):
     v: int = 1
     tree: dict[str, Any] | None = None
     policy: QueuePolicy = QueuePolicy.PRIORITY
-    starve: float = 600.0
+    starve: float = 600.0  # what states written without the field ran with
     shapes: list[dict[str, int]] = Field(default_factory=list)
     ns: list[str] = Field(default_factory=list)
     w: list[tuple[str, int, int, float, int, float | None]] = Field(default_factory=list)
@@ -509,7 +509,7 @@ class Admission:
         self,
         tree: ElasticQuotaTree | None,
         policy: QueuePolicy = QueuePolicy.PRIORITY,
-        starvation_seconds: float = 600,
+        starvation_seconds: float = DEFAULT_STARVATION_SECONDS,
     ) -> None:
         if not (isinstance(starvation_seconds, int | float) and math.isfinite(starvation_seconds)):
             raise ValueError(

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from fleetq.admission import AdmissionRequest, AdmissionState, QueueInfo, QueuePolicy
 from fleetq.capacity import Taint
-from fleetq.models import Gang, GangPod
+from fleetq.models import DEFAULT_STARVATION_SECONDS, Gang, GangPod
 from fleetq.naming import owner_id
 from fleetq.rejection import RejectionCode
 
@@ -356,7 +356,7 @@ class QuotaTreeInput(BaseModel):
 
     tree: dict[str, Any] | None = None
     policy: QueuePolicy = QueuePolicy.PRIORITY
-    starvation_seconds: float = 600
+    starvation_seconds: float = DEFAULT_STARVATION_SECONDS
     state: AdmissionState | None = None
     #: the state as ``fleetq.admission.pack_state_json`` writes it (base64 text; what
     #: continue-as-new carried before the ``compact-state`` patch, still read and still

@@ -313,6 +313,10 @@ class ElasticQuotaTreeSpec(Strict):
 #: keep it with the tree so it is applied, versioned and reviewed like the quotas).
 QUEUE_POLICY_ANNOTATION = "fleetq.io/queue-policy"
 STARVATION_ANNOTATION = "fleetq.io/starvation-seconds"
+#: the Priority policy's bound when a tree does not set one: 300 s since issue 18's
+#: measurements (BENCHMARKS.md, "Starvation bound with preemption off"; 600 before).
+#: Quota workflows started earlier keep the 600 their recorded input carries.
+DEFAULT_STARVATION_SECONDS = 300.0
 
 
 class ElasticQuotaTree(Strict):
@@ -357,7 +361,8 @@ class ElasticQuotaTree(Strict):
     @property
     def starvation_seconds(self) -> float:
         """How long a skipped head may be overtaken (``fleetq.io/starvation-seconds``)."""
-        return float(self.metadata.annotations.get(STARVATION_ANNOTATION, 600))
+        return float(self.metadata.annotations.get(STARVATION_ANNOTATION,
+                                                   DEFAULT_STARVATION_SECONDS))
 
     @model_validator(mode="after")
     def _tree_rules(self) -> ElasticQuotaTree:

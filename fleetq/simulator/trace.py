@@ -35,6 +35,7 @@ from pydantic import (
 from fleetq import resources as R
 from fleetq.admission import QueuePolicy
 from fleetq.models import (
+    DEFAULT_STARVATION_SECONDS,
     DNS1035_LABEL,
     DNS1123_LABEL,
     ClusterAffinity,
@@ -202,7 +203,7 @@ class TraceSpec(BaseModel):
     topology: Any = "default"
     quota: dict[str, Any] | None = None
     queuePolicy: QueuePolicy = QueuePolicy.PRIORITY
-    starvationSeconds: float = Field(600.0, ge=0, allow_inf_nan=False)
+    starvationSeconds: float = Field(DEFAULT_STARVATION_SECONDS, ge=0, allow_inf_nan=False)
     seed: StrictInt = 0
     jobs: list[JobGroupSpec] = Field(min_length=1)
 

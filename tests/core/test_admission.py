@@ -26,6 +26,7 @@ from fleetq.admission import (
     unpack_carried,
     unpack_state,
 )
+from fleetq.messages import QuotaTreeInput
 from fleetq.models import ElasticQuotaTree, parse_tree
 from fleetq.quota import SUFFIX_ALPHABET
 
@@ -247,16 +248,21 @@ def test_starving_job_is_not_overtaken_after_the_bound() -> None:
     assert granted(a.schedule(now=80)) == ["big", "s3", "s4"]
 
 
-def test_starvation_bound_defaults_to_ten_minutes() -> None:
+def test_starvation_bound_defaults_to_five_minutes() -> None:
+    """300 s since issue 18's measurements (it was 600): a tree without the annotation,
+    a fresh quota workflow's input and a trace without starvationSeconds all get it."""
+    assert Admission(make_tree(GPU_LEAF)).starvation_seconds == 300
+    assert QuotaTreeInput().starvation_seconds == 300
+    assert make_tree(GPU_LEAF).starvation_seconds == 300
     a = Admission(make_tree(GPU_LEAF))
     a.enqueue(req("holder", gpu=12), now=0)
     a.enqueue(req("big", at=1, gpu=8), now=1)
     a.enqueue(req("s1", at=2, gpu=4), now=2)  # admitted; big skipped at t=2
     a.enqueue(req("s2", at=3, gpu=4), now=3)
     a.release(jid("s1"))
-    assert granted(a.schedule(now=602)) == ["s2"]  # skipped for exactly 600 s: not yet
+    assert granted(a.schedule(now=302)) == ["s2"]  # skipped for exactly 300 s: not yet
     a.release(jid("s2"))
-    assert isinstance(a.enqueue(req("s3", at=4, gpu=4), now=602.5), WaitInfo)
+    assert isinstance(a.enqueue(req("s3", at=4, gpu=4), now=302.5), WaitInfo)
     assert a.wait_info(jid("s3")).reason == "behind starving job default/big"  # type: ignore[union-attr]
 
 
