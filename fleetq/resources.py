@@ -111,6 +111,18 @@ def fits(request: Mapping[str, int], free: Mapping[str, int]) -> bool:
     return all(v <= 0 or v <= free.get(k, 0) for k, v in request.items())
 
 
+def within_max(request: Mapping[str, int], usage: Mapping[str, int],
+               limit: Mapping[str, int]) -> bool:
+    """Whether ``usage + request`` stays within ``limit`` for every positive request
+    (a resource ``limit`` does not name is unbounded), as a quota node's ``max``."""
+    for k, v in request.items():
+        if v > 0:
+            m = limit.get(k)
+            if m is not None and usage.get(k, 0) + v > m:
+                return False
+    return True
+
+
 def format_quantity(name: str, milli: int) -> str:
     """Human form of one quantity: cpu as cores (``1.5``, ``10m``), memory-like as binary
     units where exact (``4Gi``), everything else as a plain number."""
