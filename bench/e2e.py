@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import statistics
 import sys
 import time
@@ -198,6 +199,30 @@ def local_activity_type(ev: Any) -> str | None:
     return str(doc.get("activity_type") or "local activity")
 
 
+def payload_stats(msg: Any) -> tuple[int, int]:
+    """Every ``Payload`` anywhere in a history event (inputs, results, marker details,
+    search attributes, memo, headers, summaries): how many and their bytes (data plus
+    metadata), i.e. what the worker's payload converter encoded or decoded for it."""
+    count = size = 0
+    if msg.DESCRIPTOR.full_name == "temporal.api.common.v1.Payload":
+        return 1, len(msg.data) + sum(len(k) + len(v) for k, v in msg.metadata.items())
+    for field, value in msg.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            values = list(value.values())
+            if not values or not hasattr(values[0], "DESCRIPTOR"):
+                continue
+        elif field.is_repeated:
+            values = list(value)
+        else:
+            values = [value]
+        for v in values:
+            c, b = payload_stats(v)
+            count, size = count + c, size + b
+    return count, size
+
+
 def _t(ev: Any) -> float:
     return float(ev.event_time.seconds) + ev.event_time.nanos / 1e9
 
@@ -267,6 +292,7 @@ async def job_profile(client: Client, names: Sequence[str]) -> dict[str, Any]:
     runs = events = 0
     largest = 0
     total_payload = 0
+    payloads = payloads_bytes = 0
     for name in names:
         chain, evs = await run_chain(client, job_workflow_id(NAMESPACE, name), None,
                                      keep_events=True)
@@ -282,6 +308,8 @@ async def job_profile(client: Client, names: Sequence[str]) -> dict[str, Any]:
             elif (local := local_activity_type(ev)) is not None:
                 activities[f"{local} (local)"] += 1
             total_payload += payload_bytes(ev)
+            c, b = payload_stats(ev)
+            payloads, payloads_bytes = payloads + c, payloads_bytes + b
         for k, v in timings(evs).items():
             times.setdefault(k, []).extend(v)
     n = max(1, len(names))
@@ -295,6 +323,8 @@ async def job_profile(client: Client, names: Sequence[str]) -> dict[str, Any]:
         "by_event": {k: v / n for k, v in kinds.most_common()},
         "largest_payload": largest,
         "payload_bytes": total_payload / n,
+        "payloads": payloads / n,
+        "all_payload_bytes": payloads_bytes / n,
         "times": {k: (sum(v) / len(v), max(v)) for k, v in sorted(times.items())},
     }
 
@@ -331,10 +361,17 @@ def print_profile(p: dict[str, Any]) -> None:
           f"{p['runs']:.1f} run(s), {p['activities']:.2f} activities, "
           f"{p['payload_bytes'] / 1024:.1f} KiB of payloads, largest "
           f"{p['largest_payload'] / 1024:.1f} KiB")
+    print(f"  payloads:   {p['payloads']:.1f} per job, {p['all_payload_bytes'] / 1024:.1f} KiB "
+          "(every Payload in the history: inputs, results, markers, search attributes, "
+          "summaries)")
     print("  activities: " + ", ".join(f"{k} {v:.2f}" for k, v in p["by_activity"].items()))
     print("  events:     " + ", ".join(f"{k} {v:.1f}" for k, v in p["by_event"].items()))
     print("  time (mean/max s): " + ", ".join(
         f"{k} {m:.2f}/{x:.2f}" for k, (m, x) in p["times"].items()))
+
+
+def per_item_ms(seconds: float, count: int) -> float:
+    return seconds / count * 1000 if count else math.nan
 
 
 async def run(args: Options) -> int:
@@ -385,6 +422,10 @@ async def run(args: Options) -> int:
               f"max {max(rd.latency, default=float('nan')):.2f} s")
         print(f"CPU per job / CPU per baseline workflow: "
               f"{(rd.jobs.cpu / rd.jobs.count) / (rd.base.cpu / rd.base.count):.2f}")
+        print("CPU ms per job or workflow (worker process / Temporal server): " + "; ".join(
+            f"{ph.name} {per_item_ms(ph.cpu, ph.count):.1f} / "
+            f"{per_item_ms(ph.other_cpu.get('temporal', math.nan), ph.count):.1f}"
+            for ph in (rd.jobs, rd.mix, rd.base, rd.strict)))
         print(f"ratio {rd.ratio:.2f} (baseline with {rd.k:.2f} activities); "
               f"same-mix ratio (baseline with {rd.k - rd.k_reg:.2f} local + "
               f"{rd.k_reg:.2f} regular) {rd.mix_ratio:.2f}; "
