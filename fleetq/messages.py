@@ -106,6 +106,32 @@ class PlacementInput(BaseModel):
     affinity: dict[str, Any] | None = None
     cluster_tolerations: list[dict[str, Any]] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
+    #: capacity preemption (issue 18; empty in histories recorded before it): the job's
+    #: workflow id and its quota workflow (whose tree says whether it may preempt) ...
+    job_id: str = ""
+    tree_workflow_id: str | None = None
+    #: ... whether a capacity preemption may be planned now (no room anywhere) ...
+    capacity_preemption: bool = False
+    #: ... or the one being carried out (the verdict says which victims are still there)
+    planned: CapacityPlanned | None = None
+
+
+class CapacityVictim(BaseModel):
+    """One gang a capacity preemption evicts: its job workflow, priority, grace period,
+    and why (``room on cluster-b for priority 1000 > 10``)."""
+
+    job_id: str
+    priority: int = 0
+    grace_seconds: int = 30
+    message: str = ""
+
+
+class CapacityPlanned(BaseModel):
+    """A capacity preemption (``fleetq.preemption.CapacityPlan``) as it travels: the one
+    cluster and the victims there."""
+
+    cluster: str
+    victims: list[CapacityVictim] = Field(default_factory=list)
 
 
 class Candidate(BaseModel):
@@ -124,6 +150,10 @@ class PlacementVerdict(BaseModel):
     #: clusters that passed the policy filters (affinity, exclusions); empty means the job
     #: can never be placed, as opposed to "no room right now"
     eligible: list[str] = Field(default_factory=list)
+    #: a capacity preemption planned by this round (asked with ``capacity_preemption``)
+    capacity_plan: CapacityPlanned | None = None
+    #: of the ``planned`` victims, those still running on its cluster
+    victims_left: list[str] = Field(default_factory=list)
 
     def reason(self) -> str:
         if not self.rejections:
@@ -189,6 +219,10 @@ class BindRequest(BaseModel):
     reserved: bool = False
     propagate_deps: bool = False
     run_seconds: int | None = None
+    #: the job's priority as the fleet resolved it, written on the member copy's pods
+    #: (``fleetq.io/priority``) so capacity preemption can read running gangs; None in
+    #: histories recorded before it (such copies are never capacity victims)
+    priority: int | None = None
 
 
 class BindResult(BaseModel):
@@ -385,6 +419,9 @@ class QuotaView(BaseModel):
     preempting: dict[str, list[str]] = Field(default_factory=dict)
     #: ``preempt`` signals delivered to victims by this run
     preemptions_sent: int = 0
+    #: the tree's ``fleetq.io/preemption`` (``Never`` or ``LowerPriority``): whether its
+    #: jobs may also preempt lower-priority gangs for room on a member cluster
+    preemption: str = "Never"
 
 
 class PreemptSignal(BaseModel):
