@@ -268,10 +268,12 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def embedded_stack(topology: dict[str, Any] | None = None,
-                         progress: Callable[[str], None] | None = None
-                         ) -> AsyncIterator[Stack]:
+                         progress: Callable[[str], None] | None = None,
+                         temporal: str = "dev") -> AsyncIterator[Stack]:
     """Start a Temporal dev server and the member-cluster emulator on free ports in a
-    temporary state dir (``fleetq up`` without its worker); stop both afterwards."""
+    temporary state dir (``fleetq up`` without its worker); stop both afterwards.
+    ``temporal="cluster"``: the production-shaped Temporal instead of the dev server
+    (:mod:`fleetq.temporal_cluster`)."""
     # tmpfs when there is one: the dev server's SQLite file should not wait on fsync of
     # a shared disk (that would measure the disk, not Temporal or fleetq)
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -279,7 +281,7 @@ async def embedded_stack(topology: dict[str, Any] | None = None,
         state = Path(tmp)
         topo = write_topology(topology, state) if topology is not None else None
         emb = EmbeddedFleet(state_dir=state, topology=topo, port=free_port(),
-                            ui_port=free_port(), worker=False,
+                            ui_port=free_port(), worker=False, temporal=temporal,
                             progress=progress or (lambda _m: None))
         await asyncio.to_thread(emb.start, 120.0)
         try:

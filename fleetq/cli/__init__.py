@@ -27,6 +27,7 @@ from fleetq.cli import (
 )
 from fleetq.cli import bench as bench_cmd
 from fleetq.cli import controlplane as controlplane_cmd
+from fleetq.cli import temporal_cluster as temporal_cluster_cmd
 from fleetq.cli.context import add_state_dir_option
 
 app = typer.Typer(
@@ -50,6 +51,7 @@ setup.register(app)
 add_state_dir_option(app)  # every command above: --state-dir / FLEETQ_STATE_DIR
 app.add_typer(sim.app, name="sim")
 app.add_typer(controlplane_cmd.app, name="controlplane")
+app.add_typer(temporal_cluster_cmd.app, name="temporal-cluster")
 
 
 def _flush_telemetry() -> None:

