@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "history": "history events per job, and per run of a 7-day job",
     "chaos": "scheduling under member-cluster faults",
     "admission": "a quota-workflow task at 1,000 leaves vs. 6, and bytes per waiting job",
+    "trace": "a workload trace through the real stack vs. the simulator on the same trace",
 }
 
 

@@ -1,0 +1,579 @@
+"""Benchmark: the real stack against its own ideal schedule on a workload trace (issue 19).
+
+A trace of ``fleetq sim replay`` (``examples/traces/``) runs twice in one command, with
+every time in it (starts, intervals, run seconds, the starvation bound, preemption grace
+periods) divided by ``--time-scale`` so hours of trace run in minutes here:
+
+* through the **real** stack: a Temporal dev server and the member-cluster emulator (with
+  the trace's topology) as child processes, the fleetq worker (``worker.build_worker``)
+  in this process; the trace's quota tree (with its queue policy and starvation bound as
+  the tree's annotations) and one PropagationPolicy per namespace applied through the
+  client library as ``fleetq apply`` does; each job started with ``start_job`` at its
+  trace time, its pods running its run time (``fleetq.io/run-seconds``, which the
+  emulator honours);
+* through the **simulator** (``fleetq sim replay``'s engine) on the same scaled trace,
+  whose run times (drawn from ``runSeconds: {min, max}``) the real jobs take over one
+  for one.
+
+Each job's time to admission is read from the job workflow's own record (its
+``Admitted`` event) less the time the trace says it was submitted; quota usage from the
+quota workflow's history (each grant signal it sent, each release it took), as Kueue's
+performance tests define it: time-averaged admitted cpu over [first submit, last
+release] / the sum of the leaves' ``min`` cpu. The simulator's figures are the same
+quantities of its virtual run. Printed per class: mean and p99 time to admission, then
+usage, makespan and jobs/s of both, and what the stack cost (CPU of this process, of
+Temporal and of the emulator; the quota workflow's task latency; how late jobs were
+submitted).
+
+Run: ``fleetq bench trace --trace examples/traces/kueue-like-3k.yaml --time-scale 10``.
+Last lines: ``RESULT traceusage <real / simulated usage> (target 0.8)``, ``RESULT
+tracemakespan <simulated / real makespan> (target 0.67)`` (real at most 1.5x the
+simulated) and ``RESULT traceorder <1.00 when the classes' order by mean time to
+admission is the simulator's, else 0.00> (target 1.0)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+from temporalio.client import Client
+
+from bench.command import bench_app, help_text, run_command
+from bench.common import (
+    Phase,
+    bounded_gather,
+    embedded_stack,
+    percentile,
+    quota_messages,
+    real_activities,
+    result_line,
+    run_chain,
+    run_main,
+)
+from bench.e2e import timings
+from fleetq import resources as R
+from fleetq.client.apply import apply_objects
+from fleetq.client.jobs import start_job
+from fleetq.member_contract import RUN_SECONDS_ANNOTATION
+from fleetq.messages import JobView
+from fleetq.models import (
+    QUEUE_POLICY_ANNOTATION,
+    STARVATION_ANNOTATION,
+    PyTorchJob,
+    parse_job,
+    parse_policy,
+    parse_tree,
+)
+from fleetq.naming import job_workflow_id, quota_workflow_id
+from fleetq.preemption import GRACE_ANNOTATION
+from fleetq.simulator import Trace, TraceError, load_trace
+from fleetq.simulator.engine import Simulation
+from fleetq.simulator.series import stats
+from fleetq.simulator.trace import JobGroupSpec, RunRange
+from worker import build_worker
+
+TARGET_USAGE = 0.8
+#: real makespan at most 1.5x the simulated one: simulated / real >= 1 / 1.5
+TARGET_MAKESPAN = round(1 / 1.5, 2)
+TARGET_ORDER = 1.0
+#: the first job is submitted this long after the stack is ready (its start is timed)
+LEAD_SECONDS = 1.0
+
+
+class TraceBenchError(Exception):
+    """A trace this benchmark cannot replay on the real stack (one line)."""
+
+
+# ---------------------------------------------------------------------- the trace
+
+
+def scaled(trace: Trace, factor: float) -> Trace:
+    """``trace`` with every duration divided by ``factor``: group starts, intervals and
+    run seconds, the starvation bound and ``fleetq.io/preemption-grace-seconds`` (an
+    integer annotation: rounded, at least 1; written on every job when the tree
+    preempts, so the real jobs' grace is the simulated one). Run times drawn from ``{min, max}`` are
+    drawn from the scaled range with the same seed, so each job keeps its draw /
+    ``factor`` (to the engine's millisecond rounding)."""
+    if not (math.isfinite(factor) and factor > 0):
+        raise TraceBenchError(f"time scale must be a finite number > 0, got {factor!r}")
+
+    preempting = trace.tree is not None and trace.preemption.enabled
+    jobs = [trace.job_policy(gid) for gid in range(len(trace.spec.jobs))]
+    if preempting:
+        jobs = [dataclasses.replace(p, grace_seconds=max(1, round(p.grace_seconds / factor)))
+                for p in jobs]
+
+    def group(gid: int, g: JobGroupSpec) -> JobGroupSpec:
+        run = g.runSeconds
+        run = (RunRange(min=run.min / factor, max=run.max / factor)
+               if isinstance(run, RunRange) else run / factor)
+        notes = dict(g.annotations)
+        if preempting:  # the real job reads its grace period from here
+            notes[GRACE_ANNOTATION] = str(jobs[gid].grace_seconds)
+        return g.model_copy(update={"start": g.start / factor, "interval": g.interval / factor,
+                                    "runSeconds": run, "annotations": notes})
+
+    spec = trace.spec.model_copy(update={
+        "jobs": [group(gid, g) for gid, g in enumerate(trace.spec.jobs)],
+        "starvationSeconds": trace.spec.starvationSeconds / factor,
+    })
+    return dataclasses.replace(trace, spec=spec, jobs=jobs)
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """One job of the trace as both runs see it: when it is submitted (seconds after the
+    first submission) and how long its pods run."""
+
+    gid: int
+    namespace: str
+    name: str
+    job_class: str
+    offset: float
+    run: float
+    cpu: float  # cores of its quota request
+
+    @property
+    def workflow_id(self) -> str:
+        return job_workflow_id(self.namespace, self.name)
+
+
+def job_class(g: JobGroupSpec) -> str:
+    """The class a group's jobs are reported under: its ``jobClass``, else its name."""
+    return g.jobClass or g.name
+
+
+def planned_jobs(sim: Simulation) -> list[PlannedJob]:
+    """Every job the (finished) simulation submitted, in submission order, with the run
+    time the simulator drew for it: the real stack runs exactly these."""
+    out = []
+    for job in sim.all_jobs:
+        g = sim.trace.spec.jobs[job.gid]
+        _kind, namespace, name = job.id.split("/", 2)
+        out.append(PlannedJob(job.gid, namespace, name, job_class(g), job.submitted - sim.t0,
+                              job.run, sim.requests[job.gid].get(R.CPU, 0) / R.MILLI))
+    return out
+
+
+def leaf_min_cpu(sim: Simulation) -> float:
+    """The sum of the quota tree's leaves' ``min`` cpu (cores): usage's denominator."""
+    return sum(n.min.get(R.CPU, 0) for n in sim.admission.quota if not n.children) / R.MILLI
+
+
+def check_replayable(trace: Trace) -> None:
+    """What the real stack cannot take from a trace, refused in one line."""
+    if trace.tree is None:
+        raise TraceBenchError("the trace has no quota tree: there is no admission to measure")
+    for i, g in enumerate(trace.spec.jobs):
+        if g.clusterAffinity is not None:
+            raise TraceBenchError(
+                f"jobs[{i}] ({g.name}) has a clusterAffinity: the real stack takes it from a "
+                "PropagationPolicy per namespace, which this benchmark does not write")
+
+
+# ---------------------------------------------------------------------- manifests
+
+
+def job_manifest(g: JobGroupSpec, job: PlannedJob) -> dict[str, Any]:
+    """The PyTorchJob a trace job stands for (the simulator's gang: ``master`` + ``workers``
+    pods of ``requests`` at ``priority``), running ``job.run`` seconds on the emulator."""
+    requests = {k: str(v) for k, v in g.requests.items()}
+    pod: dict[str, Any] = {
+        "containers": [{"name": "pytorch", "image": "busybox",
+                        "command": ["sleep", f"{job.run:g}"],
+                        "resources": {"requests": requests}}],
+        "priority": g.priority,
+    }
+    if g.nodeSelector:
+        pod["nodeSelector"] = dict(g.nodeSelector)
+    if g.tolerations:
+        pod["tolerations"] = [t.model_dump(exclude_none=True) for t in g.tolerations]
+    replicas: dict[str, Any] = {
+        "Master": {"replicas": g.master, "restartPolicy": "Never",
+                   "template": {"spec": pod}}}
+    if g.workers:
+        replicas["Worker"] = {"replicas": g.workers, "restartPolicy": "OnFailure",
+                              "template": {"spec": copy.deepcopy(pod)}}
+    annotations = {**g.annotations, RUN_SECONDS_ANNOTATION: f"{job.run:g}"}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": job.name, "namespace": job.namespace,
+                         "annotations": annotations},
+            "spec": {"pytorchReplicaSpecs": replicas}}
+
+
+def tree_manifest(trace: Trace) -> dict[str, Any]:
+    """The trace's quota tree as applied, with its queue policy and (scaled) starvation
+    bound as the annotations the quota workflow reads."""
+    assert trace.spec.quota is not None
+    doc = copy.deepcopy(trace.spec.quota)
+    meta = doc.setdefault("metadata", {})
+    meta.setdefault("annotations", {})
+    meta["annotations"][QUEUE_POLICY_ANNOTATION] = trace.policy.value
+    meta["annotations"][STARVATION_ANNOTATION] = f"{trace.spec.starvationSeconds:g}"
+    return doc
+
+
+def policy_manifest(namespace: str) -> dict[str, Any]:
+    """A PropagationPolicy for the trace's jobs in ``namespace``: queued through the quota
+    tree, one gang on one member cluster (as the walkthrough's)."""
+    return {
+        "apiVersion": "policy.one.alibabacloud.com/v1alpha1", "kind": "PropagationPolicy",
+        "metadata": {"name": "trace-policy", "namespace": namespace},
+        "spec": {
+            "suspension": {"scheduling": True},
+            "failover": {"application": {"decisionConditions": {"tolerationSeconds": 30},
+                                         "purgeMode": "Immediately"}},
+            "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided",
+                                                "customSchedulingType": "Gang"}},
+            "resourceSelectors": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}],
+        },
+    }
+
+
+# ---------------------------------------------------------------------- figures
+
+
+def time_averaged(changes: Iterable[tuple[float, float]], start: float, end: float) -> float:
+    """The time average over [start, end] of a quantity that changes by ``delta`` at
+    ``t`` for each ``(t, delta)`` (zero before the first change; changes before
+    ``start`` count from ``start``)."""
+    if end <= start:
+        return math.nan
+    level = area = 0.0
+    last = start
+    for t, delta in sorted(changes):
+        t = min(max(t, start), end)
+        area += level * (t - last)
+        level += delta
+        last = t
+    area += level * (end - last)
+    return area / (end - start)
+
+
+def class_order(means: dict[str, float]) -> list[str]:
+    """Classes by mean time to admission, shortest first (ties by name)."""
+    return sorted(means, key=lambda c: (means[c], c))
+
+
+@dataclass
+class RunFigures:
+    """What one run (simulated or real) measured, in wall (scaled) seconds."""
+
+    admission: dict[str, list[float]]  # class -> each job's time to admission
+    usage: float  # time-averaged admitted cpu / sum of leaf min cpu
+    makespan: float
+    jobs: int
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.makespan if self.makespan > 0 else math.nan
+
+    def means(self) -> dict[str, float]:
+        return {c: float(stats(v)["mean"] or math.nan) for c, v in self.admission.items()}
+
+
+def simulated_figures(sim: Simulation, summary: dict[str, Any], plan: Sequence[PlannedJob],
+                      min_cpu: float) -> RunFigures:
+    """The simulator's figures: its jobs' last-run times to admission, and usage from
+    each job's [admitted, finished] (quota is held from the grant to the release)."""
+    admission: dict[str, list[float]] = {}
+    changes: list[tuple[float, float]] = []
+    for job, p in zip(sim.all_jobs, plan, strict=True):
+        if job.admitted is not None:
+            admission.setdefault(p.job_class, []).append(job.admitted - job.submitted)
+            if job.started is not None:
+                changes += [(job.admitted, p.cpu), (job.started + job.run, -p.cpu)]
+    end = sim.t0 + summary["makespan"]
+    usage = time_averaged(changes, sim.t0, end) / min_cpu
+    return RunFigures(admission, usage, summary["makespan"], len(plan))
+
+
+def simulate(trace: Trace) -> tuple[Simulation, dict[str, Any]]:
+    """Run the simulator on ``trace``; the engine (for its jobs) and its summary."""
+    sim = Simulation(trace, None)
+    return sim, sim.run().summary_data
+
+
+def admitted_at(view: JobView) -> float | None:
+    """When the job's workflow took its (last) grant: its ``Admitted`` event."""
+    times = [e.time.timestamp() for e in view.events if e.reason == "Admitted"]
+    return max(times) if times else None
+
+
+def quota_holdings(events: Sequence[Any], cpu: dict[str, float]
+                   ) -> tuple[list[tuple[float, float]], float | None]:
+    """From the quota workflow's history: ``(t, ±cpu)`` at each grant signal it sent and
+    each release it took (a release of a job that holds nothing changes nothing), and
+    the time of the last release."""
+    held: set[str] = set()
+    changes: list[tuple[float, float]] = []
+    last: float | None = None
+    for ev in events:
+        t = ev.event_time.seconds + ev.event_time.nanos / 1e9
+        if ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
+            sent = ev.signal_external_workflow_execution_initiated_event_attributes
+            job = sent.workflow_execution.workflow_id
+            if sent.signal_name == "admitted" and job in cpu and job not in held:
+                held.add(job)
+                changes.append((t, cpu[job]))
+            continue
+        for _ev, m in quota_messages([ev]):
+            if m.signal == "release" and m.job_id in held:
+                held.discard(m.job_id)
+                changes.append((t, -cpu[m.job_id]))
+                last = t if last is None else max(last, t)
+    return changes, last
+
+
+# ---------------------------------------------------------------------- the real run
+
+
+@dataclass
+class RealRun:
+    views: dict[str, JobView]
+    submitted: dict[str, float]  # actual start_job call, wall time
+    wall0: float  # wall time of trace offset 0
+    phase: Phase
+    quota_events: list[Any]
+    quota_runs: list[int]
+
+
+async def submit_on_time(client: Client, plan: Sequence[PlannedJob],
+                         prepared: dict[str, tuple[PyTorchJob, dict[str, Any]]],
+                         wall0: float, concurrency: int) -> dict[str, float]:
+    """Start each job at ``wall0 + offset`` (at most ``concurrency`` start calls in
+    flight); the wall time each start call was made."""
+    sem = asyncio.Semaphore(max(1, concurrency))
+    submitted: dict[str, float] = {}
+
+    async def start(job: PlannedJob) -> None:
+        try:
+            model, manifest = prepared[job.workflow_id]
+            submitted[job.workflow_id] = time.time()
+            await start_job(client, model, manifest)
+        finally:
+            sem.release()
+
+    tasks = []
+    for job in sorted(plan, key=lambda j: j.offset):
+        delay = wall0 + job.offset - time.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await sem.acquire()
+        tasks.append(asyncio.create_task(start(job)))
+    await asyncio.gather(*tasks)
+    return submitted
+
+
+async def wait_all(client: Client, plan: Sequence[PlannedJob], timeout: float
+                   ) -> dict[str, JobView]:
+    """Every job's final view (its workflow's result), waiting at most ``timeout``."""
+
+    def waiter(wid: str) -> Callable[[], Any]:
+        async def one() -> tuple[str, JobView]:
+            handle = client.get_workflow_handle(wid, result_type=JobView)
+            return wid, await handle.result()
+        return one
+
+    got = await asyncio.wait_for(
+        bounded_gather([waiter(j.workflow_id) for j in plan], 64), timeout)
+    return dict(got)
+
+
+async def run_real(trace: Trace, plan: Sequence[PlannedJob], args: Options,
+                   say: Callable[[str], None]) -> RealRun:
+    topology = trace.topology.model_dump(mode="json", exclude_none=True)
+    tree = tree_manifest(trace)
+    namespaces = sorted({j.namespace for j in plan})
+    groups = trace.spec.jobs
+    prepared = {}
+    for job in plan:
+        manifest = job_manifest(groups[job.gid], job)
+        prepared[job.workflow_id] = (parse_job(manifest), manifest)
+    last_offset = max((j.offset for j in plan), default=0.0)
+    async with embedded_stack(topology, progress=say) as stack:
+        client = stack.client
+        acts = real_activities(client, stack.fleet_config)
+        worker = build_worker(client, acts,
+                              max_concurrent_activities=args.max_concurrent_activities)
+        try:
+            async with worker:
+                objects: list[tuple[Any, dict[str, Any]]] = [(parse_tree(tree), tree)]
+                for ns in namespaces:
+                    pol = policy_manifest(ns)
+                    objects.append((parse_policy(pol), pol))
+                for applied in await apply_objects(client, objects):
+                    if not applied.ok:
+                        raise TraceBenchError(f"apply refused: {applied.line}")
+                say(f"applied {tree['metadata']['name']} and {len(namespaces)} "
+                    f"PropagationPolicies; replaying {len(plan)} jobs over "
+                    f"{last_offset:.0f} s")
+                phase = Phase("replay", others=stack.pids).start()
+                wall0 = time.time() + LEAD_SECONDS
+                submitted = await submit_on_time(client, plan, prepared, wall0,
+                                                 args.concurrency)
+                say(f"all {len(plan)} jobs submitted; waiting for them to finish")
+                views = await wait_all(client, plan, args.timeout)
+                phase.stop(len(plan))
+                qid = quota_workflow_id(tree["metadata"].get("namespace", "kube-system"),
+                                        tree["metadata"]["name"])
+                desc = await client.get_workflow_handle(qid).describe()
+                first = desc.raw_description.workflow_execution_info.first_run_id or None
+                runs, events = await run_chain(client, qid, first, keep_events=True)
+        finally:
+            if acts._fleet is not None:
+                acts._fleet.close()
+    return RealRun(views, submitted, wall0, phase, events, [r.events for r in runs])
+
+
+def real_figures(real: RealRun, plan: Sequence[PlannedJob], min_cpu: float) -> RunFigures:
+    """The real run's figures: time to admission from each job's ``Admitted`` event,
+    usage from the quota workflow's grants and releases, makespan to the last release."""
+    admission: dict[str, list[float]] = {}
+    for job in plan:
+        at = admitted_at(real.views[job.workflow_id])
+        if at is not None:
+            admission.setdefault(job.job_class, []).append(at - (real.wall0 + job.offset))
+    cpu = {j.workflow_id: j.cpu for j in plan}
+    changes, last = quota_holdings(real.quota_events, cpu)
+    end = last if last is not None else real.wall0
+    makespan = end - real.wall0
+    usage = time_averaged(changes, real.wall0, end) / min_cpu
+    return RunFigures(admission, usage, makespan, len(plan))
+
+
+# ---------------------------------------------------------------------- report
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+
+
+def print_report(path: str, args: Options, trace: Trace, sim: RunFigures,
+                 real: RunFigures, run: RealRun, plan: Sequence[PlannedJob],
+                 min_cpu: float) -> list[str]:
+    """Print the comparison; returns the errors (jobs that did not succeed)."""
+    print()
+    print(f"trace {path}: {len(plan)} jobs in {len(trace.spec.jobs)} groups, time scale "
+          f"{args.time_scale:g} (all times below in scaled seconds: x {args.time_scale:g} "
+          f"for trace time)")
+    print(run.phase.line("jobs"))
+    lag = [run.submitted[j.workflow_id] - (run.wall0 + j.offset) for j in plan]
+    print(f"submit lag (start call - trace time): p50 {percentile(lag, 50):.2f} s, "
+          f"p99 {percentile(lag, 99):.2f} s, max {max(lag, default=math.nan):.2f} s")
+    print(f"{'class':<12} {'jobs':>6} {'sim mean':>9} {'sim p99':>9} {'real mean':>10} "
+          f"{'real p99':>9}   (time to admission, s)")
+    for c in sorted(set(sim.admission) | set(real.admission)):
+        s, r = stats(sim.admission.get(c, [])), stats(real.admission.get(c, []))
+        print(f"{c:<12} {len([j for j in plan if j.job_class == c]):>6} {_s(s['mean']):>9} "
+              f"{_s(s['p99']):>9} {_s(r['mean']):>10} {_s(r['p99']):>9}")
+    print(f"quota usage (time-averaged admitted cpu / sum of leaf min {min_cpu:g} cpu): "
+          f"simulated {sim.usage:.3f}, real {real.usage:.3f}")
+    print(f"makespan: simulated {sim.makespan:.1f} s, real {real.makespan:.1f} s; jobs/s: "
+          f"simulated {sim.rate:.2f}, real {real.rate:.2f}")
+    timing = timings(run.quota_events)
+    parts = [f"{k} {sum(v) / len(v) * 1000:.0f}/{percentile(v, 99) * 1000:.0f}/"
+             f"{max(v) * 1000:.0f} ms" for k, v in timing.items()
+             if k.startswith("workflow task") and v]
+    print(f"quota workflow: {len(run.quota_runs)} run(s), events {run.quota_runs}; "
+          f"mean/p99/max: {', '.join(parts)}")
+    states: dict[str, int] = {}
+    for v in run.views.values():
+        states[v.state] = states.get(v.state, 0) + 1
+    print(f"job states: {states}")
+    sim_order, real_order = class_order(sim.means()), class_order(real.means())
+    same = sim_order == real_order
+    print(f"class order by mean time to admission: simulated {' < '.join(sim_order)}; "
+          f"real {' < '.join(real_order)}; preserved: {'yes' if same else 'no'}")
+    print(result_line("traceusage", real.usage / sim.usage if sim.usage else math.nan,
+                      TARGET_USAGE))
+    print(result_line("tracemakespan",
+                      sim.makespan / real.makespan if real.makespan > 0 else math.nan,
+                      TARGET_MAKESPAN))
+    print(result_line("traceorder", 1.0 if same else 0.0, TARGET_ORDER))
+    bad = states.get("Succeeded", 0)
+    return [] if bad == len(plan) else [f"only {bad} of {len(plan)} jobs succeeded"]
+
+
+async def run(args: Options) -> int:
+    def say(msg: str) -> None:
+        print(msg, flush=True)
+
+    try:
+        original = load_trace(args.trace)
+        check_replayable(original)
+        trace = scaled(original, args.time_scale)
+    except (TraceError, TraceBenchError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    sim_engine, summary = simulate(trace)
+    plan = planned_jobs(sim_engine)
+    min_cpu = leaf_min_cpu(sim_engine)
+    if min_cpu <= 0:
+        print("error: the quota tree's leaves have no min cpu: usage is undefined",
+              file=sys.stderr)
+        return 2
+    sim = simulated_figures(sim_engine, summary, plan, min_cpu)
+    say(f"simulated {len(plan)} jobs: makespan {sim.makespan:.1f} s (scaled), usage "
+        f"{sim.usage:.3f}")
+    try:
+        real_run = await run_real(trace, plan, args, say)
+    except TraceBenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    real = real_figures(real_run, plan, min_cpu)
+    errors = print_report(args.trace, args, trace, sim, real, real_run, plan, min_cpu)
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+@dataclass(frozen=True)
+class Options:
+    """``fleetq bench trace``'s options as parsed."""
+
+    trace: str
+    time_scale: float
+    concurrency: int
+    max_concurrent_activities: int
+    timeout: float
+
+
+app = bench_app()
+
+
+@app.command(help=help_text(__doc__))
+def command(
+    trace: Path = typer.Option(..., "--trace", help="a trace file, as fleetq sim replay's"),
+    time_scale: float = typer.Option(
+        10.0, "--time-scale", min=0.001,
+        help="divide every time of the trace by this (both runs)"),
+    concurrency: int = typer.Option(
+        32, "--concurrency", min=1, help="job start calls in flight at once, at most"),
+    max_concurrent_activities: int = typer.Option(
+        200, "--max-concurrent-activities", min=1,
+        help="the worker's activity slots (and threads); 200 is worker.py's"),
+    timeout: float = typer.Option(
+        3600.0, "--timeout", min=1.0,
+        help="seconds to wait for the jobs after the last one was submitted"),
+) -> None:
+    raise typer.Exit(run_main(run(Options(str(trace), time_scale, concurrency,
+                                          max_concurrent_activities, timeout))))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(app, argv, "fleetq bench trace")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
