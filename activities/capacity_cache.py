@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -47,11 +48,14 @@ from fleetq.member_contract import (
     OWNER_LABEL,
     PYTORCHJOB_API,
     RESERVATION_API,
+    GangPod,
+    gang_pod,
     job_phase,
     meta_of,
 )
 from fleetq.models import pod_requests
 from fleetq.naming import KF_JOB_NAME
+from fleetq.preemption import RunningGang
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +202,11 @@ class CapacityCache:
 
     WATCH_TIMEOUT_S = 60
     MAX_FINISHED = 10_000
+    #: Watch-loop backoff after a failed LIST or WATCH, as client-go's reflector
+    #: (tools/cache/reflector.go: 800 ms initial, factor 2, jitter 1.0, i.e. each wait is
+    #: drawn from [d, 2d]); capped at 5 s rather than the reflector's 30 s because the
+    #: probe loop wakes every loop as soon as the member answers again.
+    INITIAL_BACKOFF_S = 0.8
     MAX_BACKOFF_S = 5.0
 
     def __init__(
@@ -243,6 +252,9 @@ class CapacityCache:
         self._probe_verdict: tuple[str, str] = ("True", "")
         self._last_failure = ""
         self._unreachable: tuple[ClusterCondition, ClusterSnapshot] | None = None
+        #: running pods of fleet jobs' copies (pod key -> what it says of its gang), for
+        #: capacity preemption (:meth:`running_gangs`)
+        self._gang_pods: dict[str, GangPod] = {}
 
     # -- lifecycle
 
@@ -283,6 +295,20 @@ class CapacityCache:
     @property
     def synced(self) -> bool:
         return self._initial.is_set()
+
+    def watching(self) -> bool:
+        """Is every watched kind's stream open and nothing broken (the steady state, in
+        which the cache sends the member no request but the probe)?"""
+        with self._lock:
+            # (reservations: not when the member has no Reservation API, see _run)
+            watched = [k for k in self._kinds if k != "reservations" or k in self._streams]
+            if self._watch_jobs:
+                watched.append("jobs")
+            return (
+                self._initial.is_set()
+                and all(k in self._streams for k in watched)
+                and not self._broken_since
+            )
 
     def healthy(self) -> bool:
         """Can the cached snapshot be served (see the staleness bound)?"""
@@ -344,6 +370,34 @@ class CapacityCache:
             snap = self._state.build(self.name, self.labels, self.taints, self.reservation, rv)
             self._built = (self._version, snap)
             return snap
+
+    def running_gangs(self) -> list[RunningGang]:
+        """The fleet jobs running on this member, one per owning workflow, with their
+        pods' nodes and requests, priority and preemption policy (what their pods say,
+        :func:`fleetq.member_contract.gang_pod`): capacity preemption's candidates. Empty
+        while the snapshot cannot be served (no victims on a member we cannot see)."""
+        if not self.healthy():
+            return []
+        with self._lock:
+            pods = list(self._gang_pods.values())
+        by_job: dict[str, list[GangPod]] = {}
+        for p in pods:
+            by_job.setdefault(p.job_id, []).append(p)
+        out: list[RunningGang] = []
+        for job_id, members in sorted(by_job.items()):
+            first = members[0]
+            out.append(
+                RunningGang(
+                    job_id=job_id,
+                    cluster=self.name,
+                    priority=first.priority,
+                    pods=tuple(m.pod for m in members),
+                    started_at=min(m.started_at for m in members),
+                    preemptible=all(m.preemptible for m in members),
+                    grace_seconds=max(m.grace_seconds for m in members),
+                )
+            )
+        return out
 
     def invalidate(self) -> None:
         """Force the next :meth:`snapshot` to rebuild (benchmarks, diagnostics)."""
@@ -417,7 +471,13 @@ class CapacityCache:
         if job:
             self._notify(str(meta.get("namespace") or ""), str(job))
         use = None if etype == "DELETED" else condense_pod(obj)
-        return self._state.set_use("pods", _key(obj), use)
+        key = _key(obj)
+        member = None if etype == "DELETED" else gang_pod(obj)
+        if member is None:
+            self._gang_pods.pop(key, None)
+        else:
+            self._gang_pods[key] = member
+        return self._state.set_use("pods", key, use)
 
     def _apply_res(self, etype: str, obj: Mapping[str, Any]) -> bool:
         use = None if etype == "DELETED" else condense_reservation(obj)
@@ -457,6 +517,10 @@ class CapacityCache:
                 self._apply_jobs("ADDED", obj)
             return False
         condense = condense_pod if kind == "pods" else condense_reservation
+        if kind == "pods":
+            self._gang_pods = {
+                _key(obj): member for obj in items if (member := gang_pod(obj)) is not None
+            }
         uses = {}
         for obj in items:
             use = condense(obj)
@@ -488,13 +552,16 @@ class CapacityCache:
     def _run(
         self, kind: str, path: str, apply: Callable[[str, Mapping[str, Any]], bool]
     ) -> None:
-        backoff = 0.2
+        backoff = self.INITIAL_BACKOFF_S
         need_list = True
         rv = ""
         while not self._stop.is_set():
             try:
                 if need_list:
-                    items, rv = self.api.list(path)
+                    # One attempt: this loop is the retry (its backoff, not the
+                    # transport's, paces a failing member; nested retries multiplied
+                    # the requests a 5xx member got from each loop).
+                    items, rv = self.api.list(path, retry=False)
                     with self._lock:
                         if self._replace(kind, items):
                             self._version += 1
@@ -529,7 +596,7 @@ class CapacityCache:
                     with self._lock:
                         self._streams.pop(kind, None)
                     stream.close()
-                backoff = 0.2
+                backoff = self.INITIAL_BACKOFF_S
             except ApiError as exc:
                 if self._stop.is_set():
                     return
@@ -572,7 +639,9 @@ class CapacityCache:
             self._mark_broken(kind)
         with self._wake:
             gen = self._wake_gen
-            self._wake.wait_for(lambda: self._wake_gen != gen, timeout=backoff)
+            self._wake.wait_for(
+                lambda: self._wake_gen != gen, timeout=backoff * random.uniform(1.0, 2.0)
+            )
 
     def _kick(self) -> None:
         """Cut short every watch loop's backoff (the cluster is back, or we stop)."""

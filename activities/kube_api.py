@@ -471,6 +471,11 @@ class KubeApi:
         except AlreadyExists:
             return None
 
+    def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT; the stored object. With ``metadata.resourceVersion`` in ``body`` this is a
+        compare-and-swap: :class:`Conflict` when the object changed since that version."""
+        return self.request("PUT", path, body=body)  # type: ignore[no-any-return]
+
     def delete(self, path: str, propagation: str | None = None, retry: bool = True) -> bool:
         """DELETE; False if it was already gone."""
         body = {"kind": "DeleteOptions", "apiVersion": "v1"}
@@ -488,8 +493,10 @@ class KubeApi:
         label_selector: str | None = None,
         field_selector: str | None = None,
         page_size: int = 500,
+        retry: bool = True,
     ) -> tuple[list[dict[str, Any]], str]:
-        """Paginated LIST; returns ``(items, resourceVersion)``."""
+        """Paginated LIST; returns ``(items, resourceVersion)``. ``retry=False`` for a
+        caller with its own backoff loop (retries nested in retries multiply requests)."""
         items: list[dict[str, Any]] = []
         cont = ""
         rv = ""
@@ -502,7 +509,7 @@ class KubeApi:
             if cont:
                 query["continue"] = cont
             full = f"{path}?{urlencode(query)}"
-            status, obj = self.call("GET", full)
+            status, obj = self.call("GET", full, retry=retry)
             if status >= 300 or not isinstance(obj, dict):
                 raise self._error("GET", path, status, obj)
             items.extend(obj.get("items") or [])

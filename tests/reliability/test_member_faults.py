@@ -21,6 +21,7 @@ import uuid
 
 import pytest
 
+from activities.capacity_cache import CapacityCache
 from activities.kube_api import ClusterUnreachable
 from activities.member_cluster import KubernetesMemberCluster
 from bench.chaos import job_manifest, job_reservations, member_copies, policy_manifest
@@ -67,6 +68,9 @@ def policy(clusters: list[str], *, toleration: int = TOLERATION) -> dict[str, ob
 
 async def test_http_500_is_retried_with_backoff_and_the_job_binds_once_it_clears(
         stack: Stack) -> None:
+    # From the steady state (every watch of cluster-c open): an earlier test may have left
+    # its watches reconnecting; what they send meanwhile is bounded by the next test.
+    await eventually(member(stack, "cluster-c").cache.watching)
     stack.emulated.inject_errors("cluster-c", 500, 1.0)
     try:
         t0 = time.monotonic()
@@ -86,6 +90,33 @@ async def test_http_500_is_retried_with_backoff_and_the_job_binds_once_it_clears
     assert view.state == "Succeeded" and view.cluster == "cluster-c"
     assert member_copies(stack.emulated, NS, view.name, ["cluster-a", "cluster-b", "cluster-c"]
                          ) == {"cluster-c": 1}
+
+
+async def test_a_member_answering_500_while_its_watches_restart_is_not_hammered(
+        stack: Stack) -> None:
+    # A fresh cache (its watches all LISTing at once, as after a restart or a re-LIST)
+    # against a member that answers 500 to everything: each watch loop is the only retry
+    # of its LIST (no retries nested inside, which sent 5 requests per loop within a
+    # second) and backs off as client-go's reflector does (0.8 s, doubling, jitter 1.0).
+    m = member(stack, "cluster-b")
+    cache = CapacityCache(m.api, name="cluster-b", reservation=True, ttl_s=2.0)
+    stack.emulated.inject_errors("cluster-b", 500, 1.0)
+    try:
+        t0 = time.monotonic()
+        cache.start()
+        await asyncio.sleep(2.5)  # the observation window, not a wait for a condition
+        t1 = time.monotonic()
+        assert not cache.synced
+        # Three LIST loops (nodes, pods, reservations) and the jobs loop: an attempt at
+        # 0, one in [0.8, 1.6] and at most one more in [2.4, 4.8] each; the probe once
+        # a TTL. Other callers (the session's own cache of cluster-b) share the log.
+        ours = stack.requests.between("cluster-b", t0, t1)
+        assert len(ours) <= 4 * 3 + 4, ours
+        assert stack.requests.max_per_second("cluster-b", t0, t1) <= 12, ours
+    finally:
+        cache.close()
+        stack.emulated.clear_faults("cluster-b")
+    await eventually(m.cache.watching)
 
 
 def test_429_retry_after_is_honoured_between_attempts(stack: Stack) -> None:
