@@ -169,6 +169,8 @@ def validate(rt: ResourceType, obj: Obj) -> None:
                               "Invalid value: must be a non-negative integer")
             _validate_pod_spec(rt, name, f"spec.pytorchReplicaSpecs.{role}.template.spec",
                                (rs.get("template") or {}).get("spec"))
+    elif rt.plural == "leases":
+        _validate_lease(rt, name, spec)
     elif rt.plural == "reservations":
         if not isinstance(spec, dict):
             raise invalid(rt, name, "spec", "Required value")
@@ -188,6 +190,55 @@ def validate(rt: ResourceType, obj: Obj) -> None:
             except ValueError:
                 raise invalid(rt, name, "spec.expires",
                               "Invalid value: must be an RFC3339 time") from None
+
+
+#: ``metav1.MicroTime`` on the wire: RFC 3339 with exactly six fractional digits
+MICRO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})$")
+_MICRO_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
+
+
+def _lease_invalid(rt: ResourceType, name: str, field_path: str, value: int,
+                   rule: str) -> ApiError:
+    """A Lease's 422 as kube-apiserver words it (``Lease.coordination.k8s.io "x"``)."""
+    message = f"Invalid value: {value}: {rule}"
+    return ApiError(
+        422, "Invalid",
+        f'{rt.kind}.{rt.group} "{name}" is invalid: {field_path}: {message}',
+        {"name": name, "group": rt.group, "kind": rt.kind, "causes": [
+            {"reason": "FieldValueInvalid", "message": message, "field": field_path}]},
+    )
+
+
+def _validate_lease(rt: ResourceType, name: str, spec: Any) -> None:
+    """What kube-apiserver checks of a ``coordination.k8s.io/v1`` Lease: its times decode
+    as MicroTime (else 400, the body cannot be decoded), its counters are integers, the
+    duration is positive and the transitions are not negative (else 422)."""
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a '
+                          f"{rt.kind}: spec must be an object")
+    for key in ("acquireTime", "renewTime"):
+        value = spec.get(key)
+        if value is not None and (not isinstance(value, str) or not MICRO_TIME.match(value)):
+            raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a '
+                              f'{rt.kind}: parsing time "{value}" as "{_MICRO_LAYOUT}": '
+                              "cannot parse it")
+    for key, low, rule in (("leaseDurationSeconds", 1, "must be greater than 0"),
+                           ("leaseTransitions", 0, "must be greater than or equal to 0")):
+        value = spec.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a '
+                              f"{rt.kind}: spec.{key}: expected an integer")
+        if value < low:
+            raise _lease_invalid(rt, name, f"spec.{key}", value, rule)
+
+
+#: resources whose updates must name a resourceVersion (their registry strategy's
+#: ``AllowUnconditionalUpdate`` is false): a PUT without one is 422
+CONDITIONAL_UPDATES = frozenset({"leases"})
 
 
 # ---------------------------------------------------------------------- custom resources
@@ -712,6 +763,15 @@ class Handler:
                 f"({name})"
             )
         rv = meta.get("resourceVersion") or None
+        if rv is None and rt.plural in CONDITIONAL_UPDATES:
+            message = "Invalid value: 0: must be specified for an update"
+            raise ApiError(
+                422, "Invalid",
+                f'{rt.group_resource} "{name}" is invalid: metadata.resourceVersion: {message}',
+                status_details(rt, name, causes=[{
+                    "reason": "FieldValueInvalid", "message": message,
+                    "field": "metadata.resourceVersion"}]),
+            )
         if sub == "status":
             return self._write(rt, cur, body, sub, rv, dry_run, field_validation)
         body.setdefault("metadata", {})["name"] = name

@@ -15,7 +15,7 @@ from aiohttp import web
 from fleetq.emulator.api import build_app
 from fleetq.emulator.controllers import ClusterController
 from fleetq.emulator.faults import Faults
-from fleetq.emulator.store import CORE, PYTORCHJOBS, RESERVATIONS, Store
+from fleetq.emulator.store import CORE, LEASES, PYTORCHJOBS, RESERVATIONS, Store
 from fleetq.topology import ClusterSpec
 
 
@@ -26,7 +26,7 @@ class EmulatedCluster:
         self.spec = spec
         self.name = spec.name
         self.token = token or secrets.token_hex(16)
-        types = [*CORE, PYTORCHJOBS] + ([RESERVATIONS] if spec.reservation else [])
+        types = [*CORE, LEASES, PYTORCHJOBS] + ([RESERVATIONS] if spec.reservation else [])
         self.store = Store(types)
         self.controller = ClusterController(self.store, spec, start_delay=start_delay)
         self.faults = Faults()

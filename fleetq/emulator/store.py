@@ -101,6 +101,11 @@ RESERVATIONS = ResourceType(
     "scheduling.koordinator.sh", "v1alpha1", "reservations", "Reservation", False,
     "reservation", ("reserv",), True,
 )
+#: ``coordination.k8s.io/v1`` Leases: what Kubernetes components (and fleetq's bind, see
+#: ``activities.member_cluster``) use as a lock. Their updates must name a
+#: resourceVersion (the real strategy refuses unconditional updates), so two writers
+#: racing for one Lease get a 409 Conflict.
+LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease")
 
 
 class ApiError(Exception):
