@@ -17,6 +17,10 @@ Temporal, so each rule is unit- and property-tested on its own:
 - quota preemption (issue 18): ``take_preemption`` (the quota workflow's ``preempt``
   signal), ``preemption_due`` (at once when nothing is bound, else once the grace
   period ends: the job may finish meanwhile) and ``requeue_after_preemption``;
+- capacity preemption (issue 18): a job admitted by quota with no room on any member
+  carries out at most one plan at a time (``CapacityHold``): ``start_capacity_preemption``,
+  ``observe_capacity`` (victims left, the plan's time bound), ``placement_order`` (the
+  planned cluster first) and ``capacity_pause``;
 - what a job shows: ``record_event``, ``details_markdown``, ``search_attribute_changes``.
 
 Functions that change the run's state change the ``JobProgress`` (or ``JobView``) they
@@ -36,6 +40,7 @@ from fleetq.admission import Grant
 from fleetq.messages import (
     TERMINAL_STATES,
     Candidate,
+    CapacityPlanned,
     JobEvent,
     JobState,
     JobStatus,
@@ -92,6 +97,8 @@ class JobProgress(BaseModel):
     #: ``preempt_at`` (the end of its grace period), or at once when nothing is bound
     preempt: PreemptSignal | None = None
     preempt_at: datetime | None = None
+    #: a capacity preemption the job is carrying out (or dropped) for its placement
+    capacity: CapacityHold | None = None
 
 
 class Reason(StrEnum):
@@ -116,6 +123,8 @@ class Reason(StrEnum):
     PURGE_FAILED = "PurgeFailed"
     DELETED = "Deleted"
     PREEMPTED = "Preempted"
+    PREEMPTING = "Preempting"
+    PREEMPTION_DROPPED = "PreemptionDropped"
 
 
 @dataclass(frozen=True)
@@ -447,9 +456,13 @@ def keep_old_copy(progress: JobProgress, old: str, plan: FailoverPlan, now: date
 # ---------------------------------------------------------------------- placement
 
 
-def candidates(verdict: PlacementVerdict) -> list[Candidate]:
-    """The ranked candidates one placement round tries, best first."""
-    return verdict.candidates[:MAX_CANDIDATES]
+def candidates(verdict: PlacementVerdict, progress: JobProgress | None = None) -> list[Candidate]:
+    """The ranked candidates one placement round tries, best first (the planned cluster
+    of an outstanding capacity preemption first)."""
+    ranked = (
+        verdict.candidates if progress is None else placement_order(verdict.candidates, progress)
+    )
+    return ranked[:MAX_CANDIDATES]
 
 
 def unplaceable_reason(verdict: PlacementVerdict) -> str | None:
@@ -478,8 +491,9 @@ def placement_pause(delay: float, deadline_at: datetime | None, now: datetime) -
 def record_bind(
     progress: JobProgress, cluster: str, rejections: dict[str, str], now: datetime
 ) -> None:
-    """The job is bound on ``cluster``."""
+    """The job is bound on ``cluster`` (a capacity preemption it carried out is over)."""
     view = progress.view
+    progress.capacity = None
     view.cluster = cluster
     if cluster not in view.copies:
         view.copies.append(cluster)
@@ -625,6 +639,140 @@ def requeue_after_preemption(progress: JobProgress) -> list[Notice]:
     return [Transition("Queued", f"preempted by {by}; queued again (original submit time)")]
 
 
+# ---------------------------------------------------------------------- capacity preemption
+
+#: a capacity preemption is dropped when its victims have not made room this long after
+#: the longest grace period among them (purging a copy takes seconds)
+CAPACITY_MARGIN_SECONDS = 60
+
+
+class CapacityHold(BaseModel):
+    """A capacity preemption the job carries out: its victims on ``plan.cluster`` were
+    told to stop; the job places again once they are gone, the planned cluster first.
+    While it is outstanding no other is planned (never preempt on two clusters for one
+    job); past ``deadline`` it is dropped (``dropped``: none other for this placement)."""
+
+    plan: CapacityPlanned
+    deadline: datetime
+    #: victims still running on the planned cluster, as the last placement round saw
+    left: list[str]
+    dropped: bool = False
+
+    @property
+    def outstanding(self) -> bool:
+        return not self.dropped
+
+
+def capacity_bound_seconds(plan: CapacityPlanned) -> int:
+    """How long a plan may take: the longest victim grace period plus a margin."""
+    return max((v.grace_seconds for v in plan.victims), default=0) + CAPACITY_MARGIN_SECONDS
+
+
+def may_plan_capacity(progress: JobProgress) -> bool:
+    """A capacity preemption may be planned: none is outstanding, and none was dropped
+    since the job last left a cluster or queued again."""
+    return progress.capacity is None
+
+
+def planned_capacity(progress: JobProgress) -> CapacityPlanned | None:
+    """The outstanding plan, for the placement activity (which victims are left)."""
+    hold = progress.capacity
+    return hold.plan if hold is not None and hold.outstanding else None
+
+
+def _victims_line(job_ids: list[str]) -> str:
+    return ", ".join(_display(j) for j in job_ids)
+
+
+def capacity_waiting_reason(hold: CapacityHold) -> str:
+    """What the job shows while its victims stop (``fleetq describe``'s reason)."""
+    cluster = hold.plan.cluster
+    if not hold.left:
+        return f"preempted jobs left {cluster}; placing there as soon as it has room"
+    n = len(hold.left)
+    return (
+        f"waiting for {n} preempted job{'s' if n != 1 else ''} to leave {cluster}: "
+        f"{_victims_line(hold.left)}"
+    )
+
+
+def start_capacity_preemption(
+    progress: JobProgress, plan: CapacityPlanned, now: datetime
+) -> list[Notice]:
+    """Record ``plan`` (the caller then tells each victim to stop) and say so."""
+    bound = capacity_bound_seconds(plan)
+    hold = CapacityHold(
+        plan=plan,
+        deadline=now + timedelta(seconds=bound),
+        left=[v.job_id for v in plan.victims],
+    )
+    progress.capacity = hold
+    n = len(plan.victims)
+    why = plan.victims[0].message if plan.victims else f"room on {plan.cluster}"
+    return [
+        Announce(
+            "Normal",
+            Reason.PREEMPTING,
+            f"no member has room: preempting {n} lower-priority job{'s' if n != 1 else ''} "
+            f"on {plan.cluster} ({why}): {_victims_line(hold.left)}; dropped after {bound}s",
+        ),
+        Transition("Pending", capacity_waiting_reason(hold)),
+    ]
+
+
+def victims_gone(progress: JobProgress, job_ids: list[str]) -> None:
+    """Victims that will not be waited for (their workflow is gone)."""
+    hold = progress.capacity
+    if hold is not None:
+        hold.left = [j for j in hold.left if j not in job_ids]
+
+
+def observe_capacity(
+    progress: JobProgress, verdict: PlacementVerdict, now: datetime
+) -> list[Notice]:
+    """Take in a placement round while a plan is outstanding: the victims still on its
+    cluster; past its deadline with no room there, drop it (placement goes on as
+    usual; no other plan for this placement)."""
+    hold = progress.capacity
+    if hold is None or not hold.outstanding:
+        return []
+    hold.left = [j for j in hold.left if j in verdict.victims_left]
+    if now < hold.deadline or any(c.cluster == hold.plan.cluster for c in verdict.candidates):
+        return []
+    hold.dropped = True
+    bound = capacity_bound_seconds(hold.plan)
+    still = (
+        f"{len(hold.left)} preempted job(s) still there after {bound}s"
+        if hold.left
+        else f"still no room there {bound}s after its preempted jobs were told to stop"
+    )
+    return [
+        Announce(
+            "Warning",
+            Reason.PREEMPTION_DROPPED,
+            f"capacity preemption on {hold.plan.cluster} dropped: {still}; placing as usual",
+        )
+    ]
+
+
+def placement_order(candidates: list[Candidate], progress: JobProgress) -> list[Candidate]:
+    """The candidates to try, the planned cluster of an outstanding plan first."""
+    hold = progress.capacity
+    if hold is None or not hold.outstanding:
+        return candidates
+    return sorted(candidates, key=lambda c: c.cluster != hold.plan.cluster)
+
+
+def capacity_pause(pause: float, progress: JobProgress, now: datetime) -> float:
+    """The placement pause, cut at an outstanding plan's deadline (a victim that has
+    stopped wakes the job before: ``retry_placement``)."""
+    hold = progress.capacity
+    if hold is None or not hold.outstanding:
+        return pause
+    left = (hold.deadline - now).total_seconds()
+    return max(MIN_TIMER_SECONDS, min(pause, left))
+
+
 # ---------------------------------------------------------------------- copies
 
 
@@ -656,6 +804,7 @@ def forget_placement(progress: JobProgress) -> None:
     view.cluster, view.pods, view.unhealthy_since = None, [], None
     view.deadline_at = None
     progress.evict_at, progress.evict_reason, progress.since = None, "", ""
+    progress.capacity = None
 
 
 # ---------------------------------------------------------------------- what a job shows

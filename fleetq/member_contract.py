@@ -6,7 +6,8 @@ The adapter (``activities.member_cluster``) fetches and writes objects; everythi
 Temporal, so it is unit-tested directly (``tests/core/test_member_contract.py``): the
 labels and annotations every object carries, the member copy of a PyTorchJob
 (:func:`member_manifest`), its Reservations, the dependencies a job references, a job's
-phase from its Kubeflow conditions, and its health on the member at a given ``now``.
+phase from its Kubeflow conditions, its health on the member at a given ``now``, and
+what a running pod says of its gang for capacity preemption (:func:`gang_pod`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fleetq import resources as R
@@ -31,8 +33,15 @@ from fleetq.messages import (
     PodReservation,
     PodStatus,
 )
-from fleetq.models import gang_of, parse_job
+from fleetq.models import ManifestError, gang_of, parse_job, pod_requests
 from fleetq.naming import KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE
+from fleetq.preemption import (
+    DEFAULT_GRACE_SECONDS,
+    GRACE_ANNOTATION,
+    PREEMPTIBLE_ANNOTATION,
+    RunningPod,
+    job_policy_from_annotations,
+)
 
 # --------------------------------------------------------------------------- labels & names
 
@@ -42,6 +51,9 @@ OWNER_LABEL = "fleetq.io/owner"
 WORKFLOW_ANNOTATION = "fleetq.io/workflow-id"
 RUN_SECONDS_ANNOTATION = "fleetq.io/run-seconds"
 MIN_MEMBER_ANNOTATION = "fleetq.io/min-member"
+#: the job's priority as the fleet resolved it, on the member copy's pod templates (so on
+#: its pods): capacity preemption reads running gangs from the pods alone
+PRIORITY_ANNOTATION = "fleetq.io/priority"
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -177,14 +189,15 @@ def member_manifest(req: BindRequest) -> dict[str, Any]:
     affinity = json.dumps(
         {"reservationSelector": {OWNER_LABEL: job.owner_id}}, separators=(",", ":")
     )
+    gang_notes = pod_gang_annotations(job, req.priority, annotations)
     for _role, template in pod_templates(src):
         tmeta = template.setdefault("metadata", {})
         tmeta["labels"] = {**(tmeta.get("labels") or {}), **job_labels(job)}
+        notes = {**(tmeta.get("annotations") or {}), **gang_notes}
         if req.reserved:
-            tmeta["annotations"] = {
-                **(tmeta.get("annotations") or {}),
-                RESERVATION_AFFINITY: affinity,
-            }
+            notes[RESERVATION_AFFINITY] = affinity
+        if notes:
+            tmeta["annotations"] = notes
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
@@ -196,6 +209,75 @@ def member_manifest(req: BindRequest) -> dict[str, Any]:
         },
         "spec": spec,
     }
+
+
+def pod_gang_annotations(
+    job: JobRef, priority: int | None, job_annotations: Mapping[str, str]
+) -> dict[str, str]:
+    """What every pod of a member copy says of its gang, for capacity preemption: the
+    workflow that owns it, its priority, and the job's ``fleetq.io/preemptible`` and
+    grace period when it sets them. Nothing without a ``priority`` (a copy bound by a
+    workflow recorded before capacity preemption: never a capacity victim)."""
+    if priority is None:
+        return {}
+    out = {WORKFLOW_ANNOTATION: job.workflow_id, PRIORITY_ANNOTATION: str(priority)}
+    for key in (PREEMPTIBLE_ANNOTATION, GRACE_ANNOTATION):
+        if key in job_annotations:
+            out[key] = str(job_annotations[key])
+    return out
+
+
+@dataclass(frozen=True)
+class GangPod:
+    """One running pod of a fleet job, as capacity preemption sees it."""
+
+    job_id: str  # the owning job workflow's id
+    pod: RunningPod
+    priority: int
+    preemptible: bool
+    grace_seconds: int
+    started_at: float  # epoch seconds (startTime, else creation)
+
+
+def gang_pod(pod: Mapping[str, Any]) -> GangPod | None:
+    """What a member pod says of its gang (:func:`pod_gang_annotations`), or None: not a
+    pod of a fleet job's copy with a known priority, not bound to a node, or ended.
+    A pod whose preemption annotations cannot be read is never a victim."""
+    notes = meta_of(pod).get("annotations")
+    if not isinstance(notes, dict):
+        return None
+    job_id, raw = notes.get(WORKFLOW_ANNOTATION), notes.get(PRIORITY_ANNOTATION)
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    node = spec.get("nodeName") if isinstance(spec, dict) else None
+    if not job_id or raw is None or not node:
+        return None
+    if isinstance(status, dict) and status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    try:
+        priority = int(str(raw))
+    except ValueError:
+        return None
+    try:
+        policy = job_policy_from_annotations("pod", {k: str(v) for k, v in notes.items()})
+        preemptible, grace = policy.preemptible, policy.grace_seconds
+    except ManifestError:
+        preemptible, grace = False, DEFAULT_GRACE_SECONDS
+    try:
+        requests = pod_requests(spec)
+    except (R.QuantityError, ValueError):
+        requests = {}
+    started = parse_rfc3339(status.get("startTime") if isinstance(status, dict) else None)
+    if started is None:
+        started = parse_rfc3339(meta_of(pod).get("creationTimestamp"))
+    return GangPod(
+        job_id=str(job_id),
+        pod=RunningPod(str(node), requests),
+        priority=priority,
+        preemptible=preemptible,
+        grace_seconds=grace,
+        started_at=started.timestamp() if started is not None else 0.0,
+    )
 
 
 # --------------------------------------------------------------------------- dependencies
