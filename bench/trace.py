@@ -455,6 +455,30 @@ def real_figures(real: RealRun, plan: Sequence[PlannedJob], min_cpu: float) -> R
 # ---------------------------------------------------------------------- report
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """The three verdicts: real / simulated usage, simulated / real makespan, and the
+    classes' order by mean time to admission in each run."""
+
+    usage: float
+    makespan: float
+    sim_order: list[str]
+    real_order: list[str]
+
+    @property
+    def order_preserved(self) -> bool:
+        return self.sim_order == self.real_order
+
+
+def compare(sim: RunFigures, real: RunFigures) -> Comparison:
+    return Comparison(
+        real.usage / sim.usage if sim.usage else math.nan,
+        sim.makespan / real.makespan if real.makespan > 0 else math.nan,
+        class_order(sim.means()),
+        class_order(real.means()),
+    )
+
+
 def _s(x: float | None) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
@@ -491,18 +515,15 @@ def print_report(path: str, args: Options, trace: Trace, sim: RunFigures,
     for v in run.views.values():
         states[v.state] = states.get(v.state, 0) + 1
     print(f"job states: {states}")
-    sim_order, real_order = class_order(sim.means()), class_order(real.means())
-    same = sim_order == real_order
-    print(f"class order by mean time to admission: simulated {' < '.join(sim_order)}; "
-          f"real {' < '.join(real_order)}; preserved: {'yes' if same else 'no'}")
-    print(result_line("traceusage", real.usage / sim.usage if sim.usage else math.nan,
-                      TARGET_USAGE))
-    print(result_line("tracemakespan",
-                      sim.makespan / real.makespan if real.makespan > 0 else math.nan,
-                      TARGET_MAKESPAN))
-    print(result_line("traceorder", 1.0 if same else 0.0, TARGET_ORDER))
-    bad = states.get("Succeeded", 0)
-    return [] if bad == len(plan) else [f"only {bad} of {len(plan)} jobs succeeded"]
+    verdict = compare(sim, real)
+    print(f"class order by mean time to admission: simulated {' < '.join(verdict.sim_order)}"
+          f"; real {' < '.join(verdict.real_order)}; preserved: "
+          f"{'yes' if verdict.order_preserved else 'no'}")
+    print(result_line("traceusage", verdict.usage, TARGET_USAGE))
+    print(result_line("tracemakespan", verdict.makespan, TARGET_MAKESPAN))
+    print(result_line("traceorder", 1.0 if verdict.order_preserved else 0.0, TARGET_ORDER))
+    ok = states.get("Succeeded", 0)
+    return [] if ok == len(plan) else [f"only {ok} of {len(plan)} jobs succeeded"]
 
 
 async def run(args: Options) -> int:
