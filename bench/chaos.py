@@ -65,11 +65,12 @@ from fleetq.naming import (
     job_workflow_id,
     owner_id,
 )
-from fleetq.runtime.embedded import dev_server_argv
+from fleetq.runtime.embedded import TemporalKind, dev_server_argv
 from fleetq.runtime.supervisor import Child, free_port, spawn_child
 
 if TYPE_CHECKING:
     from fleetq.controlplane.runner import RealFleet
+    from fleetq.temporal_cluster.runner import TemporalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the phases of a job at which the worker is killed, in lifecycle order
@@ -81,6 +82,11 @@ PREEMPTOR_PRIORITY = 1000
 PREEMPT_GRACE = 3
 #: whole-component restarts (run after the kill points, one at a time)
 RESTARTS = ("temporal-restart", "emulator-restart")
+#: on the production-shaped Temporal (``temporal="cluster"``) also: SIGKILL the history
+#: process that owns the running job's shard and leave it dead until the job ended (the
+#: other history process takes its shards over); ``temporal-restart`` there kills and
+#: restarts every Temporal service on the same PostgreSQL
+CLUSTER_RESTARTS = (*RESTARTS, "history-kill")
 #: members the chaos jobs may use (both support Reservations, so every phase happens)
 MEMBERS = ("cluster-a", "cluster-b")
 TREE_NAME = "chaos-tree"
@@ -157,6 +163,53 @@ class TemporalServer:
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None:
             self.proc.stop(sig=sig)
+
+
+class ClusterServer:
+    """:class:`TemporalServer`'s interface over the production-shaped Temporal
+    (:class:`fleetq.temporal_cluster.runner.TemporalCluster`: PostgreSQL, frontend,
+    matching, worker and two history processes). A kill stops every Temporal service and
+    keeps PostgreSQL, as the dev server's kill keeps its SQLite file; the same ports and
+    database serve again after :meth:`start`."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.cluster: TemporalCluster | None = None
+
+    @property
+    def address(self) -> str:
+        assert self.cluster is not None, "spawn() first"
+        return self.cluster.address
+
+    def spawn(self) -> None:
+        """Build (or reuse) the binaries; PostgreSQL and the schema the first time; then
+        every service, without waiting for them."""
+        if self.cluster is None:
+            from fleetq.temporal_cluster.build import build
+            from fleetq.temporal_cluster.runner import TemporalCluster
+
+            self.cluster = TemporalCluster(build(), self.workdir / "temporal-cluster")
+            self.cluster.spawn(time.monotonic() + 120.0)
+        else:
+            self.cluster.spawn_services()
+
+    async def start(self, timeout: float = 120.0) -> None:
+        await asyncio.to_thread(self.spawn)
+        await self.wait_ready(timeout)
+
+    async def wait_ready(self, timeout: float = 120.0) -> None:
+        assert self.cluster is not None
+        await asyncio.to_thread(self.cluster.wait_ready, time.monotonic() + timeout)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """SIGKILL: every Temporal service dies (PostgreSQL stays); SIGTERM: the rig
+        closes, everything stops."""
+        if self.cluster is None:
+            return
+        if sig == signal.SIGKILL:
+            self.cluster.kill_services(sig)
+        else:
+            self.cluster.stop()
 
 
 def worker_proc(workdir: Path, address: str, task_queue: str, fleet_config: Path,
@@ -617,9 +670,11 @@ class ChaosRig:
 
     def __init__(self, workdir: Path, *, latency: float | None = None, run_seconds: int = 4,
                  log: Callable[[str], None] = lambda _m: None,
-                 members: str = "emulated") -> None:
+                 members: str = "emulated", temporal: str = "dev") -> None:
         if members not in ("emulated", "real"):
             raise ValueError(f"members must be 'emulated' or 'real', not {members!r}")
+        if temporal not in ("dev", "cluster"):
+            raise ValueError(f"temporal must be 'dev' or 'cluster', not {temporal!r}")
         self.workdir = workdir
         self.members = members
         self.latency = latency if latency is not None else (
@@ -629,7 +684,10 @@ class ChaosRig:
         self._notes: dict[str, str] = {}
         self.run_seconds = run_seconds
         self.log = log
-        self.temporal = TemporalServer(workdir)
+        self.temporal: TemporalServer | ClusterServer = (
+            ClusterServer(workdir) if temporal == "cluster" else TemporalServer(workdir))
+        #: the history process killed by the ``history-kill`` restart, and when
+        self.history_killed: tuple[int, float] | None = None
         self.state_file = workdir / "emulator-state.json"
         self.emu_dir = workdir / "sim"
         self.base_port = free_port_range(6)
@@ -640,15 +698,20 @@ class ChaosRig:
         self._generation = 0
         self.client: Client | None = None
 
+    @property
+    def temporal_name(self) -> str:
+        return ("Temporal cluster (PostgreSQL, one process per service)"
+                if isinstance(self.temporal, ClusterServer) else "Temporal dev server (SQLite)")
+
     # ---------------------------------------------------------------- lifecycle
     async def start(self, points: Sequence[str]) -> None:
         if self.real is not None:
-            self.log("starting Temporal dev server (SQLite) and real member control planes")
+            self.log(f"starting {self.temporal_name} and real member control planes")
             self.temporal.spawn()  # it comes up while the members start
             self.real.start(self.fleet_config)
             await self.temporal.wait_ready()
         else:
-            self.log("starting Temporal dev server (SQLite) and the emulator")
+            self.log(f"starting {self.temporal_name} and the emulator")
             self.start_emulator()
             await self.temporal.start()
         self.client = await connect(self.temporal.address)
@@ -968,7 +1031,9 @@ class ChaosRig:
         self.start_worker(tq)
         handle = await self.start_job(ns, "job", tq, run_seconds=self.run_seconds + 4)
         hit = str(await poll(lambda: _state(handle, "Running"), 60))
-        if what == "temporal-restart":
+        if what == "history-kill":
+            hit = await self.kill_history(handle) if hit else ""
+        elif what == "temporal-restart":
             self.temporal.kill(signal.SIGKILL)
             await asyncio.sleep(1.0)
             await self.temporal.start()
@@ -981,8 +1046,29 @@ class ChaosRig:
         problems += probs
         assert self.client is not None
         problems += await leaf_quota_problems(self.client, f"leaf-{what}", [handle.id])
+        note = ""
+        if what == "history-kill" and self.history_killed is not None:
+            index, at = self.history_killed
+            note = (f"the job ended {time.time() - at:.1f}s after the kill with "
+                    f"temporal-history-{index} still dead; restarted it afterwards")
+            assert isinstance(self.temporal, ClusterServer) and self.temporal.cluster
+            self.temporal.cluster.start_history(index)
         return PointResult(what, not problems, hit or "(not reached)", problems,
-                           time.monotonic() - started, state)
+                           time.monotonic() - started, state, note)
+
+    async def kill_history(self, handle: WorkflowHandle[Any, Any]) -> str:
+        """SIGKILL the history process that owns the job's shard (``tdbg`` tells; the
+        first one if it cannot) while the job runs; returns what was hit."""
+        if not isinstance(self.temporal, ClusterServer) or self.temporal.cluster is None:
+            raise ValueError("history-kill needs the production-shaped Temporal "
+                             "(--temporal cluster)")
+        cluster = self.temporal.cluster
+        owner = await asyncio.to_thread(cluster.history_owner, handle.id)
+        index = owner if owner is not None else 0
+        cluster.kill_history(index)
+        self.history_killed = (index, time.time())
+        why = "owner of the job's shard" if owner is not None else "owner unknown"
+        return f"Running; SIGKILL temporal-history-{index} ({why})"
 
 
 async def _admitted(handle: WorkflowHandle[Any, Any]) -> bool:
@@ -1027,10 +1113,15 @@ class MatrixResult:
 async def run_matrix(points: Sequence[str] = KILL_POINTS, restarts: Sequence[str] = RESTARTS,
                      *, workdir: Path | None = None,
                      log: Callable[[str], None] = lambda _m: None,
-                     members: str = "emulated") -> MatrixResult:
+                     members: str = "emulated", temporal: str = "dev") -> MatrixResult:
     """Run the kill points concurrently, then the restarts one at a time; finally check
     that the quota tree holds nothing. ``members="real"``: real control planes instead of
-    the emulator, for :data:`REAL_KILL_POINTS` (no restarts)."""
+    the emulator, for :data:`REAL_KILL_POINTS` (no restarts). ``temporal="cluster"``: the
+    production-shaped Temporal instead of the dev server, with the ``history-kill``
+    restart (:data:`CLUSTER_RESTARTS`)."""
+    if temporal != "cluster" and "history-kill" in restarts:
+        raise ValueError("history-kill needs temporal='cluster' (the dev server has no "
+                         "history process of its own)")
     if members == "real":
         unsupported = [p for p in points if p not in REAL_KILL_POINTS] + list(restarts)
         if unsupported:
@@ -1038,7 +1129,7 @@ async def run_matrix(points: Sequence[str] = KILL_POINTS, restarts: Sequence[str
                              f"only, not {', '.join(unsupported)}")
     own = workdir is None
     wd = Path(tempfile.mkdtemp(prefix="fleetq-chaos-")) if workdir is None else workdir
-    rig = ChaosRig(wd, log=log, members=members)
+    rig = ChaosRig(wd, log=log, members=members, temporal=temporal)
     try:
         await rig.start([*points, *restarts])
         results: list[PointResult] = []
@@ -1075,6 +1166,7 @@ class Options:
     members: str
     workdir: str | None
     json: bool
+    temporal: str = "dev"
 
 
 app = bench_app()
@@ -1096,8 +1188,13 @@ def command(
              "(fleetq controlplane build)"),
     workdir: str | None = typer.Option(None, "--workdir", help="keep logs and state here"),
     json_too: bool = typer.Option(False, "--json", help="print results as JSON too"),
+    temporal: TemporalKind = typer.Option(
+        TemporalKind.dev, "--temporal",
+        help="dev: temporal server start-dev (SQLite); cluster: the production-shaped "
+             "Temporal built from its Go module, which adds the history-kill restart"),
 ) -> None:
-    raise typer.Exit(run(Options(points, restarts, members.value, workdir, json_too)))
+    raise typer.Exit(run(Options(points, restarts, members.value, workdir, json_too,
+                                 temporal.value)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1107,7 +1204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: Options) -> int:
     """The crash matrix as the command line asked for it; prints and returns the exit code."""
     real = args.members == "real"
-    have_points, have_restarts = (REAL_KILL_POINTS, ()) if real else (KILL_POINTS, RESTARTS)
+    have_points, have_restarts = (REAL_KILL_POINTS, ()) if real else (
+        KILL_POINTS, CLUSTER_RESTARTS if args.temporal == "cluster" else RESTARTS)
     points = [p for p in (args.points or ",".join(have_points)).split(",") if p]
     restarts = [r for r in (",".join(have_restarts) if args.restarts is None
                             else args.restarts).split(",") if r]
@@ -1123,7 +1221,7 @@ def run(args: Options) -> int:
     started = time.monotonic()
     result = asyncio.run(run_matrix(points, restarts, workdir=workdir,
                                     log=lambda m: print(f"chaos: {m}", flush=True),
-                                    members=args.members))
+                                    members=args.members, temporal=args.temporal))
     for r in result.results:
         print(r.line())
     for p in result.quota_problems:

@@ -25,13 +25,17 @@ Last line: ``RESULT queue <ratio> (target 0.5)``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import random
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -56,6 +60,7 @@ from bench.common import (
 )
 from bench.holder import HolderInput, QuotaHolder
 from fleetq.client.connection import temporal_cli_path
+from fleetq.runtime.embedded import TemporalKind
 from worker import build_worker
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
 
@@ -180,6 +185,34 @@ def check_order(events: Sequence[Any], burst: set[str]) -> tuple[list[str], list
     return problems, order
 
 
+@contextlib.asynccontextmanager
+async def temporal_client(kind: str) -> AsyncIterator[Client]:
+    """A client of a fresh Temporal: the dev server (``dev``) or the production-shaped
+    cluster built from its Go module (``cluster``: PostgreSQL on tmpfs, one process per
+    service, two history processes); stopped afterwards."""
+    if kind == TemporalKind.dev:
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=str(temporal_cli_path()),
+            data_converter=pydantic_data_converter, ui=False)
+        try:
+            yield env.client
+        finally:
+            await env.shutdown()
+        return
+    from fleetq.temporal_cluster.build import build
+    from fleetq.temporal_cluster.runner import TemporalCluster
+
+    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="fleetq-bench-cluster-", dir=shm) as tmp:
+        binaries = await asyncio.to_thread(build, False, print)
+        cluster = TemporalCluster(binaries, Path(tmp), progress=print)
+        await asyncio.to_thread(cluster.start)
+        try:
+            yield await Client.connect(cluster.address, data_converter=pydantic_data_converter)
+        finally:
+            await asyncio.to_thread(cluster.stop)
+
+
 async def run(args: Options) -> int:
     n, conc = args.jobs, args.concurrency
     tq = f"bench-queue-{uuid.uuid4().hex[:6]}"
@@ -187,11 +220,7 @@ async def run(args: Options) -> int:
     # thread), not behind the holders' workflow tasks; the baseline's receiving workflow
     # gets the same treatment
     ctq = f"{tq}-control"
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=pydantic_data_converter, ui=False)
-    try:
-        client = env.client
+    async with temporal_client(args.temporal) as client:
         worker = build_worker(client, real_activities(client, None), task_queue=tq,
                                control_task_queue=ctq,
                                extra_workflows=[QuotaHolder, SignalCounter, Signaller],
@@ -244,8 +273,6 @@ async def run(args: Options) -> int:
             await qh.signal(QuotaTreeWorkflow.stop)
             await qh.result()
             runs, events = await run_chain(client, qh.id, first_run, keep_events=True)
-    finally:
-        await env.shutdown()
 
     problems, order = check_order(events, set(burst))
     refused = Counter(
@@ -260,7 +287,7 @@ async def run(args: Options) -> int:
     ratio = total.rate / base.rate
     print()
     print(f"jobs: {n} into one leaf with kube-queue/max-jobs {MAX_JOBS}, "
-          f"priorities {PRIORITIES}, start concurrency {conc}")
+          f"priorities {PRIORITIES}, start concurrency {conc}, Temporal {args.temporal}")
     print(base.line("signals"))
     print(enq.line("jobs") + "  (holders started and queued)")
     print(drain.line("jobs") + "  (admitted after the plugs released)")
@@ -292,6 +319,7 @@ class Options:
 
     jobs: int
     concurrency: int
+    temporal: str = "dev"
 
 
 app = bench_app()
@@ -303,8 +331,12 @@ def command(
     concurrency: int = typer.Option(
         200, "--concurrency", min=1,
         help="start requests in flight at once (holders and baseline alike)"),
+    temporal: TemporalKind = typer.Option(
+        TemporalKind.dev, "--temporal",
+        help="dev: temporal server start-dev (SQLite); cluster: the production-shaped "
+             "Temporal built from its Go module (fleetq temporal-cluster build)"),
 ) -> None:
-    raise typer.Exit(run_main(run(Options(jobs, concurrency))))
+    raise typer.Exit(run_main(run(Options(jobs, concurrency, temporal.value))))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

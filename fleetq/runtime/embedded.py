@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,15 @@ def dev_server_argv(host: str, port: int, db: Path, *, ui_port: int | None = Non
     for key in INT_ATTRIBUTES:
         argv += ["--search-attribute", f"{key}=Int"]
     return argv
+
+
+class TemporalKind(StrEnum):
+    """Which Temporal the embedded fleet runs (``EmbeddedFleet.temporal``)."""
+
+    #: ``temporal server start-dev``: one process, SQLite
+    dev = "dev"
+    #: the server built from its Go module: PostgreSQL, one process per service
+    cluster = "cluster"
 
 
 class EmbeddedError(RuntimeError):
@@ -239,7 +249,7 @@ class EmbeddedFleet:
         finally:
             if self.cluster is not None:
                 self.children.extend(self.cluster.children)
-        frontend: Child = self.cluster.services["frontend"]
+        frontend: Child = self.cluster.services["temporal-frontend"]
         return frontend
 
     def _wait_temporal(self, child: Child, deadline: float) -> None:

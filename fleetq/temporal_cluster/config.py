@@ -26,6 +26,8 @@ SERVICES = ("frontend", "matching", "worker")
 DATABASES = {"temporal": "postgresql/v12/temporal",
              "temporal_visibility": "postgresql/v12/visibility"}
 SQL_PLUGIN = "postgres12"
+#: every Temporal process's name starts with it (beside fleetq's own ``worker``)
+PREFIX = "temporal-"
 #: the database role: the superuser ``initdb`` creates (loopback, trust auth)
 DB_USER = "temporal"
 #: per process; max_connections of the PostgreSQL server is sized from these
@@ -77,6 +79,16 @@ class Ports:
             history_membership=tuple(one() for _ in range(histories)))
 
 
+def history_process(index: int) -> str:
+    """The name of history process ``index``."""
+    return f"{PREFIX}history-{index}"
+
+
+def service_of(process: str) -> str:
+    """The Temporal service a process runs (``temporal-history-1`` -> ``history``)."""
+    return process.removeprefix(PREFIX).split("-")[0]
+
+
 @dataclass(frozen=True)
 class Layout:
     """The shape of the cluster: history processes and history shards."""
@@ -90,9 +102,11 @@ class Layout:
 
     @property
     def processes(self) -> tuple[str, ...]:
-        """Every Temporal process by name, in start order (history first)."""
-        return (*(f"history-{i}" for i in range(self.histories)), "matching", "frontend",
-                "worker")
+        """Every Temporal process by name, in start order (history first):
+        ``temporal-history-<i>``, ``temporal-matching``, ``temporal-frontend``,
+        ``temporal-worker``."""
+        return (*(history_process(i) for i in range(self.histories)),
+                *(f"{PREFIX}{s}" for s in ("matching", "frontend", "worker")))
 
     @property
     def postgres_connections(self) -> int:
@@ -158,7 +172,7 @@ def write_configs(directory: Path, ports: Ports, layout: Layout,
     dynamic.write_text(yaml.safe_dump(DYNAMIC_CONFIG, sort_keys=False))
     out: dict[str, Path] = {}
     for name in layout.processes:
-        history = int(name.split("-")[1]) if name.startswith("history-") else 0
+        history = int(name.rsplit("-", 1)[1]) if service_of(name) == "history" else 0
         path = directory / f"{name}.yaml"
         path.write_text(yaml.safe_dump(
             server_config(ports, layout, history, dynamic, log_level), sort_keys=False))

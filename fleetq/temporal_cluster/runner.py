@@ -38,9 +38,12 @@ from fleetq.temporal_cluster.build import Build
 from fleetq.temporal_cluster.config import (
     DATABASES,
     DB_USER,
+    PREFIX,
     SQL_PLUGIN,
     Layout,
     Ports,
+    history_process,
+    service_of,
     write_configs,
 )
 
@@ -125,7 +128,8 @@ class TemporalCluster:
 
     @property
     def pids(self) -> dict[str, int]:
-        """Process name -> pid, for CPU accounting (``postgres``, ``history-0``, ...)."""
+        """Process name -> pid, for CPU accounting (``postgres``,
+        ``temporal-history-0``, ...)."""
         return {c.name: c.pid for c in self.children}
 
     # ------------------------------------------------------------------ lifecycle
@@ -219,9 +223,8 @@ class TemporalCluster:
     # ------------------------------------------------------------------ services
 
     def spawn_service(self, name: str) -> Child:
-        """Start one Temporal process (``history-<i>``, ``matching``, ``frontend``,
-        ``worker``) without waiting for it."""
-        service = name.split("-")[0]
+        """Start one Temporal process (:attr:`Layout.processes`) without waiting for it."""
+        service = service_of(name)
         child = spawn_child(name, [
             str(self.build.server), "--config-file", str(self.configs[name]),
             "--allow-no-auth", "start", "--service", service], self.logs)
@@ -244,7 +247,7 @@ class TemporalCluster:
 
     def wait_ready(self, deadline: float) -> None:
         """Until every service is alive and the frontend serves the namespace."""
-        frontend = self.services["frontend"]
+        frontend = self.services[f"{PREFIX}frontend"]
 
         def ready() -> bool:
             for child in self.services.values():
@@ -306,14 +309,13 @@ class TemporalCluster:
     def kill_history(self, index: int, sig: int = signal.SIGKILL) -> Child:
         """Kill history process ``index`` (SIGKILL: no handover, as a crashed host);
         its shards move to the other history processes once membership notices."""
-        name = f"history-{index}"
-        child = self.services[name]
+        child = self.services[history_process(index)]
         child.stop(sig=sig)
         return child
 
     def start_history(self, index: int) -> Child:
         """Start history process ``index`` again (it rejoins and takes shards back)."""
-        return self.spawn_service(f"history-{index}")
+        return self.spawn_service(history_process(index))
 
     def history_owner(self, workflow_id: str, namespace: str = NAMESPACE) -> int | None:
         """The history process that owns ``workflow_id``'s shard now, by its gRPC port in
