@@ -219,6 +219,8 @@ BENCH_FLAGS = {
     "chaos": ("--points", "--restarts", "--members", "--workdir", "--json"),
     "admission": ("--parents", "--leaves", "--waiting-per-leaf", "--repeats", "--bytes-jobs",
                   "--seed"),
+    "trace": ("--trace", "--time-scale", "--concurrency", "--max-concurrent-activities",
+              "--timeout"),
 }
 
 
