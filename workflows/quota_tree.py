@@ -431,7 +431,17 @@ class QuotaTreeWorkflow:
             leaks_recovered=list(self._leaks),
             preempting=self._admission.preemptors(),
             preemptions_sent=self._preemptions_sent,
+            preemption=_preemption_mode(self._admission.quota.tree),
         )
+
+
+def _preemption_mode(tree: ElasticQuotaTree | None) -> str:
+    """The tree's ``fleetq.io/preemption`` (``Never`` when unreadable): whether its jobs
+    may also preempt for room on a member (read by the ``tree_preemption`` activity)."""
+    try:
+        return tree_policy(tree).preemption.value
+    except ManifestError:
+        return "Never"
 
 
 def _preemption_on(tree: ElasticQuotaTree | None) -> bool:
