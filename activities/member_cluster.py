@@ -16,19 +16,33 @@ Robustness rules every call follows (beyond the transport's timeouts and retries
   is answered by reading the object back, and an object with our name but another
   ``fleetq.io/owner`` raises :class:`ConflictError` (non-retryable);
 * ``status`` and ``capacity`` never raise for an unreachable cluster: they answer
-  ``Unknown`` / ``reachable=False``.
+  ``Unknown`` / ``reachable=False``;
+* a bind without Reservations never over-commits the member, whatever the number of
+  workers: it holds the member's bind Lease (``activities.member_lease``), re-reads the
+  member (nodes, pods, and fleetq's PyTorchJobs whose pods are not all bound yet, whose
+  room is *assumed* as kube-scheduler assumes a pod it is binding) and creates the
+  PyTorchJob only if the gang still fits; otherwise it raises :class:`MemberFull`, a
+  non-retryable ``MemberFull`` activity failure that the job workflow records as a
+  failed bind, so it simply places the job again.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import quote
 
+from temporalio.exceptions import ApplicationError
+
 from activities.kube_api import ApiError, ClusterUnreachable, KubeApi, NotFound
-from fleetq.capacity import ClusterSnapshot, Taint
+from activities.member_lease import LeaseHold, MemberLease
+from fleetq import resources as R
+from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
 from fleetq.cluster_health import ReadyStatus, TaintSettings
 from fleetq.fleet_config import FleetConfigError
 from fleetq.member_contract import (
@@ -40,6 +54,7 @@ from fleetq.member_contract import (
     copy_dep,
     finished_status,
     is_ours,
+    job_phase,
     job_status,
     labels_of,
     member_manifest,
@@ -64,24 +79,64 @@ from fleetq.messages import (
     ReserveRequest,
     ReserveResult,
 )
-from fleetq.naming import KF_JOB_NAME
+from fleetq.models import Gang, ManifestErrors, gang_of, parse_job
+from fleetq.naming import KF_JOB_NAME, KF_REPLICA_TYPE
+from fleetq.placement import place_gang
+from fleetq.rejection import Rejection, RejectionCode
 
 if TYPE_CHECKING:
     from activities.capacity_cache import CapacityCache
 
 __all__ = [
+    "BindStats",
     "ConflictError",
     "KubernetesMemberCluster",
     "MemberCluster",
+    "MemberFull",
 ]
 
 log = logging.getLogger(__name__)
+
+#: who holds a member's bind Lease: this process, then the job (``/<owner id>``)
+PROCESS_IDENTITY = f"{socket.gethostname()}/{os.getpid()}"
+TERMINATED = ("Succeeded", "Failed")
 
 
 class ConflictError(Exception):
     """An object with our name exists on the member and belongs to another fleet job.
     Non-retryable: retrying cannot make it ours. (Not the HTTP 409 of
     :class:`activities.kube_api.Conflict`: this one is about ownership.)"""
+
+
+class MemberFull(ApplicationError):
+    """The gang no longer fits the member when its bind re-checks under the bind Lease
+    (another bind took the room since placement read its cache). Raised through the bind
+    activity as is: a non-retryable ``MemberFull`` failure whose details are the
+    rejection's code and parameters; the job records a failed bind and places again."""
+
+    def __init__(self, cluster: str, rejection: Rejection) -> None:
+        super().__init__(
+            f"{cluster}: no room left when binding (another gang was bound there since "
+            f"placement): {rejection.message}",
+            RejectionCode.MEMBER_FULL_AT_BIND.value,
+            dict(rejection.params),
+            type="MemberFull",
+            non_retryable=True,
+        )
+        self.cluster = cluster
+        self.rejection = rejection
+
+
+class BindStats:
+    """Counters of the guarded binds of one member (benchmarks and tests read them)."""
+
+    def __init__(self) -> None:
+        self.guarded = 0  # binds that re-checked under the Lease
+        self.full = 0  # of which refused with MemberFull
+        self.lease_waits = 0  # times a bind found the Lease taken and waited
+        self.lease_conflicts = 0  # 409s lost to another writer of the Lease
+        self.assumed_gangs = 0  # in-flight gangs whose room was assumed
+        self.seconds = 0.0  # wall time of guarded binds (Lease wait included)
 
 
 @runtime_checkable
@@ -167,6 +222,8 @@ class KubernetesMemberCluster:
                 failover=failover,
             )
         self.cache = cache
+        self.lease = MemberLease(api)
+        self.bind_stats = BindStats()
         if start_cache:
             self.cache.start()
 
@@ -371,11 +428,135 @@ class KubernetesMemberCluster:
         return out
 
     def bind(self, req: BindRequest) -> BindResult:
-        """Create the member PyTorchJob (and its deps); idempotent across retries."""
+        """Create the member PyTorchJob (and its deps); idempotent across retries.
+
+        Without Reservations the creation happens under the member's bind Lease, after
+        re-checking that the gang still fits (:meth:`_check_room`); :class:`MemberFull`
+        when it does not."""
         job = req.job
         self._ensure_namespace(job.namespace)
         deps = self._propagate(req) if req.propagate_deps else []
         body = member_manifest(req)
+        path = self._job_path(job.namespace, job.name)
+        if req.reserved:  # the member's Reservations hold the room already
+            return self._create_job(req, body, deps)
+        existing = self.api.get(path)
+        if existing is not None:  # a retry after the creation landed: no new room taken
+            return self._existing(req, existing, deps)
+        start = time.monotonic()
+        stats = self.bind_stats
+        try:
+            with self.lease.held(f"{PROCESS_IDENTITY}/{job.owner_id}") as hold:
+                stats.guarded += 1
+                stats.lease_waits += hold.waits
+                stats.lease_conflicts += hold.conflicts
+                self._check_room(req, hold)
+                self.lease.renew_if_old(hold)
+                return self._create_job(req, body, deps)
+        finally:
+            stats.seconds += time.monotonic() - start
+
+    def _existing(self, req: BindRequest, existing: dict[str, Any], deps: list[str]) -> BindResult:
+        job = req.job
+        theirs = labels_of(existing).get(OWNER_LABEL)
+        if theirs != job.owner_id:
+            raise ConflictError(
+                f"cluster {self.name}: PyTorchJob {job.ref} already exists and belongs to "
+                f"another fleet job (fleetq.io/owner {theirs or 'unset'})"
+            )
+        return BindResult(created=False, uid=str(meta_of(existing).get("uid") or ""), deps=deps)
+
+    def _check_room(self, req: BindRequest, hold: LeaseHold) -> None:
+        """Raise :class:`MemberFull` unless the gang fits the member as it is now: its
+        nodes and bound pods read fresh, plus the room of every fleetq gang created on it
+        whose pods are not all bound yet (assumed on the nodes placement would give
+        them, oldest first; a gang that fits nowhere now waits on the member and is not
+        counted, as the member's scheduler would skip it too)."""
+        job = req.job
+        snapshot, unbound = self._fresh_view(exclude=(job.namespace, job.name))
+        self.bind_stats.assumed_gangs += len(unbound)
+        for gang in unbound:
+            choice = place_gang(gang, [snapshot]).best
+            if choice is not None:
+                _assume(snapshot, gang, choice.assignment)
+        decision = place_gang(gang_of(parse_job(req.manifest)), [snapshot])
+        if decision.best is None:
+            self.bind_stats.full += 1
+            why = decision.reasons.get(self.name) or Rejection.of(
+                RejectionCode.MEMBER_FULL_AT_BIND, "no room")
+            raise MemberFull(self.name, why)
+
+    def _fresh_view(self, exclude: tuple[str, str]) -> tuple[ClusterSnapshot, list[Gang]]:
+        """The member read now (not from the watch cache, which may trail the previous
+        Lease holder's writes): a snapshot of its nodes, bound pods and Available
+        Reservations, and the unbound part of each fleetq gang on it, oldest first."""
+        from activities.capacity_cache import (
+            JOBS,
+            NODES,
+            PODS,
+            RESERVATIONS,
+            condense_node,
+            condense_pod,
+            condense_reservation,
+        )
+
+        nodes, _ = self.api.list(NODES)
+        pods, _ = self.api.list(PODS)
+        res, _ = self.api.list(RESERVATIONS) if self.reservation else ([], "")
+        jobs, _ = self.api.list(JOBS, label_selector=OWNER_LABEL)
+        caps: dict[str, NodeCapacity] = {}
+        for n in nodes:
+            info = condense_node(n)
+            name = str(meta_of(n).get("name") or "")
+            caps[name] = NodeCapacity(
+                name=name, allocatable=dict(info.allocatable), labels=dict(info.labels),
+                taints=info.taints, unschedulable=info.unschedulable,
+                pods_allocatable=info.pods_allocatable,
+            )
+        bound: dict[tuple[str, str], Counter[str]] = {}  # (ns, job) -> role -> pods bound
+        for p in pods:
+            use = condense_pod(p)
+            if use is None:
+                continue
+            meta = meta_of(p)
+            labels = meta.get("labels") or {}
+            if KF_JOB_NAME in labels:
+                key = (str(meta.get("namespace") or ""), str(labels[KF_JOB_NAME]))
+                bound.setdefault(key, Counter())[
+                    str(labels.get(KF_REPLICA_TYPE) or "").lower()] += 1
+            _take(caps, use.node, use.requests, pod=True)
+        for r in res:
+            use = condense_reservation(r)
+            if use is not None:
+                _take(caps, use.node, use.requests, pod=False)
+        snapshot = ClusterSnapshot(
+            name=self.name, labels=dict(self.labels), taints=self.taints,
+            nodes=[caps[n] for n in sorted(caps)], reservation=self.reservation,
+        )
+        unbound: list[Gang] = []
+        for obj in sorted(jobs, key=lambda o: (str(meta_of(o).get("creationTimestamp") or ""),
+                                                str(meta_of(o).get("name") or ""))):
+            meta = meta_of(obj)
+            ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+            if (ns, name) == exclude or job_phase(obj)[0] in TERMINATED:
+                continue
+            try:
+                gang = gang_of(parse_job(obj))
+            except (ManifestErrors, ValueError, R.QuantityError):
+                continue  # not a copy fleetq can read: the member's own business
+            left = bound.get((ns, name), Counter())
+            missing = []
+            for pod in gang.pods:
+                if left[pod.role] > 0:
+                    left[pod.role] -= 1
+                else:
+                    missing.append(pod)
+            if missing:
+                unbound.append(Gang(pods=tuple(missing), priority=gang.priority))
+        return snapshot, unbound
+
+    def _create_job(self, req: BindRequest, body: dict[str, Any], deps: list[str]) -> BindResult:
+        job = req.job
         path = self._job_path(job.namespace, job.name)
         for _ in range(3):
             created = self.api.create(self._job_path(job.namespace), body)
@@ -385,13 +566,7 @@ class KubernetesMemberCluster:
             existing = self.api.get(path)
             if existing is None:
                 continue
-            theirs = labels_of(existing).get(OWNER_LABEL)
-            if theirs != job.owner_id:
-                raise ConflictError(
-                    f"cluster {self.name}: PyTorchJob {job.ref} already exists and belongs to "
-                    f"another fleet job (fleetq.io/owner {theirs or 'unset'})"
-                )
-            return BindResult(created=False, uid=str(meta_of(existing).get("uid") or ""), deps=deps)
+            return self._existing(req, existing, deps)
         raise ClusterUnreachable(self.name, f"PyTorchJob {job.ref} kept vanishing")
 
     # -- status
@@ -516,3 +691,20 @@ class KubernetesMemberCluster:
             deleted.append(f"Reservation {name}")
         return PurgeResult(deleted=deleted)
 
+
+def _take(caps: dict[str, NodeCapacity], node: str, requests: R.Resources, *, pod: bool) -> None:
+    cap = caps.get(node)
+    if cap is None:
+        return  # a pod on a node that is gone: it takes nothing placement can use
+    R.add_into(cap.requested, requests)
+    if pod:
+        cap.pods_used += 1
+
+
+def _assume(snapshot: ClusterSnapshot, gang: Gang, assignment: Mapping[str, str]) -> None:
+    """Take the room of ``gang`` on the nodes ``assignment`` gives its pods."""
+    caps = {n.name: n for n in snapshot.nodes}
+    for pod in gang.pods:
+        node = assignment.get(pod.name_suffix)
+        if node is not None:
+            _take(caps, node, pod.requests, pod=True)

@@ -59,6 +59,9 @@ class RejectionCode(StrEnum):
     RESERVATION_LOST = "ReservationLost"
     #: the job workflow's bind on the member failed
     BINDING_FAILED = "BindingFailed"
+    #: the bind re-checked the member under its bind Lease and the gang no longer fits:
+    #: another worker (or another job of this one) bound onto the same room first
+    MEMBER_FULL_AT_BIND = "MemberFullAtBind"
 
 
 class Severity(StrEnum):
@@ -143,6 +146,8 @@ class Rejection:
                 return "reservation lost"
             case c.BINDING_FAILED:
                 return "binding failed"
+            case c.MEMBER_FULL_AT_BIND:
+                return "filled up by another bind"
             case c.AFFINITY_MISMATCH | c.UNTOLERATED_CLUSTER_TAINT:
                 return self.message  # names the rule or the taint, no pod or number
         return self.message  # pragma: no cover - every code is matched above
