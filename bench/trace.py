@@ -18,8 +18,8 @@ periods) divided by ``--time-scale`` so hours of trace run in minutes here:
 Each job's time to admission is read from the job workflow's own record (its
 ``Admitted`` event) less the time the trace says it was submitted; quota usage from the
 quota workflow's history (each grant signal it sent, each release it took), as Kueue's
-performance tests define it: time-averaged admitted cpu over [first submit, last
-release] / the sum of the leaves' ``min`` cpu. The simulator's figures are the same
+performance tests define it: admitted cpu, time-averaged from the first submission to
+the last release, over the sum of the leaves' ``min`` cpu. The simulator's figures are the same
 quantities of its virtual run. Printed per class: mean and p99 time to admission, then
 usage, makespan and jobs/s of both, and what the stack cost (CPU of this process, of
 Temporal and of the emulator; the quota workflow's task latency; how late jobs were
@@ -405,7 +405,7 @@ async def run_real(trace: Trace, plan: Sequence[PlannedJob], args: Options,
         client = stack.client
         acts = real_activities(client, stack.fleet_config)
         worker = build_worker(client, acts,
-                              max_concurrent_activities=args.max_concurrent_activities)
+                              max_concurrent_activities=args.activity_slots)
         try:
             async with worker:
                 objects: list[tuple[Any, dict[str, Any]]] = [(parse_tree(tree), tree)]
@@ -566,7 +566,7 @@ class Options:
     trace: str
     time_scale: float
     concurrency: int
-    max_concurrent_activities: int
+    activity_slots: int
     timeout: float
 
 
@@ -581,15 +581,15 @@ def command(
         help="divide every time of the trace by this (both runs)"),
     concurrency: int = typer.Option(
         32, "--concurrency", min=1, help="job start calls in flight at once, at most"),
-    max_concurrent_activities: int = typer.Option(
-        200, "--max-concurrent-activities", min=1,
+    activity_slots: int = typer.Option(
+        200, "--activity-slots", min=1,
         help="the worker's activity slots (and threads); 200 is worker.py's"),
     timeout: float = typer.Option(
         3600.0, "--timeout", min=1.0,
         help="seconds to wait for the jobs after the last one was submitted"),
 ) -> None:
     raise typer.Exit(run_main(run(Options(str(trace), time_scale, concurrency,
-                                          max_concurrent_activities, timeout))))
+                                          activity_slots, timeout))))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

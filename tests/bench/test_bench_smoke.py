@@ -219,8 +219,7 @@ BENCH_FLAGS = {
     "chaos": ("--points", "--restarts", "--members", "--workdir", "--json"),
     "admission": ("--parents", "--leaves", "--waiting-per-leaf", "--repeats", "--bytes-jobs",
                   "--seed"),
-    "trace": ("--trace", "--time-scale", "--concurrency", "--max-concurrent-activities",
-              "--timeout"),
+    "trace": ("--trace", "--time-scale", "--concurrency", "--activity-slots", "--timeout"),
 }
 
 
