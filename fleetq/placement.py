@@ -55,8 +55,8 @@ import threading
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import attrgetter, eq
+from itertools import compress, repeat
+from operator import attrgetter, eq, is_not
 from typing import Any
 
 import numpy as np
@@ -226,7 +226,11 @@ class ClusterColumns:
     ``free[r]`` (int64, one row per resource in ``resources``) is
     ``max(0, allocatable - requested)``; ``slots`` the free pod slots; ``schedulable`` is
     False for cordoned nodes. ``total_free``/``total_alloc`` are exact Python-int sums over
-    schedulable nodes (for the sum-of-free estimate)."""
+    schedulable nodes (for the sum-of-free estimate).
+
+    A view also keeps the node objects it was built from and their values in snapshot
+    order, so :meth:`updated` can derive the view of a later snapshot of the cluster in
+    which only a few node objects are new, for a cost that depends on those nodes."""
 
     __slots__ = (
         "alloc",
@@ -234,17 +238,24 @@ class ClusterColumns:
         "free",
         "free_alloc",
         "labels",
+        "labels_snap",
         "max_alloc",
         "max_free",
         "memo",
         "names",
         "names_arr",
+        "names_snap",
+        "nodes",
+        "order",
+        "raw",
         "requested",
         "res_index",
         "resources",
         "schedulable",
         "slots",
+        "taint_code",
         "taint_groups",
+        "taint_index",
         "total_alloc",
         "total_free",
         "total_slots",
@@ -252,13 +263,33 @@ class ClusterColumns:
     )
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
-        nodes = snapshot.nodes
+        nodes = tuple(snapshot.nodes)
         parts = _node_columns(nodes) or _node_columns_exact(nodes)
+        codes, index = _taint_codes(nodes)
+        names_snap = np.array(list(map(_NAME, nodes)), dtype=object)
+        self._fill(nodes, parts, names_snap, list(map(_LABELS, nodes)), codes, index)
+        self.memo: dict[Any, Any] = {}
+
+    def _fill(
+        self,
+        nodes: tuple[NodeCapacity, ...],
+        parts: _NodeColumns,
+        names_snap: npt.NDArray[Any],
+        labels_snap: list[dict[str, str]],
+        taint_code: IntArray,
+        taint_index: dict[tuple[Taint, ...], int],
+    ) -> None:
+        """Everything but the memo, from the node columns and the per-node values in
+        snapshot order (the full build and :meth:`updated` share this)."""
         n = len(nodes)
-        ordered = list(map(nodes.__getitem__, parts.order))
-        names = list(map(_NAME, ordered))
-        self.names = names
-        self.names_arr = np.array(names, dtype=object)
+        order = parts.perm if parts.perm is not None else np.array(parts.order, dtype=np.int64)
+        #: the node objects in snapshot order (what :meth:`updated` compares against)
+        self.nodes = nodes
+        self.order: IntArray = order  # snapshot position of each node in fill order
+        self.raw = parts.raw
+        self.names_snap = names_snap
+        self.names_arr = names_snap[order]
+        self.names: list[str] = self.names_arr.tolist()
         self.resources = tuple(parts.res_index)
         self.res_index = parts.res_index
         self.alloc: IntArray = parts.alloc
@@ -276,36 +307,34 @@ class ClusterColumns:
         self.max_free = [int(row[self.schedulable].max()) if any_sched else 0 for row in self.free]
         #: clusters with equal keys get the same group order for a gang (_plan_order)
         self.class_key = (self.resources, tuple(self.max_alloc))
-        self.labels = list(map(_LABELS, ordered))
-        # nodes by taint object first (one lookup per node), then by hard taints
-        by_object: dict[int, tuple[tuple[Taint, ...], list[int]]] = {}
-        for i, taints in enumerate(map(_TAINTS, ordered)):
-            if taints:
-                key = id(taints[0]) if len(taints) == 1 else id(taints)
-                got = by_object.get(key)
-                if got is None:
-                    got = by_object[key] = (taints, [])
-                got[1].append(i)
-        taint_groups: dict[tuple[Taint, ...], list[int]] = {}
-        for taints, positions in by_object.values():
-            hard = tuple(t for t in taints if t.effect in HARD_EFFECTS)
-            if hard:
-                taint_groups.setdefault(hard, []).extend(positions)
-        self.taint_groups = {
-            k: np.sort(np.array(v, dtype=np.int64)) for k, v in taint_groups.items()
+        self.labels_snap = labels_snap
+        self.labels = list(map(labels_snap.__getitem__, parts.order))
+        # nodes by their NoSchedule/NoExecute taints (-1: none), in fill order
+        self.taint_code = taint_code
+        self.taint_index = taint_index
+        by_code = taint_code[order]
+        present = set(np.unique(by_code).tolist())
+        self.taint_groups: dict[tuple[Taint, ...], IntArray] = {
+            hard: np.flatnonzero(by_code == c) for hard, c in taint_index.items() if c in present
         }
-        untainted = np.ones(n, dtype=bool)
-        for idx in self.taint_groups.values():
-            untainted[idx] = False
-        self.untainted: BoolArray = untainted
+        self.untainted: BoolArray = by_code < 0
         self.total_free = parts.total_free
         self.total_alloc = parts.total_alloc
         self.total_slots = parts.total_slots
-        self.memo: dict[Any, Any] = {}
 
     @classmethod
     def from_snapshot(cls, snapshot: ClusterSnapshot) -> ClusterColumns:
         return cls(snapshot)
+
+    def updated(self, snapshot: ClusterSnapshot) -> ClusterColumns:
+        """The view of ``snapshot``, a later snapshot of this view's cluster: derived
+        from this view when ``snapshot`` has the same node names at the same positions
+        and only a few of its node objects are not the ones this view was built from
+        (this view itself when none is), else built in full. Equal to a full build
+        either way, provided node objects are never changed in place (a changed node is
+        a new :class:`NodeCapacity` object, as the capacity cache hands them over)."""
+        got = _derived(self, snapshot.nodes)
+        return ClusterColumns(snapshot) if got is None else got
 
     def __len__(self) -> int:
         return len(self.names)
@@ -390,6 +419,18 @@ _PODS_USED = attrgetter("pods_used")
 
 
 @dataclass(frozen=True)
+class _Raw:
+    """The vectorised build's values per node, in snapshot order: what a view derived
+    after a few nodes changed starts from (:func:`_derived`)."""
+
+    alloc: IntArray  # (resources, nodes) allocatable as given
+    requested: IntArray  # (resources, nodes) as given, 0 where the node does not offer it
+    pods: IntArray  # (2, nodes) pods_allocatable, pods_used
+    share: npt.NDArray[np.float64]  # allocated share (descending: fill order)
+    schedulable: BoolArray
+
+
+@dataclass(frozen=True)
 class _NodeColumns:
     """What :class:`ClusterColumns` reads off a snapshot's nodes, nodes in fill order."""
 
@@ -402,6 +443,8 @@ class _NodeColumns:
     total_free: list[int]  # exact sums over schedulable nodes
     total_alloc: list[int]
     total_slots: int
+    perm: IntArray | None = None  # ``order`` as an array (vectorised build)
+    raw: _Raw | None = None  # the vectorised build's inputs (None: built node by node)
 
 
 def _node_columns_exact(nodes: Sequence[NodeCapacity]) -> _NodeColumns:
@@ -454,13 +497,7 @@ def _node_columns_exact(nodes: Sequence[NodeCapacity]) -> _NodeColumns:
 def _node_columns(nodes: Sequence[NodeCapacity]) -> _NodeColumns | None:
     """:func:`_node_columns_exact`, one numpy call per resource instead of Python work
     per node and resource, or None where that would not be exact (a quantity of 2**53 or
-    more, where float64 shares and int64 sums could round; something not an integer).
-
-    Same fill order: a node's share is summed left to right in the node's own resource
-    order, as :func:`_allocated_share` does, from the same correctly rounded quotients
-    (both operands are exact in float64 below 2**53); adding 0.0 for a resource the node
-    does not offer changes no sum, so nodes whose resource orders all follow the
-    fleet's first-seen order are summed in one pass, others by their own order."""
+    more, where float64 shares and int64 sums could round; something not an integer)."""
     n = len(nodes)
     if not n:
         return None
@@ -491,22 +528,40 @@ def _node_columns(nodes: Sequence[NodeCapacity]) -> _NodeColumns | None:
         return None
     raw_a = table[:nres]
     raw_r = table[nres : 2 * nres]
-    pods = table[2 * nres :]
     if offers:
         raw_r = raw_r.copy()
         for k, offered in offers.items():
             raw_r[res_index[k], ~np.array(offered, dtype=bool)] = 0
+    share = _shares(raw_a, raw_r, keys, shapes, res_index)
+    sched = np.array([not node.unschedulable for node in nodes], dtype=bool)
+    return _columns_from(res_index, _Raw(raw_a, raw_r, table[2 * nres :], share, sched))
+
+
+def _shares(
+    raw_a: IntArray,
+    raw_r: IntArray,
+    keys: Sequence[tuple[str, ...]],
+    shapes: Mapping[tuple[str, ...], int],
+    res_index: Mapping[str, int],
+) -> npt.NDArray[np.float64]:
+    """Each node's :func:`_allocated_share`, bit for bit: summed left to right in the
+    node's own resource order (``keys``, its allocatable's keys; ``shapes`` numbers the
+    distinct ones) from the same correctly rounded quotients (both operands are exact in
+    float64 below 2**53). Adding 0.0 for a resource a node does not offer changes no
+    sum, so nodes whose resource orders all follow ``res_index`` are summed in one pass,
+    others by their own order. Depends on each node's values only, so the shares of a
+    few nodes are computed exactly as the build of all of them computes them."""
     has = raw_a > 0
     quot = np.minimum(1.0, raw_r / np.where(has, raw_a, 1))
     quot[~has] = 0.0
     count = has.sum(axis=0)
+    n = len(keys)
+    total = np.zeros(n)
     orders = [[res_index[k] for k in kt] for kt in shapes]
     if all(o == sorted(o) for o in orders):
-        total = np.zeros(n)
         for row in quot:  # left to right, in the first-seen order every node follows
             total += row
     else:
-        total = np.zeros(n)
         shape_of = np.fromiter(map(shapes.__getitem__, keys), dtype=np.int64, count=n)
         for kt, s in shapes.items():
             at = np.flatnonzero(shape_of == s)
@@ -514,10 +569,16 @@ def _node_columns(nodes: Sequence[NodeCapacity]) -> _NodeColumns | None:
             for k in kt:
                 part += quot[res_index[k], at]
             total[at] = part
-    share = np.where(count > 0, total / np.maximum(count, 1), 0.0)
-    perm = np.argsort(-share, kind="stable")
-    sched = np.array([not node.unschedulable for node in nodes], dtype=bool)
-    free_slots = np.maximum(pods[0] - pods[1], 0).astype(np.int64, copy=False)
+    return np.where(count > 0, total / np.maximum(count, 1), 0.0)
+
+
+def _columns_from(res_index: dict[str, int], raw: _Raw) -> _NodeColumns:
+    """The node columns (fill order) of the nodes whose values ``raw`` holds."""
+    perm = np.argsort(-raw.share, kind="stable")
+    raw_a = raw.alloc
+    raw_r = raw.requested
+    sched = raw.schedulable
+    free_slots = np.maximum(raw.pods[0] - raw.pods[1], 0).astype(np.int64, copy=False)
     alloc = np.maximum(raw_a, 0)
     return _NodeColumns(
         order=perm.tolist(),
@@ -529,6 +590,8 @@ def _node_columns(nodes: Sequence[NodeCapacity]) -> _NodeColumns | None:
         total_free=_row_sums(np.maximum(raw_a[:, sched] - raw_r[:, sched], 0)),
         total_alloc=_row_sums(alloc[:, sched]),
         total_slots=_row_sums(free_slots[sched].reshape(1, -1))[0],
+        perm=perm,
+        raw=raw,
     )
 
 
@@ -541,7 +604,140 @@ def _row_sums(x: IntArray) -> list[int]:
     return [sum(row) for row in x.tolist()]
 
 
+def _hard_taints(taints: Sequence[Taint]) -> tuple[Taint, ...]:
+    return tuple(t for t in taints if t.effect in HARD_EFFECTS)
+
+
+def _taint_codes(
+    nodes: Sequence[NodeCapacity],
+) -> tuple[IntArray, dict[tuple[Taint, ...], int]]:
+    """Per node (snapshot order) the number of its NoSchedule/NoExecute taints in the
+    returned index (-1: none). Taint tuples are read once per object."""
+    codes = np.full(len(nodes), -1, dtype=np.int64)
+    index: dict[tuple[Taint, ...], int] = {}
+    by_object: dict[int, int] = {}
+    for j, taints in enumerate(map(_TAINTS, nodes)):
+        if taints:
+            key = id(taints[0]) if len(taints) == 1 else id(taints)
+            code = by_object.get(key)
+            if code is None:
+                hard = _hard_taints(taints)
+                code = by_object[key] = index.setdefault(hard, len(index)) if hard else -1
+            codes[j] = code
+    return codes, index
+
+
+#: a view is derived from the previous one while at most this many nodes changed (or
+#: a sixteenth of them, if more): beyond that a full build is about as fast
+_PATCH_MIN = 8
+
+
+def _plain_int(v: object) -> bool:
+    return type(v) is int and -_FLOAT_EXACT < v < _FLOAT_EXACT
+
+
+def _derived(prev: ClusterColumns, nodes: Sequence[NodeCapacity]) -> ClusterColumns | None:
+    """The view of ``nodes`` derived from ``prev``: ``prev`` itself when ``nodes`` are
+    its node objects, else its values patched for the new objects, the fill order and
+    everything read in it re-derived (with the same code as a full build, so equal to
+    one). None -- build in full -- unless the node names are the same at the same
+    positions, each new object offers the same resources in the same order as the one
+    it replaces, every new quantity is a plain integer below 2**53, ``prev`` was built
+    by the vectorised path and only a few objects are new."""
+    old = prev.nodes
+    n = len(nodes)
+    raw = prev.raw
+    if len(old) != n or raw is None:
+        return None
+    diff = list(compress(range(n), map(is_not, old, nodes)))
+    if not diff:
+        return prev
+    if len(diff) > max(_PATCH_MIN, n // 16):
+        return None
+    res_index = prev.res_index
+    names = list(res_index)
+    new = [nodes[j] for j in diff]
+    cols_a: list[list[int]] = []
+    cols_r: list[list[int]] = []
+    keys: list[tuple[str, ...]] = []
+    for j, node in zip(diff, new, strict=True):
+        alloc = node.allocatable
+        req = node.requested
+        if not (isinstance(alloc, dict) and isinstance(req, dict)) or node.name != old[j].name:
+            return None
+        kt = tuple(alloc)
+        if kt != tuple(old[j].allocatable):
+            return None
+        a = [dict.get(alloc, k, 0) for k in names]
+        r = [dict.get(req, k, 0) for k in names]
+        if not all(map(_plain_int, a)) or not all(map(_plain_int, r)):
+            return None
+        cols_a.append(a)
+        offered = map(dict.__contains__, repeat(alloc), names)
+        cols_r.append([v if o else 0 for o, v in zip(offered, r, strict=True)])
+        keys.append(kt)
+    pods = [(node.pods_allocatable, node.pods_used) for node in new]
+    if not all(_plain_int(a) and _plain_int(u) for a, u in pods):
+        return None
+    at = np.array(diff, dtype=np.int64)
+    nres = len(names)
+    raw_a = raw.alloc.copy()
+    raw_r = raw.requested.copy()
+    raw_p = raw.pods.copy()
+    share = raw.share.copy()
+    sched = raw.schedulable.copy()
+    raw_a[:, at] = np.array(cols_a, dtype=np.int64).reshape(len(diff), nres).T
+    raw_r[:, at] = np.array(cols_r, dtype=np.int64).reshape(len(diff), nres).T
+    raw_p[:, at] = np.array(pods, dtype=np.int64).T
+    shapes = {kt: s for s, kt in enumerate(dict.fromkeys(keys))}
+    share[at] = _shares(raw_a[:, at], raw_r[:, at], keys, shapes, res_index)
+    sched[at] = [not node.unschedulable for node in new]
+    parts = _columns_from(res_index, _Raw(raw_a, raw_r, raw_p, share, sched))
+    codes = prev.taint_code.copy()
+    index = prev.taint_index
+    for j, node in zip(diff, new, strict=True):
+        hard = _hard_taints(node.taints)
+        code = index.get(hard, -1) if hard else -1
+        if hard and code < 0:
+            if index is prev.taint_index:
+                index = dict(index)
+            code = index[hard] = len(index)
+        codes[j] = code
+    labels = list(prev.labels_snap)
+    for j, node in zip(diff, new, strict=True):
+        labels[j] = node.labels
+    out = object.__new__(ClusterColumns)
+    out._fill(tuple(nodes), parts, prev.names_snap, labels, codes, index)
+    out.memo = _carried_masks(prev, out, diff)
+    return out
+
+
+def _carried_masks(prev: ClusterColumns, new: ClusterColumns, diff: list[int]) -> dict[Any, Any]:
+    """``prev``'s memoised label masks for ``new``: moved to its fill order, the changed
+    nodes (snapshot positions ``diff``) evaluated afresh. Other masks are cheap to
+    compute again."""
+    memo: dict[Any, Any] = {}
+    for key, mask in prev.memo.copy().items():
+        if not (isinstance(key, tuple) and key[0] == "label"):
+            continue
+        _tag, name, value = key
+        at_pos = np.empty(len(mask), dtype=bool)
+        at_pos[prev.order] = mask
+        for j in diff:
+            labels = new.labels_snap[j]
+            try:
+                got = dict.get(labels, name)
+            except TypeError:
+                got = labels.get(name)
+            at_pos[j] = bool(eq(got, value))
+        memo[key] = at_pos[new.order]
+    return memo
+
+
 _CACHE: dict[int, tuple[weakref.ref[ClusterSnapshot], tuple[Any, ...], ClusterColumns]] = {}
+#: cluster name -> the snapshot its last view was built for (weakly) and that view
+_LAST: dict[str, tuple[weakref.ref[ClusterSnapshot], ClusterColumns]] = {}
+_LAST_LIMIT = 4096
 
 
 def _fingerprint(snapshot: ClusterSnapshot) -> tuple[Any, ...]:
@@ -551,29 +747,49 @@ def _fingerprint(snapshot: ClusterSnapshot) -> tuple[Any, ...]:
 def columns_of(snapshot: ClusterSnapshot) -> ClusterColumns:
     """The columnar view of ``snapshot``, cached per snapshot object while its
     ``resource_version`` is non-empty and unchanged (and its node list is the same list
-    of the same length). Call this when a snapshot is refreshed to pre-warm the cache."""
+    of the same length). Call this when a snapshot is refreshed to pre-warm the cache.
+
+    A new snapshot object of a cluster (same name) gets a view derived from the last
+    view of that cluster (:meth:`ClusterColumns.updated`) when most of its node objects
+    are that view's: the cost follows the nodes that changed. This relies on node
+    objects of versioned snapshots being read-only: a node that changes is a new
+    object (as the capacity cache hands them over). A snapshot mutated in place (with a
+    new ``resource_version``, or :func:`forget` called) is built in full."""
     if not snapshot.resource_version:
         return ClusterColumns(snapshot)
     key = id(snapshot)
     entry = _CACHE.get(key)
     fp = _fingerprint(snapshot)
-    if entry is not None and entry[0]() is snapshot and entry[1] == fp:
-        return entry[2]
-    cols = ClusterColumns(snapshot)
+    base: ClusterColumns | None = None
+    if entry is not None and entry[0]() is snapshot:
+        if entry[1] == fp:
+            return entry[2]
+    else:
+        last = _LAST.get(snapshot.name)
+        if last is not None and last[0]() is not snapshot:
+            base = last[1]
+    cols = ClusterColumns(snapshot) if base is None else base.updated(snapshot)
 
     def _drop(_ref: weakref.ref[ClusterSnapshot], k: int = key) -> None:
         _CACHE.pop(k, None)
 
     ref = weakref.ref(snapshot, _drop)
     _CACHE[key] = (ref, fp, cols)
+    if len(_LAST) >= _LAST_LIMIT and snapshot.name not in _LAST:
+        _LAST.clear()
+    _LAST[snapshot.name] = (weakref.ref(snapshot), cols)
     return cols
 
 
 def forget(snapshot: ClusterSnapshot) -> None:
-    """Drop the cached view of ``snapshot`` (after mutating it in place)."""
+    """Drop the cached view of ``snapshot`` (after mutating it in place), also as the
+    base of its cluster's next view."""
     entry = _CACHE.get(id(snapshot))
     if entry is not None and entry[0]() is snapshot:
         del _CACHE[id(snapshot)]
+    last = _LAST.get(snapshot.name)
+    if last is not None and last[0]() in (snapshot, None):
+        _LAST.pop(snapshot.name, None)
 
 
 # --------------------------------------------------------------------------- gang shapes
