@@ -19,6 +19,14 @@ two history events each, instead of 10,000 signals. The cap on updates per run
 continues-as-new (2,500 events, two per update), and the server's suggestion to
 continue-as-new near that cap is honoured too.
 
+That cap is per workflow, not per worker: with more than ten workers bursting at once
+the server refuses the eleventh update in flight with ``RESOURCE_EXHAUSTED``. The outbox
+then waits (jittered exponential backoff, 50 ms doubling to 1 s) and sends the same batch
+again, together with what arrived meanwhile, for up to ``UPDATE_TIMEOUT_SECONDS``; a
+refusal is a delay, never a failed message (``bench/workers.py`` bursts 12 workers).
+Retries and failures are counted (``fleetq_quota_update_retries``,
+``fleetq_quota_delivery_failures`` on the worker's metrics endpoint).
+
 Every message is idempotent in the quota workflow, so any failure is reported to the
 sender (a local activity, which retries) and a resend is harmless. A quota workflow that
 has no ``submit`` update (started by an earlier fleetq, during a rolling upgrade) gets
@@ -28,6 +36,7 @@ its messages as the old single signals.
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +45,9 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
+from temporalio.common import MetricMeter
 from temporalio.exceptions import ApplicationError
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from fleetq.messages import QuotaBatch, QuotaMessage, QuotaReceipt, QuotaSignal
@@ -51,6 +62,10 @@ SUBMIT_UPDATE = "submit"
 #: how long one batch may wait for the quota workflow to take it (e.g. while no control
 #: worker runs); its senders then fail and retry, well within their 30 s local activity
 UPDATE_TIMEOUT_SECONDS = 20.0
+
+#: backoff after the server refused an update for the in-flight cap (RESOURCE_EXHAUSTED)
+RETRY_INITIAL_SECONDS = 0.05
+RETRY_MAX_SECONDS = 1.0
 
 
 class QuotaRefused(Exception):
@@ -84,6 +99,17 @@ class QuotaOutbox:
         #: updates sent and messages they carried, for benchmarks and tests
         self.updates_sent = 0
         self.messages_sent = 0
+        #: updates refused for the in-flight cap and sent again; batches that failed
+        self.retries = 0
+        self.failures = 0
+        runtime = client.service_client.config.runtime or Runtime.default()
+        meter: MetricMeter = runtime.metric_meter
+        self._retry_counter = meter.create_counter(
+            "fleetq_quota_update_retries",
+            "quota updates refused by the server's in-flight cap and sent again", "1")
+        self._failure_counter = meter.create_counter(
+            "fleetq_quota_delivery_failures",
+            "quota update batches that failed (their senders retry)", "1")
 
     async def send(self, inp: QuotaSignal) -> bool:
         """Deliver one message to the current run of ``inp.tree_workflow_id``: True once
@@ -108,28 +134,10 @@ class QuotaOutbox:
             del box.pending[: self._max_batch]
             if not batch:  # every sender gave up (its local activity timed out)
                 continue
-            messages = [m for m, _ in batch]
-            try:
-                receipt = await asyncio.wait_for(
-                    handle.execute_update(
-                        SUBMIT_UPDATE, QuotaBatch(messages=messages), result_type=QuotaReceipt
-                    ),
-                    self._timeout,
-                )
-            except WorkflowUpdateFailedError:
-                # No ``submit`` on that run (an earlier fleetq): one signal a message.
-                outcome: Any = await self._signal_each(handle, messages)
-            except RPCError as exc:
-                outcome = False if exc.status == RPCStatusCode.NOT_FOUND else exc
-            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
-                outcome = TimeoutError(f"no answer to the {SUBMIT_UPDATE} update in "
-                                       f"{self._timeout:g} s")
-            except Exception as exc:  # noqa: BLE001 - handed to every sender, who retries
-                outcome = exc
-            else:
-                self.updates_sent += 1
-                self.messages_sent += len(messages)
-                outcome = receipt
+            outcome = await self._deliver(handle, box, batch)
+            if isinstance(outcome, BaseException):
+                self.failures += 1
+                self._failure_counter.add(1)
             for message, future in batch:
                 if future.done():
                     continue
@@ -145,6 +153,51 @@ class QuotaOutbox:
                         future.set_exception(QuotaRefused(reason))
                 else:
                     future.set_result(bool(outcome))
+
+    async def _deliver(
+        self, handle: Any, box: _Mailbox, batch: list[tuple[QuotaMessage, asyncio.Future[bool]]]
+    ) -> Any:
+        """Send ``batch`` as one update: the receipt, False (no such workflow) or the
+        error. Refused for the server's in-flight cap, it waits and sends again, taking
+        along what arrived meanwhile (``batch`` grows in place), until the timeout."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._timeout
+        delay = RETRY_INITIAL_SECONDS
+        while True:
+            messages = [m for m, _ in batch]
+            try:
+                receipt = await asyncio.wait_for(
+                    handle.execute_update(
+                        SUBMIT_UPDATE, QuotaBatch(messages=messages), result_type=QuotaReceipt
+                    ),
+                    max(0.1, give_up - loop.time()),
+                )
+            except WorkflowUpdateFailedError:
+                # No ``submit`` on that run (an earlier fleetq): one signal a message.
+                return await self._signal_each(handle, messages)
+            except RPCError as exc:
+                if exc.status == RPCStatusCode.NOT_FOUND:
+                    return False
+                if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED or loop.time() >= give_up:
+                    return exc
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                return TimeoutError(f"no answer to the {SUBMIT_UPDATE} update in "
+                                    f"{self._timeout:g} s")
+            except Exception as exc:  # noqa: BLE001 - handed to every sender, who retries
+                return exc
+            else:
+                self.updates_sent += 1
+                self.messages_sent += len(messages)
+                return receipt
+            self.retries += 1
+            self._retry_counter.add(1)
+            await asyncio.sleep(min(delay, max(0.0, give_up - loop.time()))
+                                * (0.5 + random.random()))  # noqa: S311 - jitter only
+            delay = min(delay * 2, RETRY_MAX_SECONDS)
+            room = self._max_batch - len(batch)
+            if room > 0 and box.pending:  # group commit: take along what arrived meanwhile
+                batch.extend((m, f) for m, f in box.pending[:room] if not f.done())
+                del box.pending[:room]
 
     @staticmethod
     async def _signal_each(handle: Any, messages: list[QuotaMessage]) -> bool | Exception:
