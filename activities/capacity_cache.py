@@ -148,6 +148,10 @@ class _State:
         self.uses: dict[str, dict[str, _Use]] = {"pods": {}, "reservations": {}}
         self.requested: dict[str, R.Resources] = {}
         self.pod_count: dict[str, int] = {}
+        #: nodes whose requests or pod count changed since the last build
+        self.dirty: set[str] = set()
+        #: node name -> the node info and the NodeCapacity the last build made of it
+        self.built: dict[str, tuple[_Node, NodeCapacity]] = {}
 
     def set_use(self, kind: str, key: str, use: _Use | None) -> bool:
         table = self.uses[kind]
@@ -157,11 +161,13 @@ class _State:
                 table[key] = use
             return False
         if old is not None:
+            self.dirty.add(old.node)
             R.add_into(self.requested.setdefault(old.node, {}), old.requests, -1)
             if old.pod:
                 self.pod_count[old.node] = self.pod_count.get(old.node, 0) - 1
         if use is not None:
             table[key] = use
+            self.dirty.add(use.node)
             R.add_into(self.requested.setdefault(use.node, {}), use.requests)
             if use.pod:
                 self.pod_count[use.node] = self.pod_count.get(use.node, 0) + 1
@@ -178,19 +184,34 @@ class _State:
         self, name: str, labels: dict[str, str], taints: tuple[Taint, ...], reservation: bool,
         rv: str,
     ) -> ClusterSnapshot:
-        nodes = [
-            NodeCapacity(
-                name=n,
-                allocatable=dict(info.allocatable),
-                requested=dict(self.requested.get(n) or {}),
-                labels=dict(info.labels),
-                taints=info.taints,
-                unschedulable=info.unschedulable,
-                pods_allocatable=info.pods_allocatable,
-                pods_used=self.pod_count.get(n, 0),
-            )
-            for n, info in sorted(self.nodes.items())
-        ]
+        """A new snapshot whose unchanged nodes (same node info, no request or pod count
+        change since the last build) are the very NodeCapacity objects of the last
+        snapshot, so placement derives its view from the nodes that changed only
+        (:meth:`fleetq.placement.ClusterColumns.updated`). Nobody changes a snapshot's
+        node objects (see the module doc): a changed node is a new object."""
+        built: dict[str, tuple[_Node, NodeCapacity]] = {}
+        nodes: list[NodeCapacity] = []
+        last = self.built
+        dirty = self.dirty
+        for n, info in sorted(self.nodes.items()):
+            got = last.get(n)
+            if got is not None and n not in dirty and (got[0] is info or got[0] == info):
+                cap = got[1]
+            else:
+                cap = NodeCapacity(
+                    name=n,
+                    allocatable=dict(info.allocatable),
+                    requested=dict(self.requested.get(n) or {}),
+                    labels=dict(info.labels),
+                    taints=info.taints,
+                    unschedulable=info.unschedulable,
+                    pods_allocatable=info.pods_allocatable,
+                    pods_used=self.pod_count.get(n, 0),
+                )
+            built[n] = (info, cap)
+            nodes.append(cap)
+        self.built = built
+        self.dirty = set()
         return ClusterSnapshot(
             name=name, labels=dict(labels), taints=taints, nodes=nodes,
             reservation=reservation, reachable=True, resource_version=rv,
