@@ -93,6 +93,7 @@ __all__ = [
     "TreePreemptionPolicy",
     "Victim",
     "fair_share_order",
+    "fair_sharing_weights",
     "holder_infos",
     "pending_plan",
     "plan_of",
@@ -246,6 +247,23 @@ def tree_policy(tree: ElasticQuotaTree | None) -> TreePreemptionPolicy:
     if raw_weights is not None:
         weights = _parse_weights(ref, raw_weights, set(_tree_nodes(tree)))
     return TreePreemptionPolicy(preemption, reclaim, weights)
+
+
+def fair_sharing_weights(tree: ElasticQuotaTree | None) -> dict[str, float] | None:
+    """The weights admission shares borrowed quota by (:attr:`fleetq.admission.Admission.
+    fair_weights`), or None when fair sharing is off: it is on when the tree turns
+    preemption or reclaim on, or names weights (``fleetq.io/fair-share-weight``); a
+    node it does not name weighs 1. Off for a tree whose annotations cannot be read
+    (a tree is checked when it is applied)."""
+    try:
+        policy = tree_policy(tree)
+    except ManifestError:
+        return None
+    if tree is None:
+        return None
+    if not policy.enabled and FAIR_SHARE_WEIGHT_ANNOTATION not in tree.metadata.annotations:
+        return None
+    return dict(policy.weights)
 
 
 def job_policy_from_annotations(ref: str, annotations: Mapping[str, str]) -> JobPreemptionPolicy:
@@ -747,13 +765,15 @@ def plan_of(pending: PendingPlan) -> PreemptionPlan:
     )
 
 
-def plan_preemptions(admission: Admission) -> list[PreemptionPlan]:
+def plan_preemptions(admission: Admission, now: float | None = None) -> list[PreemptionPlan]:
     """The quota workflow's preemption pass, after its scheduling pass: for each of
     :meth:`~fleetq.admission.Admission.preemption_candidates`, the plan that would admit
     it given the plans being carried out, recorded with
     :meth:`~fleetq.admission.Admission.add_plan`. Returns the new plans, whose victims
     the caller tells to stop. Nothing under a tree whose policy is ``Never`` (or
-    unreadable: a tree is checked when it is applied)."""
+    unreadable: a tree is checked when it is applied). With ``now``, each plan expires
+    (:meth:`~fleetq.admission.Admission.expire_plans`) if its victims have not all
+    released by its longest grace period + ``PLAN_MARGIN_SECONDS``."""
     try:
         if not tree_policy(admission.quota.tree).enabled:
             return []
@@ -782,7 +802,7 @@ def plan_preemptions(admission: Admission) -> list[PreemptionPlan]:
         pending.append(plan)
         out.append(plan)
     for plan in out:  # all decided before any is recorded: an error records none
-        admission.add_plan(pending_plan(plan))
+        admission.add_plan(pending_plan(plan), now)
     return out
 
 

@@ -63,12 +63,28 @@ class QuotaNode:
     admitted: int = 0
     #: This node then its ancestors up to the root; filled in by :class:`QuotaTree`.
     chain: tuple[QuotaNode, ...] = ()
+    #: What the parent can share, per resource (its ``max``, else its ``min``; positive
+    #: only, no ``kube-queue/max-jobs``): the denominator of :meth:`borrowed_share`.
+    pool: R.Resources = field(default_factory=dict)
 
     def below_min(self) -> bool:
         """True while the node uses less than its guarantee: ``min`` names at least one
         positive quantity and usage is below ``min`` for every one of them."""
         positive = [(k, v) for k, v in self.min.items() if v > 0]
         return bool(positive) and all(self.usage.get(k, 0) < v for k, v in positive)
+
+    def borrowed_share(self) -> float:
+        """Dominant resource share of the quota this node uses above its ``min``: the
+        largest, over resources, of what it borrows divided by what its parent can share
+        (:attr:`pool`); 0 for the root and for a node within its ``min`` (as Kueue's fair
+        sharing and :mod:`fleetq.preemption` compute it)."""
+        best = 0.0
+        mins, usage = self.min, self.usage
+        for k, pool in self.pool.items():
+            borrowed = usage.get(k, 0) - mins.get(k, 0)
+            if borrowed > 0 and borrowed / pool > best:
+                best = borrowed / pool
+        return best
 
 
 @dataclass(frozen=True)
@@ -111,6 +127,13 @@ class QuotaTree:
             while chain[-1].parent is not None:
                 chain.append(self.nodes[chain[-1].parent])
             node.chain = tuple(chain)
+            if node.parent is not None:
+                parent = self.nodes[node.parent]
+                node.pool = {
+                    k: v
+                    for k in (*parent.max, *parent.min)
+                    if k != R.MAX_JOBS and (v := parent.max.get(k) or parent.min.get(k) or 0) > 0
+                }
 
     def _add(self, spec: QuotaNodeSpec, prefix: tuple[str, ...], parent: str | None) -> None:
         path = (*prefix, spec.name)
@@ -160,6 +183,15 @@ class QuotaTree:
             if not R.within_max(request, n.usage, n.max):
                 return False
         return True
+
+    def first_short(self, node: str, request: Mapping[str, int]) -> str | None:
+        """The lowest node of ``node``'s chain (itself, then its ancestors) under whose
+        ``max`` ``request`` does not fit, or None if it fits everywhere: the request can
+        only come to fit once that node's usage goes down."""
+        for n in self.nodes[node].chain:
+            if not R.within_max(request, n.usage, n.max):
+                return n.name
+        return None
 
     def can_admit(self, node: str, request: Mapping[str, int]) -> str | None:
         """``None`` if ``request`` fits, else why not, naming the lowest node that is
