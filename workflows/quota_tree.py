@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         Grant,
         QueueInfo,
         QueuePolicy,
+        QueueTable,
         WaitInfo,
         pack_state,
         pack_state_json,
@@ -70,8 +71,12 @@ with workflow.unsafe.imports_passed_through():
         ManifestErrors,
         parse_tree,
     )
-    from fleetq.preemption import Victim, plan_preemptions, tree_policy
-    from fleetq.resources import format_quantity
+    from fleetq.preemption import (
+        Victim,
+        fair_sharing_weights,
+        plan_preemptions,
+        tree_policy,
+    )
     from workflows import metrics
 
 __all__ = ["QuotaTreeInput", "QuotaTreeWorkflow", "QuotaView"]
@@ -84,6 +89,13 @@ PATCH_PREEMPTION = "preemption"
 #: instead of base64 JSON text in ``QuotaTreeInput.packed_state`` beside the manifest
 #: as JSON; a run started either way reads both
 PATCH_COMPACT_STATE = "compact-state"
+#: admission shares borrowed quota by weighted dominant resource share (Kueue's fair
+#: sharing) under a tree that turns preemption or reclaim on or names weights
+PATCH_FAIR_SHARING = "fair-sharing"
+#: a preemption plan whose victims have not all released by their grace period + a
+#: margin is dropped (``fleetq.admission.Admission.expire_plans``); a timer wakes the
+#: workflow for it
+PATCH_PLAN_TIMEOUT = "plan-timeout"
 
 
 @workflow.defn(name="QuotaTreeWorkflow")
@@ -118,6 +130,9 @@ class QuotaTreeWorkflow:
         self._stop = False
         self._preemptions_sent = 0
         self._preemption_on = _preemption_on(self._admission.quota.tree)
+        self._fair_weights = fair_sharing_weights(self._admission.quota.tree)
+        self._table = QueueTable()
+        self._plans_expired = 0
 
     @staticmethod
     def _queue_settings(tree: Any, inp: QuotaTreeInput) -> tuple[QueuePolicy, float]:
@@ -142,18 +157,34 @@ class QuotaTreeWorkflow:
         last_leak_check = workflow.now()
         while True:
             timeout: float | None = None
-            if self._admission.holders():
+            if self._admission.counts()[0]:
                 elapsed = (workflow.now() - last_leak_check).total_seconds()
                 timeout = max(1.0, inp.leak_check_seconds - elapsed)
+            # (plans carry a deadline only when decided under PATCH_PLAN_TIMEOUT)
+            plan_due: float | None = None
+            deadline = self._admission.next_plan_deadline()
+            if deadline is not None:
+                plan_due = max(1.0, deadline - workflow.now().timestamp())
+                if timeout is not None and timeout <= plan_due:
+                    plan_due = None
+                else:
+                    timeout = plan_due
             try:
                 await workflow.wait_condition(
                     lambda: self._dirty or self._stop,
                     timeout=timeout,
-                    timeout_summary="check that quota holders still run",
+                    timeout_summary=(
+                        "drop preemption plans whose victims did not stop"
+                        if plan_due is not None
+                        else "check that quota holders still run"
+                    ),
                 )
             except TimeoutError:
-                await self._recover_leaks()
-                last_leak_check = workflow.now()
+                if plan_due is not None:
+                    self._dirty = True  # the next pass drops the expired plans
+                else:
+                    await self._recover_leaks()
+                    last_leak_check = workflow.now()
             if self._stop:
                 return
             while self._dirty and not self._should_continue(inp):
@@ -207,12 +238,26 @@ class QuotaTreeWorkflow:
         )
 
     def _grant(self) -> None:
-        grants = self._immediate + self._admission.schedule(workflow.now().timestamp())
+        now = workflow.now().timestamp()
+        if self._fair_weights is not None and workflow.patched(PATCH_FAIR_SHARING):
+            self._admission.fair_weights = self._fair_weights
+        else:
+            self._admission.fair_weights = None
+        for dropped in self._admission.expire_plans(now):  # (none without PATCH_PLAN_TIMEOUT)
+            self._plans_expired += 1
+            workflow.logger.warning(
+                "preemption for %s dropped: %s did not release quota in time",
+                dropped.preemptor,
+                ", ".join(v.job_id for v in dropped.victims) or "nobody",
+            )
+        grants = self._immediate + self._admission.schedule(now)
         self._immediate = []
         self._dispatch(grants)
         if self._preemption_on and workflow.patched(PATCH_PREEMPTION):
             try:
-                plans = plan_preemptions(self._admission)
+                plans = plan_preemptions(
+                    self._admission, now if workflow.patched(PATCH_PLAN_TIMEOUT) else None
+                )
             except Exception as exc:  # never let a planning error take the semaphore down
                 workflow.logger.error("preemption planning failed: %s", exc)
                 return
@@ -292,26 +337,26 @@ class QuotaTreeWorkflow:
     def _publish_details(self) -> None:
         # Runs after every workflow task, and again for each of them on a replay: keep it
         # independent of the number of waiting jobs.
+        # (only the rows of the nodes that changed are redrawn: QueueTable)
         admitted, waiting = self._admission.counts()
-        queues = self._admission.queues()
+        lengths = self._table.update(self._admission)
         lines = [
             f"**ElasticQuotaTree** `{self._tree_name() or '(none)'}` — policy "
             f"{self._admission.policy}, {admitted} admitted, {waiting} waiting",
             "",
-            "| queue | waiting | admitted | usage / max |",
-            "|---|---|---|---|",
+            *self._table.lines(),
         ]
-        for q in queues:
-            usage = ", ".join(
-                f"{k} {format_quantity(k, q.usage.get(k, 0))}/{format_quantity(k, v)}"
-                for k, v in sorted(q.max.items())
-            )
-            lines.append(f"| {q.name} | {q.length} | {q.admitted} | {usage or '-'} |")
         preemptors = self._admission.preemptors()
         if preemptors:
             lines += ["", f"{len(preemptors)} preemptor(s) waiting for their victims to stop"]
+        if self._plans_expired:
+            lines += [
+                "",
+                f"{self._plans_expired} preemption plan(s) dropped: their victims did not "
+                "release quota in time",
+            ]
         details = "\n".join(lines)
-        metrics.queue_lengths({q.name: q.length for q in queues}, admitted)
+        metrics.queue_lengths(lengths, admitted)
         if details != self._details:
             self._details = details
             workflow.set_current_details(details)
@@ -331,6 +376,7 @@ class QuotaTreeWorkflow:
         policy, starve = self._queue_settings(tree, self._input)
         self._admission.policy, self._admission.starvation_seconds = policy, starve
         self._preemption_on = _preemption_on(tree)
+        self._fair_weights = fair_sharing_weights(tree)
         self._tree_doc = manifest
         self._dirty = True
         return "unchanged" if unchanged else "configured"

@@ -8,6 +8,10 @@ and is retried once capacity is freed. *finish* -> node requests are freed,
 ``Admission.release`` then ``Admission.schedule`` grants quota to waiting jobs. See
 :mod:`fleetq.simulator` for what is counted and why it is fast.
 
+Fair sharing (issue 18): under a tree that turns preemption or reclaim on, or names
+``fleetq.io/fair-share-weight``, borrowers get idle quota by weighted dominant resource
+share, as in the quota workflow (:attr:`fleetq.admission.Admission.fair_weights`).
+
 Preemption (issue 18), when the tree's policy is not ``Never``/``Never``: after every
 scheduling pass the engine runs the quota workflow's own preemption pass,
 :func:`fleetq.preemption.plan_preemptions` (plans recorded in the ``Admission``, whose
@@ -40,7 +44,7 @@ from fleetq.placement import (
     place_gang,
     pod_groups,
 )
-from fleetq.preemption import PreemptionReason, plan_preemptions
+from fleetq.preemption import PreemptionReason, fair_sharing_weights, plan_preemptions
 from fleetq.rejection import Rejection
 from fleetq.simulator.report import (
     FailureReasons,
@@ -135,6 +139,8 @@ class Simulation:
         self.trace = trace
         self.policy = QueuePolicy(policy or spec.queuePolicy)
         self.admission = Admission(trace.tree, self.policy, spec.starvationSeconds)
+        # fair sharing of borrowed quota, as the quota workflow turns it on
+        self.admission.fair_weights = fair_sharing_weights(trace.tree)
         self.snapshots = cluster_snapshots(trace.topology)
         self.by_cluster = {s.name: s for s in self.snapshots}
         self.nodes = {s.name: {n.name: n for n in s.nodes} for s in self.snapshots}
@@ -269,7 +275,7 @@ class Simulation:
 
     def _preempt(self, t: float) -> None:
         """The quota workflow's preemption pass; tell each new victim to stop."""
-        for plan in plan_preemptions(self.admission):
+        for plan in plan_preemptions(self.admission, t):
             self.preemptors += 1
             for v in plan.victims:
                 job = self.by_id[v.job_id]
@@ -357,6 +363,7 @@ class Simulation:
     def _schedule(self, t: float) -> None:
         """``Admission.schedule`` after quota was released; start every grant."""
         self.quota_changed = True
+        self.admission.expire_plans(t)  # (victims here always stop within their grace)
         for grant in self.admission.schedule(t):
             waiting = self.waiting.pop(grant.job_id)
             self.qlen[grant.queue] -= 1

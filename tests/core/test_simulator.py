@@ -588,7 +588,7 @@ def test_preemption_without_progress_is_an_error_not_a_hang(
 
     huge, high = "pytorchjob/team/huge-0", "pytorchjob/team/high-0"
 
-    def planner(admission: Any) -> list[PreemptionPlan]:
+    def planner(admission: Any, now: float | None = None) -> list[PreemptionPlan]:
         if not admission.is_admitted(huge) or high not in admission.waiting():
             return []
         victim = Victim(huge, high, PreemptionReason.PRIORITY, "priority 100 > 0", 0, 30)
