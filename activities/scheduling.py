@@ -3,15 +3,19 @@
 Each activity takes one small input object and returns a compact verdict. Member-cluster
 work is synchronous ``kubernetes``-client code (``activities.member_cluster``), run by the
 worker in a thread pool; the placement decision is the pure ``fleetq.placement`` core
-running on cached snapshots, so node lists never reach workflow history.
+running on cached snapshots, so node lists never reach workflow history. So does capacity
+preemption (``fleetq.preemption.plan_capacity_preemption``), on the same snapshots and the
+gangs the capacity caches see running on each member.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,15 +24,20 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.capacity_cache import CapacityCache
 from activities.fleet import Fleet
 from activities.kube_api import ApiError, ClusterUnreachable
 from activities.member_cluster import ConflictError
 from activities.quota_outbox import QuotaOutbox, QuotaRefused
+from fleetq import resources as R
+from fleetq.capacity import ClusterSnapshot
 from fleetq.cluster_health import eviction_due
 from fleetq.messages import (
     BindInput,
     BindResult,
     Candidate,
+    CapacityPlanned,
+    CapacityVictim,
     HolderCheck,
     HolderVerdict,
     JobStatus,
@@ -37,23 +46,82 @@ from fleetq.messages import (
     PurgeInput,
     PurgeResult,
     QuotaSignal,
+    QuotaView,
     ReserveInput,
     ReserveResult,
     Resolution,
     ResolveInput,
     WatchInput,
 )
-from fleetq.models import ClusterAffinity, PropagationPolicy, Toleration, parse_policy
+from fleetq.models import ClusterAffinity, Gang, PropagationPolicy, Toleration, parse_policy
 from fleetq.naming import REGISTRY_WORKFLOW_ID
 from fleetq.placement import RejectionCode, place_gang
+from fleetq.preemption import PreemptionMode, RunningGang, plan_capacity_preemption
 from fleetq.registry import RegistryState, resolve_from_state
 
 #: how stale the worker's view of the fleet registry may be when resolving a job's policy
 REGISTRY_MAX_AGE = 1.0
+#: a capacity preemption's claimed room outlives its longest victim grace period by this
+#: long at most (the preemptor drops its plan after lifecycle.CAPACITY_MARGIN_SECONDS)
+CLAIM_MARGIN_SECONDS = 90.0
 #: how often purge_when_reachable asks an unreachable member whether it answers again
 PURGE_POLL_SECONDS = 1.0
 #: purge_when_reachable's "do you answer?" waits at most this long for the member
 PURGE_PROBE_READ_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class RoomClaim:
+    """Room a capacity preemption made for its preemptor on one cluster: the pods its
+    gang will take there (node -> requests, pod count). Other jobs placed by this worker
+    see it as taken until the preemptor is placed or ``expires`` (monotonic seconds), so
+    a victim queued again is not put back into the room it was evicted from."""
+
+    cluster: str
+    nodes: dict[str, tuple[R.Resources, int]]
+    expires: float
+
+
+def claim_of(gang: Gang, cluster: str, assignment: dict[str, str], expires: float) -> RoomClaim:
+    """The :class:`RoomClaim` of ``gang`` placed as ``assignment`` (pod -> node)."""
+    nodes: dict[str, tuple[R.Resources, int]] = {}
+    for pod in gang.pods:
+        node = assignment.get(pod.name_suffix)
+        if not node:
+            continue
+        res, count = nodes.get(node, ({}, 0))
+        nodes[node] = (R.add(res, pod.requests), count + 1)
+    return RoomClaim(cluster, nodes, expires)
+
+
+def with_claims(snapshots: Sequence[ClusterSnapshot], claims: Iterable[RoomClaim]
+                ) -> list[ClusterSnapshot]:
+    """``snapshots`` with the claimed room taken (fresh snapshot objects, with their own
+    ``resource_version``, only for the clusters a claim is on)."""
+    by_cluster: dict[str, list[RoomClaim]] = {}
+    for c in claims:
+        by_cluster.setdefault(c.cluster, []).append(c)
+    out: list[ClusterSnapshot] = []
+    for snap in snapshots:
+        mine = by_cluster.get(snap.name)
+        if not mine or not snap.reachable:
+            out.append(snap)
+            continue
+        nodes = []
+        for n in snap.nodes:
+            taken = [c.nodes[n.name] for c in mine if n.name in c.nodes]
+            if not taken:
+                nodes.append(n)
+                continue
+            requested = dict(n.requested)
+            pods = n.pods_used
+            for res, count in taken:
+                R.add_into(requested, res)
+                pods += count
+            nodes.append(dataclasses.replace(n, requested=requested, pods_used=pods))
+        rv = f"{snap.resource_version}+claims{len(mine)}:{min(c.expires for c in mine)}"
+        out.append(dataclasses.replace(snap, nodes=nodes, resource_version=rv))
+    return out
 
 
 async def deliver_quota_message(outbox: QuotaOutbox, inp: QuotaSignal) -> bool:
@@ -87,6 +155,9 @@ class SchedulingActivities:
         self._registry_lock = asyncio.Lock()
         self._registry: tuple[float, RegistryState, list[PropagationPolicy]] | None = None
         self._outbox: QuotaOutbox | None = None
+        #: room capacity preemptions made, by preemptor (job workflow id)
+        self._claims: dict[str, RoomClaim] = {}
+        self._claims_lock = threading.Lock()
 
     @property
     def fleet(self) -> Fleet:
@@ -178,9 +249,45 @@ class SchedulingActivities:
         flags = await asyncio.gather(*(gone(w) for w in inp.workflow_ids))
         return HolderVerdict(gone=[w for w, g in zip(inp.workflow_ids, flags, strict=True) if g])
 
+    @activity.defn(name="tree_preemption")
+    async def tree_preemption(self, tree_workflow_id: str) -> str:
+        """The quota tree's ``fleetq.io/preemption`` (``Never`` or ``LowerPriority``), as
+        its quota workflow's ``view`` says; ``Never`` when that workflow is not running
+        or is older than capacity preemption."""
+        if self._client is None:
+            return PreemptionMode.NEVER.value
+        try:
+            raw = await self._client.get_workflow_handle(tree_workflow_id).query("view")
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return PreemptionMode.NEVER.value
+            raise
+        return QuotaView.model_validate(raw).preemption
+
+    def _claims_for(self, job_id: str) -> list[RoomClaim]:
+        """Live claims of other preemptors than ``job_id`` (expired ones dropped)."""
+        now = time.monotonic()
+        with self._claims_lock:
+            for k in [k for k, c in self._claims.items() if c.expires <= now]:
+                del self._claims[k]
+            return [c for k, c in self._claims.items() if k != job_id]
+
+    def _running_gangs(self, names: Iterable[str]) -> list[RunningGang]:
+        """Fleet jobs running on the members ``names``, from their capacity caches."""
+        out: list[RunningGang] = []
+        for name in names:
+            cache = getattr(self.fleet.clusters.get(name), "cache", None)
+            if isinstance(cache, CapacityCache):
+                out.extend(cache.running_gangs())
+        return out
+
     # ------------------------------------------------------------------ placement
     @activity.defn(name="plan_placement")
     def plan_placement(self, inp: PlacementInput) -> PlacementVerdict:
+        """Rank the members where the gang fits now. For a job carrying out a capacity
+        preemption (``inp.planned``), also say which of its victims still run there;
+        asked to (``inp.capacity_preemption``) when it fits nowhere, plan one: exactly
+        one cluster where evicting lower-priority preemptible gangs makes room."""
         fleet = self.fleet
         affinity = ClusterAffinity.model_validate(inp.affinity) if inp.affinity else None
         tolerations = [Toleration.model_validate(t) for t in inp.cluster_tolerations]
@@ -191,8 +298,12 @@ class SchedulingActivities:
             if name not in inp.exclude and (affinity is None or affinity.allows(name, m.labels))
         ]
         snapshots = fleet.snapshots(eligible) if eligible else []
+        claims = self._claims_for(inp.job_id)
+        if claims:
+            snapshots = with_claims(snapshots, claims)
+        gang = inp.gang.to_gang()
         decision = place_gang(
-            inp.gang.to_gang(),
+            gang,
             snapshots,
             affinity=affinity,
             cluster_tolerations=tolerations,
@@ -211,7 +322,7 @@ class SchedulingActivities:
                 codes[name] = (
                     RejectionCode.EVICTED if evicted else RejectionCode.AFFINITY_MISMATCH
                 )
-        return PlacementVerdict(
+        verdict = PlacementVerdict(
             candidates=[
                 Candidate(
                     cluster=c.cluster,
@@ -225,6 +336,61 @@ class SchedulingActivities:
             codes=codes,
             eligible=eligible,
         )
+        if inp.planned is not None or inp.capacity_preemption:
+            self._capacity(inp, gang, snapshots, affinity, tolerations, verdict)
+        return verdict
+
+    def _capacity(
+        self,
+        inp: PlacementInput,
+        gang: Gang,
+        snapshots: list[ClusterSnapshot],
+        affinity: ClusterAffinity | None,
+        tolerations: list[Toleration],
+        verdict: PlacementVerdict,
+    ) -> None:
+        """Capacity preemption's part of ``plan_placement`` (fills ``verdict``)."""
+        if verdict.candidates:  # it fits: placed now, its claim is no longer needed
+            with self._claims_lock:
+                self._claims.pop(inp.job_id, None)
+        if inp.planned is not None:
+            running = {
+                g.job_id for g in self._running_gangs([inp.planned.cluster])
+            }
+            verdict.victims_left = [
+                v.job_id for v in inp.planned.victims if v.job_id in running
+            ]
+            return
+        if verdict.candidates or not inp.capacity_preemption or not inp.job_id:
+            return
+        plan = plan_capacity_preemption(
+            inp.job_id,
+            gang,
+            snapshots,
+            self._running_gangs(s.name for s in snapshots),
+            time.time(),
+            affinity=affinity,
+            cluster_tolerations=tolerations,
+            exclude=set(inp.exclude),
+        )
+        if plan is None:
+            return
+        verdict.capacity_plan = CapacityPlanned(
+            cluster=plan.cluster,
+            victims=[
+                CapacityVictim(
+                    job_id=v.job_id,
+                    priority=v.priority,
+                    grace_seconds=v.grace_seconds,
+                    message=v.message,
+                )
+                for v in plan.victims
+            ],
+        )
+        bound = max(v.grace_seconds for v in plan.victims) + CLAIM_MARGIN_SECONDS
+        claim = claim_of(gang, plan.cluster, plan.choice.assignment, time.monotonic() + bound)
+        with self._claims_lock:
+            self._claims[inp.job_id] = claim
 
     # ------------------------------------------------------------------ member writes
     @activity.defn(name="reserve")
@@ -308,6 +474,7 @@ class SchedulingActivities:
             self.resolve_policy,
             self.signal_quota,
             self.check_holders,
+            self.tree_preemption,
             self.plan_placement,
             self.reserve,
             self.bind,

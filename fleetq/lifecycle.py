@@ -472,6 +472,11 @@ def unplaceable_reason(verdict: PlacementVerdict) -> str | None:
     return None
 
 
+def no_room(verdict: PlacementVerdict) -> bool:
+    """Some member is eligible but none has room for the gang right now."""
+    return not verdict.candidates and bool(verdict.eligible)
+
+
 def pending_reason(rejections: dict[str, str]) -> str:
     """Why the job waits for room: every member's rejection, in cluster order."""
     return "; ".join(f"{c}: {r}" for c, r in sorted(rejections.items())) or (

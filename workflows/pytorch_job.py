@@ -20,7 +20,12 @@ Status is change-driven (a heartbeating watch activity returns only when somethi
 changed) and the workflow continues-as-new with its progress, so a job that runs for a
 week keeps a bounded history. A job its quota workflow preempts (the ``preempt`` signal)
 keeps running through its grace period, then is purged like a suspension, gives its quota
-back and queues again with its original submit time.
+back and queues again with its original submit time. A job its quota admitted that fits on
+no member may, under a tree with ``fleetq.io/preemption: LowerPriority``, preempt
+lower-priority gangs on exactly one member (the placement activity decides, from the
+member caches): it signals those victims itself, waits for them to leave (each wakes it
+with ``retry_placement`` once purged), then places there first; one plan at a time,
+dropped if it does not make room in time.
 """
 
 from __future__ import annotations
@@ -60,12 +65,15 @@ with workflow.unsafe.imports_passed_through():
         BindInput,
         BindRequest,
         Candidate,
+        CapacityPlanned,
+        CapacityVictim,
         GangShape,
         JobRef,
         JobState,
         JobStatus,
         JobView,
         PlacementInput,
+        PlacementVerdict,
         PodReservation,
         PreemptSignal,
         QuotaSignal,
@@ -100,6 +108,8 @@ with workflow.unsafe.imports_passed_through():
         GRACE_ANNOTATION,
         PREEMPTIBLE_ANNOTATION,
         JobPreemptionPolicy,
+        PreemptionMode,
+        PreemptionReason,
         job_policy,
     )
     from fleetq.rejection import RejectionCode
@@ -120,6 +130,11 @@ PATCH_DEADLINE_ALONE = "deadline-alone"
 #: ``fleetq.io/preemptible`` / ``fleetq.io/preemption-grace-seconds`` annotations are
 #: checked at start (a job started before either existed ignores both)
 PATCH_PREEMPTION = "preemption"
+#: capacity preemption (issue 18): a job admitted by quota that fits on no member asks
+#: its tree's policy and may preempt lower-priority gangs on one member (checked only
+#: once a placement round found no room, so a job that places at once records nothing);
+#: a capacity victim wakes its preemptor once its copy is purged
+PATCH_CAPACITY_PREEMPTION = "capacity-preemption"
 #: continue-as-new once a run's history passes this many events (bench/history.py reads it)
 MAX_HISTORY_EVENTS = lifecycle.MAX_HISTORY_EVENTS
 WATCH_SECONDS = 300.0
@@ -412,6 +427,12 @@ class PyTorchJobWorkflow:
         tolerations = [t.model_dump(exclude_none=True) for t in placement.clusterTolerations]
         delay = PLACEMENT_BACKOFF.initial
         last_reason = ""
+        #: capacity preemption is on for this placement (patched, and the tree says so);
+        #: asked once a round found no room, at the start of the next one: the patch
+        #: marker then comes first in its workflow task (after a local activity's marker
+        #: in the same task, a query's replay refused it as nondeterministic)
+        capacity: bool | None = None
+        no_room = False
         while True:
             if lifecycle.deadline_passed(view, workflow.now()):
                 await self._deadline_exceeded()
@@ -419,22 +440,22 @@ class PyTorchJobWorkflow:
             if self._p.preempt is not None:
                 return True  # the lifecycle carries the preemption out (nothing is bound)
             self._set_state("Scheduling", "evaluating member clusters")
-            verdict = await workflow.execute_local_activity_method(
-                SchedulingActivities.plan_placement,
-                PlacementInput(
-                    job_ref=f"{view.namespace}/{view.name}",
-                    gang=GangShape.from_gang(self._gang),
-                    affinity=affinity,
-                    cluster_tolerations=tolerations,
-                    exclude=list(view.evicted),
-                ),
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=MEMBER_RETRY,
-                summary="capacity and gang placement",
+            round_input = PlacementInput(
+                job_ref=f"{view.namespace}/{view.name}",
+                gang=GangShape.from_gang(self._gang),
+                affinity=affinity,
+                cluster_tolerations=tolerations,
+                exclude=list(view.evicted),
             )
+            if capacity is None and no_room and self._capacity_asked():
+                capacity = await self._capacity_preemption_on()
+            verdict = await self._plan_placement(round_input, capacity=bool(capacity))
+            no_room = lifecycle.no_room(verdict)
+            if capacity:
+                self._announce(lifecycle.observe_capacity(self._p, verdict, workflow.now()))
             rejections = dict(verdict.rejections)
             codes = dict(verdict.codes)
-            for cand in lifecycle.candidates(verdict):
+            for cand in lifecycle.candidates(verdict, self._p if capacity else None):
                 if await self._bind(cand, rejections, codes):
                     return True
             view.rejections = rejections
@@ -450,12 +471,111 @@ class PyTorchJobWorkflow:
             if reason != last_reason:
                 self._event("Warning", Reason.FAILED_SCHEDULING, reason)
                 last_reason = reason
+            if capacity and verdict.capacity_plan is not None and lifecycle.may_plan_capacity(
+                self._p
+            ):
+                await self._preempt_for_room(verdict.capacity_plan)
+            hold = self._p.capacity if capacity else None
+            if hold is not None and hold.outstanding:
+                reason = lifecycle.capacity_waiting_reason(hold)
             self._set_state("Pending", reason)
             pause = lifecycle.placement_pause(delay, view.deadline_at, workflow.now())
+            if capacity:
+                pause = lifecycle.capacity_pause(pause, self._p, workflow.now())
             await self._sleep_or_retry(pause, f"retry placement in {int(pause)}s")
             if self._suspension.wanted or self._p.preempt is not None:
                 return True  # the lifecycle suspends, or is preempted (nothing was bound)
             delay = PLACEMENT_BACKOFF.after(delay)
+
+    async def _plan_placement(
+        self, placement: PlacementInput, *, capacity: bool
+    ) -> PlacementVerdict:
+        """One placement round (a local activity); with ``capacity``, also the capacity
+        preemption part: plan one when none is outstanding, else which victims are left."""
+        if capacity:
+            placement = placement.model_copy(
+                update={
+                    "job_id": self._ref.workflow_id,
+                    "tree_workflow_id": self._p.resolution.tree_workflow_id,
+                    "capacity_preemption": lifecycle.may_plan_capacity(self._p),
+                    "planned": lifecycle.planned_capacity(self._p),
+                }
+            )
+        return await workflow.execute_local_activity_method(
+            SchedulingActivities.plan_placement,
+            placement,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=MEMBER_RETRY,
+            summary="capacity and gang placement",
+        )
+
+    def _capacity_asked(self) -> bool:
+        """Whether this placement may consider capacity preemption: the job holds quota
+        from a quota workflow, and the patch is on (recorded here, the first time a round
+        finds no room)."""
+        return (
+            self._grant is not None
+            and self._p.resolution.tree_workflow_id is not None
+            and workflow.patched(PATCH_CAPACITY_PREEMPTION)
+        )
+
+    async def _capacity_preemption_on(self) -> bool:
+        """The tree's ``fleetq.io/preemption`` (its quota workflow says) is LowerPriority."""
+        tree_id = self._p.resolution.tree_workflow_id
+        assert tree_id is not None
+        try:
+            mode = await workflow.execute_local_activity_method(
+                SchedulingActivities.tree_preemption,
+                tree_id,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"preemption policy of {tree_id}",
+            )
+        except ActivityError as exc:
+            if cancelled_by_delete(exc):
+                raise
+            workflow.logger.warning("could not read the preemption policy of %s: %s", tree_id, exc)
+            return False
+        return bool(mode == PreemptionMode.LOWER_PRIORITY.value)
+
+    async def _preempt_for_room(self, plan: CapacityPlanned) -> None:
+        """Carry out a capacity preemption: record it, then tell each victim to stop
+        (its own ``preempt`` path: grace period, purge, release, queue again)."""
+        self._announce(lifecycle.start_capacity_preemption(self._p, plan, workflow.now()))
+        sent = await asyncio.gather(*(self._preempt_victim(v) for v in plan.victims))
+        lifecycle.victims_gone(
+            self._p, [v.job_id for v, ok in zip(plan.victims, sent, strict=True) if not ok]
+        )
+
+    async def _preempt_victim(self, victim: CapacityVictim) -> bool:
+        """Send one victim ``preempt``; False when its workflow is gone."""
+        signal = PreemptSignal(
+            preemptor=self._ref.workflow_id,
+            reason=PreemptionReason.CAPACITY.value,
+            message=victim.message,
+            grace_seconds=victim.grace_seconds,
+        )
+        try:
+            await workflow.get_external_workflow_handle(victim.job_id).signal("preempt", signal)
+        except Exception as exc:  # the victim's workflow is gone (its pods go with it)
+            workflow.logger.info("capacity preemption of %s not delivered: %s", victim.job_id, exc)
+            return False
+        metrics.preemption(PreemptionReason.CAPACITY.value)
+        return True
+
+    async def _wake_preemptor(self, signal: PreemptSignal | None) -> None:
+        """A capacity victim that has stopped wakes its preemptor (``retry_placement``),
+        so it places now instead of after a backoff."""
+        if (
+            signal is None
+            or signal.reason != PreemptionReason.CAPACITY.value
+            or not workflow.patched(PATCH_CAPACITY_PREEMPTION)
+        ):
+            return
+        with contextlib.suppress(Exception):  # the preemptor is gone: nobody to wake
+            await workflow.get_external_workflow_handle(signal.preemptor).signal(
+                "retry_placement"
+            )
 
     async def _bind(
         self, cand: Candidate, rejections: dict[str, str], codes: dict[str, RejectionCode]
@@ -483,6 +603,7 @@ class PyTorchJobWorkflow:
                             reserved=reserved,
                             propagate_deps=self._pol.spec.propagateDeps,
                             run_seconds=self._input.run_seconds,
+                            priority=self._gang.priority,
                         ),
                     ),
                     start_to_close_timeout=timedelta(seconds=60),
@@ -756,7 +877,9 @@ class PyTorchJobWorkflow:
         """Carry out a preemption (its grace period is over, or nothing was bound):
         purge every copy, then give the quota back and queue again with the original
         submit time; the preemptor is admitted once the quota workflow has it back."""
+        signal = self._p.preempt
         await self._purge_all("purge on preemption")
+        await self._wake_preemptor(signal)
         self._announce(lifecycle.requeue_after_preemption(self._p))
         await self._release_quota()
 
@@ -779,6 +902,8 @@ class PyTorchJobWorkflow:
             await self._copies.purge_until_done(self._p.graceful_old, "purge old copy")
             self._p.graceful_old = None
         await self._settle_watches()
+        if self._p.preempt is not None:  # it ended during its grace period: room made
+            await self._wake_preemptor(self._p.preempt)
         await self._release_quota()
         view.finished_at = workflow.now()
         self._publish()
@@ -944,8 +1069,16 @@ class PyTorchJobWorkflow:
         again keeping its submit time."""
         if self._progress is None or not workflow.patched(PATCH_PREEMPTION):
             return
+        holding = self._grant is not None
+        if (
+            not holding
+            and signal.reason == PreemptionReason.CAPACITY.value
+            and self._progress.view.cluster is not None
+            and workflow.patched(PATCH_CAPACITY_PREEMPTION)
+        ):
+            holding = True  # a bound job of a policy without quota: it still makes room
         notices = lifecycle.take_preemption(
-            self._progress, signal, holding=self._grant is not None, now=workflow.now()
+            self._progress, signal, holding=holding, now=workflow.now()
         )
         if notices:
             self._announce(notices)

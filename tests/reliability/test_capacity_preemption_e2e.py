@@ -1,0 +1,254 @@
+"""Capacity preemption across clusters end to end (issue 18), on an embedded fleet of its
+own: three member clusters of one 4-cpu node each, all full of low-priority two-pod jobs
+(two per cluster, each pinned to its cluster by its policy, two of them opted out with
+``fleetq.io/preemptible: "false"``). Quota admits a high-priority job of a tree with
+``fleetq.io/preemption: LowerPriority``, but no member has room: it preempts on exactly
+one cluster. Judged on the members themselves: only that cluster's victim copy was
+deleted, the other clusters kept every copy, the preemptor was bound there, the victim
+queued again and later ran, and no opted-out job was ever a victim."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+from temporalio.client import WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.fleet import Fleet
+from activities.scheduling import SchedulingActivities
+from bench.chaos import job_manifest, member_copies, policy_manifest
+from fleetq.cli.describe import describe_lines
+from fleetq.client.connection import search_attribute_keys, temporal_cli_path
+from fleetq.emulator.fleet import EmulatedFleet
+from fleetq.messages import JobView
+from fleetq.naming import job_workflow_id
+from fleetq.topology import parse_topology
+from tests.reliability.conftest import CONNECT_S, READ_S, LogCapture, RequestLog, Stack
+from tests.workflows.test_e2e import record
+from worker import build_worker
+
+pytestmark = [pytest.mark.timeout(240)]
+
+MEMBERS = ("cluster-a", "cluster-b", "cluster-c")
+LOW, HIGH = 10, 1000
+LOW_NS, HIGH_NS = "cap-low", "cap-high"
+GRACE = 3
+
+
+def topology() -> dict[str, Any]:
+    node = {"count": 1, "cpu": "4", "memory": "16Gi", "pods": 110}
+    return {"clusters": [{"name": "hub", "member": False}]
+            + [{"name": c, "nodeGroups": [dict(node)]} for c in MEMBERS]}
+
+
+def tree() -> dict[str, Any]:
+    """Two leaves (the victims' and the preemptor's) with room for every job: quota
+    admits them all; only the members are full."""
+    leaf = {"cpu": "100", "memory": "1000Gi", "kube-queue/max-jobs": 100}
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+        "metadata": {"name": "cap-tree", "namespace": "kube-system",
+                     "annotations": {"fleetq.io/preemption": "LowerPriority"}},
+        "spec": {"root": {
+            "name": "root", "max": {"cpu": "1000", "memory": "10000Gi"},
+            "min": {"cpu": "1000", "memory": "10000Gi"},
+            "children": [{"name": ns, "namespaces": [ns], "max": dict(leaf)}
+                         for ns in (LOW_NS, HIGH_NS)]}},
+    }
+
+
+@pytest_asyncio.fixture(scope="module")
+async def fleet3(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()),
+        data_converter=pydantic_data_converter,
+        search_attributes=search_attribute_keys(),
+        dev_server_log_level="error",
+    )
+    out = tmp_path_factory.mktemp("cap-emulator")
+    emulated = EmulatedFleet(parse_topology(topology()), out_dir=out, start_delay=0.2).start()
+    doc = yaml.safe_load(emulated.fleet_config_path.read_text())
+    doc["timeouts"] = {"connectSeconds": CONNECT_S, "readSeconds": READ_S}
+    doc["cacheTTLSeconds"] = 0.5
+    cfg = out / "fleet-cap.yaml"
+    cfg.write_text(yaml.safe_dump(doc))
+    fleet = Fleet.from_config(cfg)
+    logs = LogCapture()
+    logs.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    worker = build_worker(env.client, SchedulingActivities(env.client, fleet,
+                                                           search_attributes=True))
+    st = Stack(env, emulated, fleet, cfg, RequestLog(), logs)
+    try:
+        async with worker:
+            await st.apply_tree(tree())
+            yield st
+    finally:
+        fleet.close()
+        emulated.stop()
+        await env.shutdown()
+
+
+def low_job(cluster: str, index: int, *, preemptible: bool) -> dict[str, Any]:
+    doc = job_manifest(LOW_NS, f"low-{cluster[-1]}{index}-{uuid.uuid4().hex[:4]}", cpu="1")
+    for spec in doc["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["priority"] = LOW
+    doc["metadata"]["annotations"] = (
+        {"fleetq.io/preemption-grace-seconds": str(GRACE)} if preemptible
+        else {"fleetq.io/preemptible": "false"})
+    return doc
+
+
+def high_job() -> dict[str, Any]:
+    doc = job_manifest(HIGH_NS, f"high-{uuid.uuid4().hex[:6]}", cpu="1")
+    for spec in doc["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["priority"] = HIGH
+    return doc
+
+
+async def start(stack: Stack, doc: dict[str, Any], clusters: tuple[str, ...], run_seconds: int
+                ) -> WorkflowHandle[Any, Any]:
+    ns = doc["metadata"]["namespace"]
+    arg = {"manifest": doc, "rewatch_seconds": 1.0, "run_seconds": run_seconds,
+           "policy": policy_manifest(ns, queued=True, clusters=clusters)}
+    return await stack.client.start_workflow(
+        "PyTorchJobWorkflow", arg, id=job_workflow_id(ns, doc["metadata"]["name"]),
+        task_queue="fleetq")
+
+
+def messages(view: JobView, reason: str) -> list[str]:
+    return [e.message for e in view.events if e.reason == reason]
+
+
+def copies(stack: Stack, doc: dict[str, Any]) -> dict[str, int]:
+    return member_copies(stack.emulated, doc["metadata"]["namespace"], doc["metadata"]["name"],
+                         MEMBERS)
+
+
+def running_pods(stack: Stack, cluster: str) -> int:
+    return sum(1 for p in stack.emulated.objects(cluster, "pods")
+               if (p.get("status") or {}).get("phase") == "Running")
+
+
+async def wait_view(stack: Stack, handle: WorkflowHandle[Any, Any],
+                    ok: Callable[[JobView], bool], timeout: float = 60.0) -> JobView:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        view = await stack.view(handle)
+        if ok(view):
+            return view
+        if loop.time() > deadline:
+            raise AssertionError(f"{handle.id}: not as expected within {timeout}s "
+                                 f"({view.state}: {view.reason})")
+        await asyncio.sleep(0.05)
+
+
+async def wait_until(what: str, check: Any, timeout: float = 60.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError(f"not {what} within {timeout}s")
+        await asyncio.sleep(0.1)
+
+
+async def test_capacity_preemption_chooses_one_of_three_full_clusters(fleet3: Stack) -> None:
+    stack = fleet3
+    # every cluster full: one preemptible and one opted-out low job each, the opted-out
+    # ones started last (least work lost: a cost-only choice would take them first)
+    lows: dict[str, list[dict[str, Any]]] = {c: [] for c in MEMBERS}
+    handles: dict[str, WorkflowHandle[Any, Any]] = {}
+    for preemptible in (True, False):
+        for c in MEMBERS:
+            doc = low_job(c, len(lows[c]), preemptible=preemptible)
+            lows[c].append(doc)
+            handles[doc["metadata"]["name"]] = await start(stack, doc, (c,), run_seconds=25)
+    for h in handles.values():
+        await stack.wait_state(h, "Running", timeout=60)
+
+    async def full() -> bool:
+        return all(running_pods(stack, c) == 4 for c in MEMBERS)
+
+    await wait_until("every member full", full)
+
+    high_doc = high_job()
+    high_name = high_doc["metadata"]["name"]
+    high = await start(stack, high_doc, MEMBERS, run_seconds=4)
+    # while its victim stops, the preemptor shows whom it waits for, and where
+    waiting = await wait_view(
+        stack, high, lambda v: v.reason.startswith("waiting for 1 preempted job to leave"))
+    chosen = waiting.reason.split(" leave ")[1].split(":")[0]
+    assert chosen in MEMBERS
+    assert any(line.startswith("Reason:") and "waiting for 1 preempted job" in line
+               for line in describe_lines(waiting)), describe_lines(waiting)
+    (preempting,) = messages(waiting, "Preempting")
+    assert f"on {chosen} (room on {chosen} for priority {HIGH} > {LOW})" in preempting
+
+    high_view = await stack.wait_state(high, "Created", "Running", timeout=60)
+    assert high_view.cluster == chosen
+    assert copies(stack, high_doc) == {chosen: 1}
+
+    # exactly one victim: the preemptible job of the chosen cluster; its copy is gone,
+    # every other job kept its copy and was never told to stop
+    victim_doc, opted_out_doc = lows[chosen]
+    victim = handles[victim_doc["metadata"]["name"]]
+    assert copies(stack, victim_doc) == {}
+    victim_view = await stack.view(victim)
+    assert messages(victim_view, "Preempted") == [
+        f"preempted by {HIGH_NS}/{high_name}: room on {chosen} for priority {HIGH} > {LOW}; "
+        f"stopping within {GRACE}s"
+    ]
+    assert victim_view.state in ("Queued", "Scheduling", "Pending"), victim_view.state
+    assert any("queued again (original submit time)" in e.message or e.reason == "Queued"
+               for e in victim_view.events[-6:])
+    for c in MEMBERS:
+        for doc in lows[c]:
+            if doc is victim_doc:
+                continue
+            name = doc["metadata"]["name"]
+            assert copies(stack, doc) == {c: 1}, (name, copies(stack, doc))
+            view = await stack.view(handles[name])
+            assert view.state == "Running", (name, view.state)
+            assert messages(view, "Preempted") == [], name
+    assert (await stack.view(handles[opted_out_doc["metadata"]["name"]])).cluster == chosen
+
+    high_end = await stack.wait_end(high, timeout=60)
+    assert high_end.state == "Succeeded", high_end.reason
+    await record(high, "capacity-preemptor")
+    # the victim runs again once there is room, from the queue, and completes
+    victim_end = await stack.wait_end(victim, timeout=120)
+    assert victim_end.state == "Succeeded", victim_end.reason
+    assert len(messages(victim_end, "Admitted")) == 2
+    assert len(messages(victim_end, "ScheduleBindingSucceed")) == 2
+    await record(victim, "capacity-victim")
+    for name, h in handles.items():
+        end = await stack.wait_end(h, timeout=120)
+        assert end.state == "Succeeded", (name, end.reason)
+        if h is not victim:
+            assert messages(end, "Preempted") == [], name
+
+
+async def test_opted_out_jobs_are_never_capacity_victims(fleet3: Stack) -> None:
+    stack = fleet3
+    docs = {c: [low_job(c, i, preemptible=False) for i in range(2)] for c in MEMBERS}
+    handles = [await start(stack, d, (c,), run_seconds=8) for c in MEMBERS for d in docs[c]]
+    for h in handles:
+        await stack.wait_state(h, "Running", timeout=60)
+    high = await start(stack, high_job(), MEMBERS, run_seconds=1)
+    pending = await stack.wait_state(high, "Pending", timeout=60)
+    assert messages(pending, "Preempting") == []
+    ends = [await stack.wait_end(h, timeout=60) for h in handles]
+    assert all(e.state == "Succeeded" and messages(e, "Preempted") == [] for e in ends)
+    high_end = await stack.wait_end(high, timeout=60)
+    assert high_end.state == "Succeeded", high_end.reason
+    assert messages(high_end, "Preempting") == []
+    first_end = min(e.finished_at for e in ends if e.finished_at is not None)
+    assert high_end.bound_at is not None and high_end.bound_at >= first_end
