@@ -55,6 +55,7 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker, WorkerDeploymentConfig
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
@@ -197,21 +198,52 @@ def metrics_runtime(
     return None
 
 
-def warm_workflow_bytecode(workflows: Iterable[type]) -> list[str]:
-    """Write the bytecode cache of every module that defines one of ``workflows`` (and of
-    its parent packages) when it is missing or stale; returns the files written.
+#: modules of the ``workflows`` package that workflow code imports and that keep no
+#: state of their own (a class run on the calling workflow's history, replay-safe metric
+#: helpers, error helpers): the sandbox takes them from the worker instead of executing
+#: them again for every workflow run (``workflow_runner``)
+SANDBOX_PASSTHROUGH = ("workflows.copies", "workflows.metrics", "workflows.errors")
 
-    Temporal's sandbox re-imports a workflow's module for every workflow run. With a
-    fresh bytecode cache that is an unmarshal; without one (PYTHONDONTWRITEBYTECODE, an
-    editable install) it is a compile of the whole module each time, which measured as
-    the largest single cost of a job in ``fleetq bench e2e``. Best effort: a read-only
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """Temporal's sandbox with its default restrictions, plus SANDBOX_PASSTHROUGH.
+
+    The sandbox re-executes a workflow's module, and every module it imports that is not
+    passed through, for each workflow run. For a job that was ``workflows/copies.py``
+    and ``workflows/metrics.py`` on top of ``workflows/pytorch_job.py`` (``fleetq bench
+    e2e``, BENCHMARKS.md). The workflow modules themselves are still re-executed per run,
+    so the sandbox keeps isolating their state and checking their calls."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+    )
+
+
+def warm_workflow_bytecode(workflows: Iterable[type]) -> list[str]:
+    """Write the bytecode cache of every loaded module of the packages that define
+    ``workflows`` (the modules themselves, their parent packages and their sibling
+    modules) when it is missing or stale; returns the files written.
+
+    Temporal's sandbox re-imports a workflow's module, and the siblings it imports that
+    are not passed through, for every workflow run. With a fresh bytecode cache that is
+    an unmarshal; without one (PYTHONDONTWRITEBYTECODE, an editable install) it is a
+    compile of the whole module each time, which measured as the largest single cost of
+    a job in ``fleetq bench e2e`` (and, for ``workflows/copies.py``, which this function
+    did not cover at first, 40 % of creating a job's sandbox). Best effort: a read-only
     install simply keeps compiling.
     """
     written = []
     names: set[str] = set()
+    packages: set[str] = set()
     for wf in workflows:
         parts = wf.__module__.split(".")
         names.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+        if len(parts) > 1:
+            packages.add(".".join(parts[:-1]))
+    names.update(
+        name
+        for name in list(sys.modules)
+        if name.rpartition(".")[0] in packages
+    )
     for name in sorted(names):
         source = getattr(sys.modules.get(name), "__file__", None)
         if not source or not source.endswith(".py"):
@@ -292,6 +324,7 @@ class ControlPlane:
             activities=[checks.check_holders],
             graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_SECONDS),
             deployment_config=with_behavior(self._deployment, CONTROL_BEHAVIOR),
+            workflow_runner=workflow_runner(),
         )
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
@@ -390,6 +423,7 @@ def build_worker(
     base = list(ALL_WORKFLOWS) if workflows_override is None else list(workflows_override)
     workflows = [*base, *extra_workflows]
     warm_workflow_bytecode(workflows)
+    kwargs.setdefault("workflow_runner", workflow_runner())
     jobs = Worker(
         client,
         task_queue=task_queue,

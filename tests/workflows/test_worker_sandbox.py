@@ -1,0 +1,74 @@
+"""The worker's workflow sandbox: what it takes from the host instead of executing again for
+every workflow run, and that recorded histories replay on exactly the runner and data
+converter the worker uses (a cheaper job must not be a different one)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+import worker
+from fleetq.client.connection import DATA_CONVERTER
+from workflows import ALL_WORKFLOWS
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem.split("@")[0] for p in HISTORIES])
+async def test_history_replays_on_the_workers_runner_and_converter(path: Path) -> None:
+    workflow_id = path.stem.split("@", 1)[1].replace("~", "/")
+    history = WorkflowHistory.from_json(workflow_id, path.read_text())
+    replayer = Replayer(
+        workflows=ALL_WORKFLOWS,
+        data_converter=DATA_CONVERTER,
+        workflow_runner=worker.workflow_runner(),
+    )
+    await replayer.replay_workflow(history)  # raises on any nondeterminism
+
+
+def test_passed_through_modules_exist_and_are_workflow_helpers() -> None:
+    """Every module the runner passes through is importable and part of ``workflows``
+    (a typo would silently fall back to re-executing it per run)."""
+    for name in worker.SANDBOX_PASSTHROUGH:
+        module = importlib.import_module(name)
+        assert module.__name__.startswith("workflows.")
+        assert not any(
+            getattr(obj, "__temporal_workflow_definition", None) is not None
+            for obj in vars(module).values()
+        ), f"{name} defines a workflow: its module must be re-executed per run"
+
+
+def test_bytecode_cache_covers_the_modules_a_workflow_module_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With bytecode writing off (PYTHONDONTWRITEBYTECODE), the sandbox compiled a
+    workflow module's sibling from source on every run; the worker now writes the cache
+    of every loaded module of the workflow's package."""
+    pkg = tmp_path / "bytecodepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helper.py").write_text("def help() -> int:\n    return 1\n")
+    (pkg / "flow.py").write_text(
+        "from bytecodepkg.helper import help\n\nclass Flow:\n    value = help()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    try:
+        flow = importlib.import_module("bytecodepkg.flow")
+        helper_cache = importlib.util.cache_from_source(str(pkg / "helper.py"))
+        assert not Path(helper_cache).exists()
+
+        written = worker.warm_workflow_bytecode([flow.Flow])
+
+        assert helper_cache in written
+        assert worker._bytecode_fresh(str(pkg / "helper.py"), helper_cache)
+        assert worker.warm_workflow_bytecode([flow.Flow]) == []  # fresh: nothing rewritten
+    finally:
+        for name in [m for m in sys.modules if m.split(".")[0] == "bytecodepkg"]:
+            del sys.modules[name]
