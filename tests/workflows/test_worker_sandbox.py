@@ -72,3 +72,14 @@ def test_bytecode_cache_covers_the_modules_a_workflow_module_imports(
     finally:
         for name in [m for m in sys.modules if m.split(".")[0] == "bytecodepkg"]:
             del sys.modules[name]
+
+
+def test_the_workers_runner_compiles_each_sandbox_snippet_once() -> None:
+    """The runner's instances run the SDK's fixed snippets from cached code objects (the
+    SDK compiled its source string on every activation and every payload sequence)."""
+    runner = worker.workflow_runner()
+    assert isinstance(runner, worker.FleetqSandboxRunner)
+    worker._sandbox_code.cache_clear()
+    first = worker._sandbox_code("x = 1\n")
+    assert worker._sandbox_code("x = 1\n") is first
+    assert worker._sandbox_code.cache_info().misses == 1
