@@ -10,12 +10,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from temporalio.api.common.v1 import Payloads
+from temporalio.api.enums.v1 import CommandType
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import WorkflowHistory
-from temporalio.worker import Replayer
+from temporalio.converter import DataConverter
+from temporalio.worker import Replayer, WorkflowInstanceDetails
+from temporalio.worker._command_aware_visitor import CommandInfo
+from temporalio.worker.workflow_sandbox._runner import _fake_info
+from temporalio.worker.workflow_sandbox._runner import _Instance as SdkInstance
+from temporalio.workflow import _Definition
 
 import worker
 from fleetq.client.connection import DATA_CONVERTER
 from workflows import ALL_WORKFLOWS
+from workflows.pytorch_job import PyTorchJobWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -83,3 +92,36 @@ def test_the_workers_runner_compiles_each_sandbox_snippet_once() -> None:
     first = worker._sandbox_code("x = 1\n")
     assert worker._sandbox_code("x = 1\n") is first
     assert worker._sandbox_code.cache_info().misses == 1
+
+
+async def test_the_workers_runner_answers_context_lookups_as_the_sdk_does() -> None:
+    """The serialization-context lookups skip the sandbox snippet, and answer exactly
+    what the SDK's own path through the sandbox answers."""
+    runner = worker.workflow_runner()
+    instance = runner.create_instance(
+        WorkflowInstanceDetails(
+            payload_converter_factory=DataConverter.default._new_payload_converter,
+            failure_converter_class=DataConverter.default.failure_converter_class,
+            interceptor_classes=[],
+            defn=_Definition.must_from_class(PyTorchJobWorkflow),
+            info=_fake_info,
+            randomness_seed=-1,
+            extern_functions={},
+            disable_eager_activity_execution=False,
+            worker_level_failure_exception_types=[],
+            patch_activation_callback=None,
+            last_completion_result=Payloads(),
+            last_failure=Failure(),
+        )
+    )
+    assert isinstance(instance, SdkInstance)
+    for info in (
+        None,
+        CommandInfo(command_type=CommandType.COMMAND_TYPE_SCHEDULE_ACTIVITY_TASK, command_seq=1),
+    ):
+        ours = instance.get_serialization_context(info)
+        assert ours is not None
+        assert ours == SdkInstance.get_serialization_context(instance, info)
+        assert instance.get_external_store_context(info) == (
+            SdkInstance.get_external_store_context(instance, info)
+        )
