@@ -11,7 +11,9 @@ gangs the capacity caches see running on each member.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -64,6 +66,12 @@ REGISTRY_MAX_AGE = 1.0
 #: a capacity preemption's claimed room outlives its longest victim grace period by this
 #: long at most (the preemptor drops its plan after lifecycle.CAPACITY_MARGIN_SECONDS)
 CLAIM_MARGIN_SECONDS = 90.0
+log = logging.getLogger(__name__)
+
+#: how stale the worker's view of a quota tree's fleetq.io/preemption may be
+TREE_POLICY_MAX_AGE = 2.0
+#: the placement activity waits this long at most for the quota workflow's answer
+TREE_POLICY_TIMEOUT = 10.0
 #: how often purge_when_reachable asks an unreachable member whether it answers again
 PURGE_POLL_SECONDS = 1.0
 #: purge_when_reachable's "do you answer?" waits at most this long for the member
@@ -158,6 +166,12 @@ class SchedulingActivities:
         #: room capacity preemptions made, by preemptor (job workflow id)
         self._claims: dict[str, RoomClaim] = {}
         self._claims_lock = threading.Lock()
+        #: quota tree workflow id -> (monotonic time read, its fleetq.io/preemption)
+        self._tree_modes: dict[str, tuple[float, str]] = {}
+        #: the worker's event loop (the placement activity's thread queries through it)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        with contextlib.suppress(RuntimeError):
+            self._loop = asyncio.get_running_loop()
 
     @property
     def fleet(self) -> Fleet:
@@ -185,6 +199,7 @@ class SchedulingActivities:
         """Resolve from a snapshot of the registry shared by this worker's activities and
         refreshed at most every REGISTRY_MAX_AGE seconds (one query for a burst of jobs,
         not one each); a miss re-reads the registry once before it is believed."""
+        self._loop = asyncio.get_running_loop()
         res = Resolution()
         if self._client is not None:
             snapshot = await self._registry_snapshot()
@@ -249,13 +264,8 @@ class SchedulingActivities:
         flags = await asyncio.gather(*(gone(w) for w in inp.workflow_ids))
         return HolderVerdict(gone=[w for w, g in zip(inp.workflow_ids, flags, strict=True) if g])
 
-    @activity.defn(name="tree_preemption")
-    async def tree_preemption(self, tree_workflow_id: str) -> str:
-        """The quota tree's ``fleetq.io/preemption`` (``Never`` or ``LowerPriority``), as
-        its quota workflow's ``view`` says; ``Never`` when that workflow is not running
-        or is older than capacity preemption."""
-        if self._client is None:
-            return PreemptionMode.NEVER.value
+    async def _query_tree_preemption(self, tree_workflow_id: str) -> str:
+        assert self._client is not None
         try:
             raw = await self._client.get_workflow_handle(tree_workflow_id).query("view")
         except RPCError as exc:
@@ -263,6 +273,33 @@ class SchedulingActivities:
                 return PreemptionMode.NEVER.value
             raise
         return QuotaView.model_validate(raw).preemption
+
+    def tree_preemption(self, tree_workflow_id: str) -> bool:
+        """Whether the quota tree's ``fleetq.io/preemption`` is ``LowerPriority``, as its
+        quota workflow's ``view`` says (``Never`` when that workflow is not running or is
+        older than capacity preemption), read at most every TREE_POLICY_MAX_AGE seconds
+        per tree. Called from the placement activity's thread: the query runs on the
+        worker's event loop."""
+        now = time.monotonic()
+        with self._claims_lock:
+            cached = self._tree_modes.get(tree_workflow_id)
+        if cached is not None and now - cached[0] <= TREE_POLICY_MAX_AGE:
+            return cached[1] == PreemptionMode.LOWER_PRIORITY.value
+        loop = self._loop
+        if self._client is None or loop is None or loop.is_closed():
+            return False
+        future = asyncio.run_coroutine_threadsafe(
+            self._query_tree_preemption(tree_workflow_id), loop
+        )
+        try:
+            mode = future.result(timeout=TREE_POLICY_TIMEOUT)
+        except Exception as exc:  # no preemption this round; placement goes on
+            future.cancel()
+            log.warning("could not read the preemption policy of %s: %s", tree_workflow_id, exc)
+            return False
+        with self._claims_lock:
+            self._tree_modes[tree_workflow_id] = (time.monotonic(), mode)
+        return mode == PreemptionMode.LOWER_PRIORITY.value
 
     def _claims_for(self, job_id: str) -> list[RoomClaim]:
         """Live claims of other preemptors than ``job_id`` (expired ones dropped)."""
@@ -361,7 +398,13 @@ class SchedulingActivities:
                 v.job_id for v in inp.planned.victims if v.job_id in running
             ]
             return
-        if verdict.candidates or not inp.capacity_preemption or not inp.job_id:
+        if (
+            verdict.candidates
+            or not inp.capacity_preemption
+            or not inp.job_id
+            or inp.tree_workflow_id is None
+            or not self.tree_preemption(inp.tree_workflow_id)
+        ):
             return
         plan = plan_capacity_preemption(
             inp.job_id,
@@ -474,7 +517,6 @@ class SchedulingActivities:
             self.resolve_policy,
             self.signal_quota,
             self.check_holders,
-            self.tree_preemption,
             self.plan_placement,
             self.reserve,
             self.bind,

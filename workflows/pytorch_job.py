@@ -23,9 +23,9 @@ keeps running through its grace period, then is purged like a suspension, gives 
 back and queues again with its original submit time. A job its quota admitted that fits on
 no member may, under a tree with ``fleetq.io/preemption: LowerPriority``, preempt
 lower-priority gangs on exactly one member (the placement activity decides, from the
-member caches): it signals those victims itself, waits for them to leave (each wakes it
-with ``retry_placement`` once purged), then places there first; one plan at a time,
-dropped if it does not make room in time.
+tree's policy and the member caches): it signals those victims itself, waits for them to
+leave (each wakes it with ``retry_placement`` once purged), then places there first; one
+plan at a time, dropped if it does not make room in time.
 """
 
 from __future__ import annotations
@@ -108,7 +108,6 @@ with workflow.unsafe.imports_passed_through():
         GRACE_ANNOTATION,
         PREEMPTIBLE_ANNOTATION,
         JobPreemptionPolicy,
-        PreemptionMode,
         PreemptionReason,
         job_policy,
     )
@@ -130,9 +129,9 @@ PATCH_DEADLINE_ALONE = "deadline-alone"
 #: ``fleetq.io/preemptible`` / ``fleetq.io/preemption-grace-seconds`` annotations are
 #: checked at start (a job started before either existed ignores both)
 PATCH_PREEMPTION = "preemption"
-#: capacity preemption (issue 18): a job admitted by quota that fits on no member asks
-#: its tree's policy and may preempt lower-priority gangs on one member (checked only
-#: once a placement round found no room, so a job that places at once records nothing);
+#: capacity preemption (issue 18): a job admitted by quota that fits on no member may
+#: preempt lower-priority gangs on one member if its tree allows it (asked only once a
+#: placement round found no room, so a job that places at once records nothing);
 #: a capacity victim wakes its preemptor once its copy is purged
 PATCH_CAPACITY_PREEMPTION = "capacity-preemption"
 #: continue-as-new once a run's history passes this many events (bench/history.py reads it)
@@ -427,10 +426,11 @@ class PyTorchJobWorkflow:
         tolerations = [t.model_dump(exclude_none=True) for t in placement.clusterTolerations]
         delay = PLACEMENT_BACKOFF.initial
         last_reason = ""
-        #: capacity preemption is on for this placement (patched, and the tree says so);
-        #: asked once a round found no room, at the start of the next one: the patch
-        #: marker then comes first in its workflow task (after a local activity's marker
-        #: in the same task, a query's replay refused it as nondeterministic)
+        #: capacity preemption may be asked for in this placement (the placement activity
+        #: reads whether the tree allows it); decided once a round found no room, at the
+        #: start of the next one: the patch marker then comes first in its workflow task
+        #: (after a local activity's marker in the same task, a query's replay refused it
+        #: as nondeterministic)
         capacity: bool | None = None
         no_room = False
         while True:
@@ -447,8 +447,8 @@ class PyTorchJobWorkflow:
                 cluster_tolerations=tolerations,
                 exclude=list(view.evicted),
             )
-            if capacity is None and no_room and self._capacity_asked():
-                capacity = await self._capacity_preemption_on()
+            if capacity is None and no_room:
+                capacity = self._capacity_asked()
             verdict = await self._plan_placement(round_input, capacity=bool(capacity))
             no_room = lifecycle.no_room(verdict)
             if capacity:
@@ -518,25 +518,6 @@ class PyTorchJobWorkflow:
             and self._p.resolution.tree_workflow_id is not None
             and workflow.patched(PATCH_CAPACITY_PREEMPTION)
         )
-
-    async def _capacity_preemption_on(self) -> bool:
-        """The tree's ``fleetq.io/preemption`` (its quota workflow says) is LowerPriority."""
-        tree_id = self._p.resolution.tree_workflow_id
-        assert tree_id is not None
-        try:
-            mode = await workflow.execute_local_activity_method(
-                SchedulingActivities.tree_preemption,
-                tree_id,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(maximum_attempts=3),
-                summary=f"preemption policy of {tree_id}",
-            )
-        except ActivityError as exc:
-            if cancelled_by_delete(exc):
-                raise
-            workflow.logger.warning("could not read the preemption policy of %s: %s", tree_id, exc)
-            return False
-        return bool(mode == PreemptionMode.LOWER_PRIORITY.value)
 
     async def _preempt_for_room(self, plan: CapacityPlanned) -> None:
         """Carry out a capacity preemption: record it, then tell each victim to stop
