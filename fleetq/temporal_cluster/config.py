@@ -11,13 +11,13 @@ own gRPC and membership port.
 
 from __future__ import annotations
 
+import random
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-
-from fleetq.runtime.supervisor import free_port
 
 #: the services of a cluster besides history, which may run as several processes
 SERVICES = ("frontend", "matching", "worker")
@@ -42,6 +42,27 @@ DYNAMIC_CONFIG: dict[str, Any] = {
 }
 
 
+#: Temporal stores a membership port in ``cluster_membership.rpc_port``, a SMALLINT on
+#: PostgreSQL: ports from 32768 up (Linux's ephemeral range, where ``free_port`` lands)
+#: fail with "value out of range for type smallint", so the cluster's ports come from
+#: below it
+PORT_RANGE = (20000, 32767)
+
+
+def low_free_port(rng: random.Random | None = None) -> int:
+    """A loopback TCP port in :data:`PORT_RANGE` that nothing listens on right now."""
+    rng = rng or random.Random()
+    for _ in range(500):
+        port = rng.randint(*PORT_RANGE)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise OSError(f"no free loopback port in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
+
+
 @dataclass(frozen=True)
 class Ports:
     """Every loopback port of one cluster: gRPC and membership per process."""
@@ -64,7 +85,7 @@ class Ports:
         taken: set[int] = set()
 
         def one() -> int:
-            while (port := free_port()) in taken:
+            while (port := low_free_port()) in taken:
                 pass
             taken.add(port)
             return port

@@ -327,7 +327,7 @@ class TemporalCluster:
             [str(tdbg), "--address", self.address, "--namespace", namespace,
              "workflow", "describe", "--workflow-id", workflow_id],
             capture_output=True, text=True, check=False, timeout=30)
-        found = re.search(r'"historyAddr"\s*:\s*"[^"]*:(\d+)"', done.stdout)
+        found = re.search(r"History service address:\s*\S*:(\d+)", done.stdout)
         if done.returncode != 0 or found is None:
             return None
         port = int(found.group(1))
