@@ -319,6 +319,25 @@ def test_snapshots_without_resource_version_are_never_stale() -> None:
     assert isinstance(fits_node_by_node(gang(0), snap), str)
 
 
+def test_a_new_snapshot_of_a_cluster_reuses_what_did_not_change() -> None:
+    """The capacity cache hands over a new snapshot whose unchanged nodes are the same
+    objects: the view of those nodes is reused, a renewed node is seen as it is now, and
+    a node changed in place (then forgotten) is never mistaken for an unchanged one."""
+    a, b, c = node("a", 8), node("b", 4, requested={"cpu": 1000}), node("c", 16)
+    first = cluster("cluster-r", a, b, c, resource_version="1")
+    view = columns_of(first)
+    assert columns_of(cluster("cluster-r", a, b, c, resource_version="2")) is view
+    assert fits_node_by_node(gang(0, master_cpu=3), first) == {"master-0": "b"}
+    full = node("b", 4, requested={"cpu": 4000})  # a pod started on b: a new object
+    second = cluster("cluster-r", a, full, c, resource_version="3")
+    assert fits_node_by_node(gang(0, master_cpu=3), second) == {"master-0": "a"}
+    a.requested = {"cpu": 8000}  # changed in place (against the rules), then forgotten
+    forget(second)
+    third = cluster("cluster-r", a, full, c, resource_version="5")
+    assert fits_node_by_node(gang(0, master_cpu=3), third) == {"master-0": "c"}
+    assert fits_node_by_node(gang(0, master_cpu=3), second) == {"master-0": "c"}
+
+
 def test_columns_hold_free_resources_and_slots() -> None:
     cols = ClusterColumns.from_snapshot(
         cluster("c", node("n1", 4, requested={"cpu": 5000}, pods_used=3, pods_allocatable=10))
