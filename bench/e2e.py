@@ -42,9 +42,11 @@ from bench.command import bench_app, help_text, run_command
 from bench.common import (
     Phase,
     RunStats,
+    Stack,
     embedded_stack,
     payload_bytes,
     percentile,
+    proc_cpu_seconds,
     quota_messages,
     real_activities,
     result_line,
@@ -379,6 +381,16 @@ def temporal_cpu(phase: Phase) -> float:
     return sum(parts) if parts else math.nan
 
 
+def server_cpu(stack: Stack) -> dict[str, float]:
+    """CPU seconds so far of the Temporal server: the dev server's process, or each
+    process of the cluster with PostgreSQL's backends counted (the per-phase lines count
+    the postmaster only)."""
+    cluster = stack.embedded.cluster
+    if cluster is not None:
+        return dict(cluster.cpu_seconds())
+    return {"temporal": proc_cpu_seconds(stack.pids["temporal"])}
+
+
 def per_item_ms(seconds: float, count: int) -> float:
     return seconds / count * 1000 if count else math.nan
 
@@ -409,8 +421,10 @@ async def run(args: Options) -> int:
                 await run_baseline(client, args.warmup, 3, args.concurrency, "warm-mix",
                                    local=4)
 
+                cpu0 = server_cpu(stack)
                 for r in range(args.rounds):
                     rounds.append(await run_round(client, stack.pids, args, r, say))
+                server = {k: v - cpu0.get(k, 0.0) for k, v in server_cpu(stack).items()}
                 quota = await quota_profile(client)
         finally:
             if acts._fleet is not None:
@@ -447,6 +461,9 @@ async def run(args: Options) -> int:
     print("  time (mean/max s): " + ", ".join(
         f"{k} {sum(v) / len(v):.2f}/{max(v):.2f} (x{len(v)})" for k, v in quota[1].items()
         if v))
+    print(f"Temporal server CPU over the measured rounds ({args.temporal}): "
+          f"{sum(server.values()):.1f} s (" + ", ".join(
+              f"{k} {v:.1f}" for k, v in server.items()) + ")")
     ratios = [rd.ratio for rd in rounds]
     mixes = [rd.mix_ratio for rd in rounds]
     stricts = [rd.strict_ratio for rd in rounds]

@@ -90,6 +90,35 @@ def _postgres_owns(path: Path) -> None:
             break
 
 
+def _stat_cpu(pid: int, children: bool) -> float:
+    """utime + stime of ``pid`` (and, with ``children``, of its waited-for children)
+    from /proc, in seconds; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid``, its exited children and its live children (PostgreSQL's
+    backends are children of the postmaster)."""
+    total = _stat_cpu(pid, children=True)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(stat[1]) == pid:
+            total += _stat_cpu(int(entry.name), children=True)
+    return total
+
+
 @dataclass
 class TemporalCluster:
     """Start with :meth:`start`, stop with :meth:`stop` (or use as a context manager)."""
@@ -332,6 +361,13 @@ class TemporalCluster:
             return None
         port = int(found.group(1))
         return self.ports.history.index(port) if port in self.ports.history else None
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) so far of each process; ``postgres`` counts the
+        postmaster and every backend it forked (one per pooled connection), live or
+        exited."""
+        return {c.name: tree_cpu_seconds(c.pid) if c is self.postgres else
+                _stat_cpu(c.pid, children=False) for c in self.children}
 
     def info(self) -> dict[str, object]:
         """What ``fleetq temporal-cluster up`` publishes: address, processes, ports."""
