@@ -273,6 +273,7 @@ class RunFigures:
     usage: float  # time-averaged admitted cpu / sum of leaf min cpu
     makespan: float
     jobs: int
+    stages: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -310,14 +311,26 @@ def admitted_at(view: JobView) -> float | None:
     return max(times) if times else None
 
 
-def quota_holdings(events: Sequence[Any], cpu: dict[str, float]
-                   ) -> tuple[list[tuple[float, float]], float | None]:
-    """From the quota workflow's history: ``(t, ±cpu)`` at each grant signal it sent and
-    each release it took (a release of a job that holds nothing changes nothing), and
-    the time of the last release."""
+@dataclass
+class Holdings:
+    """What the quota workflow's history says each job held: ``(t, ±cpu)`` changes, and
+    when each job's grant was sent and its release taken (a job preempted and admitted
+    again has several)."""
+
+    changes: list[tuple[float, float]]
+    granted: dict[str, list[float]]
+    released: dict[str, list[float]]
+
+    @property
+    def last_release(self) -> float | None:
+        return max((t for ts in self.released.values() for t in ts), default=None)
+
+
+def quota_holdings(events: Sequence[Any], cpu: dict[str, float]) -> Holdings:
+    """From the quota workflow's history: each grant signal it sent (``+cpu``) and each
+    release it took (``-cpu``; a release of a job that holds nothing changes nothing)."""
+    out = Holdings([], {}, {})
     held: set[str] = set()
-    changes: list[tuple[float, float]] = []
-    last: float | None = None
     for ev in events:
         t = ev.event_time.seconds + ev.event_time.nanos / 1e9
         if ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
@@ -325,14 +338,41 @@ def quota_holdings(events: Sequence[Any], cpu: dict[str, float]
             job = sent.workflow_execution.workflow_id
             if sent.signal_name == "admitted" and job in cpu and job not in held:
                 held.add(job)
-                changes.append((t, cpu[job]))
+                out.changes.append((t, cpu[job]))
+                out.granted.setdefault(job, []).append(t)
             continue
         for _ev, m in quota_messages([ev]):
             if m.signal == "release" and m.job_id in held:
                 held.discard(m.job_id)
-                changes.append((t, -cpu[m.job_id]))
-                last = t if last is None else max(last, t)
-    return changes, last
+                out.changes.append((t, -cpu[m.job_id]))
+                out.released.setdefault(m.job_id, []).append(t)
+    return out
+
+
+def stages(views: dict[str, JobView], plan: Sequence[PlannedJob], wall0: float,
+           holdings: Holdings) -> dict[str, list[float]]:
+    """Where each job's time went between its trace time and its quota's release, from
+    the quota workflow's history and the job's own record (jobs run once: a preempted
+    job's later runs are not split out)."""
+    out: dict[str, list[float]] = {}
+
+    def add(key: str, start: float | None, end: float | None, less: float = 0.0) -> None:
+        if start is not None and end is not None:
+            out.setdefault(key, []).append(end - start - less)
+
+    for job in plan:
+        view = views[job.workflow_id]
+        granted = holdings.granted.get(job.workflow_id, [None])[-1]
+        released = holdings.released.get(job.workflow_id, [None])[-1]
+        admitted = admitted_at(view)
+        bound = view.bound_at.timestamp() if view.bound_at else None
+        finished = view.finished_at.timestamp() if view.finished_at else None
+        add("trace time -> grant sent", wall0 + job.offset, granted)
+        add("grant sent -> Admitted", granted, admitted)
+        add("Admitted -> bound", admitted, bound)
+        add("bound -> finished, less run time", bound, finished, job.run)
+        add("finished -> release taken", finished, released)
+    return out
 
 
 # ---------------------------------------------------------------------- the real run
@@ -445,11 +485,13 @@ def real_figures(real: RealRun, plan: Sequence[PlannedJob], min_cpu: float) -> R
         if at is not None:
             admission.setdefault(job.job_class, []).append(at - (real.wall0 + job.offset))
     cpu = {j.workflow_id: j.cpu for j in plan}
-    changes, last = quota_holdings(real.quota_events, cpu)
+    holdings = quota_holdings(real.quota_events, cpu)
+    last = holdings.last_release
     end = last if last is not None else real.wall0
     makespan = end - real.wall0
-    usage = time_averaged(changes, real.wall0, end) / min_cpu
-    return RunFigures(admission, usage, makespan, len(plan))
+    usage = time_averaged(holdings.changes, real.wall0, end) / min_cpu
+    return RunFigures(admission, usage, makespan, len(plan),
+                      stages(real.views, plan, real.wall0, holdings))
 
 
 # ---------------------------------------------------------------------- report
@@ -505,6 +547,9 @@ def print_report(path: str, args: Options, trace: Trace, sim: RunFigures,
           f"simulated {sim.usage:.3f}, real {real.usage:.3f}")
     print(f"makespan: simulated {sim.makespan:.1f} s, real {real.makespan:.1f} s; jobs/s: "
           f"simulated {sim.rate:.2f}, real {real.rate:.2f}")
+    print("real job stages, s (mean/p50/p99/max): " + "; ".join(
+        f"{k} {sum(v) / len(v):.2f}/{percentile(v, 50):.2f}/{percentile(v, 99):.2f}/"
+        f"{max(v):.2f}" for k, v in real.stages.items() if v))
     timing = timings(run.quota_events)
     parts = [f"{k} {sum(v) / len(v) * 1000:.0f}/{percentile(v, 99) * 1000:.0f}/"
              f"{max(v) * 1000:.0f} ms" for k, v in timing.items()

@@ -101,6 +101,11 @@ def test_a_tiny_trace_runs_through_the_real_stack_beside_the_simulator(
     assert real_makespan > 0
     assert float(results["tracemakespan"]["ratio"]) == pytest.approx(
         sim_makespan / real_makespan, abs=0.01)
+    # where the real jobs' time went, every stage measured for every job
+    stage_line = _figure(r"^real job stages, s \(mean/p50/p99/max\): (.*)$", out)[1]
+    for stage in ("trace time -> grant sent", "grant sent -> Admitted", "Admitted -> bound",
+                  "bound -> finished, less run time", "finished -> release taken"):
+        assert stage in stage_line
     order = _figure(r"simulated (\S+ < \S+); real (\S+ < \S+); preserved: (yes|no)$", out)
     assert order[1] == "low < high"
     assert (order[3] == "yes") == (order[1] == order[2])
