@@ -33,6 +33,12 @@ Whoever mutates a snapshot in place must change its ``resource_version`` or call
 :func:`forget`. The adapter's capacity cache keeps views warm simply by handing the same
 snapshot objects to every placement (or by calling :func:`columns_of` when it refreshes
 a snapshot). Eligibility masks (nodeSelector x tolerations) are memoised on the view.
+When something changed in a cluster, the cache hands over a new snapshot in which only
+the changed nodes are new :class:`~fleetq.capacity.NodeCapacity` objects; the new view
+is then derived from the cluster's last one (:meth:`ClusterColumns.updated`: the new
+nodes' values patched, the fill order re-derived, about 0.2 ms for 1,000 nodes against
+1 ms for a full build), equal to a full build. Node objects in a snapshot with a
+``resource_version`` are therefore read-only: a node that changes is a new object.
 
 :func:`place_gang` does not loop over clusters in numpy: the candidate clusters' views
 are stacked into one fleet view (cached for the last few tuples of view objects, so it
