@@ -53,6 +53,7 @@ from fleetq.admission import (
     AdmissionState,
     Grant,
     QueuePolicy,
+    QueueTable,
     pack_state,
     pack_state_json,
     unpack_state,
@@ -165,9 +166,14 @@ class CountingAdmission(Admission):
 
     checks = 0
 
-    def _pick(self, q: JobQueue, nofit: set[tuple[str, int]]) -> tuple[Key, int] | None:
+    def _pick(
+        self,
+        q: JobQueue,
+        nofit: dict[tuple[str, int], Any],
+        blockers: list[Any] | None = None,
+    ) -> tuple[Key, int] | None:
         self.checks += 1
-        return super()._pick(q, nofit)
+        return super()._pick(q, nofit, blockers)
 
 
 @dataclass
@@ -181,6 +187,7 @@ class Fleet:
     source: JobSource
     held: list[str] = field(default_factory=list)
     now: float = T0
+    table: QueueTable = field(default_factory=QueueTable)
 
     def add_grants(self, job_ids: Sequence[str]) -> None:
         self.held.extend(job_ids)
@@ -225,22 +232,16 @@ def build_fleet(label: str, parents: int, leaves: int, waiting_per_leaf: int, se
     return fleet
 
 
-def publish_details(adm: Admission) -> int:
+def publish_details(adm: Admission, table: QueueTable) -> int:
     """What the quota workflow computes after every task (mirrors
-    ``QuotaTreeWorkflow._publish_details`` and the run loop's ``holders()`` check)."""
+    ``QuotaTreeWorkflow._publish_details``, which redraws only the rows of the nodes
+    that changed with a :class:`~fleetq.admission.QueueTable`, and the run loop's holder
+    count)."""
     admitted, waiting = adm.counts()
-    queues = adm.queues()
-    lines = [f"{admitted} admitted, {waiting} waiting", "", "| queue | waiting | admitted "
-             "| usage / max |", "|---|---|---|---|"]
-    for q in queues:
-        usage = ", ".join(
-            f"{k} {R.format_quantity(k, q.usage.get(k, 0))}/{R.format_quantity(k, v)}"
-            for k, v in sorted(q.max.items())
-        )
-        lines.append(f"| {q.name} | {q.length} | {q.admitted} | {usage or '-'} |")
+    lengths = table.update(adm)
+    lines = [f"{admitted} admitted, {waiting} waiting", "", *table.lines()]
     lines.append(str(len(adm.preemptors())))
-    lengths = {q.name: q.length for q in queues}
-    return len("\n".join(lines)) + len(lengths) + len(adm.holders())
+    return len("\n".join(lines)) + len(lengths) + adm.counts()[0]
 
 
 @dataclass
@@ -261,7 +262,7 @@ def one_task(fleet: Fleet, times: TaskTimes) -> None:
     adm.release(job_id)
     grants = adm.schedule(fleet.now)
     t1 = clock()
-    publish_details(adm)
+    publish_details(adm, fleet.table)
     t2 = clock()
     times.release_schedule.append(t1 - t0)
     times.details.append(t2 - t1)

@@ -464,6 +464,9 @@ def unpack_state(packed: str | bytes) -> AdmissionState:
     return AdmissionState.model_validate_json(zlib.decompress(base64.b64decode(packed)))
 
 
+#: (node, resource, quantity): a request is short of that resource at that node, and
+#: cannot fit until that quantity of it is free there
+_Short = tuple[str, str, int]
 #: the quota id a pass charges a pending preemptor's request under (see ``schedule``)
 _HELD = "\x00held-for:"
 #: a holder's (priority, preemptible, grace_seconds) when its job says nothing
@@ -556,14 +559,19 @@ class Admission:
         #: tested against); True: only the queues that can have changed (see ``_pass``)
         self.incremental = True
         # What changed since the last pass: queues touched (jobs added or removed,
-        # rebuilt) and nodes whose usage went down; ``_blocked`` indexes each
-        # non-empty queue without a pick under the nodes its candidates do not fit at
-        # (``_blockers`` is the reverse index), so a pass looks only at the queues a
+        # rebuilt) and nodes whose usage went down. ``_waits`` indexes each non-empty
+        # queue without a pick under (node, resource) its candidates are short of, with
+        # how much of it each needs free there (a min-heap per node and resource of
+        # ``(need, generation, queue)``; ``_gen`` holds each blocked queue's current
+        # generation, older entries are stale), so a pass looks only at the queues a
         # change can have unblocked.
         self._touched: dict[str, None] = {}
         self._freed: dict[str, None] = {}
-        self._blocked: dict[str, dict[str, None]] = {}
-        self._blockers: dict[str, tuple[str, ...]] = {}
+        self._recheck: dict[str, None] = {}  # blocked for no known reason (defensive)
+        self._waits: dict[str, dict[str, list[tuple[int, int, str]]]] = {}
+        self._gen: dict[str, int] = {}
+        self._gens = 0
+        self._entries = 0  # heap entries, stale ones included
         #: nodes whose row of :meth:`queues` changed since :meth:`changed_queues` (None:
         #: every node)
         self._rows: dict[str, None] | None = None
@@ -585,8 +593,9 @@ class Admission:
             self._place(job, skipped.get(job.job_id))
         self._touched = dict.fromkeys(self._queues)
         self._freed = {}
-        self._blocked = {}
-        self._blockers = {}
+        self._waits = {}
+        self._gen = {}
+        self._entries = 0
         self._rows = None
 
     def _place(self, job: _Job, skipped_at: float | None) -> JobQueue:
@@ -609,45 +618,85 @@ class Admission:
             if self._rows is not None:
                 self._rows[n.name] = None
 
-    def _block(self, node: str, blockers: list[str]) -> None:
-        """Index the queue of ``node``, which has no pick, under the nodes its
-        candidates do not fit at (the root if none is known: any release re-checks it)."""
-        nodes = tuple(dict.fromkeys(blockers)) or (self.quota.root,)
-        self._blockers[node] = nodes
-        for b in nodes:
-            self._blocked.setdefault(b, {})[node] = None
+    def _block(self, node: str, blockers: list[_Short]) -> None:
+        """Index the queue of ``node``, which has no pick, under each (node, resource,
+        need) one of its candidates is short of (re-examined at the next pass if none
+        is known)."""
+        if not blockers:
+            self._recheck[node] = None
+            return
+        self._gens += 1
+        gen = self._gens
+        self._gen[node] = gen
+        for at, res, need in blockers:
+            heapq.heappush(self._waits.setdefault(at, {}).setdefault(res, []), (need, gen, node))
+        self._entries += len(blockers)
+        if self._entries > 4 * len(self._gen) + 1024:
+            self._compact()
 
     def _unblock(self, node: str) -> None:
-        for b in self._blockers.pop(node, ()):
-            queues = self._blocked.get(b)
-            if queues is not None:
-                queues.pop(node, None)
+        self._gen.pop(node, None)
+
+    def _compact(self) -> None:
+        """Drop the stale entries of every heap."""
+        gen = self._gen
+        self._entries = 0
+        for by_res in self._waits.values():
+            for res, heap in list(by_res.items()):
+                live = [e for e in heap if gen.get(e[2]) == e[1]]
+                heapq.heapify(live)
+                by_res[res] = live
+                self._entries += len(live)
+
+    def _woken(self, node: str, found: dict[str, None]) -> None:
+        """Add to ``found`` the queues blocked at ``node`` whose need there is free now."""
+        by_res = self._waits.get(node)
+        if not by_res:
+            return
+        n = self.quota.nodes[node]
+        gen = self._gen
+        for res, heap in by_res.items():
+            cap = n.max.get(res)
+            if cap is None:
+                continue
+            free = cap - n.usage.get(res, 0)
+            while heap and heap[0][0] <= free:
+                _, g, queue = heapq.heappop(heap)
+                self._entries -= 1
+                if gen.get(queue) == g:
+                    del gen[queue]
+                    found[queue] = None
 
     def _skip_times(self) -> dict[str, float]:
         return {k[2]: t for q in self._queues.values() for k, t in q.skipped_at.items()}
 
+    def _short(self, node: str, request: Mapping[str, int]) -> _Short | None:
+        short = self.quota.short_of(node, request)
+        if short is None:
+            return None
+        return short[0].name, short[1], request[short[1]]
+
     def _pick(
         self,
         q: JobQueue,
-        nofit: dict[tuple[str, int], str],
-        blockers: list[str] | None = None,
+        nofit: dict[tuple[str, int], _Short],
+        blockers: list[_Short] | None = None,
     ) -> tuple[Key, int] | None:
         """The job this queue would admit next, given current usage, or None; then
-        ``blockers`` gets the nodes its candidates do not fit at (``nofit`` remembers,
-        for one pass, where each (queue, shape) did not fit: usage only rises in a pass).
-        """
+        ``blockers`` gets, for its candidates, a (node, resource, need) each is short of
+        (``nofit`` remembers them for one pass per (queue, shape): usage only rises in
+        a pass)."""
         if not q.order:
             return None
-        quota = self.quota
-        short = quota.first_short(q.node, q.lower_bound())
-        if short is not None:  # nothing of this queue fits until ``short`` frees quota
+        short = self._short(q.node, q.lower_bound())
+        if short is not None:  # nothing of this queue fits until that is free
             if blockers is not None:
                 blockers.append(short)
             return None
         if self.policy is QueuePolicy.BLOCK:
             key = q.order[0]
             shape = self._waiting[key[2]].shape
-            short = quota.first_short(q.node, self._shapes[shape])
+            short = self._short(q.node, self._shapes[shape])
             if short is None:
                 return key, shape
             if blockers is not None:
@@ -659,7 +708,7 @@ class Admission:
                 break
             short = nofit.get((q.node, shape))
             if short is None:
-                short = quota.first_short(q.node, self._shapes[shape])
+                short = self._short(q.node, self._shapes[shape])
                 if short is None:
                     return key, shape
                 nofit[(q.node, shape)] = short
@@ -846,17 +895,17 @@ class Admission:
             out = list(self._queues)
         else:
             found = self._touched
+            found.update(self._recheck)
+            self._recheck = {}
             for node in self._freed:
-                queues = self._blocked.pop(node, None)
-                if queues:
-                    found.update(queues)
+                self._woken(node, found)
             out = list(found)
         self._touched = {}
         self._freed = {}
         return out
 
     def _pass(self, now: float) -> list[Grant]:
-        nofit: dict[tuple[str, int], str] = {}
+        nofit: dict[tuple[str, int], _Short] = {}
         heap: list[tuple[tuple[Any, ...], str]] = []
         queues = self._queues
         for node in self._candidates():
@@ -866,7 +915,7 @@ class Admission:
             self._unblock(node)
             if q.order:
                 q.promote(now, self.starvation_seconds)
-                blockers: list[str] = []
+                blockers: list[_Short] = []
                 pick = self._pick(q, nofit, blockers)
                 if pick is not None:
                     heap.append((self._rank(q, pick[0]), node))

@@ -184,13 +184,18 @@ class QuotaTree:
                 return False
         return True
 
-    def first_short(self, node: str, request: Mapping[str, int]) -> str | None:
+    def short_of(self, node: str, request: Mapping[str, int]) -> tuple[QuotaNode, str] | None:
         """The lowest node of ``node``'s chain (itself, then its ancestors) under whose
-        ``max`` ``request`` does not fit, or None if it fits everywhere: the request can
-        only come to fit once that node's usage goes down."""
+        ``max`` ``request`` does not fit, and a resource it is short of there; None if
+        it fits everywhere (:meth:`fits`). The request cannot fit until that node has
+        ``request[resource]`` free of that resource."""
         for n in self.nodes[node].chain:
-            if not R.within_max(request, n.usage, n.max):
-                return n.name
+            limit, usage = n.max, n.usage
+            for k, v in request.items():
+                if v > 0:
+                    m = limit.get(k)
+                    if m is not None and usage.get(k, 0) + v > m:
+                        return n, k
         return None
 
     def can_admit(self, node: str, request: Mapping[str, int]) -> str | None:

@@ -1,0 +1,155 @@
+"""Benchmark: the simulator on Kueue's large-scale shape (issue 19, item 3): 10 parent
+quota nodes x 100 leaves, 50,000 jobs, and how much of its CPU the scheduling passes
+take when each examines only the queues a change can have unblocked (the incremental
+pass) against a full pass over every queue (``Admission.incremental = False``, what every
+pass did before), in the same run.
+
+The trace is generated (``--write`` saves it for ``fleetq sim replay``): each leaf
+guarantees 12 cpu and may borrow up to 48, each parent guarantees 1,200 and may use
+1,800, the root has 12,000; four member clusters of 16 x 256-cpu nodes (16,384 cpu, so
+quota is what jobs wait for). Every leaf submits ``--jobs`` / 1,000 jobs over 4 hours in
+Kueue's three classes: small (1 pod x 2 cpu, 5-15 min, priority 10, 80 %), medium
+(2 pods x 4 cpu, 20-40 min, priority 100, 16 %), large (4 pods x 4 cpu, 30-60 min,
+priority 1000, 4 %); leaves offer 0.3 to 2.4 times their share of the demand, so busy
+leaves borrow and quiet ones stay below ``min`` (about 1.4x the root over the 4 hours).
+
+Run: ``python -m bench.sim_scale [--parents 10] [--leaves 100] [--jobs 50000]
+[--full-jobs 10000] [--write FILE]``. The full-pass reference replays the first
+``--full-jobs`` jobs' worth of the same shape (0 skips it); last line ``RESULT simlarge
+<process CPU seconds of the incremental replay> (target 30)``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+from bench.command import bench_app, help_text, run_command
+from fleetq.simulator import engine
+from fleetq.simulator.trace import parse_trace
+
+TARGET = 30.0
+HOURS = 4 * 3600.0
+CLASSES = [  # name, share of jobs, workers, cpu per pod, run min/max, priority
+    ("small", 0.80, 0, "2", 300, 900, 10),
+    ("medium", 0.16, 1, "4", 1200, 2400, 100),
+    ("large", 0.04, 3, "4", 1800, 3600, 1000),
+]
+#: how much of an average leaf's demand each leaf submits, by leaf index modulo 6
+LOAD = [2.4, 1.6, 1.0, 0.7, 0.5, 0.3]
+
+
+def trace_doc(parents: int, leaves: int, jobs: int, preemption: bool = False) -> dict[str, Any]:
+    """The large-scale trace as ``fleetq sim replay`` reads it."""
+    orgs = []
+    groups: list[dict[str, Any]] = []
+    per_leaf = jobs / (parents * leaves)
+    mean_load = sum(LOAD) / len(LOAD)
+    for p in range(parents):
+        teams = []
+        for i in range(leaves):
+            name = f"team-{p:02d}-{i:03d}"
+            teams.append({"name": name, "namespaces": [name], "min": {"cpu": 12},
+                          "max": {"cpu": 48}})
+            load = LOAD[i % len(LOAD)] / mean_load
+            for cls, share, workers, cpu, lo, hi, prio in CLASSES:
+                count = max(1, round(per_leaf * share * load))
+                interval = HOURS / count
+                groups.append({
+                    "name": f"{cls}-{p:02d}-{i:03d}", "namespace": name, "jobClass": cls,
+                    "priority": prio, "count": count,
+                    "start": round((p * leaves + i) % 600 + interval * 0.3, 1),
+                    "interval": round(interval, 1), "workers": workers,
+                    "requests": {"cpu": cpu, "memory": "8Gi"},
+                    "runSeconds": {"min": lo, "max": hi},
+                })
+        orgs.append({"name": f"org-{p:02d}", "min": {"cpu": 12 * leaves},
+                     "max": {"cpu": 18 * leaves}, "children": teams})
+    total = 12 * leaves * parents
+    notes = {"fleetq.io/preemption": "LowerPriority", "fleetq.io/reclaim": "Any"}
+    return {
+        "topology": {"clusters": [
+            {"name": f"c{c}", "nodeGroups": [
+                {"count": 16, "cpu": "256", "memory": "2048Gi", "pods": 1000}]}
+            for c in range(4)
+        ]},
+        "seed": 19,
+        "queuePolicy": "Priority",
+        "quota": {
+            "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+            "kind": "ElasticQuotaTree",
+            "metadata": {"name": "kueue-large", "namespace": "kube-system",
+                         **({"annotations": notes} if preemption else {})},
+            "spec": {"root": {"name": "root", "min": {"cpu": total}, "max": {"cpu": total},
+                              "children": orgs}},
+        },
+        "jobs": groups,
+    }
+
+
+def outline(summary: dict[str, Any]) -> str:
+    """The summary's top-level figures (not the per-group tables)."""
+    keep = {k: v for k, v in summary.items() if isinstance(v, int | float | str)}
+    return ", ".join(f"{k} {v}" for k, v in keep.items())
+
+
+def replay(doc: dict[str, Any], incremental: bool) -> tuple[float, Any, int]:
+    """Process CPU seconds of one replay, its result and the job count."""
+    trace = parse_trace(doc, "kueue-large")
+    sim = engine.Simulation(trace, None)
+    sim.admission.incremental = incremental
+    t0 = time.process_time()
+    result = sim.run()
+    return time.process_time() - t0, result, trace.job_count
+
+
+def run(parents: int, leaves: int, jobs: int, full_jobs: int, preemption: bool,
+        write: Path | None) -> int:
+    doc = trace_doc(parents, leaves, jobs, preemption)
+    if write is not None:
+        write.write_text(yaml.safe_dump(doc, sort_keys=False))
+        print(f"wrote {write}")
+    cpu, result, n = replay(doc, True)
+    print(f"{parents} x {leaves} leaves, {n:,} jobs, preemption "
+          f"{'LowerPriority + Any' if preemption else 'off'}: incremental passes "
+          f"{cpu:.1f} s process CPU")
+    print(outline(result.summary_data))
+    if full_jobs:
+        small = trace_doc(parents, leaves, full_jobs, preemption)
+        inc_cpu, inc_result, m = replay(small, True)
+        full_cpu, full_result, _ = replay(small, False)
+        same = inc_result.summary_data == full_result.summary_data
+        print(f"same shape, {m:,} jobs: incremental {inc_cpu:.1f} s, full pass "
+              f"{full_cpu:.1f} s process CPU ({full_cpu / inc_cpu:.1f}x); same result: {same}")
+    print(f"RESULT simlarge {cpu:.1f} (target {TARGET})")
+    return 0
+
+
+app = bench_app()
+
+
+@app.command(help=help_text(__doc__))
+def command(
+    parents: int = typer.Option(10, "--parents", min=1),
+    leaves: int = typer.Option(100, "--leaves", min=1, help="leaves per parent"),
+    jobs: int = typer.Option(50_000, "--jobs", min=1),
+    full_jobs: int = typer.Option(10_000, "--full-jobs", min=0,
+                                  help="jobs of the full-pass reference replay (0: none)"),
+    preemption: bool = typer.Option(False, "--preemption",
+                                    help="the tree turns LowerPriority + Any on"),
+    write: Path | None = typer.Option(None, "--write", help="save the trace as YAML"),
+) -> None:
+    raise typer.Exit(run(parents, leaves, jobs, full_jobs, preemption, write))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(app, argv, "python -m bench.sim_scale")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
