@@ -260,12 +260,21 @@ class TemporalCluster:
         self.services[name] = child
         return child
 
-    def spawn_services(self) -> None:
-        """Every service process, without waiting for them."""
+    def spawn_services(self, timeout: float = 120.0) -> None:
+        """Every service process; only the first is waited for, until it serves gRPC.
+
+        One first, on its own: each process saves the cluster's metadata on a fresh
+        database when it starts, and two doing it at once make the loser exit
+        ("duplicate key value violates unique constraint cluster_metadata_info_pkey").
+        A process listens on its gRPC port only after that step."""
         self.progress(f"starting Temporal {self.build.version}: "
                       f"{', '.join(self.layout.processes)} "
                       f"({self.layout.shards} history shards)")
-        for name in self.layout.processes:
+        first, *rest = self.layout.processes
+        self.spawn_service(first).wait_ready(
+            lambda: port_in_use(self.host, self.ports.history[0]),
+            time.monotonic() + timeout, what=first, error=ClusterError, poll=0.2)
+        for name in rest:
             self.spawn_service(name)
 
     def start_services(self, timeout: float = 180.0) -> None:
