@@ -467,6 +467,18 @@ def unpack_state(packed: str | bytes) -> AdmissionState:
 #: (node, resource, quantity): a request is short of that resource at that node, and
 #: cannot fit until that quantity of it is free there
 _Short = tuple[str, str, int]
+
+
+class _Waits:
+    """Queues blocked at one node for one resource: ``by_need`` ``(need, generation,
+    queue)`` (whether any may fit now) and ``by_rank`` ``(best rank, generation, queue,
+    need)`` (which to take up first); lazily pruned (``Admission._gen``)."""
+
+    __slots__ = ("by_need", "by_rank")
+
+    def __init__(self) -> None:
+        self.by_need: list[tuple[int, int, str]] = []
+        self.by_rank: list[tuple[Any, int, str, int]] = []
 #: the quota id a pass charges a pending preemptor's request under (see ``schedule``)
 _HELD = "\x00held-for:"
 #: a holder's (priority, preemptible, grace_seconds) when its job says nothing
@@ -561,14 +573,17 @@ class Admission:
         # What changed since the last pass: queues touched (jobs added or removed,
         # rebuilt) and nodes whose usage went down. ``_waits`` indexes each non-empty
         # queue without a pick under (node, resource) its candidates are short of, with
-        # how much of it each needs free there (a min-heap per node and resource of
-        # ``(need, generation, queue)``; ``_gen`` holds each blocked queue's current
-        # generation, older entries are stale), so a pass looks only at the queues a
-        # change can have unblocked.
+        # how much of it each needs free there and the best rank it could have
+        # (:class:`_Waits`; ``_gen`` holds each blocked queue's current generation,
+        # older entries are stale), so a pass looks only at the queues a change can
+        # have unblocked, best first, and stops once what was freed is taken.
         self._touched: dict[str, None] = {}
         self._freed: dict[str, None] = {}
         self._recheck: dict[str, None] = {}  # blocked for no known reason (defensive)
-        self._waits: dict[str, dict[str, list[tuple[int, int, str]]]] = {}
+        self._waits: dict[str, dict[str, _Waits]] = {}
+        #: while a pass runs: queues to block once it is over (a queue blocked during a
+        #: pass must not be taken up again by the same pass)
+        self._deferred: list[tuple[str, list[_Short]]] | None = None
         self._gen: dict[str, int] = {}
         self._gens = 0
         self._entries = 0  # heap entries, stale ones included
@@ -621,15 +636,25 @@ class Admission:
     def _block(self, node: str, blockers: list[_Short]) -> None:
         """Index the queue of ``node``, which has no pick, under each (node, resource,
         need) one of its candidates is short of (re-examined at the next pass if none
-        is known)."""
+        is known), with the best rank it could have (its first job's)."""
+        if self._deferred is not None:
+            self._deferred.append((node, blockers))
+            return
         if not blockers:
             self._recheck[node] = None
             return
+        q = self._queues[node]
+        if not q.order:
+            return
         self._gens += 1
-        gen = self._gens
-        self._gen[node] = gen
+        gen = self._gen[node] = self._gens
+        rank = self._rank(q, q.order[0])
         for at, res, need in blockers:
-            heapq.heappush(self._waits.setdefault(at, {}).setdefault(res, []), (need, gen, node))
+            w = self._waits.setdefault(at, {}).get(res)
+            if w is None:
+                w = self._waits[at][res] = _Waits()
+            heapq.heappush(w.by_need, (need, gen, node))
+            heapq.heappush(w.by_rank, (rank, gen, node, need))
         self._entries += len(blockers)
         if self._entries > 4 * len(self._gen) + 1024:
             self._compact()
@@ -642,30 +667,48 @@ class Admission:
         gen = self._gen
         self._entries = 0
         for by_res in self._waits.values():
-            for res, heap in list(by_res.items()):
-                live = [e for e in heap if gen.get(e[2]) == e[1]]
-                heapq.heapify(live)
-                by_res[res] = live
-                self._entries += len(live)
+            for w in by_res.values():
+                w.by_need = [e for e in w.by_need if gen.get(e[2]) == e[1]]
+                w.by_rank = [e for e in w.by_rank if gen.get(e[2]) == e[1]]
+                heapq.heapify(w.by_need)
+                heapq.heapify(w.by_rank)
+                self._entries += len(w.by_need)
+
+    def _free(self, node: str, res: str) -> int | None:
+        n = self.quota.nodes[node]
+        cap = n.max.get(res)
+        return None if cap is None else cap - n.usage.get(res, 0)
 
     def _woken(self, node: str, found: dict[str, None]) -> None:
-        """Add to ``found`` the queues blocked at ``node`` whose need there is free now."""
-        by_res = self._waits.get(node)
-        if not by_res:
-            return
-        n = self.quota.nodes[node]
+        """Add to ``found`` every queue blocked at ``node`` whose need there is free now
+        (with fair sharing on, where the best rank a blocked queue could have changes
+        as its ancestors' shares go down)."""
         gen = self._gen
-        for res, heap in by_res.items():
-            cap = n.max.get(res)
-            if cap is None:
+        for res, w in self._waits.get(node, {}).items():
+            free = self._free(node, res)
+            if free is None:
                 continue
-            free = cap - n.usage.get(res, 0)
+            heap = w.by_need
             while heap and heap[0][0] <= free:
                 _, g, queue = heapq.heappop(heap)
-                self._entries -= 1
                 if gen.get(queue) == g:
                     del gen[queue]
                     found[queue] = None
+
+    def _source(self, heap: list[Any], node: str, res: str, w: _Waits) -> None:
+        """Put the best-ranked queue blocked at (``node``, ``res``) in the pass heap, if
+        one blocked there may fit now (the least need there is free)."""
+        gen = self._gen
+        by_need, by_rank = w.by_need, w.by_rank
+        while by_need and gen.get(by_need[0][2]) != by_need[0][1]:
+            heapq.heappop(by_need)
+            self._entries -= 1
+        while by_rank and gen.get(by_rank[0][2]) != by_rank[0][1]:
+            heapq.heappop(by_rank)
+        free = self._free(node, res)
+        if free is None or not by_need or by_need[0][0] > free or not by_rank:
+            return
+        heapq.heappush(heap, (by_rank[0][0], 1, node, res))
 
     def _skip_times(self) -> dict[str, float]:
         return {k[2]: t for q in self._queues.values() for k, t in q.skipped_at.items()}
@@ -885,67 +928,111 @@ class Admission:
                 self.quota.release(quota_id)
         return grants
 
-    def _candidates(self) -> list[str]:
-        """The queues a pass must examine. After a pass no waiting job fits (with the
+    def _candidates(self) -> tuple[list[str], list[str]]:
+        """The queues a pass must examine first, and the nodes whose blocked queues it
+        takes up best first (``_pass``). After a pass no waiting job fits (with the
         preemptors' quota held), and a queue without a pick can only get one when a job
-        joins or leaves it, or when usage goes down at a node its candidates did not fit
-        at: the queues touched since, and those blocked at a node that freed quota. Not
-        the whole tree (issue 19): a release re-checks the queues that could now fit."""
+        joins or leaves it, or when usage goes down at a node its candidates are short
+        at: the queues touched since (and those of the nodes that freed quota, whose
+        ``min`` may now be unmet), then, in rank order, those blocked at a node that
+        freed what they need. Not the whole tree (issue 19)."""
         if not self.incremental:
             out = list(self._queues)
+            freed: list[str] = []
         else:
             found = self._touched
             found.update(self._recheck)
-            self._recheck = {}
-            for node in self._freed:
-                self._woken(node, found)
+            found.update(self._freed)
+            freed = list(self._freed)
+            if self.fair_weights is not None:
+                for node in freed:
+                    self._woken(node, found)
+                freed = []
             out = list(found)
         self._touched = {}
         self._freed = {}
-        return out
+        self._recheck = {}
+        return out, freed
 
     def _pass(self, now: float) -> list[Grant]:
         nofit: dict[tuple[str, int], _Short] = {}
-        heap: list[tuple[tuple[Any, ...], str]] = []
+        # entries: (rank, 0, queue node, "") a queue with a pick; (best rank, 1, node,
+        # resource) the best queue blocked at that node for that resource
+        heap: list[tuple[Any, int, str, str]] = []
         queues = self._queues
-        for node in self._candidates():
-            q = queues.get(node)
-            if q is None:
-                continue
-            self._unblock(node)
-            if q.order:
-                q.promote(now, self.starvation_seconds)
+        examine, freed = self._candidates()
+        deferred: list[tuple[str, list[_Short]]] = []
+        self._deferred = deferred
+        aside: list[tuple[_Waits, tuple[Any, int, str, int]]] = []
+        try:
+            for node in examine:
+                self._examine(node, now, nofit, heap)
+            for node in freed:
+                for res, w in self._waits.get(node, {}).items():
+                    self._source(heap, node, res, w)
+            grants: list[Grant] = []
+            # Admissions only raise usage, so a queue's pick and rank only get worse
+            # during a pass, and a blocked queue's rank is at least its best: a popped
+            # entry whose recomputed rank is unchanged is the true minimum.
+            while heap:
+                rank, kind, node, res = heapq.heappop(heap)
+                if kind == 1:
+                    w = self._waits[node][res]
+                    if w.by_rank and w.by_rank[0][0] == rank:
+                        entry = heapq.heappop(w.by_rank)
+                        queue, need = entry[2], entry[3]
+                        if self._gen.get(queue) == entry[1]:
+                            free = self._free(node, res)
+                            if free is not None and need <= free:
+                                self._examine(queue, now, nofit, heap)
+                            else:  # not via this resource (maybe via another)
+                                aside.append((w, entry))
+                    self._source(heap, node, res, w)
+                    continue
+                q = queues[node]
                 blockers: list[_Short] = []
                 pick = self._pick(q, nofit, blockers)
+                if pick is None:
+                    self._block(node, blockers)
+                    continue
+                current = self._rank(q, pick[0])
+                if current != rank:
+                    heapq.heappush(heap, (current, 0, node, ""))
+                    continue
+                grants.append(self._admit(q, pick[0], pick[1], now))
+                blockers = []
+                pick = self._pick(q, nofit, blockers)
                 if pick is not None:
-                    heap.append((self._rank(q, pick[0]), node))
+                    heapq.heappush(heap, (self._rank(q, pick[0]), 0, node, ""))
                 else:
                     self._block(node, blockers)
-        heapq.heapify(heap)
-        grants: list[Grant] = []
-        # Admissions only raise usage, so a queue's pick and rank only get worse during
-        # a pass: a popped entry whose recomputed rank is unchanged is the true minimum.
-        while heap:
-            rank, node = heapq.heappop(heap)
-            q = queues[node]
-            blockers = []
-            pick = self._pick(q, nofit, blockers)
-            if pick is None:
+        finally:
+            self._deferred = None
+            for w, entry in aside:
+                heapq.heappush(w.by_rank, entry)
+            for node, blockers in deferred:
                 self._block(node, blockers)
-                continue
-            current = self._rank(q, pick[0])
-            if current != rank:
-                heapq.heappush(heap, (current, node))
-                continue
-            grants.append(self._admit(q, pick[0], pick[1], now))
-            blockers = []
-            pick = self._pick(q, nofit, blockers)
-            if pick is not None:
-                heapq.heappush(heap, (self._rank(q, pick[0]), node))
-            else:
-                self._block(node, blockers)
-        self._touched = {}  # (the queues admitted from were examined after)
+            self._touched = {}  # (the queues admitted from were examined after)
         return grants
+
+    def _examine(
+        self, node: str, now: float, nofit: dict[tuple[str, int], _Short], heap: list[Any]
+    ) -> None:
+        """Take the queue of ``node`` up in this pass: into the heap with its pick, or
+        blocked again."""
+        q = self._queues.get(node)
+        if q is None:
+            return
+        self._unblock(node)
+        if not q.order:
+            return
+        q.promote(now, self.starvation_seconds)
+        blockers: list[_Short] = []
+        pick = self._pick(q, nofit, blockers)
+        if pick is not None:
+            heapq.heappush(heap, (self._rank(q, pick[0]), 0, node, ""))
+        else:
+            self._block(node, blockers)
 
     def is_admitted(self, job_id: str) -> bool:
         return job_id in self._admitted
