@@ -11,11 +11,13 @@ The binaries land in ``~/.cache/fleetq/temporal-cluster/<version>/bin/``
 keeps two builds from racing.
 
 PostgreSQL is not compiled: :func:`postgres_bin` takes the server binaries Debian's
-``postgresql-15`` package installs (``/usr/lib/postgresql/<major>/bin``); where that package
-is not installed, :func:`build` fetches its ``.deb`` with ``apt-get download`` and unpacks
-it into the cache (no root install). The SQL schema is the one embedded in the built
-``temporal-sql-tool`` (``--schema-name postgresql/v12/...``), so it always matches the
-server.
+``postgresql-15`` package installs (``/usr/lib/postgresql/<major>/bin``; this project's
+machine image has it). Where that package is not installed, :func:`build` installs it with
+``apt-get`` when running as root (the server then runs as the package's ``postgres`` user,
+since PostgreSQL refuses root), and otherwise fetches its ``.deb`` with ``apt-get
+download`` and unpacks it into the cache (no root install). The SQL schema is the one
+embedded in the built ``temporal-sql-tool`` (``--schema-name postgresql/v12/...``), so it
+always matches the server.
 """
 
 from __future__ import annotations
@@ -162,6 +164,21 @@ def module_dir(go: str, work: Path, log: Path) -> Path:
     return Path(info["Dir"])
 
 
+def install_postgres(work: Path, log: Path) -> Path | None:
+    """As root: ``apt-get install`` Debian's server package (its ``postgres`` user is
+    who the server runs as); ``apt-get update`` first if the lists are too old."""
+    apt = shutil.which("apt-get")
+    if apt is None:
+        return None
+    install = [apt, "install", "-y", "--no-install-recommends", POSTGRES_PACKAGE]
+    try:
+        _run(install, work, log)
+    except BuildError:
+        _run([apt, "update"], work, log)
+        _run(install, work, log)
+    return postgres_bin()
+
+
 def unpack_postgres(base: Path, log: Path) -> Path:
     """Debian's PostgreSQL server package, fetched with ``apt-get download`` and unpacked
     into ``<cache>/postgres`` (no root install; its libraries are the machine's)."""
@@ -202,6 +219,9 @@ def build(force: bool = False, progress: Progress | None = None) -> Build:
         log.write_text("")
         start = time.monotonic()
         pg = postgres_bin(base)
+        if pg is None and os.geteuid() == 0:
+            say(f"no PostgreSQL server installed: apt-get install {POSTGRES_PACKAGE}")
+            pg = install_postgres(top, log)
         if pg is None:
             say(f"no PostgreSQL server installed: fetching Debian's {POSTGRES_PACKAGE}")
             pg = unpack_postgres(base, log)
