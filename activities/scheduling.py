@@ -313,8 +313,8 @@ class SchedulingActivities:
         """Fleet jobs running on the members ``names``, from their capacity caches."""
         out: list[RunningGang] = []
         for name in names:
-            cache = getattr(self.fleet.clusters.get(name), "cache", None)
-            if isinstance(cache, CapacityCache):
+            cache: CapacityCache | None = getattr(self.fleet.clusters.get(name), "cache", None)
+            if cache is not None:
                 out.extend(cache.running_gangs())
         return out
 
