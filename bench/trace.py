@@ -386,6 +386,20 @@ class RealRun:
     phase: Phase
     quota_events: list[Any]
     quota_runs: list[int]
+    #: each member adapter's bind counters as the worker kept them (``bind_stats``:
+    #: guarded binds, lease waits, time), by cluster; empty if the adapter keeps none
+    binds: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+
+def bind_counters(fleet: Any) -> dict[str, dict[str, Any]]:
+    """The in-process worker's per-member bind counters (read, never required: the
+    adapter's counters are its own business and may change)."""
+    out: dict[str, dict[str, Any]] = {}
+    for member in getattr(fleet, "_members", []):
+        stats = getattr(member, "bind_stats", None)
+        if stats is not None:
+            out[str(getattr(member, "name", "?"))] = dict(vars(stats))
+    return out
 
 
 async def submit_on_time(client: Client, plan: Sequence[PlannedJob],
@@ -470,10 +484,11 @@ async def run_real(trace: Trace, plan: Sequence[PlannedJob], args: Options,
                 desc = await client.get_workflow_handle(qid).describe()
                 first = desc.raw_description.workflow_execution_info.first_run_id or None
                 runs, events = await run_chain(client, qid, first, keep_events=True)
+                binds = bind_counters(acts._fleet)
         finally:
             if acts._fleet is not None:
                 acts._fleet.close()
-    return RealRun(views, submitted, wall0, phase, events, [r.events for r in runs])
+    return RealRun(views, submitted, wall0, phase, events, [r.events for r in runs], binds)
 
 
 def real_figures(real: RealRun, plan: Sequence[PlannedJob], min_cpu: float) -> RunFigures:
@@ -556,6 +571,10 @@ def print_report(path: str, args: Options, trace: Trace, sim: RunFigures,
              if k.startswith("workflow task") and v]
     print(f"quota workflow: {len(run.quota_runs)} run(s), events {run.quota_runs}; "
           f"mean/p99/max: {', '.join(parts)}")
+    for cluster, counters in sorted(run.binds.items()):
+        print(f"binds on {cluster}: " + ", ".join(
+            f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in counters.items()))
     states: dict[str, int] = {}
     for v in run.views.values():
         states[v.state] = states.get(v.state, 0) + 1
