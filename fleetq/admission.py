@@ -469,16 +469,12 @@ def unpack_state(packed: str | bytes) -> AdmissionState:
 _Short = tuple[str, str, int]
 
 
-class _Waits:
-    """Queues blocked at one node for one resource: ``by_need`` ``(need, generation,
-    queue)`` (whether any may fit now) and ``by_rank`` ``(best rank, generation, queue,
-    need)`` (which to take up first); lazily pruned (``Admission._gen``)."""
+#: queues blocked at one node for one resource, by how much of it they need free there:
+#: each a min-heap of ``(best rank, generation, queue)``, lazily pruned
+#: (``Admission._gen``); the distinct needs are the few distinct request quantities
+_Waits = dict[int, list[tuple[Any, int, str]]]
 
-    __slots__ = ("by_need", "by_rank")
 
-    def __init__(self) -> None:
-        self.by_need: list[tuple[int, int, str]] = []
-        self.by_rank: list[tuple[Any, int, str, int]] = []
 #: the quota id a pass charges a pending preemptor's request under (see ``schedule``)
 _HELD = "\x00held-for:"
 #: a holder's (priority, preemptible, grace_seconds) when its job says nothing
@@ -574,7 +570,7 @@ class Admission:
         # rebuilt) and nodes whose usage went down. ``_waits`` indexes each non-empty
         # queue without a pick under (node, resource) its candidates are short of, with
         # how much of it each needs free there and the best rank it could have
-        # (:class:`_Waits`; ``_gen`` holds each blocked queue's current generation,
+        # (:data:`_Waits`; ``_gen`` holds each blocked queue's current generation,
         # older entries are stale), so a pass looks only at the queues a change can
         # have unblocked, best first, and stops once what was freed is taken.
         self._touched: dict[str, None] = {}
@@ -648,13 +644,14 @@ class Admission:
             return
         self._gens += 1
         gen = self._gen[node] = self._gens
-        rank = self._rank(q, q.order[0])
-        for at, res, need in blockers:
-            w = self._waits.setdefault(at, {}).get(res)
-            if w is None:
-                w = self._waits[at][res] = _Waits()
-            heapq.heappush(w.by_need, (need, gen, node))
-            heapq.heappush(w.by_rank, (rank, gen, node, need))
+        entry = (self._rank(q, q.order[0]), gen, node)
+        for at, res, need in dict.fromkeys(blockers):
+            by_need = self._waits.setdefault(at, {}).setdefault(res, {})
+            bucket = by_need.get(need)
+            if bucket is None:
+                by_need[need] = [entry]
+            else:
+                heapq.heappush(bucket, entry)
         self._entries += len(blockers)
         if self._entries > 4 * len(self._gen) + 1024:
             self._compact()
@@ -667,12 +664,15 @@ class Admission:
         gen = self._gen
         self._entries = 0
         for by_res in self._waits.values():
-            for w in by_res.values():
-                w.by_need = [e for e in w.by_need if gen.get(e[2]) == e[1]]
-                w.by_rank = [e for e in w.by_rank if gen.get(e[2]) == e[1]]
-                heapq.heapify(w.by_need)
-                heapq.heapify(w.by_rank)
-                self._entries += len(w.by_need)
+            for by_need in by_res.values():
+                for need, bucket in list(by_need.items()):
+                    live = [e for e in bucket if gen.get(e[2]) == e[1]]
+                    if live:
+                        heapq.heapify(live)
+                        by_need[need] = live
+                        self._entries += len(live)
+                    else:
+                        del by_need[need]
 
     def _free(self, node: str, res: str) -> int | None:
         n = self.quota.nodes[node]
@@ -684,31 +684,37 @@ class Admission:
         (with fair sharing on, where the best rank a blocked queue could have changes
         as its ancestors' shares go down)."""
         gen = self._gen
-        for res, w in self._waits.get(node, {}).items():
+        for res, by_need in self._waits.get(node, {}).items():
             free = self._free(node, res)
             if free is None:
                 continue
-            heap = w.by_need
-            while heap and heap[0][0] <= free:
-                _, g, queue = heapq.heappop(heap)
-                if gen.get(queue) == g:
-                    del gen[queue]
-                    found[queue] = None
+            for need in [n for n in by_need if n <= free]:
+                for _, g, queue in by_need.pop(need):
+                    if gen.get(queue) == g:
+                        del gen[queue]
+                        found[queue] = None
 
-    def _source(self, heap: list[Any], node: str, res: str, w: _Waits) -> None:
-        """Put the best-ranked queue blocked at (``node``, ``res``) in the pass heap, if
-        one blocked there may fit now (the least need there is free)."""
+    def _sources(self, heap: list[Any], node: str) -> None:
+        """Put in the pass heap, for every (resource, need) of the queues blocked at
+        ``node`` whose need is free now, the best-ranked of them."""
+        for res, by_need in self._waits.get(node, {}).items():
+            free = self._free(node, res)
+            if free is None:
+                continue
+            for need in [n for n in by_need if n <= free]:
+                self._source(heap, node, res, need)
+
+    def _source(self, heap: list[Any], node: str, res: str, need: int) -> None:
+        by_need = self._waits[node][res]
+        bucket = by_need.get(need)
         gen = self._gen
-        by_need, by_rank = w.by_need, w.by_rank
-        while by_need and gen.get(by_need[0][2]) != by_need[0][1]:
-            heapq.heappop(by_need)
+        while bucket and gen.get(bucket[0][2]) != bucket[0][1]:
+            heapq.heappop(bucket)
             self._entries -= 1
-        while by_rank and gen.get(by_rank[0][2]) != by_rank[0][1]:
-            heapq.heappop(by_rank)
-        free = self._free(node, res)
-        if free is None or not by_need or by_need[0][0] > free or not by_rank:
+        if not bucket:
+            by_need.pop(need, None)
             return
-        heapq.heappush(heap, (by_rank[0][0], 1, node, res))
+        heapq.heappush(heap, (bucket[0][0], 1, node, res, need))
 
     def _skip_times(self) -> dict[str, float]:
         return {k[2]: t for q in self._queues.values() for k, t in q.skipped_at.items()}
@@ -956,38 +962,35 @@ class Admission:
 
     def _pass(self, now: float) -> list[Grant]:
         nofit: dict[tuple[str, int], _Short] = {}
-        # entries: (rank, 0, queue node, "") a queue with a pick; (best rank, 1, node,
-        # resource) the best queue blocked at that node for that resource
-        heap: list[tuple[Any, int, str, str]] = []
+        # entries: (rank, 0, queue node, "", 0) a queue with a pick; (best rank, 1, node,
+        # resource, need) the best-ranked queue blocked there needing that much free
+        heap: list[tuple[Any, int, str, str, int]] = []
         queues = self._queues
         examine, freed = self._candidates()
         deferred: list[tuple[str, list[_Short]]] = []
         self._deferred = deferred
-        aside: list[tuple[_Waits, tuple[Any, int, str, int]]] = []
+        grants: list[Grant] = []
         try:
             for node in examine:
                 self._examine(node, now, nofit, heap)
             for node in freed:
-                for res, w in self._waits.get(node, {}).items():
-                    self._source(heap, node, res, w)
-            grants: list[Grant] = []
+                self._sources(heap, node)
             # Admissions only raise usage, so a queue's pick and rank only get worse
             # during a pass, and a blocked queue's rank is at least its best: a popped
             # entry whose recomputed rank is unchanged is the true minimum.
             while heap:
-                rank, kind, node, res = heapq.heappop(heap)
+                rank, kind, node, res, need = heapq.heappop(heap)
                 if kind == 1:
-                    w = self._waits[node][res]
-                    if w.by_rank and w.by_rank[0][0] == rank:
-                        entry = heapq.heappop(w.by_rank)
-                        queue, need = entry[2], entry[3]
-                        if self._gen.get(queue) == entry[1]:
-                            free = self._free(node, res)
-                            if free is not None and need <= free:
-                                self._examine(queue, now, nofit, heap)
-                            else:  # not via this resource (maybe via another)
-                                aside.append((w, entry))
-                    self._source(heap, node, res, w)
+                    free = self._free(node, res)
+                    if free is None or need > free:
+                        continue  # what was freed there is taken
+                    bucket = self._waits[node][res].get(need)
+                    if bucket and bucket[0][0] == rank:
+                        _, g, queue = heapq.heappop(bucket)
+                        self._entries -= 1
+                        if self._gen.get(queue) == g:
+                            self._examine(queue, now, nofit, heap)
+                    self._source(heap, node, res, need)
                     continue
                 q = queues[node]
                 blockers: list[_Short] = []
@@ -997,19 +1000,17 @@ class Admission:
                     continue
                 current = self._rank(q, pick[0])
                 if current != rank:
-                    heapq.heappush(heap, (current, 0, node, ""))
+                    heapq.heappush(heap, (current, 0, node, "", 0))
                     continue
                 grants.append(self._admit(q, pick[0], pick[1], now))
                 blockers = []
                 pick = self._pick(q, nofit, blockers)
                 if pick is not None:
-                    heapq.heappush(heap, (self._rank(q, pick[0]), 0, node, ""))
+                    heapq.heappush(heap, (self._rank(q, pick[0]), 0, node, "", 0))
                 else:
                     self._block(node, blockers)
         finally:
             self._deferred = None
-            for w, entry in aside:
-                heapq.heappush(w.by_rank, entry)
             for node, blockers in deferred:
                 self._block(node, blockers)
             self._touched = {}  # (the queues admitted from were examined after)
@@ -1030,7 +1031,7 @@ class Admission:
         blockers: list[_Short] = []
         pick = self._pick(q, nofit, blockers)
         if pick is not None:
-            heapq.heappush(heap, (self._rank(q, pick[0]), 0, node, ""))
+            heapq.heappush(heap, (self._rank(q, pick[0]), 0, node, "", 0))
         else:
             self._block(node, blockers)
 

@@ -350,7 +350,10 @@ class Simulation:
             self.wasted += lost
             self._unbind(job)
         else:  # admitted, never placed
-            self.unplaced[job.gid].remove(job)
+            queue = self.unplaced[job.gid]
+            queue.remove(job)
+            if not queue:
+                del self.unplaced[job.gid]
             self.unplaced_count -= 1
         job.preempted += 1
         self.preemptions[reason] = self.preemptions.get(reason, 0) + 1
@@ -480,6 +483,8 @@ class Simulation:
                 self.failed_attempts += 1
                 continue
             job = queue.popleft()
+            if not queue:
+                del self.unplaced[gid]
             self.unplaced_count -= 1
             self._bind(job, best.cluster, best.assignment, t)
             if queue:
@@ -502,8 +507,15 @@ class Simulation:
         self.qlen_series["admitted, unplaced"].set(t, self.unplaced_count)
         if self.quota_changed:
             self.quota_changed = False
-            for name, res in self.quota_res.items():
-                usage = self.admission.quota.nodes[name].usage
+            # only the nodes whose usage may have changed since the last record (the
+            # others' series would not change): not the whole tree at every event
+            changed = self.admission.changed_queues()
+            nodes = self.admission.quota.nodes
+            for name in self.quota_res if changed is None else changed:
+                res = self.quota_res.get(name)
+                if res is None:
+                    continue
+                usage = nodes[name].usage
                 for r in res:
                     self.quota_series[f"{name}/{r}"].set(t, usage.get(r, 0))
         for c in self.changed_clusters:
