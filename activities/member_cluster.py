@@ -28,19 +28,22 @@ Robustness rules every call follows (beyond the transport's timeouts and retries
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import quote
 
 from temporalio.exceptions import ApplicationError
 
 from activities.kube_api import ApiError, ClusterUnreachable, KubeApi, NotFound
-from activities.member_lease import LeaseHold, MemberLease
+from activities.member_lease import LeaseBusy, MemberLease
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
 from fleetq.cluster_health import ReadyStatus, TaintSettings
@@ -68,6 +71,9 @@ from fleetq.member_contract import (
     reservation_seconds_left,
     reservation_why,
     unknown_status,
+)
+from fleetq.member_contract import (
+    MIN_MEMBER_ANNOTATION as MIN_MEMBER,
 )
 from fleetq.messages import (
     BindRequest,
@@ -97,8 +103,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: who holds a member's bind Lease: this process, then the job (``/<owner id>``)
+#: who holds a member's bind Lease: this process (each adapter adds its own number)
 PROCESS_IDENTITY = f"{socket.gethostname()}/{os.getpid()}"
+_ADAPTERS = itertools.count(1)
 TERMINATED = ("Succeeded", "Failed")
 
 
@@ -132,11 +139,71 @@ class BindStats:
 
     def __init__(self) -> None:
         self.guarded = 0  # binds that re-checked under the Lease
+        self.batches = 0  # Lease holds (one fresh read each) that served them
         self.full = 0  # of which refused with MemberFull
         self.lease_waits = 0  # times a bind found the Lease taken and waited
         self.lease_conflicts = 0  # 409s lost to another writer of the Lease
         self.assumed_gangs = 0  # in-flight gangs whose room was assumed
         self.seconds = 0.0  # wall time of guarded binds (Lease wait included)
+
+
+@dataclass
+class _PendingBind:
+    req: BindRequest
+    body: dict[str, Any]
+    deps: list[str]
+    result: BindResult | None = None
+    error: BaseException | None = None
+
+
+class _GroupCommit:
+    """Binds waiting for the member's bind Lease, run in batches: the first caller to
+    find no batch running runs every waiting bind (``run(batch)`` fills each one's
+    result or error), the others wait for theirs. With N binds queued the member is
+    read once, not N times."""
+
+    MAX_BATCH = 64
+
+    def __init__(self, run: Callable[[list[_PendingBind]], None], wait_s: float) -> None:
+        self._run = run
+        self._wait_s = wait_s
+        self._cond = threading.Condition()
+        self._pending: list[_PendingBind] = []
+        self._busy = False
+
+    def submit(self, item: _PendingBind) -> BindResult:
+        deadline = time.monotonic() + self._wait_s
+        with self._cond:
+            self._pending.append(item)
+            while item.result is None and item.error is None and self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if item in self._pending:
+                        self._pending.remove(item)
+                        raise LeaseBusy(f"bind waited {self._wait_s:g}s for this worker's "
+                                        "other binds on the member")
+                    left = 1.0  # already in a running batch: its answer comes
+                self._cond.wait(left)
+            lead = item.result is None and item.error is None
+            if lead:
+                self._busy = True
+        if lead:
+            try:
+                while item.result is None and item.error is None:
+                    with self._cond:
+                        batch = self._pending[: self.MAX_BATCH]
+                        del self._pending[: self.MAX_BATCH]
+                    self._run(batch)
+                    with self._cond:
+                        self._cond.notify_all()
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+        if item.error is not None:
+            raise item.error
+        assert item.result is not None
+        return item.result
 
 
 @runtime_checkable
@@ -198,8 +265,12 @@ class KubernetesMemberCluster:
         recheck_s: float = 15.0,
         heartbeat_s: float = 5.0,
         failover: TaintSettings | None = None,
+        bind_guard: bool = True,
     ) -> None:
         self.name = name
+        #: False: binds skip the Lease and the re-check (benchmarks measure the guard
+        #: against it; a fleet whose members all hold Reservations never needs it)
+        self.bind_guard = bind_guard
         self.labels = dict(labels or {})
         self.reservation = reservation
         self.taints = taints
@@ -223,7 +294,9 @@ class KubernetesMemberCluster:
             )
         self.cache = cache
         self.lease = MemberLease(api)
+        self.identity = f"{PROCESS_IDENTITY}/{next(_ADAPTERS)}"
         self.bind_stats = BindStats()
+        self._binds = _GroupCommit(self._bind_batch, wait_s=self.lease.wait_s * 2 + 30)
         if start_cache:
             self.cache.start()
 
@@ -438,23 +511,58 @@ class KubernetesMemberCluster:
         deps = self._propagate(req) if req.propagate_deps else []
         body = member_manifest(req)
         path = self._job_path(job.namespace, job.name)
-        if req.reserved:  # the member's Reservations hold the room already
+        if req.reserved or not self.bind_guard:  # Reservations hold the room already
             return self._create_job(req, body, deps)
         existing = self.api.get(path)
         if existing is not None:  # a retry after the creation landed: no new room taken
             return self._existing(req, existing, deps)
         start = time.monotonic()
+        try:
+            return self._binds.submit(_PendingBind(req, body, deps))
+        finally:
+            self.bind_stats.seconds += time.monotonic() - start
+
+    def _bind_batch(self, batch: list[_PendingBind]) -> None:
+        """The group commit of guarded binds: one Lease hold and one fresh read of the
+        member for every bind this process has waiting, each gang assumed on the
+        snapshot once accepted so the next one of the batch sees its room taken."""
         stats = self.bind_stats
         try:
-            with self.lease.held(f"{PROCESS_IDENTITY}/{job.owner_id}") as hold:
-                stats.guarded += 1
+            with self.lease.held(self.identity) as hold:
+                stats.guarded += len(batch)
+                stats.batches += 1
                 stats.lease_waits += hold.waits
                 stats.lease_conflicts += hold.conflicts
-                self._check_room(req, hold)
-                self.lease.renew_if_old(hold)
-                return self._create_job(req, body, deps)
-        finally:
-            stats.seconds += time.monotonic() - start
+                snapshot, unbound = self._fresh_view(
+                    exclude={(b.req.job.namespace, b.req.job.name) for b in batch})
+                stats.assumed_gangs += len(unbound)
+                for gang in unbound:
+                    choice = place_gang(gang, [snapshot]).best
+                    if choice is not None:
+                        _assume(snapshot, gang, choice.assignment)
+                for b in batch:
+                    try:
+                        b.result = self._bind_if_room(b, snapshot)
+                    except Exception as exc:  # noqa: BLE001 - handed to that bind's caller
+                        b.error = exc
+                    self.lease.renew_if_old(hold)
+        except Exception as exc:  # noqa: BLE001 - the Lease or the read failed: all fail
+            for b in batch:
+                if b.result is None and b.error is None:
+                    b.error = exc
+
+    def _bind_if_room(self, b: _PendingBind, snapshot: ClusterSnapshot) -> BindResult:
+        gang = gang_of(parse_job(b.req.manifest))
+        decision = place_gang(gang, [snapshot])
+        choice = decision.best
+        if choice is None:
+            self.bind_stats.full += 1
+            why = decision.reasons.get(self.name) or Rejection.of(
+                RejectionCode.MEMBER_FULL_AT_BIND, "no room")
+            raise MemberFull(self.name, why)
+        result = self._create_job(b.req, b.body, b.deps)
+        _assume(snapshot, gang, choice.assignment)
+        return result
 
     def _existing(self, req: BindRequest, existing: dict[str, Any], deps: list[str]) -> BindResult:
         job = req.job
@@ -466,27 +574,9 @@ class KubernetesMemberCluster:
             )
         return BindResult(created=False, uid=str(meta_of(existing).get("uid") or ""), deps=deps)
 
-    def _check_room(self, req: BindRequest, hold: LeaseHold) -> None:
-        """Raise :class:`MemberFull` unless the gang fits the member as it is now: its
-        nodes and bound pods read fresh, plus the room of every fleetq gang created on it
-        whose pods are not all bound yet (assumed on the nodes placement would give
-        them, oldest first; a gang that fits nowhere now waits on the member and is not
-        counted, as the member's scheduler would skip it too)."""
-        job = req.job
-        snapshot, unbound = self._fresh_view(exclude=(job.namespace, job.name))
-        self.bind_stats.assumed_gangs += len(unbound)
-        for gang in unbound:
-            choice = place_gang(gang, [snapshot]).best
-            if choice is not None:
-                _assume(snapshot, gang, choice.assignment)
-        decision = place_gang(gang_of(parse_job(req.manifest)), [snapshot])
-        if decision.best is None:
-            self.bind_stats.full += 1
-            why = decision.reasons.get(self.name) or Rejection.of(
-                RejectionCode.MEMBER_FULL_AT_BIND, "no room")
-            raise MemberFull(self.name, why)
-
-    def _fresh_view(self, exclude: tuple[str, str]) -> tuple[ClusterSnapshot, list[Gang]]:
+    def _fresh_view(
+        self, exclude: Collection[tuple[str, str]] = ()
+    ) -> tuple[ClusterSnapshot, list[Gang]]:
         """The member read now (not from the watch cache, which may trail the previous
         Lease holder's writes): a snapshot of its nodes, bound pods and Available
         Reservations, and the unbound part of each fleetq gang on it, oldest first."""
@@ -538,13 +628,19 @@ class KubernetesMemberCluster:
                                                 str(meta_of(o).get("name") or ""))):
             meta = meta_of(obj)
             ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-            if (ns, name) == exclude or job_phase(obj)[0] in TERMINATED:
+            if (ns, name) in exclude or job_phase(obj)[0] in TERMINATED:
                 continue
+            left = bound.get((ns, name), Counter())
+            try:  # every pod of the gang fleetq placed is bound: counted with the pods
+                if sum(left.values()) >= int((meta.get("annotations") or {})[MIN_MEMBER]):
+                    continue
+            except (KeyError, ValueError):
+                pass
             try:
                 gang = gang_of(parse_job(obj))
             except (ManifestErrors, ValueError, R.QuantityError):
                 continue  # not a copy fleetq can read: the member's own business
-            left = bound.get((ns, name), Counter())
+            left = Counter(left)
             missing = []
             for pod in gang.pods:
                 if left[pod.role] > 0:
