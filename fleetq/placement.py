@@ -239,11 +239,11 @@ class ClusterColumns:
     which only a few node objects are new, for a cost that depends on those nodes."""
 
     __slots__ = (
+        "_labels",
         "alloc",
         "class_key",
         "free",
         "free_alloc",
-        "labels",
         "labels_snap",
         "max_alloc",
         "max_free",
@@ -314,7 +314,7 @@ class ClusterColumns:
         #: clusters with equal keys get the same group order for a gang (_plan_order)
         self.class_key = (self.resources, tuple(self.max_alloc))
         self.labels_snap = labels_snap
-        self.labels = list(map(labels_snap.__getitem__, parts.order))
+        self._labels: list[dict[str, str]] | None = None
         # nodes by their NoSchedule/NoExecute taints (-1: none), in fill order
         self.taint_code = taint_code
         self.taint_index = taint_index
@@ -331,6 +331,14 @@ class ClusterColumns:
     @classmethod
     def from_snapshot(cls, snapshot: ClusterSnapshot) -> ClusterColumns:
         return cls(snapshot)
+
+    @property
+    def labels(self) -> list[dict[str, str]]:
+        """Each node's labels, in fill order (read when a label mask is first asked for)."""
+        got = self._labels
+        if got is None:
+            got = self._labels = list(map(self.labels_snap.__getitem__, self.order.tolist()))
+        return got
 
     def updated(self, snapshot: ClusterSnapshot) -> ClusterColumns:
         """The view of ``snapshot``, a later snapshot of this view's cluster: derived
@@ -578,8 +586,13 @@ def _shares(
     return np.where(count > 0, total / np.maximum(count, 1), 0.0)
 
 
-def _columns_from(res_index: dict[str, int], raw: _Raw) -> _NodeColumns:
-    """The node columns (fill order) of the nodes whose values ``raw`` holds."""
+def _columns_from(
+    res_index: dict[str, int],
+    raw: _Raw,
+    totals: tuple[list[int], list[int], int] | None = None,
+) -> _NodeColumns:
+    """The node columns (fill order) of the nodes whose values ``raw`` holds; ``totals``
+    (free, allocatable, slots over schedulable nodes), if known, are not summed again."""
     perm = np.argsort(-raw.share, kind="stable")
     raw_a = raw.alloc
     raw_r = raw.requested
@@ -593,9 +606,11 @@ def _columns_from(res_index: dict[str, int], raw: _Raw) -> _NodeColumns:
         requested=np.take(np.maximum(raw_r, 0), perm, axis=1),
         slots=free_slots[perm],
         schedulable=sched[perm],
-        total_free=_row_sums(np.maximum(raw_a[:, sched] - raw_r[:, sched], 0)),
-        total_alloc=_row_sums(alloc[:, sched]),
-        total_slots=_row_sums(free_slots[sched].reshape(1, -1))[0],
+        total_free=(
+            totals[0] if totals else _row_sums(np.maximum(raw_a[:, sched] - raw_r[:, sched], 0))
+        ),
+        total_alloc=totals[1] if totals else _row_sums(alloc[:, sched]),
+        total_slots=totals[2] if totals else _row_sums(free_slots[sched].reshape(1, -1))[0],
         perm=perm,
         raw=raw,
     )
@@ -698,7 +713,28 @@ def _derived(prev: ClusterColumns, nodes: Sequence[NodeCapacity]) -> ClusterColu
     shapes = {kt: s for s, kt in enumerate(dict.fromkeys(keys))}
     share[at] = _shares(raw_a[:, at], raw_r[:, at], keys, shapes, res_index)
     sched[at] = [not node.unschedulable for node in new]
-    parts = _columns_from(res_index, _Raw(raw_a, raw_r, raw_p, share, sched))
+    # exact sums over schedulable nodes: the old nodes' shares out, the new ones' in
+    total_free = list(prev.total_free)
+    total_alloc = list(prev.total_alloc)
+    total_slots = prev.total_slots
+    for sign, (a_, r_, p_, ok) in (
+        (-1, (raw.alloc, raw.requested, raw.pods, raw.schedulable)),
+        (1, (raw_a, raw_r, raw_p, sched)),
+    ):
+        on = at[ok[at]]
+        if not len(on):
+            continue
+        a_on = a_[:, on]
+        free_sums = _row_sums(np.maximum(a_on - r_[:, on], 0))
+        total_free = [t + sign * v for t, v in zip(total_free, free_sums, strict=True)]
+        alloc_sums = _row_sums(np.maximum(a_on, 0))
+        total_alloc = [t + sign * v for t, v in zip(total_alloc, alloc_sums, strict=True)]
+        total_slots += sign * _row_sums(np.maximum(p_[0:1, on] - p_[1:2, on], 0))[0]
+    parts = _columns_from(
+        res_index,
+        _Raw(raw_a, raw_r, raw_p, share, sched),
+        (total_free, total_alloc, total_slots),
+    )
     codes = prev.taint_code.copy()
     index = prev.taint_index
     for j, node in zip(diff, new, strict=True):
