@@ -220,6 +220,7 @@ BENCH_FLAGS = {
     "admission": ("--parents", "--leaves", "--waiting-per-leaf", "--repeats", "--bytes-jobs",
                   "--seed"),
     "trace": ("--trace", "--time-scale", "--concurrency", "--activity-slots", "--timeout"),
+    "workers": ("--workers", "--jobs", "--compare", "--timeout", "--bind-cost"),
 }
 
 
