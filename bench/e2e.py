@@ -449,6 +449,8 @@ async def run(args: Options) -> int:
             f"{ph.name} {per_item_ms(ph.cpu, ph.count):.1f} / "
             f"{per_item_ms(temporal_cpu(ph), ph.count):.1f}"
             for ph in (rd.jobs, rd.mix, rd.base, rd.strict)))
+        print(f"same-mix CPU ratio (baseline CPU per workflow / CPU per job, worker + "
+              f"Temporal) {rd.mix_cpu_ratio:.2f}")
         print(f"ratio {rd.ratio:.2f} (baseline with {rd.k:.2f} activities); "
               f"same-mix ratio (baseline with {rd.k - rd.k_reg:.2f} local + "
               f"{rd.k_reg:.2f} regular) {rd.mix_ratio:.2f}; "
@@ -472,6 +474,9 @@ async def run(args: Options) -> int:
           f"{', '.join(f'{x:.2f}' for x in mixes)} (median {statistics.median(mixes):.2f}); "
           f"strict: "
           f"{', '.join(f'{x:.2f}' for x in stricts)} (median {statistics.median(stricts):.2f})")
+    cpu_ratios = [rd.mix_cpu_ratio for rd in rounds]
+    print(f"same-mix CPU ratio by round: {', '.join(f'{x:.2f}' for x in cpu_ratios)} "
+          f"(median {statistics.median(cpu_ratios):.2f})")
     print(result_line("e2e", statistics.median(ratios), TARGET))
     failed = [rd for rd in rounds if rd.states.get("Succeeded", 0) != args.jobs]
     for rd in failed:
@@ -507,6 +512,16 @@ class Round:
     @property
     def strict_ratio(self) -> float:
         return self.jobs.rate / self.strict.rate
+
+    @property
+    def mix_cpu_ratio(self) -> float:
+        """Same-mix baseline CPU per workflow ÷ CPU per job, worker process and Temporal
+        server together: what a job costs the machine, which moves far less with other
+        load than the wall-clock ratios do."""
+        def per_item(ph: Phase) -> float:
+            return (ph.cpu + temporal_cpu(ph)) / ph.count if ph.count else math.nan
+
+        return per_item(self.mix) / per_item(self.jobs)
 
 
 async def run_round(client: Client, pids: dict[str, int], args: Options,
