@@ -25,6 +25,8 @@ def test_recorded_histories_exist() -> None:
         "failover-deleted",
         "quota-tree",
         "registry",
+        "capacity-preemptor",
+        "capacity-victim",
     } <= names
 
 
