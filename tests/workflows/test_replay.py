@@ -25,6 +25,10 @@ def test_recorded_histories_exist() -> None:
         "failover-deleted",
         "quota-tree",
         "registry",
+        "preemptor",
+        "preempted-victim",
+        "quota-preemption",
+        "quota-compact-state-in",
         "capacity-preemptor",
         "capacity-victim",
     } <= names
