@@ -32,6 +32,18 @@ victims free, and usage never exceeds ``max`` because of a preemption (the preem
 is admitted only once it fits for real). Holders keep their priority and preemption
 policy (``HolderPolicy``) so the planner can rank them; both survive continue-as-new.
 
+A plan given a ``now`` expires at its longest victim grace + :data:`PLAN_MARGIN_SECONDS`
+(:meth:`Admission.expire_plans`): a victim that never releases does not keep its
+preemptor waiting, nor the quota held, forever.
+
+Fair sharing (``Admission.fair_weights``, off by default): borrowers get idle quota
+lowest weighted dominant resource share first (see ``Admission._rank``).
+
+A pass costs what changed, not the tree (issue 19): it examines the queues touched since
+the last pass and, best-ranked first, those blocked at a node that freed what they need
+(``Admission._pass``); ``incremental = False`` examines every queue (same decisions,
+property-tested).
+
 Usage pattern for callers: after ``release``, ``cancel`` or ``replace_tree``, call
 ``schedule(now)`` and start every returned grant. ``enqueue`` admits the new job at once
 only when nothing else is pending a pass (it then cannot overtake anybody); otherwise it
