@@ -101,9 +101,9 @@ def scaled(trace: Trace, factor: float) -> Trace:
     """``trace`` with every duration divided by ``factor``: group starts, intervals and
     run seconds, the starvation bound and ``fleetq.io/preemption-grace-seconds`` (an
     integer annotation: rounded, at least 1; written on every job when the tree
-    preempts, so the real jobs' grace is the simulated one). Run times drawn from ``{min, max}`` are
-    drawn from the scaled range with the same seed, so each job keeps its draw /
-    ``factor`` (to the engine's millisecond rounding)."""
+    preempts, so the real jobs' grace is the simulated one). Run times drawn from
+    ``{min, max}`` are drawn from the scaled range with the same seed, so each job keeps
+    its draw / ``factor`` (to the engine's millisecond rounding)."""
     if not (math.isfinite(factor) and factor > 0):
         raise TraceBenchError(f"time scale must be a finite number > 0, got {factor!r}")
 
