@@ -296,7 +296,7 @@ class KubernetesMemberCluster:
         self.lease = MemberLease(api)
         self.identity = f"{PROCESS_IDENTITY}/{next(_ADAPTERS)}"
         self.bind_stats = BindStats()
-        self._binds = _GroupCommit(self._bind_batch, wait_s=self.lease.wait_s * 2 + 30)
+        self._binds = _GroupCommit(self._bind_batch, wait_s=self.lease.wait_s * 2 + 10)
         if start_cache:
             self.cache.start()
 
