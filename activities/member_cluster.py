@@ -504,7 +504,7 @@ class KubernetesMemberCluster:
         """Create the member PyTorchJob (and its deps); idempotent across retries.
 
         Without Reservations the creation happens under the member's bind Lease, after
-        re-checking that the gang still fits (:meth:`_check_room`); :class:`MemberFull`
+        re-checking that the gang still fits (:meth:`_bind_batch`); :class:`MemberFull`
         when it does not."""
         job = req.job
         self._ensure_namespace(job.namespace)
