@@ -588,6 +588,9 @@ class Admission:
         self._touched: dict[str, None] = {}
         self._freed: dict[str, None] = {}
         self._recheck: dict[str, None] = {}  # blocked for no known reason (defensive)
+        #: the last pass's time: a queue it did not examine is brought up to it (its
+        #: starving jobs) before :meth:`wait_info` explains a wait, as if it had been
+        self._last_pass: float | None = None
         self._waits: dict[str, dict[str, _Waits]] = {}
         #: while a pass runs: queues to block once it is over (a queue blocked during a
         #: pass must not be taken up again by the same pass)
@@ -634,8 +637,13 @@ class Admission:
             self._rows[node] = None
 
     def _usage_changed(self, node: str, freed: bool) -> None:
-        """Usage changed at ``node`` and its ancestors (went down if ``freed``)."""
-        for n in self.quota.nodes[node].chain:
+        """Usage changed at ``node`` and its ancestors (went down if ``freed``); nothing
+        for a node the tree no longer has (a plan's, after ``replace_tree``, which
+        re-examines everything anyway)."""
+        at = self.quota.nodes.get(node)
+        if at is None:
+            return
+        for n in at.chain:
             if freed:
                 self._freed[n.name] = None
             if self._rows is not None:
@@ -933,6 +941,7 @@ class Admission:
         Preemptors whose victims have all released come first; the quota of those still
         waiting for victims is held for them."""
         self._dirty = False
+        self._last_pass = now
         grants = self._admit_preemptors(now)
         if not self._waiting:
             self._touched.clear()
@@ -1214,6 +1223,8 @@ class Admission:
         if job is None:
             return None
         q = self._queues[job.queue]
+        if self._last_pass is not None:
+            q.promote(self._last_pass, self.starvation_seconds)
         victims = self.waiting_for(job_id)
         return WaitInfo(
             job_id=job_id,

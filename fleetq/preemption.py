@@ -786,8 +786,15 @@ def plan_preemptions(admission: Admission, now: float | None = None) -> list[Pre
     # a plan whose preemptor left the queue: its victims are still leaving, and nothing is
     # held for it (a preemptor of no request that snapshot_after cannot mistake for an
     # admitted job). Plans list only their outstanding victims (not released yet).
+    # (a draining plan's node may be gone with a tree change: it holds nothing anyway)
+    nodes = admission.quota.nodes
     pending = [plan_of(p) for p in admission.plans()] + [
-        dataclasses.replace(plan_of(p), preemptor=f"{p.preemptor} (gone {i})", request={})
+        dataclasses.replace(
+            plan_of(p),
+            preemptor=f"{p.preemptor} (gone {i})",
+            request={},
+            node=p.node if p.node in nodes else admission.quota.root,
+        )
         for i, p in enumerate(admission.draining())
     ]
     # nothing changes in ``admission`` until every plan is decided: one snapshot of it

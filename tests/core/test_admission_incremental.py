@@ -193,7 +193,8 @@ class IncrementalMachine(RuleBasedStateMachine):
         assert self.inc.to_state() == self.full.to_state()
         assert self.inc.preemptors() == self.full.preemptors()
         for job in self.inc.waiting():
-            assert self.inc.wait_info(job) == self.full.wait_info(job)
+            a, b = self.inc.wait_info(job), self.full.wait_info(job)
+            assert a == b, (a, b)
 
 
 TestIncrementalPassEqualsFullPass = IncrementalMachine.TestCase
