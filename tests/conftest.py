@@ -19,6 +19,37 @@ from fleetq.client.connection import (
     test_server_path,
 )
 
+#: test directories whose fixtures start real control planes or the production-shaped
+#: Temporal (built from Go modules; a cold build takes minutes)
+_BUILDS = {"adapter", "controlplane", "reliability", "temporal_cluster"}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build (or find cached) what the collected tests need before any test runs, so a
+    cold build on a fresh machine (``pip install -e '.[test]' && python -m pytest``, the
+    README's command) is not cut by a test's timeout. CI builds them beforehand
+    (``.ci/run``); a warm cache is a stamp read. A build that fails is reported by the
+    fixtures that need it, with the build's own message."""
+    dirs = {part for item in session.items for part in item.path.parts}
+    if not dirs & _BUILDS:
+        return
+    from fleetq.controlplane import build as controlplane
+    from fleetq.temporal_cluster import build as temporal_cluster
+
+    wanted = [controlplane] if dirs & (_BUILDS - {"temporal_cluster"}) else []
+    if "temporal_cluster" in dirs:
+        wanted.append(temporal_cluster)
+    for module in wanted:
+        if module.cached() is not None:
+            continue
+        name = module.__name__.split(".")[1]
+        print(f"\n[{name}] not built yet: building it once (cached afterwards)", flush=True)
+        try:
+            module.build(progress=lambda msg, n=name: print(f"[{n}] {msg}", flush=True))
+        except module.BuildError as exc:
+            print(f"[{name}] build failed: {exc}", flush=True)
+
+
 #: Namespaces created on the session dev server, one per test area.
 TEST_NAMESPACES = ("e2e", "cli", "reliability", "bench", "security")
 
