@@ -933,7 +933,13 @@ class PyTorchJobWorkflow:
     async def _signal_quota(self, message: QuotaSignal, summary: str) -> bool:
         """Send one signal to the quota workflow (a local activity using the client: no
         workflow-to-workflow signal events or acknowledgement task); False when the
-        quota workflow is not running."""
+        quota workflow is not running.
+
+        Retried until delivered (only deleting the job stops it): under overload the
+        quota workflow may not answer for minutes (``fleetq bench workers``: 2,000 jobs on
+        12 workers sharing 2 cores), and a message given up on is a job that waits for
+        nothing or quota held by nobody. Retry policies are not part of a workflow's
+        commands, so recorded histories replay unchanged."""
         return await workflow.execute_local_activity_method(
             SchedulingActivities.signal_quota,
             message,
@@ -941,7 +947,7 @@ class PyTorchJobWorkflow:
             retry_policy=RetryPolicy(
                 initial_interval=timedelta(seconds=1),
                 maximum_interval=timedelta(seconds=10),
-                maximum_attempts=5,
+                maximum_attempts=0,  # unlimited
             ),
             summary=summary,
         )

@@ -8,6 +8,7 @@ that makes no room in time is dropped with an event and placement goes on."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import uuid
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ import pytest_asyncio
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -100,6 +102,10 @@ class CapEnv:
     tq: str
     fleet: CapacityFleet
     metrics: MetricBuffer | None = None
+    #: every workflow a test started, terminated when it ends: one left running on the
+    #: session's time-skipping server (the quota workflow never ends by itself) would
+    #: hold its clock for the tests after it, whose workers no longer poll its queue
+    started: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
 
     def counted(self, name: str, label: str) -> dict[str, int]:
         assert self.metrics is not None
@@ -118,20 +124,24 @@ class CapEnv:
         doc["spec"]["root"]["children"][0]["max"]["kube-queue/max-jobs"] = 10
         tree_id = f"quota/kube-system/{uuid.uuid4().hex[:8]}"
         self.fleet.tree_workflow_id = tree_id
-        return await self.client.start_workflow(
+        handle = await self.client.start_workflow(
             QuotaTreeWorkflow.run, QuotaTreeInput(tree=doc), id=tree_id,
             task_queue=f"{self.tq}-control")
+        self.started.append(handle)
+        return handle
 
     async def start(self, name: str, priority: int, **annotations: str
                     ) -> WorkflowHandle[Any, Any]:
         doc = walkthrough_job(name, "default", Master={"priority": priority})
         doc["metadata"]["annotations"] = annotations
-        return await self.client.start_workflow(
+        handle = await self.client.start_workflow(
             "PyTorchJobWorkflow",
             {"manifest": doc, "policy": policy(queued=True), "rewatch_seconds": 1.0},
             id=job_workflow_id("default", name),
             task_queue=self.tq,
         )
+        self.started.append(handle)
+        return handle
 
 
 async def _cap_env(env: WorkflowEnvironment, client: Client,
@@ -145,7 +155,13 @@ async def _cap_env(env: WorkflowEnvironment, client: Client,
                       activities=[fleet.check_holders]), \
             Worker(client, task_queue=tq, workflows=ALL_WORKFLOWS,
                    activities=fleet.activities()):
-        yield CapEnv(env, client, tq, fleet, metrics)
+        cap = CapEnv(env, client, tq, fleet, metrics)
+        try:
+            yield cap
+        finally:
+            for handle in cap.started:
+                with contextlib.suppress(RPCError):  # (it ended already)
+                    await handle.terminate("test over")
 
 
 @pytest_asyncio.fixture
