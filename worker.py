@@ -31,7 +31,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -46,7 +45,6 @@ import threading
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from types import CodeType
 from typing import Any
 
 import typer
@@ -55,23 +53,22 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
-from temporalio.converter import SerializationContext
-from temporalio.converter._extstore import StorageDriverStoreContext
 from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import (
     Worker,
     WorkerDeploymentConfig,
-    WorkflowInstance,
-    WorkflowInstanceDetails,
 )
-from temporalio.worker._command_aware_visitor import CommandInfo
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
-from temporalio.worker.workflow_sandbox._runner import _Instance as _SandboxInstance
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.client.connection import connect, has_search_attributes
 from fleetq.naming import CONTROL_TASK_QUEUE, TASK_QUEUE
+
+try:  # (SDK-private names: without them, the SDK's own runner; see fleetq.runtime.sandbox)
+    from fleetq.runtime.sandbox import FleetqSandboxRunner
+except ImportError:  # pragma: no cover - another SDK version
+    FleetqSandboxRunner = None  # type: ignore[assignment,misc]
 from fleetq.runtime.worker_health import DEFAULT_STALL_SECONDS, HealthServer, WorkerHealth
 from workflows import ALL_WORKFLOWS
 
@@ -216,66 +213,6 @@ def metrics_runtime(
 SANDBOX_PASSTHROUGH = ("workflows.copies", "workflows.metrics", "workflows.errors")
 
 
-#: the SDK's name for the workflow's object inside a sandbox instance's globals
-_IN_SANDBOX = "__temporal_in_sandbox"
-
-
-@functools.lru_cache(maxsize=64)
-def _sandbox_code(source: str) -> CodeType:
-    # the file name exec() gives a string, so tracebacks read as before
-    return compile(source, "<string>", "exec")
-
-
-class _CompiledSandboxInstance(_SandboxInstance):
-    """The SDK's sandboxed workflow instance, minus two costs per call: its fixed snippets
-    run from code objects compiled once instead of source strings compiled on every
-    call, and the serialization-context lookups (SDK bookkeeping that reads the pending
-    command's activity or target workflow) call the instance directly instead of going
-    through a snippet. Each override falls back to the SDK's own code when the names it
-    relies on are not there, so another SDK version is only slower, never different."""
-
-    def _run_code(self, code: str, **extra_globals: Any) -> None:
-        super()._run_code(_sandbox_code(code), **extra_globals)  # type: ignore[arg-type]
-
-    def get_serialization_context(
-        self, command_info: CommandInfo | None
-    ) -> SerializationContext | None:
-        inside: Any = self.globals_and_locals.get(_IN_SANDBOX)
-        if inside is None:
-            return super().get_serialization_context(command_info)
-        context: SerializationContext | None = inside.get_serialization_context(command_info)
-        return context
-
-    def get_external_store_context(
-        self, command_info: CommandInfo | None
-    ) -> StorageDriverStoreContext:
-        inside: Any = self.globals_and_locals.get(_IN_SANDBOX)
-        if inside is None:
-            return super().get_external_store_context(command_info)
-        context: StorageDriverStoreContext = inside.get_external_store_context(command_info)
-        return context
-
-
-@dataclasses.dataclass(frozen=True)
-class FleetqSandboxRunner(SandboxedWorkflowRunner):
-    """Temporal's workflow sandbox, with the same restrictions and the same code run in
-    it, minus a compile per call.
-
-    The SDK (1.35) runs a short snippet through ``exec(<str>)`` inside the sandbox for
-    every activation and, when it encodes or decodes a workflow's payloads, for every
-    payload sequence (``get_serialization_context``, ``get_external_store_context``), so
-    each call compiled the snippet again (~10 % of the worker's busy CPU in ``fleetq
-    bench e2e``, py-spy, BENCHMARKS.md) and patched the sandbox's builtins in and out
-    around a dictionary lookup (another ~14 %). ``exec`` accepts a code object, so the
-    snippets are compiled once and run on the same globals under the same importer;
-    the context lookups, which run no workflow code, call the SDK's instance directly.
-    Workflow code (its module, its activations, its queries) still runs in the sandbox
-    exactly as before."""
-
-    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        return _CompiledSandboxInstance(det, self.runner_class, self.restrictions)
-
-
 def workflow_runner() -> SandboxedWorkflowRunner:
     """Temporal's sandbox with its default restrictions, plus SANDBOX_PASSTHROUGH, its
     snippets compiled once (FleetqSandboxRunner).
@@ -285,9 +222,10 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     and ``workflows/metrics.py`` on top of ``workflows/pytorch_job.py`` (``fleetq bench
     e2e``, BENCHMARKS.md). The workflow modules themselves are still re-executed per run,
     so the sandbox keeps isolating their state and checking their calls."""
-    return FleetqSandboxRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-    )
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+    if FleetqSandboxRunner is None:
+        return SandboxedWorkflowRunner(restrictions=restrictions)
+    return FleetqSandboxRunner(restrictions=restrictions)
 
 
 def warm_workflow_bytecode(workflows: Iterable[type]) -> list[str]:

@@ -23,6 +23,7 @@ from temporalio.workflow import _Definition
 
 import worker
 from fleetq.client.connection import DATA_CONVERTER
+from fleetq.runtime import sandbox
 from workflows import ALL_WORKFLOWS
 from workflows.pytorch_job import PyTorchJobWorkflow
 
@@ -87,11 +88,11 @@ def test_the_workers_runner_compiles_each_sandbox_snippet_once() -> None:
     """The runner's instances run the SDK's fixed snippets from cached code objects (the
     SDK compiled its source string on every activation and every payload sequence)."""
     runner = worker.workflow_runner()
-    assert isinstance(runner, worker.FleetqSandboxRunner)
-    worker._sandbox_code.cache_clear()
-    first = worker._sandbox_code("x = 1\n")
-    assert worker._sandbox_code("x = 1\n") is first
-    assert worker._sandbox_code.cache_info().misses == 1
+    assert isinstance(runner, sandbox.FleetqSandboxRunner)
+    sandbox._sandbox_code.cache_clear()
+    first = sandbox._sandbox_code("x = 1\n")
+    assert sandbox._sandbox_code("x = 1\n") is first
+    assert sandbox._sandbox_code.cache_info().misses == 1
 
 
 async def test_the_workers_runner_answers_context_lookups_as_the_sdk_does() -> None:
