@@ -56,7 +56,7 @@ from fleetq.client.connection import connect
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.kube_values import parse_rfc3339
 from fleetq.member_contract import OWNER_LABEL
-from fleetq.messages import JobView
+from fleetq.messages import JobView, PreemptSignal
 from fleetq.naming import (
     KF_JOB_NAME as JOB_NAME_LABEL,
 )
@@ -67,6 +67,7 @@ from fleetq.naming import (
 )
 from fleetq.runtime.embedded import TemporalKind, dev_server_argv
 from fleetq.runtime.supervisor import Child, free_port, spawn_child
+from fleetq.topology import DEFAULT_TOPOLOGY, Topology, parse_topology
 
 if TYPE_CHECKING:
     from fleetq.controlplane.runner import RealFleet
@@ -75,11 +76,19 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 #: the phases of a job at which the worker is killed, in lifecycle order
 KILL_POINTS = ("queued", "admitted", "capacity", "reserving", "binding", "created", "running",
-               "failing-over", "releasing", "preempting")
+               "failing-over", "releasing", "preempting", "capacity-preempting")
 #: kill point "preempting": a job of this priority preempts the running victim (priority 0)
 #: of its leaf, which gets PREEMPT_GRACE seconds to stop; the worker dies meanwhile
 PREEMPTOR_PRIORITY = 1000
 PREEMPT_GRACE = 3
+#: kill point "capacity-preempting": a member of its own, which no other point's policy
+#: names, with one 2-cpu node that the victim (priority 0, two 1-cpu pods) fills; the
+#: preemptor (PREEMPTOR_PRIORITY, the same size) fits on no member, so it preempts the
+#: victim for room there (quota has room for both: their leaf admits two jobs)
+CAPACITY_MEMBER = "cluster-d"
+CAPACITY_CPU = "1"
+#: the kill points whose tree needs ``fleetq.io/preemption: LowerPriority``
+PREEMPTION_POINTS = ("preempting", "capacity-preempting")
 #: whole-component restarts (run after the kill points, one at a time)
 RESTARTS = ("temporal-restart", "emulator-restart")
 #: on the production-shaped Temporal (``temporal="cluster"``) also: SIGKILL the history
@@ -89,6 +98,8 @@ RESTARTS = ("temporal-restart", "emulator-restart")
 CLUSTER_RESTARTS = (*RESTARTS, "history-kill")
 #: members the chaos jobs may use (both support Reservations, so every phase happens)
 MEMBERS = ("cluster-a", "cluster-b")
+#: every member the rig's emulator runs jobs on (the checks look at all of them)
+ALL_MEMBERS = (*MEMBERS, CAPACITY_MEMBER)
 TREE_NAME = "chaos-tree"
 HOLDING_PHASES = ("Available", "Pending")
 #: kill points of the rig on real members (``ChaosRig(members="real")``): the worker
@@ -102,6 +113,19 @@ REAL_LATENCY = 0.5
 #: two real members the chaos jobs may use; no hub (the chaos policies propagate no deps)
 REAL_TOPOLOGY: dict[str, Any] = {"clusters": [
     {"name": c, "nodeGroups": [{"count": 1, "cpu": 4, "memory": "8Gi"}]} for c in MEMBERS]}
+
+
+
+
+def chaos_topology() -> Topology:
+    """The emulator's fleet: the shipped default topology plus :data:`CAPACITY_MEMBER`
+    (one 2-cpu node, Reservations supported), which only the capacity-preempting point's
+    policy names."""
+    doc = yaml.safe_load(DEFAULT_TOPOLOGY.read_text())
+    doc["clusters"].append({
+        "name": CAPACITY_MEMBER, "reservation": True,
+        "nodeGroups": [{"count": 1, "cpu": "2", "memory": "8Gi", "pods": 110}]})
+    return parse_topology(doc, "chaos topology")
 
 
 # --------------------------------------------------------------------------- processes
@@ -250,9 +274,10 @@ def job_manifest(namespace: str, name: str, *, cpu: str = "100m",
     }
 
 
-def preemption_job(namespace: str, name: str, priority: int, grace: int) -> dict[str, Any]:
+def preemption_job(namespace: str, name: str, priority: int, grace: int,
+                   cpu: str = "100m") -> dict[str, Any]:
     """:func:`job_manifest` with a priority and a preemption grace period."""
-    doc = job_manifest(namespace, name)
+    doc = job_manifest(namespace, name, cpu=cpu)
     for spec in doc["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["priority"] = priority
     doc["metadata"]["annotations"] = {"fleetq.io/preemption-grace-seconds": str(grace)}
@@ -333,6 +358,23 @@ def signal_count(events: list[Any], name: str) -> int:
     return sum(1 for e in events
                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
                and e.workflow_execution_signaled_event_attributes.signal_name == name)
+
+
+def preempt_reasons(events: list[Any]) -> list[str]:
+    """The ``reason`` of every ``preempt`` signal in the history (a
+    :class:`fleetq.messages.PreemptSignal`: ``Priority``, ``Reclaim`` or ``Capacity``)."""
+    out = []
+    for e in events:
+        attrs = e.workflow_execution_signaled_event_attributes
+        if (e.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+                or attrs.signal_name != "preempt"):
+            continue
+        try:
+            out.append(str(PreemptSignal.model_validate_json(
+                attrs.input.payloads[0].data).reason))
+        except (IndexError, ValueError):
+            out.append("?")
+    return out
 
 
 def bind_outcome(events: list[Any]) -> str:
@@ -690,7 +732,9 @@ class ChaosRig:
         self.history_killed: tuple[int, float] | None = None
         self.state_file = workdir / "emulator-state.json"
         self.emu_dir = workdir / "sim"
-        self.base_port = free_port_range(6)
+        self.topology = chaos_topology()
+        # one port per cluster and one for the emulator's control endpoint
+        self.base_port = free_port_range(len(self.topology.clusters) + 1)
         self.emulator: EmulatedFleet | None = None
         self.fleet_config = workdir / "fleet.yaml"
         self.control: Child | None = None
@@ -720,9 +764,10 @@ class ChaosRig:
         await self.apply_fleet(points)
 
     def start_emulator(self) -> None:
-        self.emulator = EmulatedFleet(out_dir=self.emu_dir, state_file=self.state_file,
+        self.emulator = EmulatedFleet(self.topology, out_dir=self.emu_dir,
+                                      state_file=self.state_file,
                                       base_port=self.base_port, start_delay=1.0).start()
-        for c in MEMBERS:
+        for c in ALL_MEMBERS:
             self.emulator.set_latency(c, self.latency)
         doc = yaml.safe_load(self.emulator.fleet_config_path.read_text())
         doc["timeouts"] = {"connectSeconds": 1.0, "readSeconds": 3.0}
@@ -741,11 +786,18 @@ class ChaosRig:
         assert self.client is not None
         leaves = {f"leaf-{p}": [f"chaos-{p}"] for p in points}
         tree = tree_manifest(leaves)
-        if "preempting" in points:  # the other points' jobs all have priority 0
+        if any(p in PREEMPTION_POINTS for p in points):
+            # the other points' jobs all have priority 0: none preempts, and none is a
+            # capacity victim (they run on MEMBERS, where nobody lacks room)
             tree["metadata"]["annotations"] = {"fleetq.io/preemption": "LowerPriority"}
+        for child in tree["spec"]["root"]["children"]:
+            if child["name"] == "leaf-capacity-preempting":  # victim and preemptor both
+                child["max"]["kube-queue/max-jobs"] = 2
         await asyncio.wait_for(apply_tree(self.client, parse_tree(tree), tree), 60)
         for p in points:
-            await apply_registry_object(self.client, policy_manifest(f"chaos-{p}"))
+            clusters = (CAPACITY_MEMBER,) if p == "capacity-preempting" else MEMBERS
+            await apply_registry_object(self.client,
+                                        policy_manifest(f"chaos-{p}", clusters=clusters))
 
     async def close(self) -> None:
         for w in self.workers.values():
@@ -880,6 +932,24 @@ class ChaosRig:
                         and v.cluster is not None else "")
 
             return str(await poll(preempted, t, 0.01))
+        if point == "capacity-preempting":
+            # the victim recorded its Preempted event (told by the preemptor's workflow, for
+            # room on CAPACITY_MEMBER) and its copy is still there: it is in its grace period
+            assert self.client is not None and self.emulator is not None
+            ns = handle.id.split("/")[1]
+            victim = self.client.get_workflow_handle(job_workflow_id(ns, "victim"))
+            emulator = self.emulator
+
+            async def capacity_preempted() -> str:
+                v = await job_view(victim)
+                if v is None or not any(e.reason == "Preempted" for e in v.events):
+                    return ""
+                reasons = preempt_reasons(await history_events(victim))
+                there = member_copies(emulator, ns, "victim", (CAPACITY_MEMBER,))
+                return ("victim in its grace period (Capacity)"
+                        if reasons == ["Capacity"] and there else "")
+
+            return str(await poll(capacity_preempted, t, 0.01))
         raise ValueError(f"unknown kill point {point!r}")
 
     async def run_point(self, point: str, timeout: float = 240.0) -> PointResult:
@@ -892,15 +962,21 @@ class ChaosRig:
             blocker = await self.start_job(ns, "blocker", tq, run_seconds=self.run_seconds + 4)
             handles.append(blocker)
             await poll(lambda: _admitted(blocker), 60)
-        if point == "preempting":  # a low-priority job runs in the leaf (max-jobs 1)
+        # "preempting": a low-priority job runs in the leaf (max-jobs 1); "capacity-
+        # preempting": a low-priority job fills CAPACITY_MEMBER, the only member its policy
+        # names (its leaf admits two jobs: quota has room, the member has none)
+        cpu = CAPACITY_CPU if point == "capacity-preempting" else "100m"
+        if point in PREEMPTION_POINTS:
             victim = await self.start_job(
-                ns, "victim", tq, run_seconds=self.run_seconds + 4,
-                manifest=preemption_job(ns, "victim", 0, PREEMPT_GRACE))
+                ns, "victim", tq, run_seconds=self.run_seconds + (
+                    8 if point == "capacity-preempting" else 4),
+                manifest=preemption_job(ns, "victim", 0, PREEMPT_GRACE, cpu=cpu))
             handles.append(victim)
             await poll(lambda: _state(victim, "Running"), 60)
         handle = await self.start_job(
-            ns, "job", tq, manifest=preemption_job(ns, "job", PREEMPTOR_PRIORITY, PREEMPT_GRACE)
-            if point == "preempting" else None)
+            ns, "job", tq,
+            manifest=preemption_job(ns, "job", PREEMPTOR_PRIORITY, PREEMPT_GRACE, cpu=cpu)
+            if point in PREEMPTION_POINTS else None)
         handles.append(handle)
         hit = await self._trigger(point, handle)
         self.kill_worker(tq)
@@ -918,11 +994,13 @@ class ChaosRig:
             st, probs = await self.check_job(h, expect, timeout,
                                              failed_over=(point == "failing-over"
                                                           and h is handle),
-                                             preempted=(point == "preempting"
+                                             preempted=(point in PREEMPTION_POINTS
                                                         and h is not handle))
             problems += probs
             if h is handle:
                 state = st
+        if point == "capacity-preempting":
+            problems += await capacity_preemption_problems(handles[0], handle)
         assert self.client is not None
         problems += await leaf_quota_problems(self.client, f"leaf-{point}",
                                               [h.id for h in handles])
@@ -989,7 +1067,7 @@ class ChaosRig:
             problems.append(f"{wid}: {n} WorkflowTaskFailed events"
                             + (f": {why[0]}" if why else ""))
         assert self.emulator is not None
-        copies = member_copies(self.emulator, ns, name)
+        copies = member_copies(self.emulator, ns, name, ALL_MEMBERS)
         if expect == "Deleted":
             if copies:
                 problems.append(f"{wid}: deleted but copies remain on {copies}")
@@ -1002,7 +1080,7 @@ class ChaosRig:
                                 f"{view.cluster}")
             if failed_over and view is not None and not view.evicted:
                 problems.append(f"{wid}: never failed over")
-        for cluster, rname, phase in job_reservations(self.emulator, wid):
+        for cluster, rname, phase in job_reservations(self.emulator, wid, ALL_MEMBERS):
             if phase in HOLDING_PHASES or expect == "Deleted":
                 problems.append(f"{wid}: Reservation {rname} left on {cluster} ({phase})")
         return state, problems
@@ -1069,6 +1147,33 @@ class ChaosRig:
         self.history_killed = (index, time.time())
         why = "owner of the job's shard" if owner is not None else "owner unknown"
         return f"Running; SIGKILL temporal-history-{index} ({why})"
+
+
+async def capacity_preemption_problems(victim: WorkflowHandle[Any, Any],
+                                       preemptor: WorkflowHandle[Any, Any]) -> list[str]:
+    """What the capacity-preempting point checks beyond :meth:`ChaosRig.check_job`
+    (which counted the admissions, the ``Preempted`` events and the copies): the
+    victim was told to stop once, for capacity, and bound twice in all; the preemptor
+    planned once, on :data:`CAPACITY_MEMBER`, and was bound once, there."""
+    problems: list[str] = []
+    v, p = await job_view(victim), await job_view(preemptor)
+    if v is None or p is None:
+        return [f"{victim.id} or {preemptor.id}: status query failed after they ended"]
+    if (reasons := preempt_reasons(await history_events(victim))) != ["Capacity"]:
+        problems.append(f"{victim.id}: preempt signals {reasons}, expected one, Capacity")
+    if (binds := sum(1 for e in v.events if e.reason == "ScheduleBindingSucceed")) != 2:
+        problems.append(f"{victim.id}: bound {binds} times, expected twice (preempted "
+                        "once)")
+    plans = [e.message for e in p.events if e.reason == "Preempting"]
+    if len(plans) != 1 or f" on {CAPACITY_MEMBER} (" not in plans[0]:
+        problems.append(f"{preemptor.id}: Preempting events {plans}, expected one plan "
+                        f"on {CAPACITY_MEMBER}")
+    if (binds := sum(1 for e in p.events if e.reason == "ScheduleBindingSucceed")) != 1:
+        problems.append(f"{preemptor.id}: bound {binds} times, expected exactly once")
+    if p.cluster != CAPACITY_MEMBER:
+        problems.append(f"{preemptor.id}: ran on {p.cluster}, not on the planned "
+                        f"{CAPACITY_MEMBER}")
+    return problems
 
 
 async def _admitted(handle: WorkflowHandle[Any, Any]) -> bool:
