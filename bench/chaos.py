@@ -694,7 +694,7 @@ class PointResult:
 
     def line(self) -> str:
         verdict = "survived" if self.survived else "FAILED"
-        text = (f"{self.point:<17} {verdict:<9} killed at: {self.hit:<34} "
+        text = (f"{self.point:<19} {verdict:<9} killed at: {self.hit:<34} "
                 f"final: {self.state or '-':<10} {self.seconds:5.1f}s")
         if self.note:
             text += f"\n    ({self.note})"
