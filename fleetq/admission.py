@@ -1271,19 +1271,7 @@ class Admission:
 
     def queues(self) -> list[QueueInfo]:
         """Every queue, tree pre-order."""
-        return [
-            QueueInfo(
-                name=n.queue,
-                node=n.name,
-                policy=self.policy.value,
-                length=len(self._queues[n.name]),
-                admitted=n.admitted,
-                usage=dict(n.usage),
-                min=dict(n.min),
-                max=dict(n.max),
-            )
-            for n in self.quota
-        ]
+        return [self.queue_info(n.name) for n in self.quota]
 
     def changed_queues(self) -> list[str] | None:
         """The nodes whose :meth:`queues` row (length, admitted, usage) may have changed
