@@ -25,6 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from fleetq.cli.describe import describe_lines
+from fleetq.client.connection import DATA_CONVERTER, test_server_path
 from fleetq.messages import (
     BindInput,
     BindResult,
@@ -180,10 +181,16 @@ async def cenv(dev_env: WorkflowEnvironment) -> AsyncIterator[CapEnv]:
 
 
 @pytest_asyncio.fixture
-async def tcenv(ts_env: WorkflowEnvironment) -> AsyncIterator[CapEnv]:
-    """Time-skipping server: a plan's time bound passes at once."""
-    async for e in _cap_env(ts_env, ts_env.client):
-        yield e
+async def tcenv() -> AsyncIterator[CapEnv]:
+    """A time-skipping server of its own (a plan's time bound passes at once): the test
+    moves its clock, which must not touch the session's server other tests share."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(test_server_path()), data_converter=DATA_CONVERTER)
+    try:
+        async for e in _cap_env(env, env.client):
+            yield e
+    finally:
+        await env.shutdown()
 
 
 async def view_of(handle: WorkflowHandle[Any, Any]) -> JobView:
@@ -281,6 +288,9 @@ async def test_a_plan_that_makes_no_room_in_time_is_dropped_and_not_made_again(
     assert dropped.state == "Pending" and not dropped.reason.startswith("waiting for")
     rounds = len(fleet.inputs)
     fleet.clusters["cluster-a"].fits = True
+    # virtual time past the placement backoff's cap (60 s): the next round runs now, not
+    # after up to a minute of real time (time skipping is locked while the test polls)
+    await tcenv.env.sleep(120)
     await until(high, lambda v: v.state in ("Created", "Running"))
     high_rounds = [i for i in fleet.inputs if i.job_ref == "default/high"]
     assert sum(i.capacity_preemption for i in high_rounds) == 1  # never planned again
