@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from fleetq.admission import AdmissionRequest, AdmissionState, QueueInfo, QueuePolicy
+from fleetq.admission import AdmissionRequest, QueueInfo, QueuePolicy
 from fleetq.capacity import Taint
 from fleetq.models import DEFAULT_STARVATION_SECONDS, Gang, GangPod
 from fleetq.naming import owner_id
@@ -385,19 +385,13 @@ class JobView(BaseModel):
 
 
 class QuotaTreeInput(BaseModel):
-    """The quota workflow's input: a tree to start with, or the whole admission state
-    carried across continue-as-new."""
+    """The quota workflow's input: its settings, and the tree to start with (after a
+    continue-as-new the run's second argument carries the admission state and the tree,
+    packed by ``fleetq.quota_state.pack_state``)."""
 
     tree: dict[str, Any] | None = None
     policy: QueuePolicy = QueuePolicy.PRIORITY
     starvation_seconds: float = DEFAULT_STARVATION_SECONDS
-    state: AdmissionState | None = None
-    #: the state as ``fleetq.admission.pack_state_json`` writes it (base64 text; what
-    #: continue-as-new carried before the ``compact-state`` patch, still read and still
-    #: written when older histories replay). Since that patch the run's second argument
-    #: carries ``pack_state``'s bytes (binary/plain) and this stays empty; ``state`` is
-    #: read for inputs written before either existed
-    packed_state: str | None = None
     #: continue-as-new once history passes this many events (Temporal warns at 10,240)
     max_history_events: int = 2500
     leak_check_seconds: float = 60

@@ -5,8 +5,7 @@ so the workflow reads as the job's flow. Writes are tracked while they run: a de
 that interrupts the workflow awaits the write in flight and purges after it, so nothing
 it made survives. A copy on a member that does not answer is handed to a heartbeating
 ``purge_when_reachable`` activity, which purges the moment the member answers again (a
-handful of events however long the outage); workflows started before that activity
-existed purge on durable timers instead.
+handful of events however long the outage).
 """
 
 from __future__ import annotations
@@ -25,14 +24,10 @@ from temporalio.workflow import ActivityCancellationType, ActivityHandle
 with workflow.unsafe.imports_passed_through():
     from activities.scheduling import SchedulingActivities
     from fleetq import lifecycle
-    from fleetq.lifecycle import PURGE_BACKOFF, Reason
+    from fleetq.lifecycle import Reason
     from fleetq.messages import JobRef, JobState, JobView, PurgeInput, PurgeResult
     from workflows.errors import cancelled_by_delete
 
-#: copies left on a member that did not answer are purged by a heartbeating activity that
-#: asks the member every second (``purge_when_reachable``), so they go within seconds of
-#: its return; workflows started before it existed keep purging on timers
-PATCH_PURGE_WHEN_REACHABLE = "purge-when-reachable"
 PURGER_HEARTBEAT = timedelta(seconds=15)
 #: after a purge_when_reachable that failed for good (not for an unreachable member)
 PURGE_RETRY_SECONDS = 30.0
@@ -117,8 +112,8 @@ class MemberCopies:
             view.copies.remove(cluster)
 
     def pending_unwatched(self) -> bool:
-        """A copy pending a purge that no purger looks after (a workflow from before
-        purge_when_reachable, or a purger that failed): try it at the next status."""
+        """A copy pending a purge that no purger looks after (its purger failed): try it
+        at the next status."""
         return any(c not in self._purgers for c in self._view.pending_purges)
 
     async def retry_pending(self) -> None:
@@ -137,9 +132,6 @@ class MemberCopies:
         """Purge now; a member that does not answer is handed to a purge_when_reachable
         activity, which purges the moment it answers again (a handful of events however
         long the outage, visible in the UI as a running activity)."""
-        if not workflow.patched(PATCH_PURGE_WHEN_REACHABLE):
-            await self._purge_until_done_on_timers(cluster, why)
-            return
         view = self._view
         if cluster not in view.pending_purges:  # it answered a moment ago: purge now
             try:
@@ -155,14 +147,11 @@ class MemberCopies:
 
     def start_purger(
         self, cluster: str, confirm: bool = False
-    ) -> ActivityHandle[PurgeResult] | None:
-        """Start (once) the activity that purges ``cluster``'s copy as soon as it answers;
-        None for a workflow started before it existed (it purges on timers instead)."""
+    ) -> ActivityHandle[PurgeResult]:
+        """Start (once) the activity that purges ``cluster``'s copy as soon as it answers."""
         running = self._purgers.get(cluster)
         if running is not None and not running.done():
             return running
-        if not workflow.patched(PATCH_PURGE_WHEN_REACHABLE):
-            return None
         handle = workflow.start_activity_method(
             SchedulingActivities.purge_when_reachable,
             PurgeInput(cluster=cluster, job=self._ref, confirm=confirm),
@@ -189,9 +178,6 @@ class MemberCopies:
             self._purgers.pop(cluster)
         while True:
             handle = self.start_purger(cluster, confirm=confirm)
-            if handle is None:
-                await self._purge_until_done_on_timers(cluster, "purge copy")
-                break
             try:
                 await handle
                 break
@@ -241,19 +227,3 @@ class MemberCopies:
             if not handle.done():
                 handle.cancel()
         self._purgers.clear()
-
-    async def _purge_until_done_on_timers(self, cluster: str, why: str) -> None:
-        """Purge, retrying on durable timers (not activity retries): how workflows started
-        before purge_when_reachable existed keep purging."""
-        delay = PURGE_BACKOFF.initial
-        while True:
-            try:
-                await self.purge(cluster, why, attempts=2)
-                return
-            except ActivityError as exc:
-                self._set_state(
-                    self._view.state,
-                    f"waiting to purge copy on {cluster}: {exc.cause or exc}",
-                )
-            await workflow.sleep(delay, summary=f"retry purge on {cluster} in {int(delay)}s")
-            delay = PURGE_BACKOFF.after(delay)

@@ -115,25 +115,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows import metrics
     from workflows.errors import cancelled_by_delete, invalid_input
 
-#: runPolicy honoured by the workflow (suspend, activeDeadlineSeconds): new behaviour for
-#: jobs whose manifest asks for it, so workflows started before it replay unchanged
-PATCH_RUN_POLICY = "run-policy"
-#: A deadline (failover tolerance, taint eviction, activeDeadlineSeconds, grace period)
-#: less than lifecycle.DEADLINE_NEAR_SECONDS away is slept out on a timer of its own and
-#: then acted on, instead of starting a watch with a near-zero timer beside it: a watch
-#: that answers at once made the next task cancel a timer the server was firing at that
-#: instant, which Temporal's time-skipping test server refuses and never retries (the
-#: workflow hangs; temporalio/sdk-java#2606), more often the more loaded the machine.
-PATCH_DEADLINE_ALONE = "deadline-alone"
-#: quota preemption (issue 18): the ``preempt`` signal is acted on, and a job's
-#: ``fleetq.io/preemptible`` / ``fleetq.io/preemption-grace-seconds`` annotations are
-#: checked at start (a job started before either existed ignores both)
-PATCH_PREEMPTION = "preemption"
-#: capacity preemption (issue 18): a job admitted by quota that fits on no member may
-#: preempt lower-priority gangs on one member if its tree allows it (asked only once a
-#: placement round found no room, so a job that places at once records nothing);
-#: a capacity victim wakes its preemptor once its copy is purged
-PATCH_CAPACITY_PREEMPTION = "capacity-preemption"
 #: continue-as-new once a run's history passes this many events (bench/history.py reads it)
 MAX_HISTORY_EVENTS = lifecycle.MAX_HISTORY_EVENTS
 WATCH_SECONDS = 300.0
@@ -207,11 +188,7 @@ class PyTorchJobWorkflow:
                 f"(got {workflow.info().workflow_id!r})"
             )
         notes = job.metadata.annotations
-        if (
-            inp.progress is None
-            and (PREEMPTIBLE_ANNOTATION in notes or GRACE_ANNOTATION in notes)
-            and workflow.patched(PATCH_PREEMPTION)
-        ):
+        if inp.progress is None and (PREEMPTIBLE_ANNOTATION in notes or GRACE_ANNOTATION in notes):
             try:
                 job_policy(job)
             except ManifestError as exc:
@@ -267,11 +244,7 @@ class PyTorchJobWorkflow:
         view = self._p.view
         for cluster in view.pending_purges:  # carried over by continue-as-new
             self._copies.start_purger(cluster)
-        if (
-            self._input.progress is None
-            and self._job.suspend
-            and workflow.patched(PATCH_RUN_POLICY)
-        ):
+        if self._input.progress is None and self._job.suspend:
             self._suspension.wanted = True
         while view.state not in TERMINAL_STATES:
             if self._suspension.wanted:
@@ -511,13 +484,8 @@ class PyTorchJobWorkflow:
 
     def _capacity_asked(self) -> bool:
         """Whether this placement may consider capacity preemption: the job holds quota
-        from a quota workflow, and the patch is on (recorded here, the first time a round
-        finds no room)."""
-        return (
-            self._grant is not None
-            and self._p.resolution.tree_workflow_id is not None
-            and workflow.patched(PATCH_CAPACITY_PREEMPTION)
-        )
+        from a quota workflow."""
+        return self._grant is not None and self._p.resolution.tree_workflow_id is not None
 
     async def _preempt_for_room(self, plan: CapacityPlanned) -> None:
         """Carry out a capacity preemption: record it, then tell each victim to stop
@@ -547,11 +515,7 @@ class PyTorchJobWorkflow:
     async def _wake_preemptor(self, signal: PreemptSignal | None) -> None:
         """A capacity victim that has stopped wakes its preemptor (``retry_placement``),
         so it places now instead of after a backoff."""
-        if (
-            signal is None
-            or signal.reason != PreemptionReason.CAPACITY.value
-            or not workflow.patched(PATCH_CAPACITY_PREEMPTION)
-        ):
+        if signal is None or signal.reason != PreemptionReason.CAPACITY.value:
             return
         with contextlib.suppress(Exception):  # the preemptor is gone: nobody to wake
             await workflow.get_external_workflow_handle(signal.preemptor).signal(
@@ -648,7 +612,9 @@ class PyTorchJobWorkflow:
             cluster = view.cluster
             assert cluster is not None
             deadline = self._next_deadline(tolerance)
-            if deadline is not None and deadline.near and workflow.patched(PATCH_DEADLINE_ALONE):
+            # A near deadline is slept out on a timer alone: a watch answering at once
+            # would cancel a timer the server is firing (temporalio/sdk-java#2606).
+            if deadline is not None and deadline.near:
                 if deadline.seconds > 0:  # a timer alone: nothing cancels it as it fires
                     await workflow.sleep(deadline.seconds, summary=deadline.summary)
                 if self._suspension.wanted:
@@ -803,11 +769,7 @@ class PyTorchJobWorkflow:
         """Arm runPolicy.activeDeadlineSeconds at a bind (see lifecycle.deadline_to_arm)."""
         view = self._p.view
         seconds = self._job.active_deadline_seconds
-        if (
-            seconds is not None
-            and lifecycle.deadline_to_arm(view, seconds)
-            and workflow.patched(PATCH_RUN_POLICY)
-        ):
+        if seconds is not None and lifecycle.deadline_to_arm(view, seconds):
             view.deadline_at = lifecycle.deadline_at(seconds, workflow.now())
 
     async def _deadline_exceeded(self) -> None:
@@ -1054,14 +1016,13 @@ class PyTorchJobWorkflow:
         """The quota workflow preempts the job: it stops within the grace period (it may
         finish meanwhile), its copies are purged, its quota released, and it queues
         again keeping its submit time."""
-        if self._progress is None or not workflow.patched(PATCH_PREEMPTION):
+        if self._progress is None:
             return
         holding = self._grant is not None
         if (
             not holding
             and signal.reason == PreemptionReason.CAPACITY.value
             and self._progress.view.cluster is not None
-            and workflow.patched(PATCH_CAPACITY_PREEMPTION)
         ):
             holding = True  # a bound job of a policy without quota: it still makes room
         notices = lifecycle.take_preemption(

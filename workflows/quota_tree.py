@@ -49,10 +49,6 @@ with workflow.unsafe.imports_passed_through():
         QueuePolicy,
         QueueTable,
         WaitInfo,
-        pack_state,
-        pack_state_json,
-        unpack_carried,
-        unpack_state,
     )
     from fleetq.messages import (
         HolderCheck,
@@ -77,26 +73,10 @@ with workflow.unsafe.imports_passed_through():
         plan_preemptions,
         tree_policy,
     )
+    from fleetq.quota_state import pack_state, unpack_carried
     from workflows import metrics
 
 __all__ = ["QuotaTreeInput", "QuotaTreeWorkflow", "QuotaView"]
-
-#: preemption plans and ``preempt`` signals: new commands, only under a tree whose
-#: annotations turn preemption or reclaim on
-PATCH_PREEMPTION = "preemption"
-#: continue-as-new carries the admission state and the tree's manifest as one compact
-#: ``binary/plain`` payload (``fleetq.admission.pack_state``), the run's second argument,
-#: instead of base64 JSON text in ``QuotaTreeInput.packed_state`` beside the manifest
-#: as JSON; a run started either way reads both
-PATCH_COMPACT_STATE = "compact-state"
-#: admission shares borrowed quota by weighted dominant resource share (Kueue's fair
-#: sharing) under a tree that turns preemption or reclaim on or names weights
-PATCH_FAIR_SHARING = "fair-sharing"
-#: a preemption plan whose victims have not all released by their grace period + a
-#: margin is dropped (``fleetq.admission.Admission.expire_plans``); a timer wakes the
-#: workflow for it
-PATCH_PLAN_TIMEOUT = "plan-timeout"
-
 
 @workflow.defn(name="QuotaTreeWorkflow")
 class QuotaTreeWorkflow:
@@ -110,13 +90,9 @@ class QuotaTreeWorkflow:
         inp = QuotaTreeInput.model_validate(inp)
         self._input = inp
         self._tree_doc: dict[str, Any] | None = inp.tree
-        if carried is not None:  # continued as new since PATCH_COMPACT_STATE
+        if carried is not None:  # continued as new: the state and the tree's manifest
             state, self._tree_doc = unpack_carried(carried)
             self._admission = Admission.from_state(state)
-        elif inp.packed_state is not None:
-            self._admission = Admission.from_state(unpack_state(inp.packed_state))
-        elif inp.state is not None:
-            self._admission = Admission.from_state(inp.state)
         else:
             tree = parse_tree(inp.tree) if inp.tree else None
             policy, starve = self._queue_settings(tree, inp)
@@ -160,7 +136,6 @@ class QuotaTreeWorkflow:
             if self._admission.counts()[0]:
                 elapsed = (workflow.now() - last_leak_check).total_seconds()
                 timeout = max(1.0, inp.leak_check_seconds - elapsed)
-            # (plans carry a deadline only when decided under PATCH_PLAN_TIMEOUT)
             plan_due: float | None = None
             deadline = self._admission.next_plan_deadline()
             if deadline is not None:
@@ -205,29 +180,16 @@ class QuotaTreeWorkflow:
                 self._continue_as_new(inp)
 
     def _continue_as_new(self, inp: QuotaTreeInput) -> NoReturn:
-        state = self._admission.to_state()
-        if workflow.patched(PATCH_COMPACT_STATE):
-            workflow.continue_as_new(args=[
-                QuotaTreeInput(
-                    policy=inp.policy,
-                    starvation_seconds=inp.starvation_seconds,
-                    max_history_events=inp.max_history_events,
-                    leak_check_seconds=inp.leak_check_seconds,
-                    generation=inp.generation + 1,
-                ),
-                pack_state(state, self._tree_doc),
-            ])
-        workflow.continue_as_new(
+        workflow.continue_as_new(args=[
             QuotaTreeInput(
-                tree=self._tree_doc,
                 policy=inp.policy,
                 starvation_seconds=inp.starvation_seconds,
-                packed_state=pack_state_json(state),
                 max_history_events=inp.max_history_events,
                 leak_check_seconds=inp.leak_check_seconds,
                 generation=inp.generation + 1,
-            )
-        )
+            ),
+            pack_state(self._admission.to_state(), self._tree_doc),
+        ])
 
     @staticmethod
     def _should_continue(inp: QuotaTreeInput) -> bool:
@@ -239,11 +201,8 @@ class QuotaTreeWorkflow:
 
     def _grant(self) -> None:
         now = workflow.now().timestamp()
-        if self._fair_weights is not None and workflow.patched(PATCH_FAIR_SHARING):
-            self._admission.fair_weights = self._fair_weights
-        else:
-            self._admission.fair_weights = None
-        for dropped in self._admission.expire_plans(now):  # (none without PATCH_PLAN_TIMEOUT)
+        self._admission.fair_weights = self._fair_weights
+        for dropped in self._admission.expire_plans(now):
             self._plans_expired += 1
             workflow.logger.warning(
                 "preemption for %s dropped: %s did not release quota in time",
@@ -253,11 +212,9 @@ class QuotaTreeWorkflow:
         grants = self._immediate + self._admission.schedule(now)
         self._immediate = []
         self._dispatch(grants)
-        if self._preemption_on and workflow.patched(PATCH_PREEMPTION):
+        if self._preemption_on:
             try:
-                plans = plan_preemptions(
-                    self._admission, now if workflow.patched(PATCH_PLAN_TIMEOUT) else None
-                )
+                plans = plan_preemptions(self._admission, now)
             except Exception as exc:  # never let a planning error take the semaphore down
                 workflow.logger.error("preemption planning failed: %s", exc)
                 return

@@ -18,17 +18,13 @@ from fleetq.admission import (
     AdmissionRequest,
     AdmissionState,
     Grant,
-    HolderPolicy,
     QueuePolicy,
     WaitInfo,
-    pack_state,
-    pack_state_json,
-    unpack_carried,
-    unpack_state,
 )
 from fleetq.messages import QuotaTreeInput
 from fleetq.models import ElasticQuotaTree, parse_tree
 from fleetq.quota import SUFFIX_ALPHABET
+from fleetq.quota_state import pack_state, unpack_carried, unpack_state
 
 WALKTHROUGH = Path(__file__).resolve().parents[2] / "examples" / "elasticquotatree.yaml"
 GPU = "nvidia.com/gpu"
@@ -456,7 +452,7 @@ def test_state_for_ten_thousand_waiting_jobs_is_compact() -> None:
     # test_continue_as_new_input_with_realistic_ids_is_compact), and lossless
     packed = pack_state(a.to_state())
     assert len(packed) < 20_000, len(packed)
-    assert len(packed) * 4 < len(pack_state_json(a.to_state()))
+    assert len(packed) * 4 < len(a.to_state().model_dump_json())
     b = Admission.from_state(unpack_state(packed))
     assert b.to_state() == a.to_state()
     assert [b.wait_info(j) for j in b.waiting()[:50]] == [
@@ -468,7 +464,7 @@ def test_continue_as_new_input_with_realistic_ids_is_compact() -> None:
     """20,000 waiting jobs named as ML teams name them, in 100 namespaces, submitted at
     random microseconds: the packed state (with the tree's manifest) costs at most 14 B a
     waiting job, so 100,000 stay under half of Temporal's 2 MiB blob limit (the format
-    before cost ~33 B a job and passed the limit at ~58,000)."""
+    JSON of the state costs ~33 B a job zlib-compressed, and passes the limit at ~58,000)."""
     rng = random.Random(7)
     teams = [f"org-{i // 10:02d}-team-{i:03d}" for i in range(100)]
     doc = {
@@ -504,54 +500,7 @@ def test_continue_as_new_input_with_realistic_ids_is_compact() -> None:
     per_job = (len(packed) - len(empty)) / len(state.w)
     assert per_job < 14, per_job
     assert len(empty) < 8_000, len(empty)
-    assert len(pack_state_json(state)) > 2.5 * len(packed)
     assert unpack_carried(packed) == (state, doc)
-
-
-#: what a quota workflow packed before the compact format (``pack_state_json``), for
-#: tree ``t`` (root cpu 4, leaf ``a`` for namespace team-a, min 2, max 4): job-0 (3 cpu,
-#: not preemptible, grace 5 s) and job-2 (1 cpu, priority 1) hold quota, job-1
-#: (2 cpu, priority 5, grace 60 s) waits, skipped since 1795000002.5
-PACKED_V2 = (
-    "eJyNkkFP6zAQhP/Lnt3UDgQeuXMHCXGJctgmfsQ0iY3tFCqU/844VBVUKpBLvLPjbzZ23mlHZS4oeq2pfC"
-    "d25lH7YOxIJYWm0+3Um/EpC+YpZNt/ITN2vVMbHVmRoK0ZW/huew7RNPeTjfyQQIIGOFqOnJgjD2BThJyW"
-    "wXGT6u200auwD1EP6PS80X2AfRbE4whSxBCLACU43SSUtzZ+QS4lwsyYxMZN0C4J/oHfTpRjMpBVLajpTN"
-    "96jY3VEcenrPwPLIqahxXTd2Y913Ma3NneNHtsvPPGehP3iAiR/Q55V1JmEmXHbiEdMnIpoS6n8zLpSa8x"
-    "wOrZbmBRaM3i4Lv4o0/94sPg48mHvKKsyO2j9U0H6/qztcZyhXuXohDq+qaQ6VFZXkA51nlW1EB0PyBkQq"
-    "hanOvnqZ8vFJeO/hylrKT4z33QooD3HKuslIh+0uJC1riR1x+QCubFerVY3eev0h5exuP6yiVw/gCJ3gY1"
-)
-#: the same, as packed before jobs' preemption policies were kept (state version 1)
-PACKED_V1 = (
-    "eJyNkU9PxCAQxb/LnGkL1fqnd++aGC+bHqYULW4LCHS12fS7O9TNRjdRlxPz5vF7A+xhB7VgEL1SUO8BnX"
-    "5SPmhroIYge9VNgzYvedAvId/ehFzbYidaFVEAg602HfnuBgxRy4fJRnxMIAYjOTqMmJgGR2JDJDltg0OZ"
-    "6u3UqizMIaqROgO2aghkXxigMUSKNMQqkBKckgnlrY3fkGtJYdokUbqJtEsg/4gfJ8oxmZCbhoHs9dB5RQ"
-    "c3RxyessozWBAVjhnCT2azNEsa3NlBy5kO3nttvY4zRYSIfkd5V5znnMoe3Uo6ZJSck7q+ztukJlXQANmr"
-    "bckiqLWwg+/iTJ/4x0eDm5OLvFO5ATdH62VP1uKrVdA2o3/nrGLi+rbiaYm8rEg51mVeNYTo/0DwhBAN+6"
-    "1fpn6ZKJ329GT1Mw5BLZ9/rdim"
-)
-
-
-def test_states_packed_by_earlier_versions_still_unpack() -> None:
-    """A quota workflow still running older code continues-as-new with the older text
-    format; this version picks it up with the same holders, queue and policies."""
-    for packed, version in ((PACKED_V2, 2), (PACKED_V1, 1)):
-        a = Admission.from_state(unpack_state(packed))
-        assert a.holders() == ["pytorchjob/team-a/job-0", "pytorchjob/team-a/job-2"]
-        assert a.usage("a")["cpu"] == 4000
-        info = a.wait_info("pytorchjob/team-a/job-1")
-        assert info is not None and info.position == 1
-        again = Admission.from_state(unpack_state(pack_state(a.to_state())))
-        assert again.to_state() == a.to_state()
-        a.release("pytorchjob/team-a/job-0")
-        assert [g.job_id for g in a.schedule(1795000010.0)] == ["pytorchjob/team-a/job-1"]
-        policy = a.holder_policy("pytorchjob/team-a/job-2")
-        if version == 2:
-            assert policy == HolderPolicy(priority=1, preemptible=True, grace_seconds=30)
-            assert a.holder_policy("pytorchjob/team-a/job-1") == HolderPolicy(
-                priority=5, preemptible=True, grace_seconds=60
-            )
-        else:  # nothing known of the job's policy: never a victim
-            assert policy is not None and not policy.preemptible
 
 
 def test_packed_state_is_not_mistaken_for_another_format() -> None:

@@ -10,11 +10,10 @@ from fleetq.admission import (
     AdmissionRequest,
     Grant,
     QueuePolicy,
-    pack_state,
-    unpack_state,
 )
 from fleetq.models import parse_tree
 from fleetq.preemption import plan_preemptions
+from fleetq.quota_state import pack_state, unpack_state
 
 TREE = {
     "apiVersion": "scheduling.sigs.k8s.io/v1beta1",

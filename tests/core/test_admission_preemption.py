@@ -10,14 +10,12 @@ from typing import Any
 from fleetq.admission import (
     Admission,
     AdmissionRequest,
-    AdmissionState,
     Grant,
     HolderPolicy,
-    pack_state,
-    unpack_state,
 )
 from fleetq.models import ElasticQuotaTree, parse_tree
 from fleetq.preemption import PreemptionReason, plan_preemptions
+from fleetq.quota_state import pack_state, unpack_state
 
 JOBS = "kube-queue/max-jobs"
 
@@ -232,35 +230,6 @@ def test_plans_and_holder_policies_survive_continue_as_new() -> None:
     )
 
 
-def test_a_state_written_before_preemption_still_loads_and_its_jobs_are_never_victims(
-) -> None:
-    old = {
-        "v": 1,
-        "tree": one_job_leaf().model_dump(mode="json", exclude_none=True),
-        "shapes": [{"cpu": 1000, JOBS: 1000}],
-        "ns": ["team"],
-        "w": [["pytorchjob/team/b", 0, 5, 1.0, 0, None]],
-        "h": [["pytorchjob/team/a", 0, 0]],
-        "dirty": False,
-    }
-    a = Admission.from_state(AdmissionState.model_validate(old))
-    # their priorities and annotations were not kept: none of them may be preempted
-    assert a.holder_policy("pytorchjob/team/a") == HolderPolicy(preemptible=False)
-    assert a.plans() == []
-    request = a.request_of("pytorchjob/team/b")
-    assert request is not None and request.priority == 5 and not request.preemptible
-    a.replace_tree(one_job_leaf(**{"fleetq.io/preemption": "LowerPriority"}))
-    a.schedule(1)
-    assert plan_preemptions(a) == []
-    # a state written now keeps the defaults as they are
-    b = Admission.from_state(unpack_state(pack_state(a.to_state())))
-    assert b.holder_policy("pytorchjob/team/a") == HolderPolicy(preemptible=False)
-    fresh = Admission(one_job_leaf())
-    admitted(fresh, req("c"))
-    again = Admission.from_state(unpack_state(pack_state(fresh.to_state())))
-    assert again.holder_policy("pytorchjob/team/c") == HolderPolicy()
-
-
 def shared_leaf() -> ElasticQuotaTree:
     """One leaf ``team`` of 10 cpu, priority preemption on."""
     return make_tree(
@@ -318,21 +287,3 @@ def test_a_readmitted_victim_is_not_counted_as_leaving_by_a_later_plan() -> None
     assert [g.job_id for g in a.schedule(43)] == ["pytorchjob/team/next"]
 
 
-def test_a_state_listing_a_released_victim_admits_the_preemptor_after_continue_as_new(
-) -> None:
-    """States packed before victims were dropped as they released still list them: such
-    a victim holds no quota, so it is not waited for."""
-    a = Admission(shared_leaf())
-    admitted(a, req("v1", prio=10, cpu=5), 0)
-    admitted(a, req("v2", prio=10, cpu=5, at=1), 1)
-    a.enqueue(req("high", prio=1000, cpu=10, at=5), 5)
-    (plan,) = plan_preemptions(a)
-    state = a.to_state()
-    a.release("pytorchjob/team/v2")
-    older = a.to_state()
-    assert [v.job_id for v in older.p[0].victims] == ["pytorchjob/team/v1"]
-    older.p = state.p  # as written before: both victims listed, v2 released
-    b = Admission.from_state(unpack_state(pack_state(older)))
-    assert b.waiting_for("pytorchjob/team/high") == ["pytorchjob/team/v1"]
-    b.release("pytorchjob/team/v1")
-    assert [g.job_id for g in b.schedule(6)] == ["pytorchjob/team/high"]

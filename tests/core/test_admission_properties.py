@@ -40,12 +40,9 @@ from fleetq.admission import (
     PendingPlan,
     PlannedVictim,
     QueuePolicy,
-    pack_state,
-    pack_state_json,
-    unpack_carried,
-    unpack_state,
 )
 from fleetq.models import parse_tree
+from fleetq.quota_state import pack_state, unpack_carried, unpack_state
 from fleetq.resources import parse_resources
 
 GPU = "nvidia.com/gpu"
@@ -400,11 +397,11 @@ class Machine(RuleBasedStateMachine):
     def advance(self, dt: float) -> None:
         self.now += dt
 
-    @rule(compact=st.booleans())
-    def continue_as_new(self, compact: bool) -> None:
-        # as the quota workflow carries it now (pack_state), or as it did before
+    @rule()
+    def continue_as_new(self) -> None:
+        # as the quota workflow carries it (pack_state)
         state = self.a.to_state()
-        packed = pack_state(state) if compact else pack_state_json(state)
+        packed = pack_state(state)
         assert unpack_state(packed) == state
         restored = Admission.from_state(unpack_state(packed))
         assert restored.to_state() == state
@@ -580,6 +577,3 @@ def test_packed_state_unpacks_to_exactly_what_was_packed(
 ) -> None:
     assert unpack_carried(pack_state(state, manifest)) == (state, manifest)
     assert unpack_state(pack_state(state)) == state
-    # the format written before (still written by a quota workflow replaying history
-    # recorded before the compact one) still unpacks
-    assert unpack_state(pack_state_json(state)) == state

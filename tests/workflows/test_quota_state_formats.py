@@ -1,7 +1,6 @@
-"""What the quota workflow carries across continue-as-new: a run started by older code's
-continue-as-new (the state as base64 JSON text beside the tree's manifest) picks up the
-same holders and queue, and its own continue-as-new carries them on as one compact
-``binary/plain`` payload (``fleetq.admission.pack_state``) with the manifest inside."""
+"""What the quota workflow carries across continue-as-new: its next run picks up the same
+holders and queue from one compact ``binary/plain`` payload
+(``fleetq.quota_state.pack_state``) with the tree's manifest inside, and still admits."""
 
 from __future__ import annotations
 
@@ -15,8 +14,9 @@ import pytest_asyncio
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from fleetq.admission import Admission, AdmissionRequest, pack_state_json, unpack_carried
+from fleetq.admission import Admission, AdmissionRequest
 from fleetq.models import parse_tree
+from fleetq.quota_state import pack_state, unpack_carried
 from tests.workflows.test_quota_workflow import Env, _env, tree, wait_for
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
 
@@ -30,9 +30,9 @@ async def qenv(dev_env: WorkflowEnvironment) -> AsyncIterator[Env]:
         yield e
 
 
-def old_run_input(doc: dict[str, Any]) -> QuotaTreeInput:
-    """What a quota workflow of the previous version hands its next run: two jobs hold the
-    leaf's two job slots, a third (priority 5, grace 60 s) waits."""
+def carried_state(doc: dict[str, Any]) -> bytes:
+    """What a run hands its successor: two jobs hold the leaf's two job slots, a third
+    (priority 5, grace 60 s) waits."""
     a = Admission(parse_tree(doc))
     for i, prio in enumerate([0, 0, 5]):
         a.enqueue(
@@ -42,27 +42,28 @@ def old_run_input(doc: dict[str, Any]) -> QuotaTreeInput:
             ),
             now=1_795_000_001.0 + i,
         )
-    return QuotaTreeInput(
-        tree=doc,
-        packed_state=pack_state_json(a.to_state()),
-        # continue-as-new after a few more tasks; no holder check while the test runs
-        max_history_events=12,
-        leak_check_seconds=3600,
-        generation=4,
-    )
+    return pack_state(a.to_state(), doc)
 
 
 async def view(qh: WorkflowHandle[Any, Any]) -> QuotaView:
     return QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view))
 
 
-async def test_a_run_continued_by_older_code_carries_on_in_the_compact_format(
+async def test_continue_as_new_carries_holders_and_queue_in_the_compact_format(
     qenv: Env,
 ) -> None:
+    """A run started from a carried state (as continue-as-new starts one) continues as new
+    after a few tasks, and its successor has the same holders and queue."""
     doc = tree([{"name": "team", "max": {JOBS: 2}, "namespaces": ["default"]}])
     wid = "quota/kube-system/state-formats"
     qh = await qenv.env.client.start_workflow(
-        QuotaTreeWorkflow.run, old_run_input(doc), id=wid, task_queue=f"{qenv.tq}-control",
+        "QuotaTreeWorkflow",
+        args=[
+            # continue-as-new after a few more tasks; no holder check while the test runs
+            QuotaTreeInput(max_history_events=12, leak_check_seconds=3600, generation=4),
+            carried_state(doc),
+        ],
+        id=wid, task_queue=f"{qenv.tq}-control",
     )
     before = await view(qh)
     assert (before.holders, before.waiting, before.generation) == (2, 1, 4)
@@ -89,7 +90,7 @@ async def test_a_run_continued_by_older_code_carries_on_in_the_compact_format(
     settings_payload, carried = started.input.payloads
     assert carried.metadata["encoding"] == b"binary/plain"
     settings = json.loads(settings_payload.data)
-    assert settings["tree"] is None and settings["packed_state"] is None
+    assert settings["tree"] is None
     state, manifest = unpack_carried(carried.data)
     assert manifest == doc
     assert [w[0] for w in state.w] == ["pytorchjob/default/old-2"]
@@ -106,7 +107,7 @@ async def test_a_run_continued_by_older_code_carries_on_in_the_compact_format(
     await qh.signal(QuotaTreeWorkflow.stop)
     await qh.result()
     if os.environ.get("FLEETQ_RECORD_HISTORIES"):  # for tests/workflows/test_replay.py
-        runs = {"quota-text-state-in": qh.first_execution_run_id, "quota-compact-state-in": None}
-        for name, run_id in runs.items():
-            hist = await qenv.env.client.get_workflow_handle(wid, run_id=run_id).fetch_history()
-            (HISTORIES / f"{name}@{wid.replace('/', '~')}.json").write_text(hist.to_json())
+        hist = await qenv.env.client.get_workflow_handle(wid).fetch_history()
+        (HISTORIES / f"quota-compact-state-in@{wid.replace('/', '~')}.json").write_text(
+            hist.to_json()
+        )
