@@ -476,13 +476,16 @@ class KubernetesMemberCluster:
         )
 
     def _propagate(self, req: BindRequest) -> list[str]:
+        deps = referenced_deps(req.manifest)
+        if not deps:  # nothing to copy (Karmada wants propagateDeps with app failover)
+            return []
         if self.source is None:
             raise FleetConfigError(
                 "source: propagateDeps needs a source cluster in the fleet config"
             )
         job = req.job
         out = []
-        for kind, name in referenced_deps(req.manifest):
+        for kind, name in deps:
             plural = DEP_KINDS[kind]
             # Same namespace only: a pod template cannot reference another namespace.
             obj = self.source.get(self._core_path(job.namespace, plural, name))

@@ -286,13 +286,16 @@ def preemption_job(namespace: str, name: str, priority: int, grace: int,
 
 def policy_manifest(namespace: str, *, toleration: int = 2, purge: str = "Immediately",
                     clusters: Sequence[str] = MEMBERS, queued: bool = True,
-                    propagate_deps: bool = False, name: str = "chaos") -> dict[str, Any]:
+                    propagate_deps: bool = True, name: str = "chaos") -> dict[str, Any]:
+    del propagate_deps  # always on now: Karmada refuses application failover without it
     return {
         "apiVersion": "policy.one.alibabacloud.com/v1alpha1", "kind": "PropagationPolicy",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "suspension": {"scheduling": queued},
-            "propagateDeps": propagate_deps,
+            # Karmada refuses application failover without propagateDeps; a job that
+            # references no ConfigMap or Secret copies nothing either way
+            "propagateDeps": True,
             "failover": {"application": {
                 "decisionConditions": {"tolerationSeconds": toleration},
                 "purgeMode": purge}},

@@ -98,7 +98,7 @@ def queued_policy() -> dict[str, Any]:
         "metadata": {"name": "bench-policy", "namespace": NAMESPACE},
         "spec": {
             "suspension": {"scheduling": True},
-            "propagateDeps": False,
+            "propagateDeps": True,  # Karmada: application failover needs it
             "failover": {"application": {"decisionConditions": {"tolerationSeconds": 30},
                                          "purgeMode": "Immediately"}},
             "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided",

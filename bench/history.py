@@ -125,6 +125,7 @@ def gang_policy() -> dict[str, Any]:
         "apiVersion": "policy.one.alibabacloud.com/v1alpha1", "kind": "PropagationPolicy",
         "metadata": {"name": "week-policy", "namespace": "default"},
         "spec": {
+            "propagateDeps": True,  # Karmada: application failover needs it
             "failover": {"application": {"decisionConditions": {"tolerationSeconds": 30},
                                          "purgeMode": "Immediately"}},
             "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided",

@@ -231,6 +231,7 @@ def policy_manifest(namespace: str) -> dict[str, Any]:
         "metadata": {"name": "trace-policy", "namespace": namespace},
         "spec": {
             "suspension": {"scheduling": True},
+            "propagateDeps": True,  # Karmada: application failover needs it
             "failover": {"application": {"decisionConditions": {"tolerationSeconds": 30},
                                          "purgeMode": "Immediately"}},
             "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided",

@@ -24,6 +24,10 @@ documents has ``apiVersion`` or ``kind`` (a kustomization, Helm values, a ``flee
 trace) is skipped with a note rather than failing the whole directory; named explicitly,
 the same file is an error. A directory with no manifest at all is an error.
 
+Fields upstream defines that fleetq accepts without acting on them (Karmada's
+spreadConstraints, a quota node's attributes, ...) give one warning line each in
+``LoadResult.warnings``; they never fail a load.
+
 Preemption annotations. The models check a tree's queue-policy annotations, but the
 preemption ones (``fleetq.io/preemption``, ``reclaim`` and ``fair-share-weight`` on the
 tree, ``fleetq.io/preemptible`` and ``preemption-grace-seconds`` on a job) are read by
@@ -65,6 +69,7 @@ from fleetq.models import (
     PyTorchJob,
     object_ref,
     parse_object,
+    upstream_warnings,
 )
 from fleetq.preemption import job_policy, tree_policy
 
@@ -102,11 +107,13 @@ class Source:
 @dataclass
 class LoadResult:
     """Validated objects in input order (one per kind/namespace/name, the later file
-    winning), plus one line per problem and per note."""
+    winning), plus one line per problem, per note and per warning (a field upstream
+    defines that fleetq accepts without acting on it, :func:`upstream_warnings`)."""
 
     objects: list[tuple[Source, FleetObject]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -530,6 +537,7 @@ def _cross_check(entries: list[_Entry]) -> LoadResult:
         )
         del final[key]
     result.objects = [(e.source, e.obj) for e in final.values()]
+    result.warnings = [w for _, obj in result.objects for w in upstream_warnings(obj)]
     return result
 
 

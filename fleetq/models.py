@@ -261,6 +261,9 @@ class QuotaNodeSpec(Strict):
     min: dict[str, Any] = Field(default_factory=dict)
     max: dict[str, Any] = Field(default_factory=dict)
     namespaces: list[str] = Field(default_factory=list)
+    #: koord-queue ``ElasticQuotaSpec.Attributes``: kept, not used by fleetq (a warning
+    #: says so, :func:`upstream_warnings`)
+    attributes: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     children: list[QuotaNodeSpec] = Field(default_factory=list)
 
     @field_validator("min", "max", mode="before")
@@ -429,6 +432,34 @@ _PURGE_ALIASES = {
 }
 
 
+#: ``content.IsLabelKey`` / ``ValidateLabelName``: an optional DNS-subdomain prefix and
+#: ``/``, then a name of at most 63 letters, digits, ``-``, ``_`` and ``.``.
+_QUALIFIED_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+def qualified_name_error(value: str) -> str | None:
+    """Why ``value`` is not a Kubernetes qualified name (a label key), or None."""
+    parts = value.split("/")
+    if len(parts) > 2:
+        return f"{value[:64]!r} is not a qualified name (at most one '/')"
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix):
+            return f"{value[:64]!r} has an invalid prefix (a lowercase DNS subdomain)"
+    if not name:
+        return f"{value[:64]!r} is not a qualified name (the name part is empty)"
+    if len(name) > 63 or not _QUALIFIED_PART.fullmatch(name):
+        return (
+            f"{value[:64]!r} is not a qualified name (at most 63 letters, digits, '-', '_' "
+            "or '.', starting and ending with a letter or digit)"
+        )
+    return None
+
+
+Int32 = Annotated[StrictInt, Field(ge=-(2**31), le=2**31 - 1)]
+
+
 class ResourceSelector(Strict):
     apiVersion: str = Field(min_length=1)
     kind: str = Field(min_length=1)
@@ -437,10 +468,44 @@ class ResourceSelector(Strict):
     labelSelector: LabelSelector | None = None
 
 
+#: Karmada ``ValidatePolicyFieldSelector``: the cluster fields a fieldSelector may name.
+FIELD_SELECTOR_KEYS = ("provider", "region", "zone")
+
+
+class NodeSelectorRequirement(Strict):
+    """``corev1.NodeSelectorRequirement``, as a fieldSelector's matchExpressions use it."""
+
+    key: StrictStr
+    operator: StrictStr
+    values: list[StrictStr] = Field(default_factory=list)
+
+
+class FieldSelector(Strict):
+    """``placement.clusterAffinity.fieldSelector``: cluster provider, region or zone."""
+
+    matchExpressions: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _keys_and_operators(self) -> FieldSelector:
+        # Karmada pkg/util/validation/validation.go ValidatePolicyFieldSelector
+        for i, expr in enumerate(self.matchExpressions):
+            if expr.key not in FIELD_SELECTOR_KEYS:
+                raise ValueError(
+                    f"@matchExpressions[{i}].key unsupported key {expr.key[:64]!r}, must be "
+                    "provider, region, or zone"
+                )
+            if expr.operator not in ("In", "NotIn"):
+                raise ValueError(
+                    f"@matchExpressions[{i}].operator unsupported operator "
+                    f"{expr.operator[:32]!r}, must be In or NotIn"
+                )
+        return self
+
+
 class ClusterAffinity(Strict):
     clusterNames: list[str] = Field(default_factory=list)
     labelSelector: LabelSelector | None = None
-    fieldSelector: dict[str, Any] | None = None
+    fieldSelector: FieldSelector | None = None
     exclude: list[str] = Field(default_factory=list)
 
     def allows(self, cluster: str, labels: Mapping[str, str]) -> bool:
@@ -450,45 +515,249 @@ class ClusterAffinity(Strict):
             return False
         return not (self.labelSelector is not None and not self.labelSelector.matches(labels))
 
+    @property
+    def is_empty(self) -> bool:
+        """No filter at all (Karmada ``emptyClusterAffinity``)."""
+        return (self.labelSelector is None and self.fieldSelector is None
+                and not self.clusterNames and not self.exclude)
 
-class Toleration(Strict):
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    tolerationSeconds: StrictInt | None = None
+
+def _affinity_name(v: str) -> str:
+    # CRD: minLength 1, maxLength 32; Karmada ValidateClusterAffinities: content.IsLabelKey
+    if not v:
+        raise ValueError("must not be empty")
+    if len(v) > 32:
+        raise ValueError("must be at most 32 characters")
+    problem = qualified_name_error(v)
+    if problem is not None:
+        raise ValueError(problem)
+    return v
+
+
+class OverflowClusterAffinity(ClusterAffinity):
+    """One overflow group of a :class:`ClusterAffinityTerm` (Karmada 1.18)."""
+
+    affinityName: StrictStr
+
+    @field_validator("affinityName")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _affinity_name(v)
+
+
+class ClusterAffinityTerm(ClusterAffinity):
+    """One ordered cluster group of ``placement.clusterAffinities``: its ``affinityName``
+    and the :class:`ClusterAffinity` fields inline (``allows`` applies to the group)."""
+
+    affinityName: StrictStr
+    overflowAffinities: list[OverflowClusterAffinity] | None = None
+
+    @field_validator("affinityName")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _affinity_name(v)
 
     @model_validator(mode="after")
-    def _operator(self) -> Toleration:
-        if self.operator == "Exists" and self.value:
-            raise ValueError("@value must be empty when operator is Exists")
-        if not self.key and self.operator != "Exists":
-            raise ValueError("@operator must be Exists when key is empty")
+    def _overflow(self) -> ClusterAffinityTerm:
+        # Karmada ValidateOverflowAffinities
+        if self.overflowAffinities is None:
+            return self
+        if self.is_empty:
+            raise ValueError(
+                "@overflowAffinities can only be used together with the inline ClusterAffinity"
+            )
+        names = {self.affinityName}
+        for i, oa in enumerate(self.overflowAffinities):
+            if oa.affinityName in names:
+                raise ValueError(
+                    f"@overflowAffinities[{i}].affinityName {oa.affinityName!r} must be unique "
+                    "and must not duplicate the primary group's affinityName"
+                )
+            names.add(oa.affinityName)
         return self
+
+
+class Toleration(Strict):
+    """A ``corev1.Toleration`` of a cluster taint. Karmada checks only the operator
+    (``validateClusterTolerations``: ``Lt``/``Gt`` are refused); matching is Kubernetes'
+    ``ToleratesTaint`` (an empty operator is ``Equal``; an empty key with ``Exists``
+    tolerates every taint; an unknown operator or effect tolerates nothing)."""
+
+    key: str | None = None
+    operator: StrictStr | None = "Equal"
+    value: str | None = None
+    effect: StrictStr | None = None
+    tolerationSeconds: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)] | None = None
+
+    @field_validator("operator")
+    @classmethod
+    def _operator(cls, v: str | None) -> str | None:
+        if v in ("Lt", "Gt"):
+            raise ValueError(
+                f"{v!r} is not supported for cluster tolerations (\"\", Exists or Equal)"
+            )
+        return v
+
+
+class StaticClusterWeight(Strict):
+    targetCluster: ClusterAffinity
+    weight: Annotated[StrictInt, Field(ge=1, le=2**63 - 1)]
+
+
+class ClusterPreferences(Strict):
+    staticWeightList: list[StaticClusterWeight] = Field(default_factory=list)
+    dynamicWeight: Literal["AvailableReplicas"] | None = None
 
 
 class ReplicaScheduling(Strict):
     replicaSchedulingType: Literal["Duplicated", "Divided"] = "Divided"
     replicaDivisionPreference: Literal["Aggregated", "Weighted"] | None = None
     customSchedulingType: Literal["Gang"] | None = None
-    weightPreference: dict[str, Any] | None = None
+    weightPreference: ClusterPreferences | None = None
+
+
+def overflow_scheduling_allowed(rs: ReplicaScheduling | None) -> bool:
+    """Karmada ``util.IsOverflowSchedulingAllowed``: Divided with Aggregated, or with
+    Weighted and a dynamicWeight."""
+    if rs is None or rs.replicaSchedulingType != "Divided":
+        return False
+    if rs.replicaDivisionPreference == "Aggregated":
+        return True
+    if rs.replicaDivisionPreference == "Weighted":
+        return rs.weightPreference is not None and bool(rs.weightPreference.dynamicWeight)
+    return False
+
+
+class SpreadConstraint(Strict):
+    spreadByField: Literal["cluster", "region", "zone", "provider"] | None = None
+    spreadByLabel: StrictStr | None = None
+    maxGroups: StrictInt = 0
+    minGroups: StrictInt = 0
+
+    @property
+    def field(self) -> str:
+        """spreadByField with the mutating webhook's default (``cluster`` when neither
+        spreadByField nor spreadByLabel is set: ``SetDefaultSpreadConstraints``)."""
+        if self.spreadByField:
+            return self.spreadByField
+        return "" if self.spreadByLabel else "cluster"
+
+
+class WorkloadAffinityTerm(Strict):
+    groupByLabelKey: StrictStr
+
+    @field_validator("groupByLabelKey")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        problem = qualified_name_error(v)
+        if problem is not None:
+            raise ValueError(problem)
+        return v
+
+
+class WorkloadAffinity(Strict):
+    affinity: WorkloadAffinityTerm | None = None
+    antiAffinity: WorkloadAffinityTerm | None = None
+
+    @model_validator(mode="after")
+    def _distinct(self) -> WorkloadAffinity:
+        # Karmada ValidateWorkloadAffinity
+        a, b = self.affinity, self.antiAffinity
+        if a is not None and b is not None and a.groupByLabelKey == b.groupByLabelKey:
+            raise ValueError("affinity and antiAffinity must not use the same groupByLabelKey")
+        return self
 
 
 class Placement(Strict):
     clusterAffinity: ClusterAffinity | None = None
+    clusterAffinities: list[ClusterAffinityTerm] | None = None
     clusterTolerations: list[Toleration] = Field(default_factory=list)
     replicaScheduling: ReplicaScheduling | None = None
-    spreadConstraints: list[dict[str, Any]] = Field(default_factory=list)
+    spreadConstraints: list[SpreadConstraint] = Field(default_factory=list)
+    workloadAffinity: WorkloadAffinity | None = None
+
+    @property
+    def cluster_affinities(self) -> list[ClusterAffinityTerm]:
+        """The ordered cluster groups of ``clusterAffinities`` (empty when not written)."""
+        return list(self.clusterAffinities or [])
+
+    @model_validator(mode="after")
+    def _rules(self) -> Placement:
+        # Karmada pkg/util/validation/validation.go ValidatePlacement
+        if self.clusterAffinity is not None and self.clusterAffinities is not None:
+            raise ValueError("@clusterAffinities cannot co-exist with clusterAffinity")
+        allowed = overflow_scheduling_allowed(self.replicaScheduling)
+        names: set[str] = set()
+        for i, term in enumerate(self.cluster_affinities):
+            if term.overflowAffinities is not None and not allowed:
+                raise ValueError(
+                    f"@clusterAffinities[{i}].overflowAffinities can only be used together "
+                    "with dynamic weight or aggregated scheduling"
+                )
+            if term.affinityName in names:  # ValidateClusterAffinities
+                raise ValueError(
+                    f"@clusterAffinities[{i}].affinityName {term.affinityName!r}: each "
+                    "affinity term in a policy must have a unique name"
+                )
+            names.add(term.affinityName)
+        _spread_rules(self.spreadConstraints)
+        return self
+
+
+def _spread_rules(constraints: Sequence[SpreadConstraint]) -> None:
+    """Karmada ``ValidateSpreadConstraint`` (after ``SetDefaultSpreadConstraints``)."""
+    fields: set[str] = set()
+    for i, c in enumerate(constraints):
+        at = f"@spreadConstraints[{i}]"
+        if c.spreadByField and c.spreadByLabel:
+            raise ValueError(f"{at} spreadByLabel should not co-exist with spreadByField")
+        if c.minGroups < 0:
+            raise ValueError(f"{at}.minGroups lower than 0 is not allowed")
+        if c.maxGroups < 0:
+            raise ValueError(f"{at}.maxGroups lower than 0 is not allowed")
+        min_groups = c.minGroups or 1  # the mutating webhook's default
+        if c.maxGroups > 0 and c.maxGroups < min_groups:
+            raise ValueError(f"{at}.maxGroups lower than minGroups is not allowed")
+        if c.field:
+            if c.field in fields:
+                raise ValueError(f"{at} multiple {c.field} spread constraints are not allowed")
+            fields.add(c.field)
+    if fields and "cluster" not in fields:
+        raise ValueError(
+            "@spreadConstraints must include a spreadByField cluster constraint when any "
+            "spreadByField is used"
+        )
 
 
 class DecisionConditions(Strict):
-    tolerationSeconds: Annotated[StrictInt, Field(ge=0, le=31_536_000)] = 300
+    tolerationSeconds: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] = 300
+
+
+class StatePreservationRule(Strict):
+    """One value carried from the old copy's ``status`` to the new copy as a label."""
+
+    aliasLabelName: StrictStr
+    jsonPath: StrictStr
+
+    @field_validator("aliasLabelName")
+    @classmethod
+    def _label(cls, v: str) -> str:
+        # Karmada validateStatePreservationRule: metav1validation.ValidateLabelName
+        problem = qualified_name_error(v)
+        if problem is not None:
+            raise ValueError(problem)
+        return v
+
+
+class StatePreservation(Strict):
+    rules: list[StatePreservationRule]
 
 
 class ApplicationFailover(Strict):
-    decisionConditions: DecisionConditions = Field(default_factory=DecisionConditions)
+    decisionConditions: DecisionConditions
     purgeMode: PurgeMode = PurgeMode.GRACEFULLY
-    gracePeriodSeconds: Annotated[StrictInt, Field(ge=0, le=31_536_000)] | None = None
+    gracePeriodSeconds: Int32 | None = None
+    statePreservation: StatePreservation | None = None
 
     @field_validator("purgeMode", mode="before")
     @classmethod
@@ -504,11 +773,15 @@ class ApplicationFailover(Strict):
 
     @model_validator(mode="after")
     def _grace(self) -> ApplicationFailover:
+        # Karmada ValidateApplicationFailover (the mutating webhook's
+        # SetDefaultGracePeriodSeconds first gives Gracefully without one 600 s)
         if self.gracePeriodSeconds is not None and self.purgeMode != PurgeMode.GRACEFULLY:
             raise ValueError(
                 f"@gracePeriodSeconds only applies to purgeMode Gracefully (Graciously), "
                 f"not {self.purgeMode.value}"
             )
+        if self.gracePeriodSeconds is not None and self.gracePeriodSeconds <= 0:
+            raise ValueError("@gracePeriodSeconds must be greater than 0")
         return self
 
     @model_validator(mode="wrap")
@@ -532,18 +805,48 @@ class ApplicationFailover(Strict):
         return self._written_purge_mode or self.purgeMode.value
 
 
+class ClusterFailover(Strict):
+    """``failover.cluster``: how a copy on a failed cluster is purged, and what state
+    moves with it (CRD enum: Directly or Gracefully)."""
+
+    purgeMode: Literal["Directly", "Gracefully"] = "Gracefully"
+    statePreservation: StatePreservation | None = None
+
+
 class Failover(Strict):
     application: ApplicationFailover | None = None
+    cluster: ClusterFailover | None = None
+
+
+class SuspendClusters(Strict):
+    clusterNames: list[StrictStr] = Field(default_factory=list)
 
 
 class Suspension(Strict):
     scheduling: StrictBool = False
     dispatching: StrictBool | None = None
+    dispatchingOnClusters: SuspendClusters | None = None
+
+    @model_validator(mode="after")
+    def _dispatching(self) -> Suspension:
+        # Karmada validateSuspension
+        on = self.dispatchingOnClusters
+        if self.dispatching and on is not None and on.clusterNames:
+            raise ValueError(
+                "@dispatching cannot co-exist with dispatchingOnClusters.clusterNames"
+            )
+        return self
+
+
+class SchedulePriority(Strict):
+    priorityClassSource: Literal["KubePriorityClass"]
+    priorityClassName: StrictStr
 
 
 class PropagationPolicySpec(Strict):
     resourceSelectors: list[ResourceSelector] = Field(min_length=1)
-    priority: Annotated[StrictInt, Field(ge=-2_147_483_648, le=2_147_483_647)] = 0
+    association: StrictBool = False
+    priority: Int32 = 0
     preemption: Literal["Always", "Never"] = "Never"
     propagateDeps: StrictBool = False
     suspension: Suspension | None = None
@@ -551,6 +854,28 @@ class PropagationPolicySpec(Strict):
     failover: Failover | None = None
     conflictResolution: Literal["Abort", "Overwrite"] | None = None
     schedulerName: str | None = None
+    dependentOverrides: list[StrictStr] | None = None
+    activationPreference: Literal["Lazy"] | None = None
+    preserveResourcesOnDeletion: StrictBool | None = None
+    schedulePriority: SchedulePriority | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> PropagationPolicySpec:
+        # Karmada ValidatePropagationSpec
+        if self.failover is not None and self.failover.application is not None and (
+            not self.propagateDeps
+        ):
+            raise ValueError(
+                "@propagateDeps must be true when spec.failover.application is set"
+            )
+        if self.preemption == "Always":  # validateResourceSelectorsIfPreemptionEnabled
+            for i, sel in enumerate(self.resourceSelectors):
+                if not sel.name:
+                    raise ValueError(
+                        f"@resourceSelectors[{i}].name cannot be empty if preemption is "
+                        "Always, the empty name may cause unexpected resources preemption"
+                    )
+        return self
 
 
 class PropagationPolicy(Strict):
@@ -562,6 +887,15 @@ class PropagationPolicy(Strict):
 
     @model_validator(mode="after")
     def _fencing(self) -> PropagationPolicy:
+        # Karmada validateResourceSelectors: a selector's namespace (the mutating webhook
+        # fills an empty one with the policy's) must be the policy's namespace
+        for i, sel in enumerate(self.spec.resourceSelectors):
+            if sel.namespace and sel.namespace != self.metadata.namespace:
+                raise ValueError(
+                    f"@spec.resourceSelectors[{i}].namespace {sel.namespace[:63]!r}: namespace "
+                    "of resource selector must be the same as the namespace of the policy "
+                    f"({self.metadata.namespace})"
+                )
         value = self.metadata.annotations.get(FENCING_ANNOTATION)
         if value is not None and value not in FENCING_MODES:
             raise ValueError(
@@ -636,6 +970,7 @@ class PodTemplate(Open):
                 raise ValueError(f"@containers[{i}].image is required")
         if not any(c.get("name") == PYTORCH_CONTAINER for c in containers):
             raise ValueError(f"@containers must have a container named {PYTORCH_CONTAINER}")
+        _list_map_keys(spec)
         selector = spec.get("nodeSelector")
         if selector is not None:
             if not isinstance(selector, Mapping):
@@ -665,10 +1000,70 @@ class PodTemplate(Open):
         return spec
 
 
+#: The pod template's lists the CRD types ``x-kubernetes-list-type: map``, with their keys
+#: (kubeflow.org_pytorchjobs.yaml): the API server refuses two items with the same key.
+#: A missing ``protocol`` is the CRD's default, TCP.
+_POD_LIST_MAPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("containers", ("name",)),
+    ("initContainers", ("name",)),
+    ("ephemeralContainers", ("name",)),
+    ("volumes", ("name",)),
+    ("imagePullSecrets", ("name",)),
+    ("hostAliases", ("ip",)),
+    ("resourceClaims", ("name",)),
+    ("schedulingGates", ("name",)),
+    ("topologySpreadConstraints", ("topologyKey", "whenUnsatisfiable")),
+)
+_CONTAINER_LIST_MAPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("env", ("name",)),
+    ("ports", ("containerPort", "protocol")),
+    ("volumeMounts", ("mountPath",)),
+    ("volumeDevices", ("devicePath",)),
+    ("resources.claims", ("name",)),
+)
+
+
+def _duplicate_key(items: Any, keys: tuple[str, ...], where: str) -> None:
+    if not isinstance(items, list):
+        return
+    seen: dict[tuple[Any, ...], int] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            continue
+        key = tuple(item.get(k, "TCP" if k == "protocol" else None) for k in keys)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key value: not ours to judge
+            continue
+        if first is not None:
+            shown = ", ".join(f"{k} {v!r}" for k, v in zip(keys, key, strict=True))
+            raise ValueError(
+                f"@{where}[{i}] duplicates {where}[{first}] ({shown}); the CRD keys this "
+                f"list by {' and '.join(keys)}"
+            )
+        seen[key] = i
+
+
+def _list_map_keys(spec: Mapping[str, Any]) -> None:
+    """Refuse two items with the same key in a list the PyTorchJob CRD types as a map."""
+    for name, keys in _POD_LIST_MAPS:
+        _duplicate_key(spec.get(name), keys, name)
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        for i, c in enumerate(spec.get(kind) or []):
+            if not isinstance(c, Mapping):
+                continue
+            for name, keys in _CONTAINER_LIST_MAPS:
+                value: Any = c
+                for part in name.split("."):
+                    value = value.get(part) if isinstance(value, Mapping) else None
+                _duplicate_key(value, keys, f"{kind}[{i}].{name}")
+
+
 class ReplicaSpec(Open):
     #: Unset means 1 for Worker (the operator's default) and is refused for Master (the
-    #: webhook wants ``Master.replicas`` written and equal to 1).
-    replicas: Annotated[StrictInt, Field(ge=0, le=10_000)] | None = None
+    #: webhook wants ``Master.replicas`` written and equal to 1). The webhook refuses a
+    #: Worker below 1 (checked by :class:`PyTorchJobSpec`); 10,000 is fleetq's own bound.
+    replicas: Annotated[StrictInt, Field(ge=-(2**31), le=10_000)] | None = None
     restartPolicy: Literal["Always", "OnFailure", "Never", "ExitCode"] | None = None
     template: PodTemplate
 
@@ -679,8 +1074,8 @@ class ReplicaSpec(Open):
 
 
 #: ``int32`` and ``int64`` fields of the v1 API: the CRD types them, and the operator
-#: decodes them into Go integers of that width. Upstream sets no minimum on any of them.
-Int32 = Annotated[StrictInt, Field(ge=-(2**31), le=2**31 - 1)]
+#: decodes them into Go integers of that width. Upstream sets no minimum on any of them
+#: (``Int32`` is defined with the PropagationPolicy models above).
 Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
 
 
@@ -784,11 +1179,14 @@ class PyTorchJobSpec(Open):
     @field_validator("pytorchReplicaSpecs")
     @classmethod
     def _roles(cls, specs: dict[str, ReplicaSpec]) -> dict[str, ReplicaSpec]:
+        # training-operator pkg/webhooks/pytorch/pytorchjob_webhook.go
+        # validatePyTorchReplicaSpecs: Master exactly 1, every other type at least 1
         master = specs.get("Master")
         if master is not None and master.replicas != 1:
             raise ValueError("@Master.replicas must be 1")
-        if sum(rs.count for rs in specs.values()) == 0:
-            raise ValueError("@Worker.replicas must be at least 1 in a job without Master")
+        for role, rs in specs.items():
+            if role != "Master" and rs.replicas is not None and rs.replicas < 1:
+                raise ValueError(f"@{role}.replicas must be at least 1")
         return specs
 
     @model_validator(mode="after")
@@ -798,15 +1196,10 @@ class PyTorchJobSpec(Open):
             return self
         if elastic.nProcPerNode is not None and self.nprocPerNode is not None:
             raise ValueError("@elasticPolicy.nProcPerNode must not be used with spec.nprocPerNode")
-        worker = self.pytorchReplicaSpecs.get("Worker")
-        if worker is None:
+        if "Worker" not in self.pytorchReplicaSpecs:
             raise ValueError(
                 "@pytorchReplicaSpecs.Worker is required (must be configured if elasticPolicy "
                 "is used)"
-            )
-        if worker.count < 1:
-            raise ValueError(
-                "@pytorchReplicaSpecs.Worker.replicas must be at least 1 if elasticPolicy is used"
             )
         return self
 
@@ -982,6 +1375,115 @@ def parse_tree(doc: Any) -> ElasticQuotaTree:
     if not isinstance(obj, ElasticQuotaTree):
         raise ManifestErrors([ManifestError(object_ref(doc), "kind", "must be ElasticQuotaTree")])
     return obj
+
+
+# --------------------------------------------------------------------------- accepted, not used
+
+#: Why fleetq takes a field upstream defines without acting on it (one warning each).
+_NOT_USED = "accepted, not used by fleetq"
+_ONE_CLUSTER = f"{_NOT_USED} (a gang goes to one cluster)"
+
+
+def _policy_warnings(p: PropagationPolicy) -> list[tuple[str, str]]:
+    spec = p.spec
+    written = spec.model_fields_set
+    out: list[tuple[str, str]] = []
+    if "association" in written:
+        out.append(("spec.association", f"{_NOT_USED} (deprecated upstream for propagateDeps, "
+                                         "which fleetq honours)"))
+    if spec.preemption == "Always":
+        out.append(("spec.preemption", f"{_NOT_USED} (policies do not take jobs from each "
+                                       "other; job preemption is the tree's "
+                                       "fleetq.io/preemption)"))
+    if spec.conflictResolution is not None:
+        out.append(("spec.conflictResolution", _NOT_USED))
+    if spec.schedulerName not in (None, "default-scheduler"):
+        out.append(("spec.schedulerName", f"{_NOT_USED} (fleetq schedules every job itself)"))
+    if spec.dependentOverrides is not None:
+        out.append(("spec.dependentOverrides", f"{_NOT_USED} (fleetq has no OverridePolicy)"))
+    if spec.activationPreference is not None:
+        out.append(("spec.activationPreference", _NOT_USED))
+    if spec.preserveResourcesOnDeletion is not None:
+        out.append(("spec.preserveResourcesOnDeletion",
+                    f"{_NOT_USED} (deleting a job deletes its member copy)"))
+    if spec.schedulePriority is not None:
+        out.append(("spec.schedulePriority", f"{_NOT_USED} (a job's queue priority comes from "
+                                             "its own PriorityClass)"))
+    sus = spec.suspension
+    if sus is not None and sus.dispatching is not None:
+        out.append(("spec.suspension.dispatching", f"{_NOT_USED} (suspension.scheduling "
+                                                   "queues jobs)"))
+    if sus is not None and sus.dispatchingOnClusters is not None:
+        out.append(("spec.suspension.dispatchingOnClusters", _NOT_USED))
+    pl = spec.placement
+    if pl.clusterAffinity is not None and pl.clusterAffinity.fieldSelector is not None:
+        out.append(("spec.placement.clusterAffinity.fieldSelector",
+                    f"{_NOT_USED} (member clusters have no provider, region or zone; use "
+                    "labelSelector)"))
+    if pl.clusterAffinities is not None:
+        out.append(("spec.placement.clusterAffinities",
+                    "accepted, not yet used: the job may go to any cluster, as if no cluster "
+                    "group were given"))
+    if pl.spreadConstraints:
+        out.append(("spec.placement.spreadConstraints", _ONE_CLUSTER))
+    rs = pl.replicaScheduling
+    if rs is not None and rs.replicaDivisionPreference is not None:
+        out.append(("spec.placement.replicaScheduling.replicaDivisionPreference", _ONE_CLUSTER))
+    if rs is not None and rs.weightPreference is not None:
+        out.append(("spec.placement.replicaScheduling.weightPreference", _ONE_CLUSTER))
+    if pl.workloadAffinity is not None:
+        out.append(("spec.placement.workloadAffinity", _NOT_USED))
+    fo = spec.failover
+    if fo is not None and fo.application is not None and (
+            fo.application.statePreservation is not None
+    ):
+        out.append(("spec.failover.application.statePreservation",
+                    "accepted, not yet used: the new copy does not get the old copy's status "
+                    "values as labels"))
+    if fo is not None and fo.cluster is not None:
+        out.append(("spec.failover.cluster",
+                    "accepted, not yet used: a job leaves a failed cluster by fleetq's taint "
+                    "eviction (clusterTolerations), and no state is carried"))
+    return out
+
+
+def _tree_warnings(t: ElasticQuotaTree) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+
+    def walk(node: QuotaNodeSpec, path: str) -> None:
+        if node.attributes:
+            out.append((f"{path}.attributes", _NOT_USED))
+        for i, c in enumerate(node.children):
+            walk(c, f"{path}.children[{i}]")
+
+    walk(t.spec.root, "spec.root")
+    return out
+
+
+def _job_warnings(j: PyTorchJob) -> list[tuple[str, str]]:
+    elastic = j.spec.elasticPolicy
+    if elastic is not None and elastic.nProcPerNode is not None:
+        # the training-operator webhook's own admission warning (validateSpec)
+        return [("spec.elasticPolicy.nProcPerNode", "is deprecated, use spec.nprocPerNode "
+                                                    "instead")]
+    return []
+
+
+def upstream_warnings(obj: FleetObject) -> list[str]:
+    """One line per field upstream defines that fleetq accepts without acting on it
+    (``PropagationPolicy default/p: spec.placement.spreadConstraints accepted, not used
+    by fleetq (a gang goes to one cluster)``), in field order. Fields fleetq honours and
+    fields left unwritten give none."""
+    if isinstance(obj, PropagationPolicy):
+        found = _policy_warnings(obj)
+    elif isinstance(obj, ElasticQuotaTree):
+        found = _tree_warnings(obj)
+    elif isinstance(obj, PyTorchJob):
+        found = _job_warnings(obj)
+    else:
+        found = []
+    ref = f"{obj.kind} {obj.metadata.namespace}/{obj.metadata.name}"
+    return [str(ManifestError(ref, path, message)) for path, message in found]
 
 
 # --------------------------------------------------------------------------- gang extraction

@@ -26,9 +26,12 @@ def register(app: typer.Typer) -> None:
             help="Emulator hint: the job's pods finish after this many seconds."),
     ) -> None:
         """Apply ElasticQuotaTrees, PriorityClasses, PropagationPolicies and PyTorchJobs."""
-        objects, classes, notes = load_for_apply(files)
+        warnings: list[str] = []
+        objects, classes, notes = load_for_apply(files, warnings=warnings)
         for note in notes:
             typer.echo(f"note: {note}", err=True)
+        for line in warnings:
+            typer.echo(f"warning: {line}", err=True)
 
         async def body() -> list[Applied]:
             client = await get_client()

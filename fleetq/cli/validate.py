@@ -1,7 +1,8 @@
 """``fleetq validate``: check manifests offline, before anything reaches the fleet.
 
-Prints ``OK <Kind> <ns>/<name>`` for every valid object and one line per problem, and
-exits 1 when there is any problem (0 otherwise). Output is plain text when it is not a
+Prints ``OK <Kind> <ns>/<name>`` for every valid object, ``warning: ...`` for each field
+upstream defines that fleetq accepts without using, and one line per problem; exits 1
+when there is any problem (0 otherwise; warnings do not fail). Output is plain text when it is not a
 terminal; on a terminal, OK lines are green and problems red.
 """
 
@@ -40,6 +41,8 @@ def register(app: typer.Typer) -> None:
             typer.secho(f"OK {_ref(obj)}", fg="green")
         for note in result.notes:
             typer.secho(f"note: {note}", fg="yellow")
+        for line in result.warnings:
+            typer.secho(f"warning: {line}", fg="yellow")
         for line in result.errors:
             typer.secho(line, fg="red")
         if result.errors:

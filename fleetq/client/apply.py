@@ -186,17 +186,20 @@ async def delete_objects(client: Client, objects: list[tuple[FleetObject, dict[s
 
 
 def load_for_apply(
-    files: list[str], stdin: TextIO | None = None
+    files: list[str], stdin: TextIO | None = None, *, warnings: list[str] | None = None
 ) -> tuple[list[tuple[FleetObject, dict[str, Any]]], dict[str, int], list[str]]:
     """Validate ``files``; returns ``(objects with their manifests as written,
     PriorityClasses in the input, notes)`` or raises :class:`InvalidInput` carrying every
-    problem line."""
+    problem line. The loader's warnings (fields accepted but not used) are appended to
+    ``warnings`` when a list is given."""
     stdin_text: str | None = None
     if STDIN in files:
         stdin_text = (stdin or sys.stdin).read()
     result = load_manifests(files, stdin=io.StringIO(stdin_text or ""))
     if result.errors:
         raise InvalidInput("\n".join(result.errors))
+    if warnings is not None:
+        warnings.extend(result.warnings)
     raw = _RawDocs(stdin_text)
     objects: list[tuple[FleetObject, dict[str, Any]]] = []
     too_big: list[str] = []

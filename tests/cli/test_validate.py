@@ -108,7 +108,7 @@ CASES = {
     ),
     "negative replicas": (
         _mutated(JOB_YAML, "replicas: 2", "replicas: -1"),
-        f"{JOB}: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0",
+        f"{JOB}: spec.pytorchReplicaSpecs.Worker.replicas must be at least 1",
     ),
     "no Master": (
         _mutated(JOB_YAML, "    Master:", "    Launcher:"),
@@ -198,7 +198,7 @@ def test_good_and_bad_objects_together(tmp_path: Path) -> None:
     assert code == 1
     assert lines == [
         f"OK {JOB}",
-        "PyTorchJob default/bad-job: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0",
+        "PyTorchJob default/bad-job: spec.pytorchReplicaSpecs.Worker.replicas must be at least 1",
     ]
 
 
@@ -284,7 +284,7 @@ def test_real_process_plain_output_and_exit_code(tmp_path: Path) -> None:
     assert "\x1b[" not in proc.stdout  # no colour codes when not a terminal
     assert proc.stdout.splitlines() == [
         f"OK {JOB}",
-        f"{JOB}: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0",
+        f"{JOB}: spec.pytorchReplicaSpecs.Worker.replicas must be at least 1",
     ]
     assert proc.stderr == ""
 

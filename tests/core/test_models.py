@@ -203,8 +203,8 @@ def test_quota_node_spec_helpers() -> None:
 
 def test_job_negative_replicas() -> None:
     doc = job()
-    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = -1
-    assert errors_of(doc) == [f"{JOB}: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0"]
+    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = -1  # the webhook's rule
+    assert errors_of(doc) == [f"{JOB}: spec.pytorchReplicaSpecs.Worker.replicas must be at least 1"]
 
 
 @pytest.mark.parametrize("value", ["2", 2.0, True, 10**30])
@@ -383,6 +383,11 @@ def test_policy_api_versions(api_version: str) -> None:
 def test_policy_defaults() -> None:
     doc = policy()
     doc["spec"]["failover"]["application"] = {}
+    # the CRD requires decisionConditions (ApplicationFailoverBehavior, +required)
+    assert errors_of(doc) == [
+        f"{POLICY}: spec.failover.application.decisionConditions is required"
+    ]
+    doc["spec"]["failover"]["application"] = {"decisionConditions": {}}
     failover = M.parse_policy(doc).application_failover
     assert failover is not None
     assert failover.decisionConditions.tolerationSeconds == 300
@@ -415,18 +420,23 @@ def test_policy_strict_types() -> None:
 
 
 def test_cluster_toleration_rules() -> None:
+    """Karmada checks only the operator of a cluster toleration
+    (pkg/util/validation/validation.go validateClusterTolerations: Lt and Gt refused); the
+    core/v1 pod rules (value empty with Exists, key needs Exists) are not applied, and
+    matching follows ToleratesTaint."""
     doc = policy()
-    doc["spec"]["placement"]["clusterTolerations"] = [{"operator": "Equal", "value": "x"}]
-    assert errors_of(doc) == [
-        f"{POLICY}: spec.placement.clusterTolerations[0].operator must be Exists when key is empty"
-    ]
     doc["spec"]["placement"]["clusterTolerations"] = [
-        {"key": "k", "operator": "Exists", "value": "v"}
+        {"operator": "Equal", "value": "x"},
+        {"key": "k", "operator": "Exists", "value": "v"},
+        {"key": "k", "operator": "", "effect": "NoSchedule"},
     ]
-    assert errors_of(doc) == [
-        f"{POLICY}: spec.placement.clusterTolerations[0].value must be empty when operator is "
-        "Exists"
-    ]
+    assert len(M.parse_policy(doc).spec.placement.clusterTolerations) == 3
+    for op in ("Lt", "Gt"):
+        doc["spec"]["placement"]["clusterTolerations"] = [{"key": "k", "operator": op}]
+        assert errors_of(doc) == [
+            f"{POLICY}: spec.placement.clusterTolerations[0].operator '{op}' is not supported "
+            'for cluster tolerations ("", Exists or Equal)'
+        ]
 
 
 def test_label_selector_matches() -> None:

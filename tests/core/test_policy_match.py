@@ -5,10 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from fleetq.models import PropagationPolicy, parse_policy
-from fleetq.policy_match import MatchKind, best_match, explain_match, match_policy
+from fleetq.models import ManifestErrors, PropagationPolicy, parse_policy
+from fleetq.policy_match import (
+    MatchKind,
+    best_match,
+    explain_match,
+    match_policy,
+    selector_match,
+)
 
 API = "kubeflow.org/v1"
 KIND = "PyTorchJob"
@@ -66,8 +73,15 @@ def test_policy_only_applies_in_its_own_namespace() -> None:
 
 
 def test_selector_namespace_must_equal_when_set() -> None:
-    p = policy("p", sel(namespace="team-b"), namespace="team-a")
-    assert match([p], namespace="team-a") is None
+    # Karmada pkg/util/validation/validation.go validateResourceSelectors refuses such a
+    # policy outright; selector_match still never matches across namespaces.
+    with pytest.raises(ManifestErrors):
+        policy("p", sel(namespace="team-b"), namespace="team-a")
+    p = policy("p", sel(namespace="team-a"), namespace="team-a")
+    selector = p.spec.resourceSelectors[0].model_copy(update={"namespace": "team-b"})
+    assert selector_match(selector, api_version=API, kind=KIND, namespace="team-a",
+                          name="job", labels={}) is MatchKind.NONE
+    assert match([p], namespace="team-a") == "p"
 
 
 def test_api_version_and_kind_must_match() -> None:
