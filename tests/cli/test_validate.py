@@ -454,3 +454,60 @@ async def test_apply_refuses_bad_preemption_annotation_and_creates_nothing(
     r = await cli_fleet.run("get", "propagationpolicy", "never-applied-preemption")
     assert r.exit_code == 1
     assert "NotFound" in r.stderr
+
+
+# --------------------------------------------------------------------------- accepted, not used
+
+SPREAD = POLICY_YAML.replace(
+    "  placement:\n",
+    "  placement:\n    spreadConstraints:\n    - spreadByField: cluster\n      maxGroups: 1\n",
+)
+SPREAD_WARNING = (
+    f"warning: {POLICY}: spec.placement.spreadConstraints accepted, not used by fleetq "
+    "(a gang goes to one cluster)"
+)
+
+
+def test_validate_warns_once_per_field_accepted_but_not_used(tmp_path: Path) -> None:
+    """A Karmada field fleetq does not act on (pkg/apis/policy/v1alpha1
+    propagation_types.go Placement.SpreadConstraints) passes with one warning line, and
+    a koord-queue quota node's attributes too; the exit code stays 0."""
+    assert SPREAD != POLICY_YAML
+    tree = TREE_YAML.replace("    - name: child-2\n",
+                             "    - name: child-2\n      attributes: {team: vision}\n")
+    assert tree != TREE_YAML
+    code, lines = validate("-f", write(tmp_path, "p.yaml", SPREAD),
+                           "-f", write(tmp_path, "t.yaml", tree))
+    assert code == 0
+    assert lines == [
+        f"OK {POLICY}",
+        f"OK {TREE}",
+        SPREAD_WARNING,
+        f"warning: {TREE}: spec.root.children[0].attributes accepted, not used by fleetq",
+    ]
+
+
+def test_upstream_refusal_is_one_line(tmp_path: Path) -> None:
+    """Karmada ValidatePropagationSpec: application failover needs propagateDeps."""
+    bad = POLICY_YAML.replace("  propagateDeps: true", "  propagateDeps: false")
+    assert bad != POLICY_YAML
+    code, lines = validate("-f", write(tmp_path, "p.yaml", bad))
+    assert (code, lines) == (1, [
+        f"{POLICY}: spec.propagateDeps must be true when spec.failover.application is set"])
+
+
+async def test_apply_prints_the_warning_and_applies(cli_fleet: CliFleet,
+                                                    tmp_path: Path) -> None:
+    """``fleetq apply -f`` shows the same warning line (stderr, no traceback), applies the
+    policy and keeps the field as written."""
+    doc = SPREAD.replace("name: example-policy", "name: spread-policy")
+    r = await cli_fleet.run("apply", "-f", write(tmp_path, "p.yaml", doc))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == \
+        "propagationpolicy.policy.one.alibabacloud.com/spread-policy created"
+    assert r.stderr.splitlines() == [
+        SPREAD_WARNING.replace("example-policy", "spread-policy")]
+    r = await cli_fleet.run("get", "propagationpolicy", "spread-policy", "-o", "yaml")
+    got = yaml.safe_load(r.stdout)
+    assert got["spec"]["placement"]["spreadConstraints"] == [
+        {"spreadByField": "cluster", "maxGroups": 1}]
