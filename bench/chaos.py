@@ -263,14 +263,15 @@ def job_manifest(namespace: str, name: str, *, cpu: str = "100m",
             "resources": {"requests": {"cpu": cpu, "memory": "128Mi"},
                           "limits": {"cpu": cpu, "memory": "128Mi"}}}]}}
 
+    specs: dict[str, Any] = {
+        "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template()}}
+    if workers:  # the training-operator webhook refuses a Worker with replicas below 1
+        specs["Worker"] = {"replicas": workers, "restartPolicy": "OnFailure",
+                           "template": template()}
     return {
         "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"pytorchReplicaSpecs": {
-            "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template()},
-            "Worker": {"replicas": workers, "restartPolicy": "OnFailure",
-                       "template": template()},
-        }},
+        "spec": {"pytorchReplicaSpecs": specs},
     }
 
 

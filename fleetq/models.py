@@ -754,7 +754,9 @@ class StatePreservation(Strict):
 
 
 class ApplicationFailover(Strict):
-    decisionConditions: DecisionConditions
+    #: required in a policy (the CRD; checked by :class:`Failover`), defaulted when the
+    #: model is built on its own
+    decisionConditions: DecisionConditions = Field(default_factory=DecisionConditions)
     purgeMode: PurgeMode = PurgeMode.GRACEFULLY
     gracePeriodSeconds: Int32 | None = None
     statePreservation: StatePreservation | None = None
@@ -816,6 +818,14 @@ class ClusterFailover(Strict):
 class Failover(Strict):
     application: ApplicationFailover | None = None
     cluster: ClusterFailover | None = None
+
+    @field_validator("application", mode="before")
+    @classmethod
+    def _decision_conditions(cls, v: Any) -> Any:
+        # the CRD: ApplicationFailoverBehavior requires decisionConditions
+        if isinstance(v, Mapping) and "decisionConditions" not in v:
+            raise ValueError("@decisionConditions is required")
+        return v
 
 
 class SuspendClusters(Strict):

@@ -290,7 +290,9 @@ def _job_doc(g: JobGroupSpec) -> dict[str, Any]:
         "spec": {
             "pytorchReplicaSpecs": {
                 "Master": {"replicas": g.master, "template": {"spec": pod}},
-                "Worker": {"replicas": g.workers, "template": {"spec": pod}},
+                # the training-operator webhook refuses a Worker with replicas below 1
+                **({"Worker": {"replicas": g.workers, "template": {"spec": pod}}}
+                   if g.workers else {}),
             }
         },
     }
