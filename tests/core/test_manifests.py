@@ -465,3 +465,29 @@ def test_arbitrary_text_never_raises(text: str) -> None:
     result = load_text(text)
     for line in result.errors:
         assert "\n" not in line
+
+
+# --------------------------------------------------------------------------- warnings
+
+
+def test_warnings_are_for_the_copy_that_is_used(tmp_path: Path) -> None:
+    """A field accepted but not used warns once, for the object the load keeps: a later
+    file without it (kubectl's "last applied wins") leaves no warning, and a refused
+    object gives its error only."""
+    spread = POLICY_YAML.replace(
+        "  placement:\n", "  placement:\n    spreadConstraints:\n    - maxGroups: 1\n")
+    assert spread != POLICY_YAML
+    policy = "PropagationPolicy default/example-policy"
+    line = (f"{policy}: spec.placement.spreadConstraints accepted, not used by fleetq "
+            "(a gang goes to one cluster)")
+    result = load_manifests([write(tmp_path, "a.yaml", spread)])
+    assert (result.errors, result.warnings) == ([], [line])
+    result = load_manifests([write(tmp_path, "a.yaml", spread),
+                             write(tmp_path, "b.yaml", POLICY_YAML)])
+    assert result.ok and result.warnings == []
+    assert len(result.of_kind(M.PropagationPolicy)) == 1
+    bad = spread.replace("  propagateDeps: true", "  propagateDeps: false")
+    result = load_text(bad)
+    assert result.warnings == []
+    assert result.errors == [
+        f"{policy}: spec.propagateDeps must be true when spec.failover.application is set"]
