@@ -621,9 +621,11 @@ def overflow_scheduling_allowed(rs: ReplicaScheduling | None) -> bool:
     Weighted and a dynamicWeight."""
     if rs is None or rs.replicaSchedulingType != "Divided":
         return False
-    if rs.replicaDivisionPreference == "Aggregated":
+    # the mutating webhook's SetReplicaDivisionPreferenceWeighted: Divided means Weighted
+    preference = rs.replicaDivisionPreference or "Weighted"
+    if preference == "Aggregated":
         return True
-    if rs.replicaDivisionPreference == "Weighted":
+    if preference == "Weighted":
         return rs.weightPreference is not None and bool(rs.weightPreference.dynamicWeight)
     return False
 
@@ -896,7 +898,7 @@ class PropagationPolicy(Strict):
     status: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _fencing(self) -> PropagationPolicy:
+    def _policy_rules(self) -> PropagationPolicy:
         # Karmada validateResourceSelectors: a selector's namespace (the mutating webhook
         # fills an empty one with the policy's) must be the policy's namespace
         for i, sel in enumerate(self.spec.resourceSelectors):

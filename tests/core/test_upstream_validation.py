@@ -321,6 +321,15 @@ CASES: list[Case] = [
          (GROUPS_WARNING,
           f"{POLICY}: {PL}.replicaScheduling.replicaDivisionPreference {ONE_CLUSTER}"),
          "KV ValidateOverflowAffinities"),
+    Case("overflowAffinities with Divided and a dynamic weight (Weighted by default)",
+         "policy",
+         lambda d: _placement(d, replicaScheduling={
+             "replicaSchedulingType": "Divided",
+             "weightPreference": {"dynamicWeight": "AvailableReplicas"}},
+             clusterAffinities=[_group("g", clusterNames=["a"], overflowAffinities=[
+                 _group("o", clusterNames=["b"])])]), "accepted",
+         (GROUPS_WARNING, f"{POLICY}: {PL}.replicaScheduling.weightPreference {ONE_CLUSTER}"),
+         "KM SetReplicaDivisionPreferenceWeighted, then KV IsOverflowSchedulingAllowed"),
     Case("overflowAffinities on an empty group", "policy",
          lambda d: _placement(d, replicaScheduling={"replicaDivisionPreference": "Aggregated"},
                               clusterAffinities=[_group("g", overflowAffinities=[])]),
