@@ -184,7 +184,7 @@ async def test_bad_manifest_prints_lines_and_applies_nothing(cli_fleet: CliFleet
     r = await cli_fleet.run("apply", "-f", str(policy), "-f", str(bad))
     assert r.exit_code == 1
     assert r.stderr.splitlines() == [
-        "PyTorchJob default/bad-job: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0"
+        "PyTorchJob default/bad-job: spec.pytorchReplicaSpecs.Worker.replicas must be at least 1"
     ]
     assert r.stdout == ""
     r = await cli_fleet.run("get", "pytorchjob", "bad-job")

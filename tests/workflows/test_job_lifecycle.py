@@ -131,7 +131,7 @@ async def test_invalid_manifest_fails_with_field_message_and_touches_nothing(
     with pytest.raises(WorkflowFailureError) as info:
         await handle.result()
     assert (
-        "PyTorchJob default/bad-job: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0"
+        "PyTorchJob default/bad-job: spec.pytorchReplicaSpecs.Worker.replicas must be at least 1"
         in str(info.value.cause)
     )
     assert harness.fleet.calls == []
