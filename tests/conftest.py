@@ -102,7 +102,30 @@ async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
         await env.shutdown()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the quick tier: the pure core and the workflow tests on the time-skipping "
+        "server (no Go build, no dev server, no member cluster); see README 'Tests'",
+    )
+
+
+def _quick(item: pytest.Item) -> bool:
+    """In the quick tier: a pure-core test, or one whose only Temporal is the
+    time-skipping server."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if "core" in item.path.parts:
+        return True
+    return "ts_env" in fixtures and "dev_env" not in fixtures
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--quick"):
+        slow = [item for item in items if not _quick(item)]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if _quick(item)]
     for item in items:
         if (
             "dev_env" in getattr(item, "fixturenames", ())
