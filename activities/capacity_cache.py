@@ -276,8 +276,26 @@ class CapacityCache:
         #: running pods of fleet jobs' copies (pod key -> what it says of its gang), for
         #: capacity preemption (:meth:`running_gangs`)
         self._gang_pods: dict[str, GangPod] = {}
+        #: called with the cluster name whenever a node is added, removed or changes
+        #: what placement reads of it (``add_node_listener``)
+        self._node_listeners: list[Callable[[str], None]] = []
 
     # -- lifecycle
+
+    def add_node_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(cluster name)`` after each change of this member's nodes
+        (allocatable, labels, taints, cordon/readiness, pod slots; not their usage), on
+        the watch thread: it must be quick and must not block."""
+        with self._lock:
+            if listener not in self._node_listeners:
+                self._node_listeners.append(listener)
+
+    def _nodes_changed(self) -> None:
+        for listener in list(self._node_listeners):
+            try:
+                listener(self.name)
+            except Exception:  # a listener's bug must not stop the watch
+                log.exception("node listener of %s failed", self.name)
 
     def start(self) -> None:
         if self._threads:
@@ -479,11 +497,15 @@ class CapacityCache:
     def _apply_nodes(self, etype: str, obj: Mapping[str, Any]) -> bool:
         name = str(meta_of(obj).get("name") or "")
         if etype == "DELETED":
-            return self._state.nodes.pop(name, None) is not None
+            gone = self._state.nodes.pop(name, None) is not None
+            if gone:
+                self._nodes_changed()
+            return gone
         info = condense_node(obj)
         if self._state.nodes.get(name) == info:
             return False
         self._state.nodes[name] = info
+        self._nodes_changed()
         return True
 
     def _apply_pods(self, etype: str, obj: Mapping[str, Any]) -> bool:
@@ -532,6 +554,8 @@ class CapacityCache:
             new = {str(meta_of(n).get("name")): condense_node(n) for n in items}
             changed = new != self._state.nodes
             self._state.nodes = new
+            if changed:
+                self._nodes_changed()
             return changed
         if kind == "jobs":
             for obj in items:

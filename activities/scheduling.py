@@ -34,6 +34,7 @@ from activities.quota_outbox import QuotaOutbox, QuotaRefused
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot
 from fleetq.cluster_health import eviction_due
+from fleetq.fleet_config import FleetConfig, RequeueSettings, requeue_settings
 from fleetq.messages import (
     BindInput,
     BindResult,
@@ -172,6 +173,11 @@ class SchedulingActivities:
         self._loop: asyncio.AbstractEventLoop | None = None
         with contextlib.suppress(RuntimeError):
             self._loop = asyncio.get_running_loop()
+        #: Unschedulable jobs (no member could ever hold them) -> the members they were
+        #: judged on: woken with ``retry_placement`` when one of those members' nodes
+        #: change (their workflow's long timer is the backstop after a worker restart)
+        self._parked: dict[str, frozenset[str]] = {}
+        self._listening: set[str] = set()
 
     @property
     def fleet(self) -> Fleet:
@@ -213,9 +219,22 @@ class SchedulingActivities:
                 if res.policy is None or res.tree_workflow_id is None:
                     fresh = await self._registry_snapshot(max_age=0.0)
                     if fresh is not None:
+                        snapshot = fresh
                         res = resolve_from_state(fresh[0], fresh[1], inp)
+                res.requeue = self._requeue_settings(snapshot[0])
         res.search_attributes = self._search_attributes
         return res
+
+    def _requeue_settings(self, state: RegistryState) -> RequeueSettings:
+        """The fleet's ``requeue`` settings with the tree's annotations applied (a tree
+        the registry took has valid ones; a fleet without a config file: defaults)."""
+        config = getattr(self.fleet, "config", None)
+        base = config.requeue if isinstance(config, FleetConfig) else RequeueSettings()
+        try:
+            return requeue_settings(base, state.tree_annotations, f"ElasticQuotaTree {state.tree}")
+        except ValueError as exc:
+            log.warning("%s; using the fleet's requeue settings", exc)
+            return base
 
     async def _registry_snapshot(
         self, max_age: float = REGISTRY_MAX_AGE
@@ -318,6 +337,43 @@ class SchedulingActivities:
                 out.extend(cache.running_gangs())
         return out
 
+    # ------------------------------------------------------------------ unschedulable
+    def _park(self, job_id: str, members: list[str] | None) -> None:
+        """Remember ``job_id`` as never placeable on ``members`` (None: forget it), and
+        listen to those members' node changes."""
+        with self._claims_lock:
+            if members is None:
+                self._parked.pop(job_id, None)
+                return
+            self._parked[job_id] = frozenset(members)
+            new = [m for m in members if m not in self._listening]
+            self._listening.update(new)
+        for name in new:
+            cache: CapacityCache | None = getattr(self.fleet.clusters.get(name), "cache", None)
+            if cache is not None:
+                cache.add_node_listener(self._nodes_changed)
+
+    def _nodes_changed(self, cluster: str) -> None:
+        """A member's nodes changed (called on its cache's watch thread): wake every job
+        parked on it once (it parks again if it still fits nowhere)."""
+        with self._claims_lock:
+            woken = [j for j, ms in self._parked.items() if cluster in ms]
+            for j in woken:
+                del self._parked[j]
+        loop, client = self._loop, self._client
+        if not woken or client is None or loop is None or loop.is_closed():
+            return
+        for job_id in woken:
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(self._wake(client, job_id), loop)
+
+    @staticmethod
+    async def _wake(client: Client, job_id: str) -> None:
+        try:
+            await client.get_workflow_handle(job_id).signal("retry_placement")
+        except RPCError as exc:  # gone: nothing to wake
+            log.info("could not wake %s after a node change: %s", job_id, exc)
+
     # ------------------------------------------------------------------ placement
     @activity.defn(name="plan_placement")
     def plan_placement(self, inp: PlacementInput) -> PlacementVerdict:
@@ -372,7 +428,10 @@ class SchedulingActivities:
             rejections=rejections,
             codes=codes,
             eligible=eligible,
+            never=decision.never.message if decision.never is not None else "",
         )
+        if inp.job_id:
+            self._park(inp.job_id, eligible if decision.never is not None else None)
         if inp.planned is not None or inp.capacity_preemption:
             self._capacity(inp, gang, snapshots, affinity, tolerations, verdict)
         return verdict

@@ -11,14 +11,18 @@ process (see ``activities/fleet.py``)::
     cacheTTLSeconds: 2
     clusterFailover: {noExecute: true, defaultUnreachableTolerationSeconds: 300}
     unschedulableGraceSeconds: 60
+    requeue: {podsReadyTimeoutSeconds: 600, backoffBaseSeconds: 60, requeueLimit: 5}
 
-Relative paths resolve against the config file's directory. Every problem ends in one
-:class:`FleetConfigError` line naming the file and the field, never a traceback.
+``requeue`` (:class:`RequeueSettings`; each field overridable per quota tree by its
+``fleetq.io/...`` annotation, :func:`requeue_settings`) is what an admitted job that does
+not start does with its quota. Relative paths resolve against the config file's
+directory. Every problem ends in one :class:`FleetConfigError` line naming the file and
+the field, never a traceback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Protocol
 
@@ -127,6 +131,98 @@ class ClusterFailover(_Strict):
         )
 
 
+#: ElasticQuotaTree annotations overriding the fleet's ``requeue`` settings for its jobs
+#: (a number of seconds / attempts, or ``off``: no timeout, no limit)
+PLACEMENT_TIMEOUT_ANNOTATION = "fleetq.io/placement-timeout-seconds"
+PODS_READY_TIMEOUT_ANNOTATION = "fleetq.io/pods-ready-timeout-seconds"
+BACKOFF_BASE_ANNOTATION = "fleetq.io/requeue-backoff-base-seconds"
+BACKOFF_MAX_ANNOTATION = "fleetq.io/requeue-backoff-max-seconds"
+REQUEUE_LIMIT_ANNOTATION = "fleetq.io/requeue-limit"
+_REQUEUE_FIELDS = {
+    PLACEMENT_TIMEOUT_ANNOTATION: "placementTimeoutSeconds",
+    PODS_READY_TIMEOUT_ANNOTATION: "podsReadyTimeoutSeconds",
+    BACKOFF_BASE_ANNOTATION: "backoffBaseSeconds",
+    BACKOFF_MAX_ANNOTATION: "backoffMaxSeconds",
+    REQUEUE_LIMIT_ANNOTATION: "requeueLimit",
+}
+_MAX_SECONDS = 31_536_000
+
+
+class RequeueSettings(_Strict):
+    """Re-queue with backoff (Kube Queue's re-enqueue; Kueue's ``waitForPodsReady`` with
+    its ``requeuingStrategy``, apis/config/v1beta1 configuration_types.go): an admitted
+    job not placed within ``placementTimeoutSeconds``, or bound with pods not all running
+    within ``podsReadyTimeoutSeconds``, gives its quota back and queues again (original
+    submit time) after ``backoffBaseSeconds * 2^(n-1)`` (n: its re-queues so far,
+    capped at ``backoffMaxSeconds``; Kueue's defaults 60 and 3600, without the jitter);
+    the re-queue past ``requeueLimit`` ends it ``Failed``. ``None``: no timeout / no
+    limit. Placement timeout is off by default: a job that fits an empty member waits
+    for room as long as it takes (a job that fits none is ``Unschedulable`` at once);
+    the pods-ready timeout is 600 s (Kueue's ``timeout`` is 5 min, but its
+    ``waitForPodsReady`` is off by default; fleetq's failover already handles pods a
+    member cannot schedule after ``unschedulableGraceSeconds``); the limit is 5
+    (Kueue's ``backoffLimitCount`` defaults to unlimited)."""
+
+    placementTimeoutSeconds: float | None = Field(default=None, gt=0, le=_MAX_SECONDS)
+    podsReadyTimeoutSeconds: float | None = Field(default=600.0, gt=0, le=_MAX_SECONDS)
+    backoffBaseSeconds: float = Field(default=60.0, ge=0, le=_MAX_SECONDS)
+    backoffMaxSeconds: float = Field(default=3600.0, ge=0, le=_MAX_SECONDS)
+    requeueLimit: int | None = Field(default=5, ge=0, le=1_000_000)
+
+    def backoff_seconds(self, requeues: int) -> float:
+        """The pause before re-queue number ``requeues`` (1 for the first)."""
+        n = max(1, requeues)
+        base = self.backoffBaseSeconds
+        cap = self.backoffMaxSeconds
+        if base <= 0:
+            return 0.0
+        # 2^(n-1) overflows floats only far past any cap: stop doubling at the cap
+        delay = base
+        for _ in range(n - 1):
+            delay *= 2
+            if delay >= cap:
+                return cap
+        return min(delay, cap)
+
+
+def requeue_settings(
+    fleet: RequeueSettings, annotations: Mapping[str, str], tree: str = "ElasticQuotaTree"
+) -> RequeueSettings:
+    """``fleet``'s settings with the tree's ``fleetq.io/...`` annotations applied; a bad
+    value raises ValueError naming the tree and annotation."""
+    update: dict[str, Any] = {}
+    for note, fieldname in _REQUEUE_FIELDS.items():
+        raw = annotations.get(note)
+        if raw is None:
+            continue
+        text = str(raw).strip()
+        if text.lower() == "off" and fieldname in (
+            "placementTimeoutSeconds", "podsReadyTimeoutSeconds", "requeueLimit"
+        ):
+            update[fieldname] = None
+            continue
+        try:
+            value: float | int = int(text) if fieldname == "requeueLimit" else float(text)
+        except ValueError:
+            what = "a whole number or off" if fieldname == "requeueLimit" else (
+                "a number of seconds" + (" or off" if "Timeout" in fieldname else "")
+            )
+            raise ValueError(
+                f"{tree}: metadata.annotations.{note} must be {what}, got {text[:32]!r}"
+            ) from None
+        update[fieldname] = value
+    if not update:
+        return fleet
+    try:
+        return RequeueSettings.model_validate({**fleet.model_dump(), **update})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        fieldname = str(err.get("loc", ("",))[0])
+        note = next(k for k, v in _REQUEUE_FIELDS.items() if v == fieldname)
+        msg = str(err.get("msg", "is invalid"))
+        raise ValueError(f"{tree}: metadata.annotations.{note} {msg.lower()}") from None
+
+
 class FleetConfig(_Strict):
     kubeconfig: str | None = None
     source: KubeRef | None = None
@@ -137,6 +233,8 @@ class FleetConfig(_Strict):
     #: how long a pod may stay unschedulable (PodScheduled False) on its member before
     #: the job counts as Unhealthy (and its failover toleration starts)
     unschedulableGraceSeconds: float = Field(default=60.0, ge=0, le=86_400)
+    #: re-queue with backoff of admitted jobs that do not start (:class:`RequeueSettings`)
+    requeue: RequeueSettings = Field(default_factory=RequeueSettings)
 
     @model_validator(mode="after")
     def _unique(self) -> FleetConfig:

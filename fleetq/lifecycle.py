@@ -21,6 +21,10 @@ Temporal, so each rule is unit- and property-tested on its own:
   carries out at most one plan at a time (``CapacityHold``): ``start_capacity_preemption``,
   ``observe_capacity`` (victims left, the plan's time bound), ``placement_order`` (the
   planned cluster first) and ``capacity_pause``;
+- never versus not now (issue 24): ``unschedulable`` (no member could ever hold the
+  gang: quota back, parked until a member's nodes change) and ``unparked``;
+- re-queue with backoff (issue 24): ``placement_timeout_at``, ``arm_pods_ready`` /
+  ``pods_ready_seen`` (a ``Due.PODS_READY`` deadline), ``requeue_after_timeout``;
 - what a job shows: ``record_event``, ``details_markdown``, ``search_attribute_changes``.
 
 Functions that change the run's state change the ``JobProgress`` (or ``JobView``) they
@@ -37,6 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from fleetq.admission import Grant
+from fleetq.fleet_config import RequeueSettings
 from fleetq.messages import (
     TERMINAL_STATES,
     Candidate,
@@ -99,6 +104,15 @@ class JobProgress(BaseModel):
     preempt_at: datetime | None = None
     #: a capacity preemption the job is carrying out (or dropped) for its placement
     capacity: CapacityHold | None = None
+    #: re-queue with backoff (issue 24): when the current admission began (the placement
+    #: timeout counts from it) ...
+    admitted_at: datetime | None = None
+    #: ... the time the bound job's pods must all run by (podsReadyTimeoutSeconds) ...
+    ready_by: datetime | None = None
+    #: ... the re-queues after a timeout so far (requeueLimit counts them) ...
+    requeues: int = 0
+    #: ... and, backing off after one, when it queues again
+    requeue_at: datetime | None = None
 
 
 class Reason(StrEnum):
@@ -125,6 +139,13 @@ class Reason(StrEnum):
     PREEMPTED = "Preempted"
     PREEMPTING = "Preempting"
     PREEMPTION_DROPPED = "PreemptionDropped"
+    #: no member could ever hold the gang (a NeverFits rejection): quota given back
+    UNSCHEDULABLE = "Unschedulable"
+    #: queued again: after a backoff, or once an Unschedulable job may fit
+    REQUEUED = "Requeued"
+    PLACEMENT_TIMEOUT = "PlacementTimeout"
+    PODS_READY_TIMEOUT = "PodsReadyTimeout"
+    REQUEUE_LIMIT_EXCEEDED = "RequeueLimitExceeded"
 
 
 @dataclass(frozen=True)
@@ -185,6 +206,7 @@ class Due(StrEnum):
     EVICT = "evict"  # a NoExecute taint outlasted its toleration
     GRACE = "grace"  # purgeMode Gracefully: the old copy's grace period
     PREEMPT = "preempt"  # preempted: the victim's grace period
+    PODS_READY = "pods-ready"  # bound, pods not all running within podsReadyTimeoutSeconds
 
 
 @dataclass(frozen=True)
@@ -213,7 +235,7 @@ def next_deadline(
     now: datetime,
 ) -> Deadline | None:
     """The nearest deadline of the bound job (on a tie, the first of failover tolerance,
-    active deadline, taint eviction, grace period, preemption), or None."""
+    active deadline, taint eviction, grace period, preemption, pods ready), or None."""
     view = progress.view
     best: Deadline | None = None
 
@@ -250,6 +272,8 @@ def next_deadline(
             f"preempted by {_display(progress.preempt.preemptor)}: "
             f"{progress.preempt.grace_seconds}s to stop",
         )
+    if progress.ready_by is not None:
+        consider(Due.PODS_READY, progress.ready_by, f"pods running on {view.cluster} by then")
     return best
 
 
@@ -441,6 +465,7 @@ def leave_cluster(progress: JobProgress, old: str) -> None:
     view.unhealthy_since = None
     progress.evict_at, progress.evict_reason = None, ""
     progress.since = ""
+    progress.ready_by = None  # the next bind arms it again
 
 
 def keep_old_copy(progress: JobProgress, old: str, plan: FailoverPlan, now: datetime) -> None:
@@ -778,6 +803,177 @@ def capacity_pause(pause: float, progress: JobProgress, now: datetime) -> float:
     return max(MIN_TIMER_SECONDS, min(pause, left))
 
 
+# ---------------------------------------------------------------------- never / not now
+
+#: an Unschedulable job is placed again when a member's nodes change (the worker's
+#: capacity caches wake it with ``retry_placement``) and at least this often (a worker
+#: restart forgets whom to wake)
+UNSCHEDULABLE_BACKSTOP_SECONDS = 600.0
+
+
+def unschedulable(progress: JobProgress, verdict: PlacementVerdict) -> list[Notice]:
+    """No member could ever hold the gang (``verdict.never``): the job gives its quota
+    back (the caller releases it) and waits ``Unschedulable`` for a member's nodes to
+    change; [] when some member could (waiting for room helps)."""
+    if verdict.candidates or not verdict.never:
+        return []
+    view = progress.view
+    view.admitted, view.queue = False, None
+    progress.admitted_at = None
+    progress.capacity = None
+    return [
+        Announce("Warning", Reason.UNSCHEDULABLE, verdict.never),
+        Transition(
+            "Unschedulable",
+            f"{verdict.never}; holds no quota, placed again when a member's nodes change",
+        ),
+    ]
+
+
+def unparked(progress: JobProgress, *, queued: bool) -> list[Notice]:
+    """An Unschedulable job may fit now (a member's nodes changed): it queues again with
+    its original submit time (or places at once under a policy that does not queue)."""
+    return [
+        Announce(
+            "Normal",
+            Reason.REQUEUED,
+            "a member's nodes changed and the gang may fit: "
+            + ("queued again (original submit time)" if queued else "placing again"),
+        ),
+        Transition("Queued" if queued else "Scheduling", "a member's nodes changed"),
+    ]
+
+
+# ---------------------------------------------------------------------- re-queue with backoff
+
+
+class RequeueCause(StrEnum):
+    """Why an admitted job gives its quota back and queues again (Kueue's eviction
+    reason ``PodsReadyTimeout``; Kube Queue's re-enqueue of long-pending jobs)."""
+
+    PLACEMENT_TIMEOUT = "PlacementTimeout"
+    PODS_READY_TIMEOUT = "PodsReadyTimeout"
+
+
+def admitted_now(progress: JobProgress, now: datetime) -> None:
+    """A new admission began (the placement timeout counts from here)."""
+    progress.admitted_at = now
+    progress.requeue_at = None
+
+
+def placement_timeout_at(progress: JobProgress, settings: RequeueSettings) -> datetime | None:
+    """When an admitted job not placed by then gives its quota back, or None."""
+    seconds = settings.placementTimeoutSeconds
+    if seconds is None or progress.admitted_at is None or progress.view.cluster is not None:
+        return None
+    return progress.admitted_at + timedelta(seconds=seconds)
+
+
+def placement_timed_out(progress: JobProgress, settings: RequeueSettings, now: datetime) -> bool:
+    at = placement_timeout_at(progress, settings)
+    return at is not None and now >= at
+
+
+def arm_pods_ready(progress: JobProgress, settings: RequeueSettings, now: datetime) -> None:
+    """At a bind: the pods must all run within podsReadyTimeoutSeconds (None: no bound).
+    The placement timeout is over: the job is placed."""
+    seconds = settings.podsReadyTimeoutSeconds
+    progress.ready_by = None if seconds is None else now + timedelta(seconds=seconds)
+    progress.admitted_at = None
+
+
+def pods_ready(status: JobStatus, expected: int) -> bool:
+    """The bound gang runs: the job is Running (or done) with at least ``expected`` pods
+    running (or done), as Kueue's PodsReady condition asks of a workload."""
+    if status.phase == "Succeeded":
+        return True
+    if status.phase != "Running":
+        return False
+    up = sum(1 for p in status.pods if p.phase in ("Running", "Succeeded"))
+    return up >= expected
+
+
+def pods_ready_seen(progress: JobProgress, status: JobStatus, expected: int) -> None:
+    """Take in a watch's status: once the gang runs, the pods-ready bound is met (for
+    this bind; a failover's new bind arms it again)."""
+    if progress.ready_by is not None and pods_ready(status, expected):
+        progress.ready_by = None
+
+
+def _secs(value: float | None) -> str:
+    return "off" if value is None else f"{value:g}"
+
+
+def requeue_after_timeout(
+    progress: JobProgress,
+    settings: RequeueSettings,
+    cause: RequeueCause,
+    now: datetime,
+    *,
+    cluster: str | None = None,
+) -> list[Notice]:
+    """The job timed out (``cause``), its copies are purged and its quota released by
+    the caller: it queues again with its original submit time after a backoff
+    (``requeue_at``), or, past ``requeueLimit`` re-queues, ends Failed."""
+    progress.requeues += 1
+    n = progress.requeues
+    if cause == RequeueCause.PLACEMENT_TIMEOUT:
+        seconds = _secs(settings.placementTimeoutSeconds)
+        what = f"not placed within placementTimeoutSeconds {seconds}"
+        reason = Reason.PLACEMENT_TIMEOUT
+    else:
+        where = f" on {cluster}" if cluster else ""
+        what = (
+            f"pods not all running{where} within podsReadyTimeoutSeconds "
+            f"{_secs(settings.podsReadyTimeoutSeconds)}"
+        )
+        reason = Reason.PODS_READY_TIMEOUT
+    forget_placement(progress)
+    progress.ready_by, progress.admitted_at = None, None
+    view = progress.view
+    view.admitted, view.queue = False, None
+    limit = settings.requeueLimit
+    if limit is not None and n > limit:
+        progress.requeue_at = None
+        why = f"{cause.value}: {what}; re-queued {limit} time{'s' if limit != 1 else ''} " \
+            f"already (requeueLimit {limit})"
+        return [
+            Announce("Warning", Reason.REQUEUE_LIMIT_EXCEEDED, why),
+            Transition("Failed", why),
+        ]
+    delay = settings.backoff_seconds(n)
+    progress.requeue_at = now + timedelta(seconds=delay)
+    of = f" of {limit}" if limit is not None else ""
+    return [
+        Announce(
+            "Warning",
+            reason,
+            f"{what}: quota given back; queued again in {delay:g}s "
+            f"(re-queue {n}{of}, original submit time)",
+        ),
+        Transition(
+            "Queued",
+            f"backing off after {cause.value} (re-queue {n}{of}): queued again at "
+            f"{progress.requeue_at.isoformat(timespec='seconds')}",
+        ),
+    ]
+
+
+def backoff_left(progress: JobProgress, now: datetime) -> float:
+    """Seconds left of the backoff before queueing again (0 when none or over)."""
+    if progress.requeue_at is None:
+        return 0.0
+    return max(0.0, (progress.requeue_at - now).total_seconds())
+
+
+def backoff_over(progress: JobProgress) -> list[Notice]:
+    """The backoff ended: the job queues again (the caller enqueues it)."""
+    progress.requeue_at = None
+    return [
+        Announce("Normal", Reason.REQUEUED, "backoff over: queued again (original submit time)")
+    ]
+
+
 # ---------------------------------------------------------------------- copies
 
 
@@ -810,6 +1006,7 @@ def forget_placement(progress: JobProgress) -> None:
     view.deadline_at = None
     progress.evict_at, progress.evict_reason, progress.since = None, "", ""
     progress.capacity = None
+    progress.ready_by = None
 
 
 # ---------------------------------------------------------------------- what a job shows
@@ -818,16 +1015,25 @@ def forget_placement(progress: JobProgress) -> None:
 def record_event(
     view: JobView, kind: EventType, reason: Reason | str, message: str, now: datetime
 ) -> None:
-    """Append an event; a repeat of the last one counts up instead (as Kubernetes
-    aggregates events); only the last MAX_EVENTS are kept."""
+    """Append an event; a repeat of any kept event with the same type, reason and
+    message counts that one up instead and moves it last (client-go's EventCorrelator
+    dedups by that key, tools/record/events_cache.go ``getEventKey``; kubectl describe
+    shows it ``(x7 over 21m)``). Only the last MAX_EVENTS are kept."""
     reason = str(reason)
-    last = view.events[-1] if view.events else None
-    if last is not None and last.reason == reason and last.message == message:
-        last.count += 1
-        last.time = now
+    events = view.events
+    for i in range(len(events) - 1, -1, -1):
+        e = events[i]
+        if e.reason == reason and e.message == message and e.type == kind:
+            if e.first_time is None:
+                e.first_time = e.time
+            e.count += 1
+            e.time = now
+            if i != len(events) - 1:
+                events.append(events.pop(i))
+            break
     else:
-        view.events.append(JobEvent(type=kind, reason=reason, message=message, time=now))
-    del view.events[:-MAX_EVENTS]
+        events.append(JobEvent(type=kind, reason=reason, message=message, time=now))
+    del events[:-MAX_EVENTS]
 
 
 def details_markdown(view: JobView) -> str:

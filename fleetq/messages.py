@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from fleetq.admission import AdmissionRequest, QueueInfo, QueuePolicy
 from fleetq.capacity import Taint
+from fleetq.fleet_config import RequeueSettings
 from fleetq.models import DEFAULT_STARVATION_SECONDS, Gang, GangPod
 from fleetq.naming import owner_id
 from fleetq.rejection import RejectionCode
@@ -98,6 +99,9 @@ class Resolution(BaseModel):
     tree_workflow_id: str | None = None
     priority_classes: dict[str, int] = Field(default_factory=dict)
     search_attributes: bool = False
+    #: re-queue with backoff: the fleet's ``requeue`` settings with the quota tree's
+    #: annotations applied (``fleetq.fleet_config.requeue_settings``)
+    requeue: RequeueSettings = Field(default_factory=RequeueSettings)
 
 
 class PlacementInput(BaseModel):
@@ -154,6 +158,13 @@ class PlacementVerdict(BaseModel):
     capacity_plan: CapacityPlanned | None = None
     #: of the ``planned`` victims, those still running on its cluster
     victims_left: list[str] = Field(default_factory=list)
+    #: "never", not "not now" (a ``NeverFits`` rejection's message): no eligible member
+    #: could hold the gang even with its nodes empty; "" when one could or may
+    never: str = ""
+
+    @property
+    def ever_fits(self) -> bool:
+        return not self.never
 
     def reason(self) -> str:
         if not self.rejections:
@@ -331,6 +342,9 @@ JobState = Literal[
     "FailingOver",
     # runPolicy.suspend (or fleetq suspend): no copy, no quota, until resumed
     "Suspended",
+    # no member could hold the gang even empty: no quota held, placed again (queued with
+    # its original submit time) once a member's nodes change (issue 24)
+    "Unschedulable",
     "Succeeded",
     "Failed",
     "Deleted",
@@ -341,11 +355,16 @@ TERMINAL_STATES = ("Succeeded", "Failed", "Deleted")
 
 
 class JobEvent(BaseModel):
+    """One event, aggregated as Kubernetes does: ``count`` occurrences of the same type,
+    reason and message, the first at ``first_time`` (None: ``time``), the last at
+    ``time`` (kubectl describe: ``FailedScheduling (x7 over 21m)``)."""
+
     type: Literal["Normal", "Warning"] = "Normal"
     reason: str
     message: str
     time: datetime
     count: int = 1
+    first_time: datetime | None = None
 
 
 class JobView(BaseModel):

@@ -21,6 +21,9 @@ class RegistryState(BaseModel):
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)  # "ns/name" -> manifest
     priority_classes: dict[str, int] = Field(default_factory=dict)
     tree: str | None = None  # "kube-system/<name>"
+    #: the tree's metadata.annotations (its fleetq.io/... settings, e.g. the requeue
+    #: overrides of fleetq.fleet_config.requeue_settings)
+    tree_annotations: dict[str, str] = Field(default_factory=dict)
     max_history_events: int = 2000
 
 

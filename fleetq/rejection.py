@@ -62,6 +62,10 @@ class RejectionCode(StrEnum):
     #: the bind re-checked the member under its bind Lease and the gang no longer fits:
     #: another worker (or another job of this one) bound onto the same room first
     MEMBER_FULL_AT_BIND = "MemberFullAtBind"
+    #: the whole fleet: no eligible member could hold the gang even with every node empty
+    #: (allocatable, nodeSelector, taints, cordoned nodes, pod slots): waiting cannot help
+    #: until a member's nodes change (``fleetq.placement.never_fits``)
+    NEVER_FITS = "NeverFits"
 
 
 class Severity(StrEnum):
@@ -78,6 +82,7 @@ _UNRESOLVABLE = frozenset({
     RejectionCode.NO_NODES,
     RejectionCode.RESOURCE_NOT_OFFERED,
     RejectionCode.NODE_SELECTOR_MISMATCH,
+    RejectionCode.NEVER_FITS,
 })
 
 Param = str | int
@@ -148,6 +153,8 @@ class Rejection:
                 return "binding failed"
             case c.MEMBER_FULL_AT_BIND:
                 return "filled up by another bind"
+            case c.NEVER_FITS:
+                return "no member can ever hold it"
             case c.AFFINITY_MISMATCH | c.UNTOLERATED_CLUSTER_TAINT:
                 return self.message  # names the rule or the taint, no pod or number
         return self.message  # pragma: no cover - every code is matched above

@@ -13,6 +13,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from fleetq.fleet_config import RequeueSettings, requeue_settings
     from fleetq.messages import DeleteRequest, Resolution, ResolveInput
     from fleetq.models import (
         ManifestError,
@@ -75,6 +76,7 @@ class FleetRegistryWorkflow:
         name = f"{tree.metadata.namespace}/{tree.metadata.name}"
         before_t = self._s.tree
         self._s.tree = name
+        self._s.tree_annotations = dict(tree.metadata.annotations)
         return "created" if before_t is None else "unchanged"
 
     @apply.validator
@@ -91,6 +93,12 @@ class FleetRegistryWorkflow:
                 tree_policy(obj)  # type: ignore[arg-type]
             except ManifestError as exc:
                 raise ValueError(str(exc)) from None
+            # fleetq.io/... requeue overrides (placement and pods-ready timeouts, backoff)
+            requeue_settings(
+                RequeueSettings(),
+                obj.metadata.annotations,  # type: ignore[union-attr]
+                f"ElasticQuotaTree {obj.metadata.namespace}/{obj.metadata.name}",  # type: ignore[union-attr]
+            )
             name = f"{obj.metadata.namespace}/{obj.metadata.name}"  # type: ignore[union-attr]
             if self._s.tree is not None and self._s.tree != name:
                 raise ValueError(
@@ -108,6 +116,7 @@ class FleetRegistryWorkflow:
             return self._s.priority_classes.pop(req.name, None) is not None
         if req.kind == "ElasticQuotaTree" and self._s.tree == f"{req.namespace}/{req.name}":
             self._s.tree = None
+            self._s.tree_annotations = {}
             return True
         return False
 

@@ -91,8 +91,9 @@ def describe_lines(view: JobView, waiting: Any | None = None,
         rows_e = []
         for e in view.events:
             when = age(e.time)
-            if e.count > 1:
-                when = f"{when} (x{e.count})"
+            if e.count > 1:  # kubectl describe: "<last> (x<count> over <first>)"
+                first = f" over {age(e.first_time)}" if e.first_time is not None else ""
+                when = f"{when} (x{e.count}{first})"
             rows_e.append([e.type, e.reason, when, EVENT_SOURCE, e.message])
         table = plain_table(["Type", "Reason", "Age", "From", "Message"],
                             [["----", "------", "----", "----", "-------"], *rows_e])
