@@ -959,6 +959,27 @@ def requeue_after_timeout(
     ]
 
 
+def placement_timeout_pause(
+    pause: float, progress: JobProgress, settings: RequeueSettings, now: datetime
+) -> float:
+    """The placement pause, cut at the placement timeout (acted on at the next round)."""
+    at = placement_timeout_at(progress, settings)
+    if at is None:
+        return pause
+    return max(MIN_TIMER_SECONDS, min(pause, (at - now).total_seconds()))
+
+
+def pods_ready_met(progress: JobProgress, expected: int) -> bool:
+    """At the pods-ready deadline: whether the last status seen already shows the gang
+    running (a watch that had not returned yet); the bound is then met, not missed."""
+    view = progress.view
+    up = sum(1 for p in view.pods if p.get("phase") in ("Running", "Succeeded"))
+    if view.state == "Running" and up >= expected:
+        progress.ready_by = None
+        return True
+    return False
+
+
 def backoff_left(progress: JobProgress, now: datetime) -> float:
     """Seconds left of the backoff before queueing again (0 when none or over)."""
     if progress.requeue_at is None:

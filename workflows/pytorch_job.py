@@ -25,7 +25,13 @@ no member may, under a tree with ``fleetq.io/preemption: LowerPriority``, preemp
 lower-priority gangs on exactly one member (the placement activity decides, from the
 tree's policy and the member caches): it signals those victims itself, waits for them to
 leave (each wakes it with ``retry_placement`` once purged), then places there first; one
-plan at a time, dropped if it does not make room in time.
+plan at a time, dropped if it does not make room in time. A job no member could ever
+hold, even empty (``PlacementVerdict.never``), gives its quota back at once and waits
+``Unschedulable`` until a member's nodes change (the worker's capacity caches wake it
+with ``retry_placement``; a long timer is the backstop), then queues again. An admitted
+job not placed within ``placementTimeoutSeconds``, or whose pods do not all run within
+``podsReadyTimeoutSeconds``, is purged, gives its quota back and queues again after a
+backoff, until ``requeueLimit`` (``fleetq.lifecycle.requeue_after_timeout``).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.scheduling import SchedulingActivities
     from fleetq import lifecycle
     from fleetq.admission import AdmissionRequest, Grant
+    from fleetq.fleet_config import RequeueSettings
     from fleetq.job_input import InvalidJobInput, JobInput
     from fleetq.lifecycle import (
         PLACEMENT_BACKOFF,
@@ -58,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         Notice,
         OldCopy,
         Reason,
+        RequeueCause,
         Transition,
     )
     from fleetq.messages import (
@@ -141,6 +149,7 @@ class Supervision(Enum):
     SUSPEND = "suspend"  # a suspension was asked for
     CONTINUE = "continue"  # the history is long: continue-as-new
     PREEMPT = "preempt"  # preempted: its grace period ended
+    REQUEUE = "requeue"  # its pods did not all run within podsReadyTimeoutSeconds
 
 
 @workflow.defn(name="PyTorchJobWorkflow")
@@ -253,6 +262,9 @@ class PyTorchJobWorkflow:
             if lifecycle.preemption_due(self._p, workflow.now()):
                 await self._preempted()
                 continue
+            if view.state == "Unschedulable":
+                await self._wait_unschedulable()
+                continue
             if self._pol.queued and self._grant is None:
                 await self._wait_for_admission()
                 if self._grant is None:  # a suspension came first
@@ -263,27 +275,38 @@ class PyTorchJobWorkflow:
                 placed = await self._schedule()
                 if not placed:
                     break
-                if self._suspension.wanted or lifecycle.preemption_due(self._p, workflow.now()):
+                if (
+                    self._suspension.wanted
+                    or lifecycle.preemption_due(self._p, workflow.now())
+                    or view.cluster is None  # Unschedulable, or re-queued after a timeout
+                ):
                     continue
             outcome = await self._supervise()
             if outcome in (Supervision.SUSPEND, Supervision.PREEMPT):
                 continue
+            if outcome == Supervision.REQUEUE:
+                await self._requeue(RequeueCause.PODS_READY_TIMEOUT)
+                continue
             if outcome == Supervision.CONTINUE:
-                await self._settle_watches()
-                self._copies.stop_purgers()  # the next run starts them again
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                self._p.grant = self._grant
-                workflow.continue_as_new(
-                    JobInput(
-                        manifest=self._input.manifest,
-                        policy=self._input.policy,
-                        run_seconds=self._input.run_seconds,
-                        rewatch_seconds=self._input.rewatch_seconds,
-                        progress=self._p,
-                    )
-                )
+                await self._continue_as_new()
         await self._finish()
         return view
+
+    async def _continue_as_new(self) -> None:
+        """Hand the run's progress to a new run (bounded history)."""
+        await self._settle_watches()
+        self._copies.stop_purgers()  # the next run starts them again
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._p.grant = self._grant
+        workflow.continue_as_new(
+            JobInput(
+                manifest=self._input.manifest,
+                policy=self._input.policy,
+                run_seconds=self._input.run_seconds,
+                rewatch_seconds=self._input.rewatch_seconds,
+                progress=self._p,
+            )
+        )
 
     async def _resolve_policy(self, inp: JobInput) -> PropagationPolicy:
         delay = RESOLVE_BACKOFF.initial
@@ -320,6 +343,8 @@ class PyTorchJobWorkflow:
             preemptible=self._preemption_policy.preemptible,
             grace_seconds=self._preemption_policy.grace_seconds,
         )
+        if not await self._back_off():
+            return  # suspended while backing off
         delay = RESOLVE_BACKOFF.initial
         while self._grant is None:
             if self._suspension.wanted:  # suspended before the quota workflow took it
@@ -361,12 +386,104 @@ class PyTorchJobWorkflow:
             )
         view.admitted = True
         view.queue = grant.queue
+        lifecycle.admitted_now(self._p, workflow.now())
         # Scheduling first: it is transient, so the new queue is published with the next
         # lasting state instead of costing an upsert of its own
         self._set_state("Scheduling", "admitted")
         self._event(
             "Normal", Reason.ADMITTED, f"admitted by queue {grant.queue} (quota {grant.node})"
         )
+
+    async def _back_off(self) -> bool:
+        """Wait out a re-queue backoff (a durable timer) before queueing again; False
+        when a suspension came first."""
+        left = lifecycle.backoff_left(self._p, workflow.now())
+        if left > 0:
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self._suspension.wanted,
+                    timeout=left,
+                    timeout_summary=f"re-queue backoff {left:g}s",
+                )
+            if self._suspension.wanted:
+                return False
+        if self._p.requeue_at is not None:
+            self._announce(lifecycle.backoff_over(self._p))
+        return True
+
+    async def _requeue(self, cause: RequeueCause) -> None:
+        """A placement or pods-ready timeout: purge every copy, then queue again after a
+        backoff or, past requeueLimit, end Failed (``lifecycle.requeue_after_timeout``);
+        the quota goes back either way."""
+        cluster = self._p.view.cluster
+        await self._purge_all(f"purge on {cause.value}")
+        self._announce(
+            lifecycle.requeue_after_timeout(
+                self._p, self._requeue_settings, cause, workflow.now(), cluster=cluster
+            )
+        )
+        await self._release_quota()
+
+    async def _unschedulable(self, verdict: PlacementVerdict) -> bool:
+        """No member could ever hold the gang: give the quota back and say why (True);
+        False when some member could (waiting for room helps)."""
+        notices = lifecycle.unschedulable(self._p, verdict)
+        if not notices:
+            return False
+        self._announce(notices)
+        if self._pol.queued:
+            await self._release_quota()
+        return True
+
+    async def _wait_unschedulable(self) -> None:
+        """Wait ``Unschedulable`` until a member's nodes change (``retry_placement``, from
+        the worker's capacity caches) or the backstop timer ends, then place again: still
+        never, wait on; else queue again (keeping the submit time). History stays
+        bounded: a wake costs a few events and the run continues-as-new when long."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self._retry_now or self._suspension.wanted,
+                    timeout=lifecycle.UNSCHEDULABLE_BACKSTOP_SECONDS,
+                    timeout_summary="wait for a member's nodes to change",
+                )
+            self._retry_now = False
+            if self._suspension.wanted:
+                return
+            verdict = await self._plan_placement(self._placement_input(), capacity=False)
+            if verdict.candidates or not verdict.never:
+                self._announce(lifecycle.unparked(self._p, queued=self._pol.queued))
+                return
+            info = workflow.info()
+            if lifecycle.continue_as_new_due(
+                info.get_current_history_length(), info.is_continue_as_new_suggested()
+            ):
+                await self._continue_as_new()
+
+    def _placement_input(self) -> PlacementInput:
+        """One placement round's input: the gang, the policy's cluster filters, the
+        members it was evicted from."""
+        view = self._p.view
+        placement = self._pol.spec.placement
+        affinity = (
+            placement.clusterAffinity.model_dump(exclude_none=True)
+            if placement.clusterAffinity is not None
+            else None
+        )
+        return PlacementInput(
+            job_ref=f"{view.namespace}/{view.name}",
+            gang=GangShape.from_gang(self._gang),
+            affinity=affinity,
+            cluster_tolerations=[
+                t.model_dump(exclude_none=True) for t in placement.clusterTolerations
+            ],
+            exclude=list(view.evicted),
+            job_id=self._ref.workflow_id,
+        )
+
+    @property
+    def _requeue_settings(self) -> RequeueSettings:
+        return self._p.resolution.requeue
 
     async def _refresh_resolution(self) -> Resolution:
         """Look the quota tree up again, keeping the policy already resolved."""
@@ -391,14 +508,7 @@ class PyTorchJobWorkflow:
         """Place, reserve and bind; retries with backoff while nothing fits. Returns False
         when the job can never be placed (every cluster excluded)."""
         view = self._p.view
-        affinity = None
-        tolerations: list[dict[str, Any]] = []
-        placement = self._pol.spec.placement
-        if placement.clusterAffinity is not None:
-            affinity = placement.clusterAffinity.model_dump(exclude_none=True)
-        tolerations = [t.model_dump(exclude_none=True) for t in placement.clusterTolerations]
         delay = PLACEMENT_BACKOFF.initial
-        last_reason = ""
         #: capacity preemption may be asked for in this placement (the placement activity
         #: reads whether the tree allows it); decided once a round found no room, at the
         #: start of the next one: the patch marker then comes first in its workflow task
@@ -412,14 +522,13 @@ class PyTorchJobWorkflow:
                 return False
             if self._p.preempt is not None:
                 return True  # the lifecycle carries the preemption out (nothing is bound)
+            if self._grant is not None and lifecycle.placement_timed_out(
+                self._p, self._requeue_settings, workflow.now()
+            ):
+                await self._requeue(RequeueCause.PLACEMENT_TIMEOUT)
+                return True  # queued again after a backoff, or Failed past the limit
             self._set_state("Scheduling", "evaluating member clusters")
-            round_input = PlacementInput(
-                job_ref=f"{view.namespace}/{view.name}",
-                gang=GangShape.from_gang(self._gang),
-                affinity=affinity,
-                cluster_tolerations=tolerations,
-                exclude=list(view.evicted),
-            )
+            round_input = self._placement_input()
             if capacity is None and no_room:
                 capacity = self._capacity_asked()
             verdict = await self._plan_placement(round_input, capacity=bool(capacity))
@@ -437,13 +546,14 @@ class PyTorchJobWorkflow:
                 self._event("Warning", Reason.BINDING_FAILED, never)
                 self._set_state("Failed", never)
                 return False
+            if await self._unschedulable(verdict):
+                return True  # holds no quota; the lifecycle waits for node changes
             reason = lifecycle.pending_reason(rejections)
             for cluster in rejections:
                 if cluster in codes:  # (histories from before codes: metrics are off)
                     metrics.placement_failure(codes[cluster])
-            if reason != last_reason:
-                self._event("Warning", Reason.FAILED_SCHEDULING, reason)
-                last_reason = reason
+            # every round, aggregated: "FailedScheduling (x7 over 21m)"
+            self._event("Warning", Reason.FAILED_SCHEDULING, reason)
             if capacity and verdict.capacity_plan is not None and lifecycle.may_plan_capacity(
                 self._p
             ):
@@ -455,6 +565,10 @@ class PyTorchJobWorkflow:
             pause = lifecycle.placement_pause(delay, view.deadline_at, workflow.now())
             if capacity:
                 pause = lifecycle.capacity_pause(pause, self._p, workflow.now())
+            if self._grant is not None:
+                pause = lifecycle.placement_timeout_pause(
+                    pause, self._p, self._requeue_settings, workflow.now()
+                )
             await self._sleep_or_retry(pause, f"retry placement in {int(pause)}s")
             if self._suspension.wanted or self._p.preempt is not None:
                 return True  # the lifecycle suspends, or is preempted (nothing was bound)
@@ -567,6 +681,8 @@ class PyTorchJobWorkflow:
                 await self._copies.purge(cand.cluster, "release reservations")
             return False
         lifecycle.record_bind(self._p, cand.cluster, rejections, workflow.now())
+        if self._grant is not None:  # the quota it holds comes back if its pods never run
+            lifecycle.arm_pods_ready(self._p, self._requeue_settings, workflow.now())
         self._arm_deadline()
         self._event(
             "Normal",
@@ -659,6 +775,7 @@ class PyTorchJobWorkflow:
                 status = lifecycle.unknown_status(cluster, str(exc.cause or exc))
             changed = lifecycle.watch_changed(self._p, status)
             self._announce(lifecycle.observe(self._p, status, workflow.now()))
+            lifecycle.pods_ready_seen(self._p, status, len(self._gang.pods))
             if settling and self._sa_settling:  # still Created after the settle window
                 self._publish(flush=True)
             verdict = lifecycle.judge(self._p, status, tolerance=tolerance, failover=fo is not None)
@@ -701,6 +818,10 @@ class PyTorchJobWorkflow:
             return Supervision.DONE
         if due == Due.PREEMPT:
             return Supervision.PREEMPT
+        if due == Due.PODS_READY:
+            if lifecycle.pods_ready_met(self._p, len(self._gang.pods)):
+                return None
+            return Supervision.REQUEUE
         await self._purge_graceful_old("grace period ended")
         return None
 

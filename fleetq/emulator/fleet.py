@@ -26,9 +26,10 @@ from aiohttp import web
 from fleetq.emulator import tls
 from fleetq.emulator.cluster import EmulatedCluster
 from fleetq.emulator.faults import control_app
+from fleetq.emulator.kube_objects import node_object
 from fleetq.emulator.kubeconfig import write_files, write_private
 from fleetq.emulator.store import Obj
-from fleetq.topology import Topology, default_topology
+from fleetq.topology import NodeGroup, Topology, default_topology
 
 T = TypeVar("T")
 STATE_VERSION = 1
@@ -377,6 +378,16 @@ class EmulatedFleet:
 
     def cordon(self, cluster: str, node: str, on: bool = True) -> bool:
         return self._call(lambda: self.emulator.cluster(cluster).controller.set_cordon(node, on))
+
+    def add_node(self, cluster: str, name: str, group: NodeGroup) -> None:
+        """Join a node shaped like ``group`` (its count aside) to ``cluster``, as a
+        cluster autoscaler would: watches see it ADDED."""
+
+        def create() -> None:
+            c = self.emulator.cluster(cluster)
+            c.store.create("nodes", node_object(name, group, cluster, len(c.controller.nodes)))
+
+        self._call(create)
 
     def inject_errors(
         self, cluster: str, status: int = 500, rate: float = 1.0, retry_after: float | None = None
