@@ -1,5 +1,6 @@
 """plan_placement on live members: every rejection carries its code beside the message
-users read, the members the policy rules out included (metrics count by these codes)."""
+users read, the members the policy rules out included (metrics count by these codes),
+and the verdict says whether waiting can help (``never``: no member can ever hold it)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ def test_rejections_carry_codes_for_capacity_eviction_and_affinity(
     assert set(verdict.codes) == set(verdict.rejections) == set(members)
     assert set(verdict.codes.values()) == {RejectionCode.INSUFFICIENT_CLUSTER_RESOURCE}
     assert all(r.startswith("needs cpu 1000000000 in total") for r in verdict.rejections.values())
+    # "never", not "not now": no live member's largest node could ever hold it
+    assert not verdict.ever_fits
+    assert verdict.never.startswith(
+        "no member can ever hold master-0 (cpu 1000000000): the largest eligible node has "
+    )
+    tiny = GangShape.from_gang(Gang((GangPod("master", 0, {CPU: 1}),), 0))
+    fits = acts.plan_placement(PlacementInput(job_ref="t/tiny", gang=tiny))
+    assert fits.candidates and fits.ever_fits and fits.never == ""
 
     a, b = names["a"], names["b"]
     ruled_out = acts.plan_placement(

@@ -124,7 +124,8 @@ async def start(stack: Stack, doc: dict[str, Any], clusters: tuple[str, ...], ru
 
 
 def messages(view: JobView, reason: str) -> list[str]:
-    return [e.message for e in view.events if e.reason == reason]
+    # one entry per occurrence: a repeated event is kept once with its count
+    return [e.message for e in view.events if e.reason == reason for _ in range(e.count)]
 
 
 def copies(stack: Stack, doc: dict[str, Any]) -> dict[str, int]:

@@ -116,7 +116,8 @@ async def start(stack: Stack, doc: dict[str, Any], run_seconds: int
 
 
 def messages(view: Any, reason: str) -> list[str]:
-    return [e.message for e in view.events if e.reason == reason]
+    # one entry per occurrence: a repeated event is kept once with its count
+    return [e.message for e in view.events if e.reason == reason for _ in range(e.count)]
 
 
 async def test_priority_preemption_in_a_one_job_leaf(preempting: Stack,
