@@ -73,7 +73,8 @@ def describe_lines(view: JobView, waiting: Any | None = None,
             field("Queue", "waiting for admission")
     else:
         field("Queue", "<none> (policy does not queue)")
-    if view.rejections and view.state in ("Pending", "Scheduling", "Failed", "FailingOver"):
+    if view.rejections and view.state in ("Pending", "Scheduling", "Failed", "FailingOver",
+                                          "Unschedulable"):
         out.append("Placement:")
         for cluster, why in sorted(view.rejections.items()):
             text = why if why.startswith(f"{cluster}:") else f"{cluster}: {why}"

@@ -22,3 +22,14 @@ def test_a_repeated_failed_scheduling_reads_x7_over_21m() -> None:
     (line,) = [row for row in describe_lines(view) if "FailedScheduling" in row]
     assert "3m (x7 over 21m)" in line
     assert line.rstrip().endswith("no room")
+
+
+def test_an_unschedulable_job_shows_each_members_rejection() -> None:
+    view = JobView(namespace="default", name="big", state="Unschedulable",
+                   reason="no member can ever hold master-0 (cpu 40): the largest eligible "
+                          "node has 32; holds no quota, placed again when a member's nodes "
+                          "change",
+                   rejections={"cluster-a": "master-0 needs cpu 40, largest free node has 2"})
+    lines = describe_lines(view)
+    assert "Placement:" in lines
+    assert "  cluster-a: master-0 needs cpu 40, largest free node has 2" in lines
