@@ -401,6 +401,7 @@ class SchedulingActivities:
             affinity=affinity,
             cluster_tolerations=tolerations,
             exclude=set(inp.exclude),
+            judge_never=True,
         )
         rejections = dict(decision.rejections)
         codes = {name: why.code for name, why in decision.reasons.items()}

@@ -1835,8 +1835,12 @@ def place_gang(
     affinity: ClusterAffinity | None = None,
     cluster_tolerations: Sequence[TolerationLike] = (),
     exclude: Collection[str] = (),
+    judge_never: bool = False,
 ) -> PlacementDecision:
-    """Rank the clusters where the whole gang fits node by node; explain the others."""
+    """Rank the clusters where the whole gang fits node by node; explain the others.
+    With ``judge_never``, when none fits now, also say whether none ever could
+    (:attr:`PlacementDecision.never`, :func:`never_fits`; it costs a pass over each
+    member's empty nodes, so hot loops that only want a fit leave it off)."""
     groups = pod_groups(gang)
     total = gang.total
     npods = len(gang.pods)
@@ -1881,7 +1885,7 @@ def place_gang(
             choices[i] = got
     rejected = {s.name: r for s, r in zip(snaps, reasons, strict=True) if r is not None}
     ranked = _rank(list(choices.values()))
-    never = None if ranked else never_fits(gang, snaps, rejected, groups=groups)
+    never = None if ranked or not judge_never else never_fits(gang, snaps, rejected, groups=groups)
     return PlacementDecision(ranked, rejected, never)
 
 

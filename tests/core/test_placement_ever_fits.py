@@ -12,13 +12,19 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fleetq import placement
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
 from fleetq.models import Gang, GangPod
-from fleetq.placement import ever_fits_cluster, never_fits, place_gang
+from fleetq.placement import ever_fits_cluster, never_fits
 from fleetq.rejection import RejectionCode, Severity
 from tests.core.test_placement_properties import gangs, snapshots
 
 GI = 1 << 30
+
+
+def place_gang(gang: Gang, clusters: list[ClusterSnapshot]) -> placement.PlacementDecision:
+    """:func:`fleetq.placement.place_gang` asked to judge "never" too."""
+    return placement.place_gang(gang, clusters, judge_never=True)
 
 
 def cpu_node(name: str, cpu: int, used: int = 0, **kw: object) -> NodeCapacity:
@@ -55,6 +61,13 @@ def test_a_pod_that_fits_an_empty_node_but_not_now_waits() -> None:
     assert decision.ranked == []
     assert decision.ever_fits and decision.never is None
     assert "2 free summed over 1 schedulable nodes" in decision.rejections["cluster-a"]
+
+
+def test_never_is_judged_only_when_asked() -> None:
+    """Hot loops (the simulator, capacity-preemption planning) want a fit only."""
+    clusters = fleet(("cluster-a", [cpu_node("a1", 32)]))
+    assert placement.place_gang(one_pod(40), clusters).never is None
+    assert place_gang(one_pod(40), clusters).never is not None
 
 
 def test_fitting_now_is_ever_fitting() -> None:
