@@ -144,7 +144,8 @@ async def server() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=str(temporal_cli_path()),
         data_converter=DATA_CONVERTER,
         search_attributes=search_attribute_keys(),
-        dev_server_extra_args=["--namespace", "unsched-never", "--namespace", "unsched-ready"],
+        dev_server_extra_args=["--namespace", "unsched-never", "--namespace", "unsched-ready",
+                               "--namespace", "unsched-apply"],
     )
     try:
         yield env
@@ -255,3 +256,14 @@ async def test_pods_that_never_run_are_requeued_with_backoff_then_fail(
     assert stack.member_pods("stuck") == {}
     quota = await stack.quota()
     assert quota.holders == 0
+
+
+async def test_a_bad_requeue_annotation_is_refused_in_one_line(make_stack: Any) -> None:
+    stack: Stack = await make_stack(0.05, RequeueSettings(), "unsched-apply")
+    bad = copy.deepcopy(TREE)
+    bad["metadata"]["annotations"] = {"fleetq.io/requeue-limit": "twice"}
+    (result,) = await apply_objects(stack.client, [(parse_object(bad), bad)])
+    assert not result.ok
+    assert "ElasticQuotaTree kube-system/elasticquotatree: metadata.annotations." \
+        "fleetq.io/requeue-limit must be a whole number or off, got 'twice'" in result.line
+    assert "\n" not in result.line
