@@ -48,7 +48,7 @@ TOPOLOGY = {
         {"name": "cluster-b", "nodeGroups": [{"count": 2, "cpu": "16", "memory": "64Gi"}]},
     ]
 }
-TREE = {
+TREE: dict[str, Any] = {
     "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
     "kind": "ElasticQuotaTree",
     "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
