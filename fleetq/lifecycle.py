@@ -889,6 +889,8 @@ def pods_ready(status: JobStatus, expected: int) -> bool:
         return True
     if status.phase != "Running":
         return False
+    if not status.pods:  # a member that lists no pods: its job's phase is all we know
+        return True
     up = sum(1 for p in status.pods if p.phase in ("Running", "Succeeded"))
     return up >= expected
 
@@ -974,7 +976,7 @@ def pods_ready_met(progress: JobProgress, expected: int) -> bool:
     running (a watch that had not returned yet); the bound is then met, not missed."""
     view = progress.view
     up = sum(1 for p in view.pods if p.get("phase") in ("Running", "Succeeded"))
-    if view.state == "Running" and up >= expected:
+    if view.state == "Running" and (up >= expected or not view.pods):
         progress.ready_by = None
         return True
     return False

@@ -163,6 +163,8 @@ def test_the_pods_ready_deadline_is_armed_at_bind_and_met_once_the_gang_runs() -
     lifecycle.pods_ready_seen(p, JobStatus(cluster="a", health="Healthy", phase="Running",
                                            pods=pods), expected=2)
     assert p.ready_by is None
+    assert lifecycle.pods_ready(JobStatus(cluster="a", health="Healthy", phase="Running"), 2)
+    assert not lifecycle.pods_ready(JobStatus(cluster="a", health="Healthy", phase="Created"), 2)
     assert lifecycle.next_deadline(p, tolerance=None, active_deadline_seconds=None,
                                    now=at(10)) is None
 
