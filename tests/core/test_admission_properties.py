@@ -548,7 +548,6 @@ def admission_states(draw: st.DrawFn) -> AdmissionState:
         priority=_PRIORITY, request=st.sampled_from(SHAPES), victims=st.lists(victim, max_size=3),
     )
     return AdmissionState(
-        v=draw(st.sampled_from([1, 2])),
         tree=draw(st.none() | trees()),
         policy=draw(st.sampled_from(list(QueuePolicy))),
         starve=draw(st.floats(0, 1e6)),
