@@ -42,7 +42,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,6 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
-from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import (
     Worker,
     WorkerDeploymentConfig,
@@ -62,13 +61,25 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
-from fleetq.client.connection import connect, has_search_attributes
+from fleetq.client.connection import (
+    connect,
+    current_build,
+    describe_deployment,
+    has_search_attributes,
+    set_current_version,
+)
 from fleetq.naming import CONTROL_TASK_QUEUE, TASK_QUEUE
 
 try:  # (SDK-private names: without them, the SDK's own runner; see fleetq.runtime.sandbox)
     from fleetq.runtime.sandbox import FleetqSandboxRunner
 except ImportError:  # pragma: no cover - another SDK version
     FleetqSandboxRunner = None  # type: ignore[assignment,misc]
+from fleetq.runtime.telemetry import (
+    MetricsRuntime,
+    metrics_runtime,
+    watch_tree_ownership,
+    zero_counters,
+)
 from fleetq.runtime.worker_health import DEFAULT_STALL_SECONDS, HealthServer, WorkerHealth
 from workflows import ALL_WORKFLOWS
 
@@ -182,28 +193,6 @@ def deployment_config(
         version=WorkerDeploymentVersion(deployment_name(name), build_id(build)),
         use_worker_versioning=True,
     )
-
-
-def metrics_runtime(
-    prometheus_port: int | None = None, prometheus_host: str = "127.0.0.1"
-) -> Runtime | None:
-    """Temporal's worker metrics and fleetq's scheduler metrics (jobs by state, queue
-    lengths, admission latency, placement failures, failovers): Prometheus on
-    HOST:PORT/metrics (127.0.0.1 unless told; 0.0.0.0 in a pod), or OpenTelemetry when
-    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT is set; none by
-    default."""
-    if prometheus_port:
-        return Runtime(
-            telemetry=TelemetryConfig(
-                metrics=PrometheusConfig(bind_address=f"{prometheus_host}:{prometheus_port}")
-            )
-        )
-    url = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_ENDPOINT"
-    )
-    if url and os.environ.get("OTEL_METRICS_EXPORTER", "otlp") != "none":
-        return Runtime(telemetry=TelemetryConfig(metrics=OpenTelemetryConfig(url=url)))
-    return None
 
 
 #: modules of the ``workflows`` package that workflow code imports and that keep no
@@ -485,11 +474,12 @@ async def watch_readiness(
     *,
     identity: str | None = None,
     every: float = 0.5,
+    on_fleet: Callable[[Fleet], None] | None = None,
 ) -> None:
     """Set the readiness checks ``task-queue:<name>`` (the server lists this worker's
     poller) and ``members`` (all capacity caches synced) as they become true; returns
     when all are. The fleet is opened here, at start, so its caches warm before the
-    first job."""
+    first job (``on_fleet`` is called with it once open)."""
     who = identity or client.identity
     pending = {f"task-queue:{q}": q for q in task_queues}
     health.require(*pending, "members")
@@ -509,12 +499,92 @@ async def watch_readiness(
             try:
                 if fleet is None:
                     fleet = await asyncio.to_thread(lambda: activities.fleet)
+                    if on_fleet is not None:
+                        on_fleet(fleet)
                 members_ok, detail = members_warm(fleet)
             except Exception as exc:  # a broken fleet config stays unready, and says why
                 members_ok, detail = False, f"fleet: {exc}"
             health.set("members", members_ok, detail)
         if pending or not members_ok:
             await asyncio.sleep(every)
+
+
+def set_current_default(flag: bool | None = None) -> bool:
+    """``--set-current-if-none``, else FLEETQ_SET_CURRENT_IF_NONE, else on — except
+    under the Temporal Worker Controller (TEMPORAL_WORKER_BUILD_ID set), which manages
+    the deployment's versions itself."""
+    if flag is not None:
+        return flag
+    env = os.environ.get("FLEETQ_SET_CURRENT_IF_NONE")
+    if env is not None:
+        return env.strip().lower() in _TRUE
+    return not os.environ.get("TEMPORAL_WORKER_BUILD_ID")
+
+
+async def version_has_queues(client: Client, name: str, build: str,
+                             task_queues: Sequence[str]) -> bool:
+    """Whether the server lists every one of ``task_queues`` in version ``name.build``
+    (a version made current before its second queue registered would route that
+    queue's tasks nowhere until it does)."""
+    from temporalio.api.deployment.v1 import WorkerDeploymentVersion as VersionProto
+    from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentVersionRequest
+
+    resp = await client.workflow_service.describe_worker_deployment_version(
+        DescribeWorkerDeploymentVersionRequest(
+            namespace=client.namespace,
+            deployment_version=VersionProto(deployment_name=name, build_id=build)))
+    have = {q.name for q in resp.worker_deployment_version_info.task_queue_infos}
+    return all(q in have for q in task_queues)
+
+
+async def watch_deployment(
+    health: WorkerHealth,
+    client: Client,
+    deployment: WorkerDeploymentConfig,
+    task_queues: Sequence[str],
+    *,
+    set_current: bool = True,
+    every: float = 1.0,
+) -> None:
+    """The readiness check ``deployment``: failing while the Worker Deployment has no
+    current version (a versioned worker then receives nothing, and every client call
+    that waits on a worker would hang). With ``set_current``, a worker that finds its
+    deployment without a current version makes its own build current, once the server
+    lists both its task queues in the version (compare-and-set with the deployment's
+    conflict token: of several first builds starting at once, one wins; never when a
+    manager such as the Temporal Worker Controller owns the deployment, never while some
+    version is current: a rollout stays the runbook's). Returns once it is ready."""
+    name = deployment.version.deployment_name
+    build = deployment.version.build_id
+    health.require("deployment")
+    while True:
+        try:
+            desc = await describe_deployment(client, name)
+            current = current_build(desc) if desc is not None else None
+            why = "no versioned worker registered yet"
+            if desc is not None and current is None:
+                manager = desc.worker_deployment_info.manager_identity
+                why = (f"deployment {name} has no current version: run fleetq setup "
+                       f"--set-current {build}")
+                if not set_current:
+                    pass
+                elif manager and manager != client.identity:
+                    why += f" (or let its manager {manager} do it)"
+                elif await version_has_queues(client, name, build, task_queues):
+                    current = await set_current_version(client, name, build,
+                                                        only_if_none=True)
+                    if current == build:
+                        log.info("deployment %s had no current version: made this worker's "
+                                 "build %s current", name, build)
+                else:
+                    why = f"waiting for version {name}.{build} to list {', '.join(task_queues)}"
+            if current is not None:
+                health.set("deployment", True, f"current version {name}.{current}")
+                return
+            health.set("deployment", False, why)
+        except Exception as exc:  # the server may be briefly unavailable
+            health.set("deployment", False, f"describe deployment {name}: {exc}")
+        await asyncio.sleep(every)
 
 
 async def run_worker(
@@ -532,12 +602,16 @@ async def run_worker(
     health_host: str = "127.0.0.1",
     health: WorkerHealth | None = None,
     stop: asyncio.Event | None = None,
+    set_current: bool | None = None,
 ) -> None:
     """Run the worker until SIGTERM/SIGINT (or ``stop``). With ``health_port``, serve
     /readyz and /livez there (``health`` is the state behind them; one is made if
-    not given)."""
+    not given). A versioned worker (``deployment``) is ready only once its deployment
+    has a current version, and makes its own build current when there is none
+    (``set_current``, default :func:`set_current_default`; :func:`watch_deployment`)."""
     kwargs: dict[str, Any] = {}
-    runtime = metrics_runtime(prometheus_port, prometheus_host)
+    build = deployment.version.build_id if deployment is not None else build_id()
+    runtime = metrics_runtime(prometheus_port, prometheus_host, build_id=build)
     if runtime is not None:
         kwargs["runtime"] = runtime
     client = await connect(address, namespace, **kwargs)
@@ -572,22 +646,45 @@ async def run_worker(
     )
     server = HealthServer(health, health_port, health_host).start() if health_port else None
     queues = [task_queue, *([control_task_queue] if control_task_queue else [])]
+
+    def zero(fleet: Fleet) -> None:
+        if runtime is not None:
+            zero_counters(runtime, client.namespace, fleet.clusters, task_queue=task_queue,
+                          control_task_queue=control_task_queue)
+
+    tasks: list[asyncio.Task[Any]] = []
     try:
         async with worker:
             if ready is not None:
                 ready.set()
-            beat = asyncio.create_task(health.heartbeat("main"))
-            readiness = asyncio.create_task(
-                watch_readiness(health, client, activities, queues)
-            )
+            tasks.append(asyncio.create_task(health.heartbeat("main")))
+            tasks.append(asyncio.create_task(
+                watch_readiness(health, client, activities, queues, on_fleet=zero)
+            ))
+            if deployment is not None:
+                tasks.append(asyncio.create_task(watch_deployment(
+                    health, client, deployment, queues,
+                    set_current=set_current_default(set_current))))
+            if isinstance(runtime, MetricsRuntime) and runtime.endpoint is not None:
+                version = (
+                    (deployment.version.deployment_name, deployment.version.build_id)
+                    if deployment is not None else None
+                )
+                tasks.append(asyncio.create_task(
+                    watch_tree_ownership(runtime.endpoint, client, version)))
             await stop.wait()
             health.stopping()
-            readiness.cancel()
+            for t in tasks[1:]:
+                t.cancel()
             log.info("shutting down: finishing in-flight tasks")
-        beat.cancel()
+        tasks[0].cancel()
     finally:
+        for t in tasks:
+            t.cancel()
         if server is not None:
             server.stop()
+        if isinstance(runtime, MetricsRuntime) and runtime.endpoint is not None:
+            runtime.endpoint.stop()
         if activities._fleet is not None:
             activities._fleet.close()
 
@@ -611,6 +708,7 @@ class WorkerArgs:
     versioning: bool | None
     deployment_name: str | None
     build_id: str | None
+    set_current_if_none: bool | None = None
 
 
 _cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -633,7 +731,8 @@ def _options(
     fleet_config: str | None = typer.Option(
         None, "--fleet-config", help="fleet config file (default: FLEETQ_CONFIG)"),
     prometheus_port: int | None = typer.Option(
-        None, "--prometheus-port", help="serve Temporal worker metrics on 127.0.0.1:PORT/metrics"),
+        None, "--prometheus-port",
+        help="serve Temporal's and fleetq's metrics on HOST:PORT/metrics"),
     prometheus_host: str = typer.Option(
         "127.0.0.1", "--prometheus-host",
         help="address of the metrics endpoint (0.0.0.0 in a pod)"),
@@ -656,6 +755,11 @@ def _options(
         None, "--build-id",
         help="build id (default: FLEETQ_BUILD_ID, else <version>-<git describe or source "
              "hash>)"),
+    set_current_if_none: bool | None = typer.Option(
+        None, "--set-current-if-none/--no-set-current-if-none",
+        help="with --versioning: make this build current when the deployment has no "
+             "current version (default: FLEETQ_SET_CURRENT_IF_NONE, else on unless the "
+             "Temporal Worker Controller runs it)"),
 ) -> None:
     ctx.obj.append(WorkerArgs(
         address=address, namespace=namespace, task_queue=task_queue,
@@ -663,7 +767,8 @@ def _options(
         fleet_config=fleet_config, prometheus_port=prometheus_port,
         prometheus_host=prometheus_host, health_port=health_port, health_host=health_host,
         liveness_stall_seconds=liveness_stall_seconds, versioning=versioning,
-        deployment_name=deployment_name, build_id=build_id))
+        deployment_name=deployment_name, build_id=build_id,
+        set_current_if_none=set_current_if_none))
 
 
 def parse_args(argv: Sequence[str] | None = None) -> WorkerArgs:
@@ -705,6 +810,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             deployment=deployment_config(
                 enabled=args.versioning, name=args.deployment_name, build=args.build_id
             ),
+            set_current=args.set_current_if_none,
         )
     )
     return 0
