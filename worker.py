@@ -644,8 +644,11 @@ async def run_worker(
         if deployment is not None
         else "unversioned",
     )
-    server = HealthServer(health, health_port, health_host).start() if health_port else None
     queues = [task_queue, *([control_task_queue] if control_task_queue else [])]
+    # every check is registered before /readyz answers (each watcher sets its own)
+    health.require(*(f"task-queue:{q}" for q in queues), "members",
+                   *(["deployment"] if deployment is not None else []))
+    server = HealthServer(health, health_port, health_host).start() if health_port else None
 
     def zero(fleet: Fleet) -> None:
         if runtime is not None:

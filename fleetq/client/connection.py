@@ -102,52 +102,67 @@ def _otlp_endpoint() -> str:
     )
 
 
+def _entry_point_name(name: str) -> str:
+    """OpenTelemetry's name of an exporter: ``otlp`` is ``otlp_proto_grpc`` or
+    ``otlp_proto_http`` by OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL (``grpc``, the default,
+    or ``http/protobuf``), as the SDK's own configurator resolves it."""
+    if name != "otlp":
+        return name
+    protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc")
+    return "otlp_proto_http" if protocol.startswith("http") else "otlp_proto_grpc"
+
+
 def _span_exporters(names: list[str]) -> list[Any]:
     """One exporter per OTEL_TRACES_EXPORTER name, each loaded from the
     ``opentelemetry_traces_exporter`` entry points the OpenTelemetry packages register
-    (``console`` by the SDK, ``otlp``/``otlp_proto_grpc`` by the gRPC exporter,
-    ``otlp_proto_http``, ``zipkin`` ... by theirs): the names and the constructors are
-    OpenTelemetry's, and each exporter reads its own OTEL_EXPORTER_* settings."""
+    (``console`` by the SDK, ``otlp_proto_grpc`` by the gRPC exporter, ``otlp_proto_http``,
+    ``zipkin_json`` ... by theirs): the names and the constructors are OpenTelemetry's,
+    and each exporter reads its own OTEL_EXPORTER_* settings."""
     from importlib.metadata import entry_points
 
     found = {ep.name: ep for ep in entry_points(group="opentelemetry_traces_exporter")}
     out = []
     for name in names:
-        ep = found.get(name)
-        if ep is None and name.startswith("otlp"):
+        ep = found.get(_entry_point_name(name))
+        exporter = None
+        if ep is not None:
+            try:
+                exporter = ep.load()()
+            except ImportError:
+                exporter = None
+        if exporter is None and name.startswith("otlp"):
             raise SystemExit(
                 f"fleetq: OTLP tracing is configured (endpoint {_otlp_endpoint()}) but the OTLP "
                 "exporter is not installed: pip install 'fleetq[otlp]', or unset "
                 "OTEL_EXPORTER_OTLP_ENDPOINT / set OTEL_TRACES_EXPORTER=console"
             )
-        if ep is None:
+        if exporter is None:
             raise SystemExit(
                 f"fleetq: OTEL_TRACES_EXPORTER={name!r} is not an installed span exporter "
                 f"({', '.join(sorted(found)) or 'none installed'}, or none)"
             )
-        try:
-            out.append(ep.load()())
-        except ImportError:
-            raise SystemExit(
-                f"fleetq: OTEL_TRACES_EXPORTER={name!r}: its exporter does not import "
-                f"(endpoint {_otlp_endpoint()}); pip install 'fleetq[otlp]'"
-            ) from None
+        out.append(exporter)
     return out
 
 
 class RateLimitedExportErrors(logging.Filter):
-    """Lets one warning through per ``every`` seconds for each logger and message kind
-    (its first 40 characters), saying how many were dropped since: an exporter whose
-    collector is down logs a retry every second, and an operator needs to read it once,
-    not 3,600 times an hour. The line is one line: no traceback, ``prefix`` first."""
+    """Lets one warning through per ``every`` seconds, saying how many were dropped
+    since: an exporter whose collector is down logs a retry every second, and an
+    operator needs to read it once, not 3,600 times an hour. One filter instance may
+    sit on several loggers (one line for all of them); ``per_message`` keeps one
+    allowance per kind of message (its first 40 characters) instead. The line is one
+    line: no traceback, ``prefix`` first."""
 
     def __init__(self, every: float = COLLECTOR_WARNING_SECONDS,
-                 clock: Any = None, prefix: str = "traces not exported: ") -> None:
+                 clock: Any = None, prefix: str = "traces not exported: ",
+                 per_message: bool = False) -> None:
         super().__init__()
         import time
 
         self.every = every
         self.prefix = prefix
+        self.per_message = per_message
         self._clock = clock or time.monotonic
         self._last: dict[tuple[str, str], float] = {}
         self._dropped: dict[tuple[str, str], int] = {}
@@ -155,7 +170,7 @@ class RateLimitedExportErrors(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
-        key = (record.name, str(record.msg)[:40])
+        key = (record.name, str(record.msg)[:40]) if self.per_message else ("", "")
         now = self._clock()
         last = self._last.get(key)
         if last is not None and now - last < self.every:
@@ -187,10 +202,11 @@ EXPORT_LOGGERS = (
 
 
 def _rate_limit_export_errors() -> None:
+    shared = RateLimitedExportErrors()
     for name in EXPORT_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(f, RateLimitedExportErrors) for f in logger.filters):
-            logger.addFilter(RateLimitedExportErrors())
+            logger.addFilter(shared)
 
 
 def setup_tracing() -> list[Interceptor]:
@@ -213,7 +229,6 @@ def setup_tracing() -> list[Interceptor]:
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from temporalio.contrib.opentelemetry import TracingInterceptor
 
     names = [
         n.strip() for n in (os.environ.get("OTEL_TRACES_EXPORTER") or "otlp").split(",")
@@ -233,7 +248,64 @@ def setup_tracing() -> list[Interceptor]:
             provider.add_span_processor(BatchSpanProcessor(exporter))
         _rate_limit_export_errors()
         trace.set_tracer_provider(provider)
-    return [TracingInterceptor()]
+    return [_tracing_interceptor()]
+
+
+#: root spans made for workflows started without a client span, by run id (the newest)
+_ROOTS_KEPT = 10_000
+
+
+def _tracing_interceptor() -> Interceptor:
+    """Temporal's TracingInterceptor, plus a root span for a workflow whose start carried
+    no trace context (the plain ``temporal workflow start``, a schedule): without one
+    the SDK makes no workflow span at all, so such a job had no trace. The root is a
+    span ``<WorkflowType> <workflow id>`` at the workflow's start, made once per run in
+    each worker process (a worker that takes the run over makes its own, a second trace
+    of that job); RunWorkflow, the activities and the member writes hang below it."""
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    from temporalio import workflow
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+    from temporalio.worker import WorkflowInterceptorClassInput
+
+    roots: dict[str, dict[str, str]] = {}
+    propagator = TraceContextTextMapPropagator()
+
+    def root_span(workflow_id: str, run_id: str, workflow_type: str,
+                  time_ns: int) -> dict[str, str]:
+        carrier = roots.get(run_id)
+        if carrier is None:
+            span = trace.get_tracer("fleetq").start_span(
+                f"{workflow_type} {workflow_id}", context=trace.set_span_in_context(
+                    trace.INVALID_SPAN), kind=trace.SpanKind.SERVER, start_time=time_ns,
+                attributes={"temporalWorkflowID": workflow_id, "temporalRunID": run_id})
+            span.end(end_time=time_ns)
+            carrier = {}
+            propagator.inject(carrier, trace.set_span_in_context(span))
+            roots[run_id] = carrier
+            while len(roots) > _ROOTS_KEPT:
+                del roots[next(iter(roots))]
+        return carrier
+
+    class Tracing(TracingInterceptor):
+        def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> Any:
+            base = super().workflow_interceptor_class(input)
+            input.unsafe_extern_functions["__fleetq_root_span"] = root_span
+
+            class WithRoot(base):  # type: ignore[valid-type,misc]
+                def _load_workflow_context_carrier(self) -> Any:
+                    carrier = super()._load_workflow_context_carrier()
+                    if carrier is None:
+                        info = workflow.info()
+                        carrier = workflow.extern_functions()["__fleetq_root_span"](
+                            info.workflow_id, info.run_id, info.workflow_type,
+                            workflow.time_ns())
+                        self._workflow_context_carrier = carrier
+                    return carrier
+
+            return WithRoot
+
+    return Tracing()
 
 
 def connect_config(address: str | None = None, namespace: str | None = None) -> dict[str, Any]:
