@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
 
 if TYPE_CHECKING:
     from fleetq.admission import Admission
+    from fleetq.messages import JobView
 
 PREFIX = "fleetq_"
 
@@ -98,11 +99,15 @@ def admission_latency(seconds: float, queue: str) -> None:
     ).record(max(seconds, 0.0), {"queue": queue})
 
 
-def time_to_bind(seconds: float, queue: str | None) -> None:
-    """Submit to the bind of the job's first (or next, after a failover) copy."""
+def time_to_bind(view: JobView) -> None:
+    """The job was just bound: seconds from its submission (``created_at``) to now, by
+    the queue that admitted it (``""`` without queueing)."""
+    if view.created_at is None:
+        return
+    seconds = (workflow.now() - view.created_at).total_seconds()
     workflow.metric_meter().create_histogram_float(
         TIME_TO_BIND, "submit to bound on a member cluster", "s"
-    ).record(max(seconds, 0.0), {"queue": queue or ""})
+    ).record(max(seconds, 0.0), {"queue": view.queue or ""})
 
 
 def placement_failure(code: RejectionCode) -> None:
