@@ -55,7 +55,7 @@ def _free_port() -> int:
 def _core_logging() -> LoggingConfig:
     logger = logging.getLogger(CORE_LOGGER)
     if not any(isinstance(f, RateLimitedExportErrors) for f in logger.filters):
-        logger.addFilter(RateLimitedExportErrors(prefix="temporal core: "))
+        logger.addFilter(RateLimitedExportErrors(prefix="temporal core: ", per_message=True))
     return LoggingConfig(
         filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
         forwarding=LogForwardingConfig(logger=logger, append_target_to_name=False),
