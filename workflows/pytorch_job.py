@@ -681,6 +681,7 @@ class PyTorchJobWorkflow:
                 await self._copies.purge(cand.cluster, "release reservations")
             return False
         lifecycle.record_bind(self._p, cand.cluster, rejections, workflow.now())
+        metrics.time_to_bind(self._p.view)
         if self._grant is not None:  # the quota it holds comes back if its pods never run
             lifecycle.arm_pods_ready(self._p, self._requeue_settings, workflow.now())
         self._arm_deadline()
@@ -866,7 +867,7 @@ class PyTorchJobWorkflow:
         plan = lifecycle.failover_plan(
             self._pol.application_failover, strict_fencing=self._pol.strict_fencing
         )
-        metrics.failover(old, plan.mode.value)
+        metrics.failover(old, plan.mode_name)
         self._set_state("FailingOver", why)
         self._event("Warning", Reason.FAILOVER_STARTED, plan.started_message(why))
         lifecycle.leave_cluster(self._p, old)

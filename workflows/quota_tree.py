@@ -313,7 +313,7 @@ class QuotaTreeWorkflow:
                 "release quota in time",
             ]
         details = "\n".join(lines)
-        metrics.queue_lengths(lengths, admitted)
+        metrics.tree_state(self._admission, lengths)
         if details != self._details:
             self._details = details
             workflow.set_current_details(details)

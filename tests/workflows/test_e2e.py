@@ -324,7 +324,7 @@ async def test_scheduler_metrics_are_exported(stack: Stack) -> None:
     assert "fleetq_job_state_transitions{" in text and 'state="Running"' in text
     assert "fleetq_queue_length{" in text and 'queue="root-child-2-' in text
     assert "fleetq_admission_latency_seconds" in text
-    assert "fleetq_failovers{" in text and 'purge_mode="Directly"' in text
+    assert "fleetq_failovers{" in text and 'purge_mode="Immediately"' in text  # as written
 
 
 async def test_web_ui_metadata_is_readable_through_the_temporal_api(stack: Stack) -> None:
