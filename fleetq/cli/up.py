@@ -94,6 +94,9 @@ def register(app: typer.Typer) -> None:
             help="emulated (fast, the default) or real: etcd + kube-apiserver + "
                  "kube-scheduler per member, built from Go modules (`fleetq controlplane "
                  "build`)"),
+        prometheus_port: int | None = typer.Option(
+            None, "--prometheus-port",
+            help="the worker serves its metrics on HOST:PORT/metrics"),
     ) -> None:
         """Start an embedded fleet (Temporal + Web UI, member clusters, worker)."""
         directory = (state_dir or default_state_dir()).expanduser().resolve()
@@ -107,7 +110,7 @@ def register(app: typer.Typer) -> None:
         fleet = EmbeddedFleet(directory, topology=topology, host=host, port=port,
                               ui_port=ui_port, emulator_base_port=emulator_base_port,
                               worker=not no_worker, progress=update,  # type: ignore[arg-type]
-                              members=members.value)
+                              members=members.value, prometheus_port=prometheus_port)
         try:
             start_and_announce(fleet, finish)
             typer.echo(f"fleetq is up (pid {__import__('os').getpid()}); try: fleetq apply -f "

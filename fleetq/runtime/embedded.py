@@ -143,6 +143,8 @@ class EmbeddedFleet:
     emulator_base_port: int | None = None
     members: str = "emulated"  # or "real": control planes built from Go modules
     worker: bool = True
+    #: the worker's ``--prometheus-port`` (on ``host``), None: no metrics endpoint
+    prometheus_port: int | None = None
     #: "dev": ``temporal server start-dev``; "cluster": the production-shaped Temporal
     #: built from its Go module (:mod:`fleetq.temporal_cluster`: PostgreSQL, one process
     #: per service, two history processes)
@@ -327,7 +329,9 @@ class EmbeddedFleet:
     def _start_worker(self, deadline: float) -> None:
         self.progress("starting the fleetq worker")
         child = self._spawn(
-            "worker", [sys.executable, "-c", FLEETQ_CLI, "worker"],
+            "worker", [sys.executable, "-c", FLEETQ_CLI, "worker", *(
+                ["--prometheus-port", str(self.prometheus_port), "--prometheus-host",
+                 self.host] if self.prometheus_port else [])],
             env={"TEMPORAL_ADDRESS": self.address, "FLEETQ_CONFIG": self.fleet_config},
         )
         self._wait(child, "fleetq worker", _answers(self._worker_polling), deadline)
