@@ -10,6 +10,7 @@ the member-cluster emulator, parsed with prometheus_client's text parser.
   the worker's ``build_id``, the quota tree's gauges say 1 holder.
 * Every panel of ``deploy/grafana-dashboard.json``: each metric its PromQL names, each
   label it groups by or matches, and each literal label value, exist in that scrape.
+* ``fleetq up --prometheus-port`` serves its worker's metrics.
 * Rollout: worker B is made current; once the job ended the quota workflow runs on B,
   B reports 0 holders and A, which still runs, stops reporting the tree at all (a
   Temporal gauge would have kept saying 1 for ever).
@@ -20,6 +21,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +49,7 @@ from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.naming import job_workflow_id
 from fleetq.preemption import PreemptionReason
 from fleetq.rejection import RejectionCode
-from tests.deploy.running_worker import RunningWorker, get, poll
+from tests.deploy.running_worker import RunningWorker, free_port, get, poll
 from workflows.metrics import DURATION_BUCKETS, JOB_STATES, PURGE_MODES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -297,3 +301,24 @@ async def test_a_rolled_out_worker_stops_reporting_the_tree(stack: Stack) -> Non
         await poll(a_silent, "A, still running, no longer reports the tree", 60)
     finally:
         b.stop()
+
+
+async def test_fleetq_up_exposes_its_workers_metrics(tmp_path: Path) -> None:
+    """``fleetq up --prometheus-port`` passes the port to the worker it starts."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from fleetq.cli import main; main()", "up",
+         "--state-dir", str(tmp_path / "state"), "--port", str(free_port()),
+         "--ui-port", str(free_port()), "--prometheus-port", str(port)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        def counters() -> tuple[bool, str]:
+            code, text = get(f"http://127.0.0.1:{port}/metrics")
+            return code == 200 and 'fleetq_failovers{' in text and "build_id=" in text, \
+                text[-300:]
+
+        await poll(counters, "the embedded worker's metrics", 120)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.to_thread(proc.communicate, timeout=120)
+    assert proc.returncode == 0, err
