@@ -22,7 +22,9 @@ each worker's default behaviour: the job worker's Pinned, the control plane's
 Auto-Upgrade. (Not on ``@workflow.defn``: a workflow that declares a behaviour fails every
 workflow task on an unversioned worker, "versioning behavior cannot be specified without
 deployment options being set with versioned mode".) Off by default, so the embedded
-fleet and the tests keep unversioned workers.
+fleet and the tests keep unversioned workers. A versioned worker is ready only once its
+deployment has a current version, and makes its own build current when there is none
+(``watch_deployment``; docs/deploy.md "First deploy").
 """
 
 from __future__ import annotations
