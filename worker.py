@@ -616,7 +616,7 @@ async def run_worker(
     runtime = metrics_runtime(prometheus_port, prometheus_host, build_id=build)
     if runtime is not None:
         kwargs["runtime"] = runtime
-    client = await connect(address, namespace, **kwargs)
+    client = await connect(address, namespace, bounded_waits=False, **kwargs)
     path = fleet_config or os.environ.get("FLEETQ_CONFIG")
     fleet_source = (lambda: Fleet.from_config(path)) if path else Fleet.from_env
     activities = SchedulingActivities(

@@ -321,16 +321,23 @@ def connect_config(address: str | None = None, namespace: str | None = None) -> 
 
 
 async def connect(
-    address: str | None = None, namespace: str | None = None, **kwargs: Any
+    address: str | None = None, namespace: str | None = None, *,
+    bounded_waits: bool = True, **kwargs: Any
 ) -> Client:
+    """A client of Temporal's standard configuration (``address``/``namespace``
+    override it), fleetq's data converter, tracing when configured and, unless
+    ``bounded_waits`` is False (a worker's own client: its activities have their own
+    timeouts and retries), :class:`BoundedWaits`."""
     config = connect_config(address, namespace)
     config.update(kwargs)
-    guard = BoundedWaits()
-    interceptors = [*config.pop("interceptors", []), *setup_tracing(), guard]
+    guard = BoundedWaits() if bounded_waits else None
+    interceptors = [*config.pop("interceptors", []), *setup_tracing(),
+                    *([guard] if guard is not None else [])]
     client = await Client.connect(
         **config, data_converter=DATA_CONVERTER, interceptors=interceptors
     )
-    guard.client = client
+    if guard is not None:
+        guard.client = client
     return client
 
 
@@ -539,6 +546,32 @@ class BoundedWaits(Interceptor):
     def __init__(self) -> None:
         self.client: Client | None = None
         self._healthy_until: dict[str, float] = {}
+        self._queues: dict[str, str] = {}
+
+    async def queue_of(self, workflow_id: str) -> str:
+        """The task queue ``workflow_id`` runs on (``DescribeWorkflowExecution``, asked
+        once per workflow), else the one fleetq starts it on (:func:`task_queue_of`)."""
+        queue = self._queues.get(workflow_id)
+        if queue is not None:
+            return queue
+        queue = task_queue_of(workflow_id)
+        if self.client is not None:
+            from temporalio.api.common.v1 import WorkflowExecution
+            from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
+
+            try:
+                resp = await self.client.workflow_service.describe_workflow_execution(
+                    DescribeWorkflowExecutionRequest(
+                        namespace=self.client.namespace,
+                        execution=WorkflowExecution(workflow_id=workflow_id)),
+                    timeout=_timedelta(10))
+                queue = resp.execution_config.task_queue.name or queue
+            except Exception:  # not started yet, or unreachable: the usual queue
+                return queue
+        if len(self._queues) > 10_000:
+            self._queues.clear()
+        self._queues[workflow_id] = queue
+        return queue
 
     def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
         return _BoundedOutbound(next, self)
@@ -561,7 +594,7 @@ class BoundedWaits(Interceptor):
             self._healthy_until.pop(task_queue, None)
         return problem
 
-    async def bounded(self, task_queue: str, what: str, call: Any) -> Any:
+    async def bounded(self, workflow_id: str, what: str, call: Any) -> Any:
         import asyncio
         import time
 
@@ -573,6 +606,7 @@ class BoundedWaits(Interceptor):
                 done, _ = await asyncio.wait({task}, timeout=PROBE_SECONDS)
                 if done:
                     return task.result()
+                task_queue = await self.queue_of(workflow_id)
                 problem = await self.check(task_queue, fresh=True)
                 if problem is None and time.monotonic() >= deadline:
                     problem = (
@@ -597,17 +631,17 @@ class _BoundedOutbound(OutboundInterceptor):
     async def start_workflow_update(
         self, input: StartWorkflowUpdateInput
     ) -> WorkflowUpdateHandle[Any]:
-        queue = task_queue_of(input.id)
+        queue = await self.guard.queue_of(input.id)
         problem = await self.guard.check(queue)
         if problem is not None:
             raise NoWorker(problem)
         return await self.guard.bounded(
-            queue, f"update {input.update!r} of workflow {input.id}",
+            input.id, f"update {input.update!r} of workflow {input.id}",
             self.next.start_workflow_update(input))
 
     async def query_workflow(self, input: QueryWorkflowInput) -> Any:
         return await self.guard.bounded(
-            task_queue_of(input.id), f"query {input.query!r} of workflow {input.id}",
+            input.id, f"query {input.query!r} of workflow {input.id}",
             self.next.query_workflow(input))
 
 
