@@ -186,6 +186,8 @@ class RateLimitedExportErrors(logging.Filter):
             + f"; repeated at most every {self.every:.0f}s"
         )
         record.args = ()
+        # lost telemetry is a warning, whether the exporter called it a retry or a failure
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
         record.exc_info = None
         record.exc_text = None
         return True
