@@ -519,17 +519,28 @@ def placement_pause(delay: float, deadline_at: datetime | None, now: datetime) -
 
 
 def record_bind(
-    progress: JobProgress, cluster: str, rejections: dict[str, str], now: datetime
+    progress: JobProgress,
+    cluster: str,
+    rejections: dict[str, str],
+    now: datetime,
+    group: str = "",
 ) -> None:
-    """The job is bound on ``cluster`` (a capacity preemption it carried out is over)."""
+    """The job is bound on ``cluster``, in clusterAffinities ``group`` if any (a capacity
+    preemption it carried out is over)."""
     view = progress.view
     progress.capacity = None
     view.cluster = cluster
+    view.cluster_group = group
     if cluster not in view.copies:
         view.copies.append(cluster)
     view.bound_at = now
     view.rejections = rejections
     progress.since = FIRST_WATCH_SINCE
+
+
+def group_note(group: str) -> str:
+    """The binding event's tail naming the clusterAffinities group (none without)."""
+    return f" (clusterAffinities group {group})" if group else ""
 
 
 # ---------------------------------------------------------------------- runPolicy

@@ -1432,10 +1432,14 @@ def _policy_warnings(p: PropagationPolicy) -> list[tuple[str, str]]:
         out.append(("spec.placement.clusterAffinity.fieldSelector",
                     f"{_NOT_USED} (member clusters have no provider, region or zone; use "
                     "labelSelector)"))
-    if pl.clusterAffinities is not None:
-        out.append(("spec.placement.clusterAffinities",
-                    "accepted, not yet used: the job may go to any cluster, as if no cluster "
-                    "group were given"))
+    for i, term in enumerate(pl.cluster_affinities):  # the groups are honoured
+        at = f"spec.placement.clusterAffinities[{i}]"
+        if term.fieldSelector is not None:
+            out.append((f"{at}.fieldSelector", f"{_NOT_USED} (member clusters have no "
+                                               "provider, region or zone; use labelSelector)"))
+        for j, oa in enumerate(term.overflowAffinities or []):
+            if oa.fieldSelector is not None:
+                out.append((f"{at}.overflowAffinities[{j}].fieldSelector", _NOT_USED))
     if pl.spreadConstraints:
         out.append(("spec.placement.spreadConstraints", _ONE_CLUSTER))
     rs = pl.replicaScheduling

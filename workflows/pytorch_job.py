@@ -474,6 +474,8 @@ class PyTorchJobWorkflow:
             job_ref=f"{view.namespace}/{view.name}",
             gang=GangShape.from_gang(self._gang),
             affinity=affinity,
+            cluster_groups=[t.model_dump(exclude_none=True) for t in placement.cluster_affinities],
+            group=view.cluster_group,
             cluster_tolerations=[
                 t.model_dump(exclude_none=True) for t in placement.clusterTolerations
             ],
@@ -680,7 +682,7 @@ class PyTorchJobWorkflow:
             if reserved:
                 await self._copies.purge(cand.cluster, "release reservations")
             return False
-        lifecycle.record_bind(self._p, cand.cluster, rejections, workflow.now())
+        lifecycle.record_bind(self._p, cand.cluster, rejections, workflow.now(), cand.group)
         if self._grant is not None:  # the quota it holds comes back if its pods never run
             lifecycle.arm_pods_ready(self._p, self._requeue_settings, workflow.now())
         self._arm_deadline()
@@ -688,7 +690,8 @@ class PyTorchJobWorkflow:
             "Normal",
             Reason.BOUND,
             "Binding has been scheduled successfully. Result: "
-            + binding_result(cand.cluster, self._gang),
+            + binding_result(cand.cluster, self._gang)
+            + lifecycle.group_note(cand.group),
         )
         self._set_state("Created", f"bound to {cand.cluster}")
         return True
