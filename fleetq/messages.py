@@ -241,6 +241,8 @@ class BindRequest(BaseModel):
     #: (``fleetq.io/priority``) so capacity preemption can read running gangs; None in
     #: histories recorded before it (such copies are never capacity victims)
     priority: int | None = None
+    #: statePreservation: labels carried from the old copy's status after a failover
+    labels: dict[str, str] = Field(default_factory=dict)
 
 
 class BindResult(BaseModel):
@@ -300,6 +302,8 @@ class JobStatus(BaseModel):
     #: set by the watch activity), and why
     evict_at: datetime | None = None
     evict_reason: str = ""
+    #: the member copy's ``status`` as read (statePreservation's rules read it)
+    status: dict[str, Any] = Field(default_factory=dict)
 
 
 class PurgeResult(BaseModel):

@@ -1450,16 +1450,11 @@ def _policy_warnings(p: PropagationPolicy) -> list[tuple[str, str]]:
     if pl.workloadAffinity is not None:
         out.append(("spec.placement.workloadAffinity", _NOT_USED))
     fo = spec.failover
-    if fo is not None and fo.application is not None and (
-            fo.application.statePreservation is not None
-    ):
-        out.append(("spec.failover.application.statePreservation",
-                    "accepted, not yet used: the new copy does not get the old copy's status "
-                    "values as labels"))
-    if fo is not None and fo.cluster is not None:
-        out.append(("spec.failover.cluster",
-                    "accepted, not yet used: a job leaves a failed cluster by fleetq's taint "
-                    "eviction (clusterTolerations), and no state is carried"))
+    if fo is not None and fo.cluster is not None and "purgeMode" in fo.cluster.model_fields_set:
+        out.append(("spec.failover.cluster.purgeMode",
+                    "accepted, not used by fleetq: a job leaves a failed cluster by fleetq's "
+                    "taint eviction (clusterTolerations), its old copy purged as "
+                    "failover.application.purgeMode says; statePreservation is honoured"))
     return out
 
 

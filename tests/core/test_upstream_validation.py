@@ -242,9 +242,7 @@ CASES: list[Case] = [
     Case("application statePreservation", "policy",
          lambda d: _app(d, statePreservation={"rules": [
              {"aliasLabelName": "fleetq.io/checkpoint", "jsonPath": "{.checkpoint}"}]}),
-         "accepted",
-         (f"{POLICY}: {APP}.statePreservation accepted, not yet used: the new copy does not "
-          "get the old copy's status values as labels",), "KC statePreservation.rules"),
+         "accepted", (), "KC statePreservation.rules"),
     Case("statePreservation alias that is not a label name", "policy",
          lambda d: _app(d, statePreservation={"rules": [
              {"aliasLabelName": "bad key!", "jsonPath": "{.x}"}]}), "refused",
@@ -255,8 +253,10 @@ CASES: list[Case] = [
     Case("cluster failover with statePreservation", "policy",
          _set("spec.failover.cluster", {"purgeMode": "Directly", "statePreservation": {
              "rules": [{"aliasLabelName": "step", "jsonPath": "{.step}"}]}}), "accepted",
-         (f"{POLICY}: spec.failover.cluster accepted, not yet used: a job leaves a failed "
-          "cluster by fleetq's taint eviction (clusterTolerations), and no state is carried",),
+         (f"{POLICY}: spec.failover.cluster.purgeMode accepted, not used by fleetq: a job "
+          "leaves a failed cluster by fleetq's taint eviction (clusterTolerations), its old "
+          "copy purged as failover.application.purgeMode says; statePreservation is "
+          "honoured",),
          "KC failover.cluster; KV validateClusterFailover"),
     Case("cluster failover purgeMode Never", "policy",
          _set("spec.failover.cluster", {"purgeMode": "Never"}), "refused",
