@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
-from jsonpath_ng.ext import parse
+from jsonpath_ng.ext.parser import ExtendedJsonPathParser
 
 from fleetq.models import PropagationPolicy, PurgeMode, StatePreservation, StatePreservationRule
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _ACTION = re.compile(r"\{([^{}]*)\}")
+#: one parser (jsonpath-ng loads its pre-generated PLY tables once, here)
+_PARSER = ExtendedJsonPathParser()
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def json_value(status: Mapping[str, Any], template: str) -> str:
         except ValueError as exc:
             raise ValueError(f"jsonPath {template!r} does not parse: {exc}") from None
         try:
-            found = [hit.value for hit in parse(expr).find(status)]
+            found = [hit.value for hit in _PARSER.parse(expr).find(status)]
         except (JsonPathLexerError, JsonPathParserError) as exc:
             raise ValueError(f"jsonPath {template!r} does not parse: {exc}") from None
         if not found and "?(" not in expr:  # a filter matching nothing prints nothing

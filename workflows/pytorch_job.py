@@ -50,6 +50,11 @@ from temporalio.workflow import ActivityCancellationType, ActivityHandle
 from workflows.copies import MemberCopies
 
 with workflow.unsafe.imports_passed_through():
+    # PLY (under jsonpath-ng, statePreservation's rules) looks its modules up in sys.modules
+    import jsonpath_ng._ply_tables.ext_lexer_table  # noqa: F401
+    import jsonpath_ng.ext.parser  # noqa: F401
+    import jsonpath_ng.lexer  # noqa: F401
+
     from activities.scheduling import SchedulingActivities
     from fleetq import lifecycle, state_preservation
     from fleetq.admission import AdmissionRequest, Grant
