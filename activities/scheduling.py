@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +31,7 @@ from activities.fleet import Fleet
 from activities.kube_api import ApiError, ClusterUnreachable
 from activities.member_cluster import ConflictError
 from activities.quota_outbox import QuotaOutbox, QuotaRefused
+from fleetq import cluster_groups
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot
 from fleetq.cluster_health import eviction_due
@@ -56,9 +57,16 @@ from fleetq.messages import (
     ResolveInput,
     WatchInput,
 )
-from fleetq.models import ClusterAffinity, Gang, PropagationPolicy, Toleration, parse_policy
+from fleetq.models import (
+    ClusterAffinity,
+    ClusterAffinityTerm,
+    Gang,
+    PropagationPolicy,
+    Toleration,
+    parse_policy,
+)
 from fleetq.naming import REGISTRY_WORKFLOW_ID
-from fleetq.placement import RejectionCode, place_gang
+from fleetq.placement import ClusterChoice, RejectionCode, place_gang
 from fleetq.preemption import PreemptionMode, RunningGang, plan_capacity_preemption
 from fleetq.registry import RegistryState, resolve_from_state
 
@@ -89,6 +97,20 @@ class RoomClaim:
     cluster: str
     nodes: dict[str, tuple[R.Resources, int]]
     expires: float
+
+
+def _in_groups(
+    terms: Sequence[ClusterAffinityTerm],
+    observed: str,
+    ranked: Sequence[ClusterChoice],
+    members: Mapping[str, Any],
+) -> cluster_groups.GroupChoice:
+    """The round's candidates: with clusterAffinities, those of the first group that
+    fits (``fleetq.cluster_groups.choose``); without, every fit."""
+    if not terms:
+        return cluster_groups.GroupChoice("", list(ranked))
+    labels = {n: m.labels for n, m in members.items()}
+    return cluster_groups.choose(terms, observed, ranked, labels)
 
 
 def claim_of(gang: Gang, cluster: str, assignment: dict[str, str], expires: float) -> RoomClaim:
@@ -385,11 +407,14 @@ class SchedulingActivities:
         affinity = ClusterAffinity.model_validate(inp.affinity) if inp.affinity else None
         tolerations = [Toleration.model_validate(t) for t in inp.cluster_tolerations]
         members = fleet.clusters
+        terms = [ClusterAffinityTerm.model_validate(t) for t in inp.cluster_groups]
         eligible = [
             name
             for name, m in members.items()
             if name not in inp.exclude and (affinity is None or affinity.allows(name, m.labels))
-        ]
+        ] if not terms else cluster_groups.eligible(
+            terms, inp.group, {n: m.labels for n, m in members.items()}, inp.exclude
+        )
         snapshots = fleet.snapshots(eligible) if eligible else []
         claims = self._claims_for(inp.job_id)
         if claims:
@@ -405,12 +430,15 @@ class SchedulingActivities:
         )
         rejections = dict(decision.rejections)
         codes = {name: why.code for name, why in decision.reasons.items()}
+        chosen = _in_groups(terms, inp.group, decision.ranked, members)
         for name in members:
             if name not in eligible and name not in rejections:
                 evicted = name in inp.exclude
                 rejections[name] = (
                     f"{name}: excluded (evicted earlier)"
                     if evicted
+                    else f"{name}: " + cluster_groups.outside(terms, inp.group).message
+                    if terms
                     else f"{name}: not selected by the policy's clusterAffinity"
                 )
                 codes[name] = (
@@ -423,18 +451,24 @@ class SchedulingActivities:
                     score=c.score,
                     reservation=bool(members[c.cluster].reservation),
                     assignment=dict(c.assignment),
+                    group=chosen.group,
                 )
-                for c in decision.ranked
+                for c in chosen.ranked
             ],
             rejections=rejections,
             codes=codes,
             eligible=eligible,
             never=decision.never.message if decision.never is not None else "",
+            group=chosen.group,
         )
         if inp.job_id:
             self._park(inp.job_id, eligible if decision.never is not None else None)
         if inp.planned is not None or inp.capacity_preemption:
-            self._capacity(inp, gang, snapshots, affinity, tolerations, verdict)
+            room = [
+                s for s in snapshots
+                if not terms or cluster_groups.in_first(terms, inp.group, s.name, s.labels)
+            ]
+            self._capacity(inp, gang, room, affinity, tolerations, verdict)
         return verdict
 
     def _capacity(

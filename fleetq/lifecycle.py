@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from fleetq.admission import Grant
 from fleetq.fleet_config import RequeueSettings
@@ -113,6 +113,10 @@ class JobProgress(BaseModel):
     requeues: int = 0
     #: ... and, backing off after one, when it queues again
     requeue_at: datetime | None = None
+    #: statePreservation: the current copy's status as last synced, and the labels the
+    #: copies bound after the last failover carry (``fleetq.state_preservation``)
+    synced_status: dict[str, Any] = Field(default_factory=dict)
+    preserved_labels: dict[str, str] = Field(default_factory=dict)
 
 
 class Reason(StrEnum):
@@ -146,6 +150,8 @@ class Reason(StrEnum):
     PLACEMENT_TIMEOUT = "PlacementTimeout"
     PODS_READY_TIMEOUT = "PodsReadyTimeout"
     REQUEUE_LIMIT_EXCEEDED = "RequeueLimitExceeded"
+    STATE_PRESERVED = "StatePreserved"
+    STATE_NOT_PRESERVED = "StateNotPreserved"
 
 
 @dataclass(frozen=True)
@@ -519,17 +525,35 @@ def placement_pause(delay: float, deadline_at: datetime | None, now: datetime) -
 
 
 def record_bind(
-    progress: JobProgress, cluster: str, rejections: dict[str, str], now: datetime
+    progress: JobProgress,
+    cluster: str,
+    rejections: dict[str, str],
+    now: datetime,
+    group: str = "",
 ) -> None:
-    """The job is bound on ``cluster`` (a capacity preemption it carried out is over)."""
+    """The job is bound on ``cluster``, in clusterAffinities ``group`` if any (a capacity
+    preemption it carried out is over)."""
     view = progress.view
     progress.capacity = None
     view.cluster = cluster
+    view.cluster_group = group
+    progress.synced_status = {}
     if cluster not in view.copies:
         view.copies.append(cluster)
     view.bound_at = now
     view.rejections = rejections
     progress.since = FIRST_WATCH_SINCE
+
+
+def sync_status(progress: JobProgress, status: JobStatus) -> None:
+    """Keep the current copy's status as last read (an unreadable copy keeps the last)."""
+    if status.status and status.cluster == progress.view.cluster:
+        progress.synced_status = dict(status.status)
+
+
+def group_note(group: str) -> str:
+    """The binding event's tail naming the clusterAffinities group (none without)."""
+    return f" (clusterAffinities group {group})" if group else ""
 
 
 # ---------------------------------------------------------------------- runPolicy

@@ -161,7 +161,7 @@ def member_manifest(req: BindRequest) -> dict[str, Any]:
     job = req.job
     src = _drop_none(json.loads(json.dumps(req.manifest)))  # deep, JSON-clean copy
     meta = src.get("metadata") or {}
-    labels = {**(meta.get("labels") or {}), **job_labels(job)}
+    labels = {**(meta.get("labels") or {}), **req.labels, **job_labels(job)}
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != LAST_APPLIED}
     spec = src.get("spec") or {}
     # the gang fleetq admitted and placed: every replica, or the minimum the job may
@@ -654,4 +654,5 @@ def job_status(
         pods=pod_statuses,
         replica_statuses=replica_statuses,
         observed=observed,
+        status=dict(job_obj.get("status") or {}),
     )

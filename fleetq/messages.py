@@ -108,6 +108,10 @@ class PlacementInput(BaseModel):
     job_ref: str  # "<ns>/<name>" for messages
     gang: GangShape
     affinity: dict[str, Any] | None = None
+    #: placement.clusterAffinities (ordered groups, ``fleetq.cluster_groups``) and the
+    #: group the job was last placed in (where this round starts)
+    cluster_groups: list[dict[str, Any]] = Field(default_factory=list)
+    group: str = ""
     cluster_tolerations: list[dict[str, Any]] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
     #: capacity preemption (issue 18; empty in histories recorded before it): the job's
@@ -143,6 +147,7 @@ class Candidate(BaseModel):
     score: float
     reservation: bool = False
     assignment: dict[str, str] = Field(default_factory=dict)  # "worker-1" -> node
+    group: str = ""  # its clusterAffinities group ("" without groups)
 
 
 class PlacementVerdict(BaseModel):
@@ -158,6 +163,8 @@ class PlacementVerdict(BaseModel):
     capacity_plan: CapacityPlanned | None = None
     #: of the ``planned`` victims, those still running on its cluster
     victims_left: list[str] = Field(default_factory=list)
+    #: the clusterAffinities group the candidates are in (the round's first when none fits)
+    group: str = ""
     #: "never", not "not now" (a ``NeverFits`` rejection's message): no eligible member
     #: could hold the gang even with its nodes empty; "" when one could or may
     never: str = ""
@@ -234,6 +241,8 @@ class BindRequest(BaseModel):
     #: (``fleetq.io/priority``) so capacity preemption can read running gangs; None in
     #: histories recorded before it (such copies are never capacity victims)
     priority: int | None = None
+    #: statePreservation: labels carried from the old copy's status after a failover
+    labels: dict[str, str] = Field(default_factory=dict)
 
 
 class BindResult(BaseModel):
@@ -293,6 +302,8 @@ class JobStatus(BaseModel):
     #: set by the watch activity), and why
     evict_at: datetime | None = None
     evict_reason: str = ""
+    #: the member copy's ``status`` as read (statePreservation's rules read it)
+    status: dict[str, Any] = Field(default_factory=dict)
 
 
 class PurgeResult(BaseModel):
@@ -375,6 +386,9 @@ class JobView(BaseModel):
     state: JobState
     reason: str = ""
     cluster: str | None = None
+    #: the placement.clusterAffinities group of ``cluster`` (kept after a failover: the
+    #: next placement starts there, as Karmada's schedulerObservedAffinityName)
+    cluster_group: str = ""
     queue: str | None = None
     queued: bool = False
     admitted: bool = False

@@ -1432,10 +1432,14 @@ def _policy_warnings(p: PropagationPolicy) -> list[tuple[str, str]]:
         out.append(("spec.placement.clusterAffinity.fieldSelector",
                     f"{_NOT_USED} (member clusters have no provider, region or zone; use "
                     "labelSelector)"))
-    if pl.clusterAffinities is not None:
-        out.append(("spec.placement.clusterAffinities",
-                    "accepted, not yet used: the job may go to any cluster, as if no cluster "
-                    "group were given"))
+    for i, term in enumerate(pl.cluster_affinities):  # the groups are honoured
+        at = f"spec.placement.clusterAffinities[{i}]"
+        if term.fieldSelector is not None:
+            out.append((f"{at}.fieldSelector", f"{_NOT_USED} (member clusters have no "
+                                               "provider, region or zone; use labelSelector)"))
+        for j, oa in enumerate(term.overflowAffinities or []):
+            if oa.fieldSelector is not None:
+                out.append((f"{at}.overflowAffinities[{j}].fieldSelector", _NOT_USED))
     if pl.spreadConstraints:
         out.append(("spec.placement.spreadConstraints", _ONE_CLUSTER))
     rs = pl.replicaScheduling
@@ -1446,16 +1450,11 @@ def _policy_warnings(p: PropagationPolicy) -> list[tuple[str, str]]:
     if pl.workloadAffinity is not None:
         out.append(("spec.placement.workloadAffinity", _NOT_USED))
     fo = spec.failover
-    if fo is not None and fo.application is not None and (
-            fo.application.statePreservation is not None
-    ):
-        out.append(("spec.failover.application.statePreservation",
-                    "accepted, not yet used: the new copy does not get the old copy's status "
-                    "values as labels"))
-    if fo is not None and fo.cluster is not None:
-        out.append(("spec.failover.cluster",
-                    "accepted, not yet used: a job leaves a failed cluster by fleetq's taint "
-                    "eviction (clusterTolerations), and no state is carried"))
+    if fo is not None and fo.cluster is not None and "purgeMode" in fo.cluster.model_fields_set:
+        out.append(("spec.failover.cluster.purgeMode",
+                    "accepted, not used by fleetq: a job leaves a failed cluster by fleetq's "
+                    "taint eviction (clusterTolerations), its old copy purged as "
+                    "failover.application.purgeMode says; statePreservation is honoured"))
     return out
 
 

@@ -50,8 +50,13 @@ from temporalio.workflow import ActivityCancellationType, ActivityHandle
 from workflows.copies import MemberCopies
 
 with workflow.unsafe.imports_passed_through():
+    # PLY (under jsonpath-ng, statePreservation's rules) looks its modules up in sys.modules
+    import jsonpath_ng._ply_tables.ext_lexer_table  # noqa: F401
+    import jsonpath_ng.ext.parser  # noqa: F401
+    import jsonpath_ng.lexer  # noqa: F401
+
     from activities.scheduling import SchedulingActivities
-    from fleetq import lifecycle
+    from fleetq import lifecycle, state_preservation
     from fleetq.admission import AdmissionRequest, Grant
     from fleetq.fleet_config import RequeueSettings
     from fleetq.job_input import InvalidJobInput, JobInput
@@ -97,6 +102,7 @@ with workflow.unsafe.imports_passed_through():
         ManifestError,
         ManifestErrors,
         PropagationPolicy,
+        PurgeMode,
         binding_result,
         gang_of,
         parse_job,
@@ -474,6 +480,8 @@ class PyTorchJobWorkflow:
             job_ref=f"{view.namespace}/{view.name}",
             gang=GangShape.from_gang(self._gang),
             affinity=affinity,
+            cluster_groups=[t.model_dump(exclude_none=True) for t in placement.cluster_affinities],
+            group=view.cluster_group,
             cluster_tolerations=[
                 t.model_dump(exclude_none=True) for t in placement.clusterTolerations
             ],
@@ -663,6 +671,7 @@ class PyTorchJobWorkflow:
                             propagate_deps=self._pol.spec.propagateDeps,
                             run_seconds=self._input.run_seconds,
                             priority=self._gang.priority,
+                            labels=dict(self._p.preserved_labels),
                         ),
                     ),
                     start_to_close_timeout=timedelta(seconds=60),
@@ -680,7 +689,7 @@ class PyTorchJobWorkflow:
             if reserved:
                 await self._copies.purge(cand.cluster, "release reservations")
             return False
-        lifecycle.record_bind(self._p, cand.cluster, rejections, workflow.now())
+        lifecycle.record_bind(self._p, cand.cluster, rejections, workflow.now(), cand.group)
         metrics.time_to_bind(self._p.view)
         if self._grant is not None:  # the quota it holds comes back if its pods never run
             lifecycle.arm_pods_ready(self._p, self._requeue_settings, workflow.now())
@@ -689,7 +698,8 @@ class PyTorchJobWorkflow:
             "Normal",
             Reason.BOUND,
             "Binding has been scheduled successfully. Result: "
-            + binding_result(cand.cluster, self._gang),
+            + binding_result(cand.cluster, self._gang)
+            + lifecycle.group_note(cand.group),
         )
         self._set_state("Created", f"bound to {cand.cluster}")
         return True
@@ -775,6 +785,7 @@ class PyTorchJobWorkflow:
             except ActivityError as exc:
                 status = lifecycle.unknown_status(cluster, str(exc.cause or exc))
             changed = lifecycle.watch_changed(self._p, status)
+            lifecycle.sync_status(self._p, status)
             self._announce(lifecycle.observe(self._p, status, workflow.now()))
             lifecycle.pods_ready_seen(self._p, status, len(self._gang.pods))
             if settling and self._sa_settling:  # still Created after the settle window
@@ -812,7 +823,7 @@ class PyTorchJobWorkflow:
         that copy (now or once the new one is healthy) and the watch ends then."""
         if due in (Due.FAILOVER, Due.EVICT):
             why = lifecycle.failover_reason(due, cluster, tolerance, self._p.evict_reason)
-            await self._failover(cluster, why)
+            await self._failover(cluster, why, cluster_failure=due == Due.EVICT)
             return Supervision.FAILOVER
         if due == Due.DEADLINE:
             await self._deadline_exceeded()
@@ -859,10 +870,10 @@ class PyTorchJobWorkflow:
         )
 
     # ================================================================== failover
-    async def _failover(self, old: str, why: str) -> None:
+    async def _failover(self, old: str, why: str, *, cluster_failure: bool = False) -> None:
         """Evict the job from ``old`` (``why``: ``unhealthy on cluster-a for 30s``, or a
-        NoExecute taint that outlasted its toleration) and place it elsewhere, doing with
-        the old copy what the policy's purgeMode says."""
+        NoExecute taint that outlasted its toleration: ``cluster_failure``) and place it
+        elsewhere, doing with the old copy what the policy's purgeMode says."""
         view = self._p.view
         plan = lifecycle.failover_plan(
             self._pol.application_failover, strict_fencing=self._pol.strict_fencing
@@ -870,6 +881,7 @@ class PyTorchJobWorkflow:
         metrics.failover(old, plan.mode_name)
         self._set_state("FailingOver", why)
         self._event("Warning", Reason.FAILOVER_STARTED, plan.started_message(why))
+        self._preserve_state(old, plan.mode, cluster_failure)
         lifecycle.leave_cluster(self._p, old)
         if plan.old_copy == OldCopy.CONFIRM_GONE:
             self._set_state(
@@ -885,6 +897,24 @@ class PyTorchJobWorkflow:
         placed = await self._schedule()
         if placed and view.cluster is not None:  # (not when a suspension came first)
             self._event("Normal", Reason.RESCHEDULED, f"rescheduled from {old} to {view.cluster}")
+
+    def _preserve_state(self, old: str, purge: PurgeMode, cluster_failure: bool) -> None:
+        """statePreservation: the labels the next copy carries, read from the status of
+        the copy on ``old`` as last synced (none, with a Warning, when a rule fails)."""
+        try:
+            labels = state_preservation.labels_at_failover(
+                self._pol, purge, self._p.synced_status, cluster_failure=cluster_failure
+            )
+        except state_preservation.PreservationError as exc:
+            self._p.preserved_labels = {}
+            self._event("Warning", Reason.STATE_NOT_PRESERVED,
+                        f"{exc}; the new copy carries no preserved labels")
+            return
+        self._p.preserved_labels = labels
+        if labels:
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+            self._event("Normal", Reason.STATE_PRESERVED,
+                        f"from the copy on {old}, the new copy carries labels {shown}")
 
     # ================================================================== runPolicy
     def _arm_deadline(self) -> None:

@@ -55,7 +55,8 @@ def describe_lines(view: JobView, waiting: Any | None = None,
     if view.deadline_at is not None and view.state not in ("Succeeded", "Failed", "Deleted"):
         field("Deadline", f"{view.deadline_at.isoformat(timespec='seconds')} "
                           "(runPolicy.activeDeadlineSeconds)")
-    field("Cluster", view.cluster or "<none>")
+    group = f" (group {view.cluster_group})" if view.cluster and view.cluster_group else ""
+    field("Cluster", (view.cluster or "<none>") + group)
     copies = copies_line(view, members) if members is not None else ", ".join(view.copies)
     if copies:
         field("Copies", copies)

@@ -40,10 +40,6 @@ PL = "spec.placement"
 APP = "spec.failover.application"
 NOT_USED = "accepted, not used by fleetq"
 ONE_CLUSTER = f"{NOT_USED} (a gang goes to one cluster)"
-GROUPS_WARNING = (
-    f"{POLICY}: {PL}.clusterAffinities accepted, not yet used: the job may go to any "
-    "cluster, as if no cluster group were given"
-)
 
 Doc = dict[str, Any]
 
@@ -246,9 +242,7 @@ CASES: list[Case] = [
     Case("application statePreservation", "policy",
          lambda d: _app(d, statePreservation={"rules": [
              {"aliasLabelName": "fleetq.io/checkpoint", "jsonPath": "{.checkpoint}"}]}),
-         "accepted",
-         (f"{POLICY}: {APP}.statePreservation accepted, not yet used: the new copy does not "
-          "get the old copy's status values as labels",), "KC statePreservation.rules"),
+         "accepted", (), "KC statePreservation.rules"),
     Case("statePreservation alias that is not a label name", "policy",
          lambda d: _app(d, statePreservation={"rules": [
              {"aliasLabelName": "bad key!", "jsonPath": "{.x}"}]}), "refused",
@@ -259,8 +253,10 @@ CASES: list[Case] = [
     Case("cluster failover with statePreservation", "policy",
          _set("spec.failover.cluster", {"purgeMode": "Directly", "statePreservation": {
              "rules": [{"aliasLabelName": "step", "jsonPath": "{.step}"}]}}), "accepted",
-         (f"{POLICY}: spec.failover.cluster accepted, not yet used: a job leaves a failed "
-          "cluster by fleetq's taint eviction (clusterTolerations), and no state is carried",),
+         (f"{POLICY}: spec.failover.cluster.purgeMode accepted, not used by fleetq: a job "
+          "leaves a failed cluster by fleetq's taint eviction (clusterTolerations), its old "
+          "copy purged as failover.application.purgeMode says; statePreservation is "
+          "honoured",),
          "KC failover.cluster; KV validateClusterFailover"),
     Case("cluster failover purgeMode Never", "policy",
          _set("spec.failover.cluster", {"purgeMode": "Never"}), "refused",
@@ -288,7 +284,7 @@ CASES: list[Case] = [
          lambda d: _placement(d, clusterAffinities=[
              _group("primary", clusterNames=["cluster-a"]),
              _group("backup", labelSelector={"matchLabels": {"tier": "spot"}})]),
-         "accepted", (GROUPS_WARNING,), "KC clusterAffinities; KV ValidateClusterAffinities"),
+         "accepted", (), "KC clusterAffinities; KV ValidateClusterAffinities"),
     Case("clusterAffinity with clusterAffinities", "policy",
          lambda d: _placement(d, clusterAffinity={"clusterNames": ["a"]},
                               clusterAffinities=[_group("g")]), "refused",
@@ -318,8 +314,7 @@ CASES: list[Case] = [
              "replicaSchedulingType": "Divided", "replicaDivisionPreference": "Aggregated"},
              clusterAffinities=[_group("g", clusterNames=["a"], overflowAffinities=[
                  _group("o", clusterNames=["b"])])]), "accepted",
-         (GROUPS_WARNING,
-          f"{POLICY}: {PL}.replicaScheduling.replicaDivisionPreference {ONE_CLUSTER}"),
+         (f"{POLICY}: {PL}.replicaScheduling.replicaDivisionPreference {ONE_CLUSTER}",),
          "KV ValidateOverflowAffinities"),
     Case("overflowAffinities with Divided and a dynamic weight (Weighted by default)",
          "policy",
@@ -328,7 +323,7 @@ CASES: list[Case] = [
              "weightPreference": {"dynamicWeight": "AvailableReplicas"}},
              clusterAffinities=[_group("g", clusterNames=["a"], overflowAffinities=[
                  _group("o", clusterNames=["b"])])]), "accepted",
-         (GROUPS_WARNING, f"{POLICY}: {PL}.replicaScheduling.weightPreference {ONE_CLUSTER}"),
+         (f"{POLICY}: {PL}.replicaScheduling.weightPreference {ONE_CLUSTER}",),
          "KM SetReplicaDivisionPreferenceWeighted, then KV IsOverflowSchedulingAllowed"),
     Case("overflowAffinities on an empty group", "policy",
          lambda d: _placement(d, replicaScheduling={"replicaDivisionPreference": "Aggregated"},
