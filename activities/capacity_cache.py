@@ -45,10 +45,10 @@ from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
 from fleetq.cluster_health import READY, ClusterCondition, TaintSettings, cluster_taints
 from fleetq.member_contract import (
-    OWNER_LABEL,
     PYTORCHJOB_API,
     RESERVATION_API,
     GangPod,
+    copy_key,
     gang_pod,
     job_phase,
     meta_of,
@@ -264,7 +264,8 @@ class CapacityCache:
         self._threads: list[threading.Thread] = []
         self._watch_jobs = watch_jobs
         self._subs: dict[tuple[str, str], set[threading.Event]] = {}
-        #: PyTorchJobs seen finished: (namespace, name) -> (owner label, phase, message),
+        #: PyTorchJobs seen finished: (namespace, name) -> (copy key: owner and submission,
+        #: phase, message),
         #: kept after the member deletes them (ttlSecondsAfterFinished), bounded
         self._finished: OrderedDict[tuple[str, str], tuple[str, str, str]] = OrderedDict()
         self._subs_lock = threading.Lock()
@@ -531,7 +532,7 @@ class CapacityCache:
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         phase, message = job_phase(obj)
         if phase in TERMINATED:
-            owner = str((meta.get("labels") or {}).get(OWNER_LABEL) or "")
+            owner = copy_key(meta.get("labels") or {})  # owner, and submission if any
             self._finished[key] = (owner, phase, message)
             self._finished.move_to_end(key)
             while len(self._finished) > self.MAX_FINISHED:
@@ -540,9 +541,10 @@ class CapacityCache:
         return False
 
     def finished_job(self, namespace: str, name: str, owner: str) -> tuple[str, str] | None:
-        """``(phase, message)`` if this cache saw the job (of this owner) Succeeded or
-        Failed: a member that deletes a finished job (``ttlSecondsAfterFinished``) must
-        not make fleetq think the job vanished and dispatch it again."""
+        """``(phase, message)`` if this cache saw the job (the copy of this owner and
+        submission, ``member_contract.copy_key``) Succeeded or Failed: a member that
+        deletes a finished job (``ttlSecondsAfterFinished``) must not make fleetq think
+        the job vanished and dispatch it again."""
         with self._lock:
             seen = self._finished.get((namespace, name))
         if seen is None or seen[0] != owner:

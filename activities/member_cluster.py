@@ -14,7 +14,8 @@ Robustness rules every call follows (beyond the transport's timeouts and retries
 
 * writes are idempotent: names derive from the job and its workflow id, ``AlreadyExists``
   is answered by reading the object back, and an object with our name but another
-  ``fleetq.io/owner`` raises :class:`ConflictError` (non-retryable);
+  ``fleetq.io/owner`` raises :class:`ConflictError` (non-retryable); one of an earlier
+  submission of the same job (another ``fleetq.io/run-id``) is replaced, never reused;
 * ``status`` and ``capacity`` never raise for an unreachable cluster: they answer
   ``Unknown`` / ``reachable=False``;
 * a bind without Reservations never over-commits the member, whatever the number of
@@ -28,6 +29,7 @@ Robustness rules every call follows (beyond the transport's timeouts and retries
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -42,7 +44,7 @@ from urllib.parse import quote
 
 from temporalio.exceptions import ApplicationError
 
-from activities.kube_api import ApiError, ClusterUnreachable, KubeApi, NotFound
+from activities.kube_api import ApiError, ClusterUnreachable, Conflict, KubeApi, NotFound
 from activities.member_lease import LeaseBusy, MemberLease
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
@@ -57,6 +59,7 @@ from fleetq.member_contract import (
     copy_dep,
     finished_status,
     is_ours,
+    job_copy_key,
     job_phase,
     job_status,
     labels_of,
@@ -64,6 +67,8 @@ from fleetq.member_contract import (
     meta_of,
     missing_status,
     observed_changed,
+    of_this_run,
+    owned_by,
     referenced_deps,
     reservation_body,
     reservation_name,
@@ -107,6 +112,8 @@ log = logging.getLogger(__name__)
 PROCESS_IDENTITY = f"{socket.gethostname()}/{os.getpid()}"
 _ADAPTERS = itertools.count(1)
 TERMINATED = ("Succeeded", "Failed")
+#: how long a bind waits for an earlier submission's copy to go before it retries
+REPLACE_WAIT_S = 20.0
 
 
 class ConflictError(Exception):
@@ -360,9 +367,11 @@ class KubernetesMemberCluster:
                 phase in ("Pending", "Available")
                 and reservation_node(existing) == pod.node
                 and fresh
+                and of_this_run(existing, job)
             ):
                 return existing  # ours from an earlier attempt, still good
-            # Expired, used, failed or pinned elsewhere: never reuse, replace it.
+            # Expired, used, failed, pinned elsewhere or an earlier submission's: never
+            # reuse, replace it.
             self.api.delete(path)
             self._wait_gone(path, 2.0)
         raise _ReserveFailed(
@@ -517,6 +526,8 @@ class KubernetesMemberCluster:
         if req.reserved or not self.bind_guard:  # Reservations hold the room already
             return self._create_job(req, body, deps)
         existing = self.api.get(path)
+        if existing is not None and self._replace_earlier_run(job, existing):
+            existing = None  # an earlier submission's copy, deleted: this one creates its own
         if existing is not None:  # a retry after the creation landed: no new room taken
             return self._existing(req, existing, deps)
         start = time.monotonic()
@@ -663,10 +674,46 @@ class KubernetesMemberCluster:
                 uid = str(meta_of(created).get("uid") or "")
                 return BindResult(created=True, uid=uid, deps=deps)
             existing = self.api.get(path)
-            if existing is None:
+            if existing is None or self._replace_earlier_run(job, existing):
                 continue
             return self._existing(req, existing, deps)
         raise ClusterUnreachable(self.name, f"PyTorchJob {job.ref} kept vanishing")
+
+    def _replace_earlier_run(self, job: JobRef, existing: dict[str, Any]) -> bool:
+        """If ``existing`` is the copy an earlier submission of this job left (ours by
+        owner, another ``fleetq.io/run-id``), delete it and its pods and return True
+        once it is gone, so that this submission creates a copy of its own (never runs
+        on, or reports, one it did not create). False for this submission's copy or
+        another fleet job's (which :meth:`_existing` refuses)."""
+        if not is_ours(existing, job) or of_this_run(existing, job):
+            return False
+        meta = meta_of(existing)
+        uid = str(meta.get("uid") or "")
+        path = self._job_path(job.namespace, job.name)
+        log.info("cluster %s: replacing PyTorchJob %s of an earlier submission (uid %s)",
+                 self.name, job.ref, uid)
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
+                                "propagationPolicy": "Background"}
+        if uid:  # that copy, not one created meanwhile by a retry of this bind
+            body["preconditions"] = {"uid": uid}
+        with contextlib.suppress(NotFound, Conflict):  # gone, or replaced: read again below
+            self.api.request("DELETE", path, body=body)
+        pods, _ = self.api.list(
+            self._core_path(job.namespace, "pods"), label_selector=f"{KF_JOB_NAME}={job.name}"
+        )
+        for pod in pods:
+            if (uid and owned_by(pod, uid)) or (is_ours(pod, job) and not of_this_run(pod, job)):
+                self.api.delete(self._core_path(job.namespace, "pods",
+                                                str(meta_of(pod).get("name"))))
+        deadline = time.monotonic() + REPLACE_WAIT_S
+        while time.monotonic() < deadline:
+            now = self.api.get(path)
+            if now is None or str(meta_of(now).get("uid") or "") != uid:
+                return True
+            time.sleep(0.1)
+        raise ClusterUnreachable(
+            self.name, f"the earlier submission's PyTorchJob {job.ref} is still being deleted"
+        )
 
     # -- status
 
@@ -684,11 +731,12 @@ class KubernetesMemberCluster:
     def _status(self, job: JobRef) -> JobStatus:
         obj = self.api.get(self._job_path(job.namespace, job.name))
         if obj is None:
-            finished = self.cache.finished_job(job.namespace, job.name, job.owner_id)
+            finished = self.cache.finished_job(job.namespace, job.name, job_copy_key(job))
             if finished is not None:  # finished, then deleted by the member (its TTL)
                 return finished_status(self.name, *finished)
-        if obj is None or not is_ours(obj, job):
-            return missing_status(self.name, job, found=obj is not None)
+        if obj is None or not of_this_run(obj, job):
+            return missing_status(self.name, job, found=obj is not None,
+                                  earlier_run=is_ours(obj, job))
         pods, _ = self.api.list(
             self._core_path(job.namespace, "pods"), label_selector=f"{KF_JOB_NAME}={job.name}"
         )

@@ -579,6 +579,12 @@ class SchedulingActivities:
             if activity.is_worker_shutdown():
                 raise ApplicationError("worker shutting down; the purge resumes elsewhere")
 
+    @activity.defn(name="member_names")
+    def member_names(self) -> list[str]:
+        """The member clusters of the fleet config, in its order (where a finished job's
+        delete looks for what is left of it)."""
+        return list(self.fleet.clusters)
+
     # ------------------------------------------------------------------ status
     @activity.defn(name="watch_status")
     def watch_status(self, inp: WatchInput) -> JobStatus:
@@ -616,5 +622,6 @@ class SchedulingActivities:
             self.bind,
             self.purge,
             self.purge_when_reachable,
+            self.member_names,
             self.watch_status,
         ]

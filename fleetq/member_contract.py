@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,9 @@ from fleetq.preemption import (
 MANAGED_BY = "fleetq.io/managed-by"
 JOB_LABEL = "fleetq.io/job"
 OWNER_LABEL = "fleetq.io/owner"
+#: the submission that created an object (JobRef.run_id, label-safe): a new submission
+#: under the same name never adopts an earlier one's copy, it replaces it
+RUN_LABEL = "fleetq.io/run-id"
 WORKFLOW_ANNOTATION = "fleetq.io/workflow-id"
 RUN_SECONDS_ANNOTATION = "fleetq.io/run-seconds"
 MIN_MEMBER_ANNOTATION = "fleetq.io/min-member"
@@ -83,13 +87,28 @@ def job_label(namespace: str, name: str) -> str:
     return f"{value[:54]}-{hashlib.sha256(value.encode()).hexdigest()[:8]}"
 
 
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def run_label(run_id: str) -> str:
+    """The ``fleetq.io/run-id`` value of a submission: its run id when that is a valid
+    label value (Temporal's UUIDs are), else a hash of it; "" for no submission."""
+    if not run_id or _LABEL_VALUE.match(run_id):
+        return run_id
+    return hashlib.sha256(run_id.encode()).hexdigest()[:16]
+
+
 def job_labels(job: JobRef) -> dict[str, str]:
-    """The labels every object fleetq creates for a job carries on the member."""
-    return {
+    """The labels every object fleetq creates for a job carries on the member (the
+    submission's ``fleetq.io/run-id`` when the JobRef names one)."""
+    labels = {
         MANAGED_BY: "fleetq",
         JOB_LABEL: job_label(job.namespace, job.name),
         OWNER_LABEL: job.owner_id,
     }
+    if job.run_id:
+        labels[RUN_LABEL] = run_label(job.run_id)
+    return labels
 
 
 def reservation_name(job: JobRef, role: str, index: int) -> str:
@@ -186,9 +205,10 @@ def member_manifest(req: BindRequest) -> dict[str, Any]:
     if run_policy.get("managedBy") == MULTIKUEUE_MANAGER:
         # the member's own training-operator must run the copy fleetq placed there
         del run_policy["managedBy"]
-    affinity = json.dumps(
-        {"reservationSelector": {OWNER_LABEL: job.owner_id}}, separators=(",", ":")
-    )
+    selector = {OWNER_LABEL: job.owner_id}
+    if job.run_id:  # only this submission's Reservations
+        selector[RUN_LABEL] = run_label(job.run_id)
+    affinity = json.dumps({"reservationSelector": selector}, separators=(",", ":"))
     gang_notes = pod_gang_annotations(job, req.priority, annotations)
     for _role, template in pod_templates(src):
         tmeta = template.setdefault("metadata", {})
@@ -546,14 +566,18 @@ def finished_status(cluster: str, phase: str, message: str) -> JobStatus:
     )
 
 
-def missing_status(cluster: str, job: JobRef, found: bool) -> JobStatus:
+def missing_status(cluster: str, job: JobRef, found: bool, earlier_run: bool = False
+                   ) -> JobStatus:
     """No copy of ours on the member: none at all, or (``found``) one of that name that
-    belongs to another fleet job. Unhealthy, phase ``Missing``."""
-    reason = (
-        f"PyTorchJob {job.ref} on {cluster} belongs to another fleet job"
-        if found
-        else f"PyTorchJob {job.ref} not found on {cluster}"
-    )
+    belongs to another fleet job, or (``earlier_run``) to an earlier submission of this
+    one. Unhealthy, phase ``Missing``."""
+    if earlier_run:
+        reason = (f"PyTorchJob {job.ref} on {cluster} is the copy of an earlier "
+                  "submission of this job, not of this one")
+    elif found:
+        reason = f"PyTorchJob {job.ref} on {cluster} belongs to another fleet job"
+    else:
+        reason = f"PyTorchJob {job.ref} not found on {cluster}"
     return JobStatus(
         cluster=cluster, health="Unhealthy", phase=MISSING_PHASE, reason=reason,
         observed=MISSING_PHASE,
@@ -561,8 +585,32 @@ def missing_status(cluster: str, job: JobRef, found: bool) -> JobStatus:
 
 
 def is_ours(obj: Mapping[str, Any] | None, job: JobRef) -> bool:
-    """Whether a member object carries this fleet job's owner label."""
+    """Whether a member object carries this fleet job's owner label (any submission of
+    it: what a purge of the job deletes)."""
     return obj is not None and labels_of(obj).get(OWNER_LABEL) == job.owner_id
+
+
+def of_this_run(obj: Mapping[str, Any] | None, job: JobRef) -> bool:
+    """Whether a member object is this submission's: ours, and with its
+    ``fleetq.io/run-id`` (a JobRef without a run id takes any copy that is ours). A copy
+    of another submission — an earlier apply of the same name, which finished — is not:
+    bind replaces it and the watch does not read it as this job's."""
+    if not is_ours(obj, job):
+        return False
+    return not job.run_id or labels_of(obj or {}).get(RUN_LABEL) == run_label(job.run_id)
+
+
+def copy_key(labels: Mapping[str, Any]) -> str:
+    """Who a member copy belongs to, from its labels: ``<owner>`` or
+    ``<owner>/<run-id>`` (what a cache of finished copies keys them by)."""
+    owner = str(labels.get(OWNER_LABEL) or "")
+    run = str(labels.get(RUN_LABEL) or "")
+    return f"{owner}/{run}" if run else owner
+
+
+def job_copy_key(job: JobRef) -> str:
+    """:func:`copy_key` of the copies this JobRef's submission creates."""
+    return copy_key(job_labels(job))
 
 
 def _unschedulable_for(pod: Mapping[str, Any], now: float) -> tuple[float, str] | None:

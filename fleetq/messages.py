@@ -195,11 +195,15 @@ class HolderVerdict(BaseModel):
 
 class JobRef(BaseModel):
     """A fleet job as a member cluster knows it: its name and the workflow that owns
-    its copies (``owner_id`` is the ``fleetq.io/owner`` label value)."""
+    its copies (``owner_id`` is the ``fleetq.io/owner`` label value), and the submission
+    (``run_id``: the first run id of the workflow's continue-as-new chain, the
+    ``fleetq.io/run-id`` label): a copy of another submission is never adopted. ""
+    (a JobRef that names no submission): any copy of the owner is this job's."""
 
     namespace: str
     name: str
     workflow_id: str
+    run_id: str = ""
 
     @property
     def owner_id(self) -> str:

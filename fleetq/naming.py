@@ -26,6 +26,13 @@ KEYWORD_ATTRIBUTES = (SA_STATE, SA_CLUSTER, SA_QUEUE, SA_JOB, SA_NAMESPACE)
 INT_ATTRIBUTES = (SA_PRIORITY,)
 
 
+#: the workflow type of a job, and of the short run that deletes a finished job: it runs
+#: under the job's own workflow id, so the id is taken while it purges what the finished
+#: job left on the members, and the job is gone once it has
+JOB_WORKFLOW = "PyTorchJobWorkflow"
+JOB_PURGE_WORKFLOW = "PyTorchJobPurgeWorkflow"
+
+
 def job_workflow_id(namespace: str, name: str) -> str:
     return f"pytorchjob/{namespace}/{name}"
 

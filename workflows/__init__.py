@@ -13,6 +13,7 @@ from typing import Any
 _MODULES = {
     "QuotaTreeWorkflow": "workflows.quota_tree",
     "PyTorchJobWorkflow": "workflows.pytorch_job",
+    "PyTorchJobPurgeWorkflow": "workflows.job_purge",
     "FleetRegistryWorkflow": "workflows.fleet_registry",
 }
 

@@ -1,10 +1,12 @@
 """PyTorchJobs as the fleet runs them: one ``pytorchjob/<ns>/<name>`` workflow each.
 
 Starting a job starts its workflow (with the Web UI's summary, details and search
-attributes); reading one asks its ``status`` query while it runs and its result once it
-ended (a cancelled workflow is a deleted job: gone); listing reads Temporal visibility and
-queries the jobs concurrently, bounded. Deleting cancels the workflow, which purges every
-member copy and returns the quota; suspend and resume are signals.
+attributes); a new submission under the name of a finished job is a new run. Reading one
+asks its ``status`` query while it runs and its result once it ended (a cancelled
+workflow, or a purge run, is a deleted job: gone); listing reads Temporal visibility and
+queries the jobs concurrently, bounded. Deleting a running job cancels its workflow, which
+purges every member copy and returns the quota; deleting a finished one starts the purge
+run under its workflow id (``workflows/job_purge.py``). Suspend and resume are signals.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ from fleetq.admission import WaitInfo
 from fleetq.client.connection import REFUSAL_TYPES, has_search_attributes
 from fleetq.client.errors import ClientError, InvalidInput, NotFound
 from fleetq.client.registry import QUERY_TIMEOUT, get_registry
-from fleetq.messages import JobView
+from fleetq.messages import JobRef, JobView
 from fleetq.models import PyTorchJob, gang_of
 from fleetq.naming import (
+    JOB_PURGE_WORKFLOW,
+    JOB_WORKFLOW,
     SA_CLUSTER,
     SA_JOB,
     SA_NAMESPACE,
@@ -112,8 +116,10 @@ async def start_job(
     run_seconds: int | None = None,
     priority_classes: dict[str, int] | None = None,
 ) -> str:
-    """Start the job's workflow; ``created``, or ``unchanged (already exists)`` when a run
-    of it is still going."""
+    """Start the job's workflow; ``created`` (a new run, also under the name of a
+    finished job: it never adopts what the finished one left), or ``unchanged (already
+    exists)`` when a run of it is still going. :class:`ClientError` while a delete of
+    the job is still purging its member copies."""
     arg: dict[str, Any] = {"manifest": manifest}
     if run_seconds is not None:
         arg["run_seconds"] = run_seconds
@@ -122,7 +128,7 @@ async def start_job(
         extra["search_attributes"] = start_search_attributes(job, priority_classes)
     try:
         await client.start_workflow(
-            "PyTorchJobWorkflow",
+            JOB_WORKFLOW,
             arg,
             id=job_workflow_id(job.metadata.namespace, job.metadata.name),
             task_queue=TASK_QUEUE,
@@ -133,8 +139,25 @@ async def start_job(
             **extra,
         )
     except WorkflowAlreadyStartedError:
+        ns, name = job.metadata.namespace, job.metadata.name
+        desc = await _describe(client, job_workflow_id(ns, name))
+        if desc is not None and desc.workflow_type == JOB_PURGE_WORKFLOW:
+            raise ClientError(
+                f"error: PyTorchJob {ns}/{name} is being deleted (its member copies are "
+                "being purged): apply it again once `fleetq delete` has returned"
+            ) from None
         return "unchanged (already exists)"
     return "created"
+
+
+async def _describe(client: Client, workflow_id: str) -> Any:
+    """The latest run's description, or None when the id was never used."""
+    try:
+        return await client.get_workflow_handle(workflow_id).describe(rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
 
 
 # --------------------------------------------------------------------------- read
@@ -156,9 +179,10 @@ def _sa(execution: Any, key: str) -> str | None:
 
 async def view_of(client: Client, workflow_id: str, status: WorkflowExecutionStatus | None,
                   started: datetime | None, execution: Any = None) -> JobView | None:
-    """The job's view for one execution, or None when it was deleted (cancelled)."""
+    """The job's view for one execution, or None when it was deleted (cancelled, or its
+    latest run is the purge run of a delete)."""
     parsed = parse_job_workflow_id(workflow_id)
-    if parsed is None:
+    if parsed is None or getattr(execution, "workflow_type", None) == JOB_PURGE_WORKFLOW:
         return None
     ns, name = parsed
     handle = client.get_workflow_handle(workflow_id)
@@ -214,18 +238,14 @@ async def _failed_view(handle: Any, ns: str, name: str, started: datetime | None
 
 async def existing_job(client: Client, namespace: str, name: str
                        ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionStatus | None]:
-    """The job's workflow handle and status; :class:`NotFound` when it was never applied
-    or was deleted (its workflow cancelled)."""
-    handle = client.get_workflow_handle(job_workflow_id(namespace, name))
-    try:
-        desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise NotFound(JOB_RESOURCE, name) from None
-        raise
-    if desc.status == WorkflowExecutionStatus.CANCELED:
+    """The job's workflow handle (its latest run's) and status; :class:`NotFound` when
+    it was never applied or was deleted (its workflow cancelled, or a purge run)."""
+    wid = job_workflow_id(namespace, name)
+    desc = await _describe(client, wid)
+    if (desc is None or desc.status == WorkflowExecutionStatus.CANCELED
+            or desc.workflow_type == JOB_PURGE_WORKFLOW):
         raise NotFound(JOB_RESOURCE, name)
-    return handle, desc.status
+    return client.get_workflow_handle(wid, run_id=desc.run_id), desc.status
 
 
 async def get_job(client: Client, namespace: str, name: str) -> JobView | None:
@@ -252,7 +272,8 @@ async def list_jobs(client: Client, namespace: str | None) -> list[JobView]:
     """Every existing job (latest run per id), optionally in one namespace, sorted by
     namespace and name."""
     latest: dict[str, WorkflowExecution] = {}
-    async for ex in client.list_workflows('WorkflowType = "PyTorchJobWorkflow"'):
+    query = f'WorkflowType = "{JOB_WORKFLOW}" OR WorkflowType = "{JOB_PURGE_WORKFLOW}"'
+    async for ex in client.list_workflows(query):
         parsed = parse_job_workflow_id(ex.id)
         if parsed is None or (namespace is not None and parsed[0] != namespace):
             continue
@@ -323,22 +344,61 @@ async def waiting_queues(client: Client, views: list[JobView]) -> dict[tuple[str
 
 async def delete_job(client: Client, namespace: str, name: str, *, wait: bool,
                      timeout: float) -> None:
-    """Delete a job: cancel its workflow (which purges every member copy and returns its
-    quota) and, with ``wait``, return once that is done. A finished job is forgotten, as
-    deleting a completed Kubernetes object is. :class:`NotFound` when there is no job;
-    :class:`ClientError` when the purge outlasts ``timeout`` (it continues)."""
-    handle, status = await existing_job(client, namespace, name)
-    if status != WorkflowExecutionStatus.RUNNING:
-        return
-    await handle.cancel()
+    """Delete a job and, with ``wait``, return once every member copy is purged. A
+    running job's workflow is cancelled (it purges its copies and returns its quota). A
+    finished one (Succeeded, Failed, refused, terminated) cannot run activities any more:
+    the purge run (``workflows/job_purge.py``) starts under its workflow id and deletes
+    what it left on every member; once it completed the job is gone from every view, as a
+    deleted Kubernetes object is. A delete already under way is waited for (idempotent).
+    :class:`NotFound` when there is no job; :class:`ClientError` when the purge outlasts
+    ``timeout`` (it continues) or fails."""
+    wid = job_workflow_id(namespace, name)
+    handle: WorkflowHandle[Any, Any] | None = None
+    for _ in range(5):  # an apply or another delete may win a race: look again
+        desc = await _describe(client, wid)
+        purging = desc is not None and desc.workflow_type == JOB_PURGE_WORKFLOW
+        running = desc is not None and desc.status == WorkflowExecutionStatus.RUNNING
+        if desc is None or desc.status == WorkflowExecutionStatus.CANCELED or (
+                purging and not running):
+            raise NotFound(JOB_RESOURCE, name)
+        if purging:  # a delete of the finished job is under way: wait for it
+            handle = client.get_workflow_handle(wid, run_id=desc.run_id)
+            break
+        if running:
+            handle = client.get_workflow_handle(wid, run_id=desc.run_id)
+            await handle.cancel()
+            break
+        try:
+            started = await client.start_workflow(
+                JOB_PURGE_WORKFLOW,
+                JobRef(namespace=namespace, name=name, workflow_id=wid),
+                id=wid,
+                task_queue=TASK_QUEUE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                static_summary=f"delete finished PyTorchJob {namespace}/{name}: purge "
+                               "what it left on the members",
+            )
+        except WorkflowAlreadyStartedError:
+            continue
+        handle = client.get_workflow_handle(wid, run_id=started.result_run_id)
+        break
+    if handle is None:
+        raise ClientError(f"error: PyTorchJob {namespace}/{name} kept changing while being "
+                          "deleted; try again")
     if not wait:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         desc = await handle.describe()
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            return
-        await asyncio.sleep(0.2)
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            await asyncio.sleep(0.2)
+            continue
+        if desc.workflow_type == JOB_PURGE_WORKFLOW and (
+                desc.status != WorkflowExecutionStatus.COMPLETED):
+            raise ClientError(f"error: PyTorchJob {namespace}/{name}: purging its member "
+                              f"copies ended {desc.status.name if desc.status else '?'}")
+        return
     raise ClientError(f"error: timed out after {timeout:g}s waiting for PyTorchJob "
                       f"{namespace}/{name} to purge its member copies (it continues "
                       "in the background)")
