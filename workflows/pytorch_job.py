@@ -210,7 +210,10 @@ class PyTorchJobWorkflow:
                 raise invalid_input(str(exc)) from None
         self._job = job
         self._input = inp
-        self._ref = JobRef(namespace=ns, name=name, workflow_id=expected)
+        # the submission (survives continue-as-new): its copies carry it, so a later
+        # apply of this name never adopts them (fleetq.io/run-id)
+        self._ref = JobRef(namespace=ns, name=name, workflow_id=expected,
+                           run_id=workflow.info().first_execution_run_id)
         self._sa_last = _search_attributes_at_start()
 
         if inp.progress is not None:
