@@ -65,7 +65,7 @@ from fleetq.models import (
     Toleration,
     parse_policy,
 )
-from fleetq.naming import REGISTRY_WORKFLOW_ID
+from fleetq.naming import JOB_PURGE_WORKFLOW, REGISTRY_WORKFLOW_ID
 from fleetq.placement import ClusterChoice, RejectionCode, place_gang
 from fleetq.preemption import PreemptionMode, RunningGang, plan_capacity_preemption
 from fleetq.registry import RegistryState, resolve_from_state
@@ -300,7 +300,9 @@ class SchedulingActivities:
                     if exc.status == RPCStatusCode.NOT_FOUND:
                         return True
                     raise
-                return desc.status != WorkflowExecutionStatus.RUNNING
+                # a purge run under a job's id is a deleted job: it holds nothing
+                return (desc.status != WorkflowExecutionStatus.RUNNING
+                        or desc.workflow_type == JOB_PURGE_WORKFLOW)
 
         flags = await asyncio.gather(*(gone(w) for w in inp.workflow_ids))
         return HolderVerdict(gone=[w for w, g in zip(inp.workflow_ids, flags, strict=True) if g])

@@ -98,6 +98,23 @@ def test_a_new_submission_replaces_the_finished_copy_with_new_pods(
     assert ma.status(first).phase == "Missing"
 
 
+def test_a_reserved_bind_replaces_the_earlier_copy_too(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    """A bind with Reservations creates without the bind Lease: its AlreadyExists answer
+    is checked the same way, so the finished copy is replaced there as well."""
+    base = job_factory("rerunres")
+    first, second = submission(base, RUN_1), submission(base, RUN_2)
+    ma.bind(BindRequest(job=first, manifest=manifest(first), run_seconds=1))
+    eventually(succeeded(ma, first), timeout_s=20)
+    old = copy_of(ma, first)
+    assert old is not None
+    result = ma.bind(BindRequest(job=second, manifest=manifest(second), reserved=True))
+    assert result.created and result.uid != old["metadata"]["uid"]
+    new = copy_of(ma, second)
+    assert new is not None and new["metadata"]["labels"][RUN_LABEL] == RUN_2
+
+
 def test_a_retry_of_the_same_submission_adopts_its_own_copy(
     ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
 ) -> None:
