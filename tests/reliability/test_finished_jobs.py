@@ -53,9 +53,10 @@ def member_state(stack: Stack, name: str) -> dict[str, Any]:
             copy = None
         pods = api.sanitize_for_serialization(client.CoreV1Api(api).list_namespaced_pod(
             NS, label_selector=f"{KF_JOB_NAME}={name}"))["items"]
-        res = objects.list_cluster_custom_object(
+        listed: Any = objects.list_cluster_custom_object(
             "scheduling.koordinator.sh", "v1alpha1", "reservations",
-            label_selector=f"{OWNER_LABEL}={owner}")["items"]
+            label_selector=f"{OWNER_LABEL}={owner}")
+        res = listed["items"]
     return {"copy": copy, "pods": {p["metadata"]["uid"]: p for p in pods},
             "reservations": res}
 
