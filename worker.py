@@ -716,7 +716,7 @@ class WorkerArgs:
     set_current_if_none: bool | None = None
 
 
-_cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+_cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
 
 @_cli.command(help="The fleetq worker: job workflows and activities on the fleetq task "
@@ -776,12 +776,13 @@ def _options(
         set_current_if_none=set_current_if_none))
 
 
-def parse_args(argv: Sequence[str] | None = None) -> WorkerArgs:
+def parse_args(argv: Sequence[str] | None = None, prog_name: str | None = None) -> WorkerArgs:
     """The worker's options from ``argv`` (default: the process's arguments). Like any
-    command line it exits after ``--help`` (0) and on a bad option (2, with the usage)."""
+    command line it exits after ``--help`` (0) and on a bad option (2, with the usage,
+    which names ``prog_name``: default the program's file name)."""
     parsed: list[WorkerArgs] = []
     try:
-        _cli(args=None if argv is None else list(argv), obj=parsed)
+        _cli(args=None if argv is None else list(argv), obj=parsed, prog_name=prog_name)
     except SystemExit:
         if not parsed:
             raise
@@ -790,8 +791,8 @@ def parse_args(argv: Sequence[str] | None = None) -> WorkerArgs:
     return parsed[0]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog_name: str | None = None) -> int:
+    args = parse_args(argv, prog_name)
     logging.basicConfig(
         level=os.environ.get("FLEETQ_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -9,10 +9,13 @@ from collections.abc import Sequence
 
 import typer
 
+from fleetq.cli.context import help_settings
+
 
 def bench_app() -> typer.Typer:
-    """A one-command typer app for a benchmark."""
-    return typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    """A one-command typer app for a benchmark, with the CLI's help layout."""
+    return typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                       rich_markup_mode=None, context_settings=help_settings())
 
 
 def help_text(doc: str | None) -> str:

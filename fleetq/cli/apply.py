@@ -8,10 +8,14 @@ one kubectl line per object.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from fleetq.cli.context import get_client, guarded, run
-from fleetq.client.apply import Applied, apply_objects, load_for_apply
+
+if TYPE_CHECKING:
+    from fleetq.client.apply import Applied
 
 
 def register(app: typer.Typer) -> None:
@@ -26,6 +30,8 @@ def register(app: typer.Typer) -> None:
             help="Emulator hint: the job's pods finish after this many seconds."),
     ) -> None:
         """Apply ElasticQuotaTrees, PriorityClasses, PropagationPolicies and PyTorchJobs."""
+        from fleetq.client.apply import apply_objects, load_for_apply
+
         warnings: list[str] = []
         objects, classes, notes = load_for_apply(files, warnings=warnings)
         for note in notes:

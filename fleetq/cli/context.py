@@ -14,7 +14,6 @@ Every command takes ``--state-dir DIR`` (same as ``FLEETQ_STATE_DIR=DIR``; defau
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import inspect
@@ -22,15 +21,12 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
 
 import typer
-from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
-from fleetq.client.connection import DEFAULT_ADDRESS, connect
 from fleetq.client.errors import ClientError
-from fleetq.runtime.embedded import (  # noqa: F401 - re-exported for the commands
+from fleetq.runtime.fleet_info import (  # noqa: F401 - re-exported for the commands
     INFO_FILE,
     LOCK_FILE,
     STATE_DIR_ENV,
@@ -40,6 +36,10 @@ from fleetq.runtime.embedded import (  # noqa: F401 - re-exported for the comman
     read_info,
     write_info,
 )
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+    from temporalio.service import RPCError
 
 T = TypeVar("T")
 
@@ -69,11 +69,17 @@ def temporal_address() -> str | None:
     if os.environ.get("TEMPORAL_ADDRESS"):
         return None
     info = read_info()
-    return info.address if info else DEFAULT_ADDRESS
+    return info.address if info else _default_address()
+
+
+def _default_address() -> str:
+    from fleetq.client.connection import DEFAULT_ADDRESS
+
+    return DEFAULT_ADDRESS
 
 
 def shown_address() -> str:
-    return os.environ.get("TEMPORAL_ADDRESS") or temporal_address() or DEFAULT_ADDRESS
+    return os.environ.get("TEMPORAL_ADDRESS") or temporal_address() or _default_address()
 
 
 def fleet_config_path() -> str:
@@ -97,6 +103,8 @@ def no_fleet_error(address: str | None = None) -> CliError:
 
 async def get_client() -> Client:
     """Connect with the pydantic data converter, or fail with the one-line no-fleet error."""
+    from fleetq.client.connection import connect
+
     try:
         return await connect(temporal_address())
     except RuntimeError as exc:
@@ -105,7 +113,18 @@ async def get_client() -> Client:
         raise
 
 
+def _rpc_error(exc: BaseException) -> RPCError | None:
+    """``exc`` when it is Temporal's RPCError. Commands import the Temporal client only
+    when they talk to Temporal, so without ``temporalio.service`` loaded it cannot be."""
+    service = sys.modules.get("temporalio.service")
+    if service is not None and isinstance(exc, service.RPCError):
+        return exc
+    return None
+
+
 def _rpc_message(exc: RPCError) -> str:
+    from temporalio.service import RPCStatusCode
+
     if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
         return no_fleet_error().message
     return f"error: {exc.message}"
@@ -113,16 +132,21 @@ def _rpc_message(exc: RPCError) -> str:
 
 def run(fn: Callable[[], Awaitable[T]]) -> T:
     """Run one command's coroutine; known failures become one line on stderr + exit code."""
+    import asyncio
+
     try:
         return asyncio.run(_guard(fn))
     except ClientError as exc:
         typer.echo(exc.message, err=True)
         raise typer.Exit(exit_code(exc)) from None
-    except RPCError as exc:
-        typer.echo(_rpc_message(exc), err=True)
-        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    except Exception as exc:
+        rpc = _rpc_error(exc)
+        if rpc is None:
+            raise
+        typer.echo(_rpc_message(rpc), err=True)
+        raise typer.Exit(1) from None
 
 
 async def _guard(fn: Callable[[], Awaitable[T]]) -> T:
@@ -141,10 +165,11 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         except ClientError as exc:
             typer.echo(exc.message, err=True)
             raise typer.Exit(exit_code(exc)) from None
-        except RPCError as exc:
-            typer.echo(_rpc_message(exc), err=True)
-            raise typer.Exit(1) from None
         except Exception as exc:  # a bug of ours must still not print a traceback
+            rpc = _rpc_error(exc)
+            if rpc is not None:
+                typer.echo(_rpc_message(rpc), err=True)
+                raise typer.Exit(1) from None
             if os.environ.get("FLEETQ_DEBUG"):
                 raise
             typer.echo(f"error: {type(exc).__name__}: {exc}", err=True)
@@ -157,6 +182,20 @@ def is_tty() -> bool:
     with contextlib.suppress(Exception):
         return sys.stdout.isatty()
     return False
+
+
+#: the widest help text (click's default is 80 columns, wrapping option help early)
+HELP_WIDTH = 120
+
+
+def help_settings() -> dict[str, Any]:
+    """click context settings for ``--help``: plain text (no rich panels that cut option
+    names to fit), as wide as the terminal up to :data:`HELP_WIDTH`, and that wide when
+    not on a terminal (a pipe, a file)."""
+    import shutil
+
+    columns = shutil.get_terminal_size((HELP_WIDTH, 24)).columns if is_tty() else HELP_WIDTH
+    return {"terminal_width": columns, "max_content_width": HELP_WIDTH}
 
 
 # --------------------------------------------------------------------------- --state-dir

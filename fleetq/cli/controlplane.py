@@ -26,7 +26,8 @@ from fleetq.emulator.kubeconfig import write_private
 from fleetq.topology import TopologyError, default_topology, load_topology
 
 app = typer.Typer(help="Real control planes (etcd, kube-apiserver, kube-scheduler) built "
-                       "from Go modules.", no_args_is_help=True)
+                       "from Go modules.", no_args_is_help=True,
+                  rich_markup_mode=None)
 
 DEFAULT_DIR = Path("~/.fleetq/controlplane").expanduser()
 #: Written into --out-dir once every member is up (kubeconfig, fleet config, URLs).

@@ -14,9 +14,7 @@ import typer
 
 from fleetq.cli.context import CliError, get_client, guarded, run
 from fleetq.cli.get import resource_kind
-from fleetq.client.apply import RESOURCE_NAMES, delete_object, delete_objects, load_for_apply
 from fleetq.client.errors import ClientError
-from fleetq.client.registry import get_registry
 
 #: what ``delete`` accepts (after alias resolution) and the registry kind it names
 KINDS = {
@@ -28,6 +26,8 @@ KINDS = {
 
 
 def deleted_line(kind: str, name: str) -> str:
+    from fleetq.client.apply import RESOURCE_NAMES
+
     return f'{RESOURCE_NAMES[kind]} "{name}" deleted'
 
 
@@ -55,6 +55,9 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait"),
     ) -> None:
         """Delete PyTorchJobs (purging member copies), policies, classes or the tree."""
+        from fleetq.client.apply import delete_object, delete_objects, load_for_apply
+        from fleetq.client.registry import get_registry
+
         if files:
             if resource:
                 raise CliError("error: names cannot be provided when a path is specified")

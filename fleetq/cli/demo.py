@@ -17,33 +17,28 @@ import time
 import urllib.parse
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
-from temporalio.client import Client
 
-from fleetq.cli.context import CliError, guarded, is_tty
+from fleetq.cli.context import guarded, is_tty
 from fleetq.cli.describe import describe_job
 from fleetq.cli.get import show_get
-from fleetq.cli.up import Members, progress_printer, start_and_announce
-from fleetq.client.apply import apply_objects, load_for_apply
-from fleetq.client.connection import connect
-from fleetq.client.jobs import get_job
-from fleetq.messages import JobView
-from fleetq.runtime.embedded import EmbeddedFleet
-from fleetq.runtime.supervisor import free_port
+from fleetq.cli.up import (  # noqa: F401 - WALKTHROUGH, walkthrough_dir: also from here
+    WALKTHROUGH,
+    Members,
+    progress_printer,
+    start_and_announce,
+    walkthrough_dir,
+)
 
-WALKTHROUGH = ("elasticquotatree.yaml", "propagationpolicy-gang-queue.yaml", "pytorch-test.yaml")
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from fleetq.messages import JobView
+    from fleetq.runtime.embedded import EmbeddedFleet
+
 JOB_NS, JOB_NAME = "default", "pytorch-test"
-
-
-def walkthrough_dir() -> Path:
-    """The repo's ``examples/`` (editable install), else the copy shipped in the package."""
-    package = Path(__file__).resolve().parents[1]
-    for candidate in (package.parent / "examples", package / "data" / "walkthrough"):
-        if all((candidate / f).is_file() for f in WALKTHROUGH):
-            return candidate
-    raise CliError("error: the walkthrough manifests are missing (examples/ or "
-                   "fleetq/data/walkthrough/)")
 
 
 def job_ready(view: JobView | None) -> bool:
@@ -64,6 +59,8 @@ def _say(command: str) -> None:
 
 
 async def _wait_running(client: Client, timeout: float) -> JobView | None:
+    from fleetq.client.jobs import get_job
+
     deadline = time.monotonic() + timeout
     last = ""
     view: JobView | None = None
@@ -99,6 +96,9 @@ async def _wait_running(client: Client, timeout: float) -> JobView | None:
 
 
 async def run_demo(fleet: EmbeddedFleet, examples: Path, timeout: float) -> bool:
+    from fleetq.client.apply import apply_objects, load_for_apply
+    from fleetq.client.connection import connect
+
     client = await connect(fleet.address)
     shown = examples.relative_to(Path.cwd()) if examples.is_relative_to(Path.cwd()) else examples
     for file in WALKTHROUGH:
@@ -165,6 +165,9 @@ def register(app: typer.Typer) -> None:
                  "built from Go modules, pods bound by the real kube-scheduler"),
     ) -> None:
         """Run the walkthrough end to end on a fresh embedded fleet (exit 0 = it works)."""
+        from fleetq.runtime.embedded import EmbeddedFleet
+        from fleetq.runtime.supervisor import free_port
+
         examples = walkthrough_dir()
         # Ctrl-C and SIGTERM both end the demo through the cleanup below (even when the
         # shell started us with SIGINT ignored, as background jobs are).
@@ -180,10 +183,13 @@ def register(app: typer.Typer) -> None:
         try:
             start_and_announce(fleet, finish)
             ok = asyncio.run(run_demo(fleet, examples, timeout))
-            typer.echo(f"Web UI of the job: {job_url(fleet.ui_url)}")
-            if keep:
+            if keep:  # a link only to a fleet that is still there
+                typer.echo(f"Web UI of the job: {job_url(fleet.ui_url)}")
                 typer.echo(f"fleet kept running (TEMPORAL_ADDRESS={fleet.address}); "
                            "Ctrl-C to stop")
+            else:
+                typer.echo("stopping the demo's fleet (fleetq demo --keep keeps it running, "
+                           "with its Web UI)", err=True)
                 try:
                     while fleet.check() is None:
                         time.sleep(0.5)

@@ -6,31 +6,68 @@ and the quota short, or each cluster's placement rejection) and its Events.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from temporalio.client import Client
 
 from fleetq.cli.context import CliError, get_client, guarded, run
 from fleetq.cli.get import pod_rows, resource_kind
-from fleetq.cli.member_views import (
-    MemberSnapshot,
-    copies_line,
-    member_pod_rows,
-    read_members,
-)
 from fleetq.cli.output import age, plain_table
-from fleetq.client.jobs import require_job, wait_info
-from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
+
+if TYPE_CHECKING:  # describe imports the client library and the core when it runs
+    from temporalio.api.workflow.v1 import WorkflowExecutionInfo
+    from temporalio.client import Client
+
+    from fleetq.cli.member_views import MemberSnapshot
+    from fleetq.messages import JobView
 
 EVENT_SOURCE = "fleetq-scheduler"
 
 
+def build_text(info: WorkflowExecutionInfo) -> str | None:
+    """The worker build the job's workflow runs on, from Temporal's own description of
+    it (``DescribeWorkflowExecution``): its Worker Deployment Version and versioning
+    behavior (``versioning_info``: ``deployment_version``, else the deprecated
+    ``version`` string ``<deployment>.<build>``, plus a ``versioning_override``), else the
+    build id of the older Build-ID-based versioning; None for an unversioned workflow."""
+    from temporalio.api.enums.v1 import VersioningBehavior
+
+    def behavior_name(value: int) -> str:
+        name = VersioningBehavior.Name(value)  # type: ignore[arg-type]
+        name = name.removeprefix("VERSIONING_BEHAVIOR_")
+        return name.replace("_", " ").title().replace(" ", "")  # AUTO_UPGRADE: AutoUpgrade
+
+    if info.HasField("versioning_info"):
+        vi = info.versioning_info
+        deployment, build = vi.deployment_version.deployment_name, vi.deployment_version.build_id
+        if not build and vi.version:
+            deployment, _, build = vi.version.rpartition(".")
+        notes: list[str] = []
+        if deployment:
+            notes.append(f"deployment {deployment}")
+        if vi.behavior:
+            notes.append(behavior_name(vi.behavior))
+        if vi.HasField("versioning_override"):
+            override = vi.versioning_override
+            pinned = override.pinned.version if override.HasField("pinned") else None
+            if pinned is not None and pinned.build_id:
+                notes.append(f"override: pinned to {pinned.build_id}")
+            elif override.behavior:
+                notes.append(f"override: {behavior_name(override.behavior)}")
+        if build:
+            return f"{build} ({', '.join(notes)})" if notes else build
+    build = info.assigned_build_id or info.most_recent_worker_version_stamp.build_id
+    return build or None
+
+
 def describe_lines(view: JobView, waiting: Any | None = None,
-                   members: MemberSnapshot | None = None) -> list[str]:
+                   members: MemberSnapshot | None = None, build: str | None = None) -> list[str]:
     """The text of ``describe pytorchjob`` for one job view; with ``members`` (what the
-    member clusters report) its Copies line and Pods section come from the members."""
+    member clusters report) its Copies line and Pods section come from the members; with
+    ``build`` (:func:`build_text`) a ``Build:`` line."""
+    from fleetq.cli.member_views import copies_line, member_pod_rows
+
     out: list[str] = []
 
     def field(label: str, value: Any) -> None:
@@ -40,6 +77,8 @@ def describe_lines(view: JobView, waiting: Any | None = None,
     field("Namespace", view.namespace)
     field("Kind", "PyTorchJob (kubeflow.org/v1)")
     field("Workflow", job_workflow_id(view.namespace, view.name))
+    if build:
+        field("Build", build)
     if view.summary:
         field("Spec", view.summary)
     gang = getattr(view, "gang", None)
@@ -110,13 +149,29 @@ async def describe_job(client: Client, namespace: str, name: str,
     """``describe pytorchjob``: the job's workflow view, its queue position when it
     waits, and its copies and pods as the member clusters of ``fleet_config`` (default:
     ``FLEETQ_CONFIG`` or the running ``fleetq up``) report them."""
-    view, members = await asyncio.gather(
+    from fleetq.cli.member_views import read_members
+    from fleetq.client.jobs import require_job, wait_info
+
+    view, members, build = await asyncio.gather(
         require_job(client, namespace, name),
-        asyncio.to_thread(read_members, namespace, fleet_config))
+        asyncio.to_thread(read_members, namespace, fleet_config),
+        _build(client, namespace, name))
     waiting = None
     if view.state == "Queued" or (view.queued and not view.admitted):
         waiting = await wait_info(client, view)
-    return describe_lines(view, waiting, members)
+    return describe_lines(view, waiting, members, build)
+
+
+async def _build(client: Client, namespace: str, name: str) -> str | None:
+    """:func:`build_text` of the job's workflow; None when Temporal cannot describe it
+    (``require_job`` reports a missing job)."""
+    from temporalio.service import RPCError
+
+    try:
+        described = await client.get_workflow_handle(job_workflow_id(namespace, name)).describe()
+    except RPCError:
+        return None
+    return build_text(described.raw_description.workflow_execution_info)
 
 
 def register(app: typer.Typer) -> None:

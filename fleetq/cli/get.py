@@ -13,19 +13,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from temporalio.client import Client
 
 from fleetq.cli.context import CliError, fleet_config_path, get_client, guarded, run
-from fleetq.cli.member_views import (
-    MemberSnapshot,
-    member_copy_rows,
-    member_pod_objects,
-    member_pod_rows,
-    read_members,
-)
 from fleetq.cli.output import (
     age,
     as_list,
@@ -35,12 +27,13 @@ from fleetq.cli.output import (
     print_table,
 )
 from fleetq.client.errors import NotFound
-from fleetq.client.jobs import list_jobs, require_job, waiting_queues
-from fleetq.client.members import member_jobs
-from fleetq.client.registry import PLURALS, get_registry, quota_view
-from fleetq.member_contract import job_phase
-from fleetq.messages import JobView, QuotaView
 from fleetq.naming import job_workflow_id
+
+if TYPE_CHECKING:  # the commands import the client library and the core when they run
+    from temporalio.client import Client
+
+    from fleetq.cli.member_views import MemberSnapshot
+    from fleetq.messages import JobView, QuotaView
 
 # kubectl-style names and aliases of what `get`/`describe`/`delete` understand.
 ALIASES = {
@@ -209,10 +202,14 @@ class GetArgs:
 
 
 async def _members(args: GetArgs) -> MemberSnapshot | None:
+    from fleetq.cli.member_views import read_members
+
     return await asyncio.to_thread(read_members, args.ns, args.fleet_config)
 
 
 async def _get_pytorchjobs(client: Client, args: GetArgs) -> None:
+    from fleetq.client.jobs import list_jobs, require_job, waiting_queues
+
     if args.name is not None:
         views = [await require_job(client, args.ns or "default", args.name)]
     else:
@@ -222,6 +219,8 @@ async def _get_pytorchjobs(client: Client, args: GetArgs) -> None:
         if snap is None:
             headers, rows = copy_rows(views, args.all_namespaces)
         else:
+            from fleetq.cli.member_views import member_copy_rows
+
             headers, rows = member_copy_rows(views, snap, args.all_namespaces,
                                              orphans=args.name is None)
         if rows:
@@ -235,6 +234,9 @@ async def _get_pytorchjobs(client: Client, args: GetArgs) -> None:
 
 
 async def _get_pods(client: Client, args: GetArgs) -> None:
+    from fleetq.cli.member_views import member_pod_objects, member_pod_rows
+    from fleetq.client.jobs import list_jobs
+
     views, snap = await asyncio.gather(list_jobs(client, args.ns), _members(args))
     wide = args.output == "wide"
     if snap is None:
@@ -258,6 +260,8 @@ async def _get_pods(client: Client, args: GetArgs) -> None:
 
 
 async def _get_queues(client: Client, args: GetArgs) -> None:
+    from fleetq.client.registry import quota_view
+
     qns = args.namespace or "kube-queue"
     found = await quota_view(client)
     if qns != "kube-queue" and not args.all_namespaces:
@@ -286,6 +290,8 @@ async def _get_queues(client: Client, args: GetArgs) -> None:
 
 
 async def _get_policies(client: Client, args: GetArgs) -> None:
+    from fleetq.client.registry import PLURALS, get_registry
+
     reg = await get_registry(client)
     ns, name = args.ns, args.name
     items = []
@@ -319,6 +325,8 @@ async def _get_policies(client: Client, args: GetArgs) -> None:
 
 
 async def _get_priority_classes(client: Client, args: GetArgs) -> None:
+    from fleetq.client.registry import PLURALS, get_registry
+
     reg = await get_registry(client)
     pcs = sorted((reg.priority_classes if reg else {}).items())
     if args.name is not None:
@@ -336,6 +344,8 @@ async def _get_priority_classes(client: Client, args: GetArgs) -> None:
 
 
 async def _get_tree(client: Client, args: GetArgs) -> None:
+    from fleetq.client.registry import PLURALS, get_registry, quota_view
+
     reg = await get_registry(client)
     found = await quota_view(client)
     tree = found.tree if found else (reg.tree if reg else None)
@@ -390,7 +400,8 @@ async def show_get(
 def show_member(kind: str, name: str | None, cluster: str, namespace: str | None,
                 output: str | None) -> None:
     """``get pytorchjob [NAME] -m CLUSTER``: the member cluster's own object(s)."""
-
+    from fleetq.client.members import member_jobs
+    from fleetq.member_contract import job_phase
     if kind != "pytorchjob":
         raise CliError("error: -m/--member-cluster is supported for pytorchjob only")
     items = member_jobs(fleet_config_path(), cluster, namespace, name)

@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import typer
-import yaml
 
 from fleetq.cli.context import CliError, is_tty
 from fleetq.kube_values import human_duration, parse_rfc3339
@@ -75,6 +74,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 def dump(obj: Any, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(obj, indent=2, default=str)
+    import yaml
+
     return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
 
 

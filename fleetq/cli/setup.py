@@ -11,14 +11,7 @@ from __future__ import annotations
 import typer
 
 from fleetq.cli.context import get_client, guarded, run
-from fleetq.client.connection import (
-    deployment_name_from_env,
-    describe_deployment,
-    ensure_search_attributes,
-    set_current_version,
-)
 from fleetq.client.errors import InvalidInput
-from fleetq.client.registry import registry
 
 
 def register(app: typer.Typer) -> None:
@@ -35,6 +28,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Register fleetq's search attributes, start the registry workflow and, with
         --set-current, route new workflows to a build."""
+        from fleetq.client.connection import (
+            deployment_name_from_env,
+            describe_deployment,
+            ensure_search_attributes,
+            set_current_version,
+        )
+        from fleetq.client.registry import registry
+
 
         async def body() -> tuple[str, str, list[str], str | None]:
             client = await get_client()

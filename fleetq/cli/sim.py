@@ -26,7 +26,7 @@ from fleetq.emulator.fleet import INFO_FILE, Emulator, EmulatorError
 from fleetq.topology import TopologyError, default_topology, load_topology
 
 app = typer.Typer(help="Member-cluster emulator (loopback Kubernetes API servers).",
-                  no_args_is_help=True)
+                  no_args_is_help=True, rich_markup_mode=None)
 
 DEFAULT_DIR = Path(os.environ.get("FLEETQ_SIM_DIR", "~/.fleetq/sim")).expanduser()
 

@@ -10,7 +10,6 @@ import typer
 
 from fleetq.cli.context import CliError, get_client, guarded, run
 from fleetq.cli.get import resource_kind
-from fleetq.client.jobs import JOB_RESOURCE, JobSignal, signal_job
 
 PAST = {"suspend": "suspended", "resume": "resumed"}
 
@@ -26,6 +25,8 @@ def register(app: typer.Typer) -> None:
             namespace: str = typer.Option("default", "-n", "--namespace"),
             _verb: str = typer.Option(verb, hidden=True),
         ) -> None:
+            from fleetq.client.jobs import JOB_RESOURCE, JobSignal, signal_job
+
             if resource_kind(resource) != "pytorchjob":
                 raise CliError(f"error: only a pytorchjob can be {PAST[_verb]}")
             signal: JobSignal = "suspend" if _verb == "suspend" else "resume"

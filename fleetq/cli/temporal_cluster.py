@@ -23,7 +23,8 @@ from fleetq.temporal_cluster.config import Layout
 from fleetq.temporal_cluster.runner import ClusterError, TemporalCluster
 
 app = typer.Typer(help="A production-shaped Temporal (PostgreSQL, one process per "
-                       "service) built from go.temporal.io/server.", no_args_is_help=True)
+                       "service) built from go.temporal.io/server.", no_args_is_help=True,
+                  rich_markup_mode=None)
 
 DEFAULT_DIR = Path("~/.fleetq/temporal-cluster").expanduser()
 #: written into --state-dir once the cluster serves (address, pids, ports, logs)

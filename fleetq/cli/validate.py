@@ -8,10 +8,12 @@ terminal; on a terminal, OK lines are green and problems red.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
-from fleetq.manifests import load_manifests
-from fleetq.models import FleetObject
+if TYPE_CHECKING:
+    from fleetq.models import FleetObject
 
 
 def _ref(obj: FleetObject) -> str:
@@ -32,6 +34,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Validate manifests (ElasticQuotaTree, PropagationPolicy, PyTorchJob,
         PriorityClass) without contacting any cluster."""
+        from fleetq.manifests import load_manifests
+
         try:
             result = load_manifests(files)
         except Exception as exc:  # a bug of ours must still not print a traceback

@@ -23,4 +23,4 @@ def register(app: typer.Typer) -> None:
         """Run a fleetq worker (python worker.py); --help lists its options."""
         import worker as worker_module
 
-        raise typer.Exit(worker_module.main(list(ctx.args)))
+        raise typer.Exit(worker_module.main(list(ctx.args), prog_name=ctx.command_path))

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -28,67 +28,20 @@ from typing import Any
 from fleetq.client.connection import connect, ensure_search_attributes, temporal_cli_path
 from fleetq.client.registry import registry
 from fleetq.naming import INT_ATTRIBUTES, KEYWORD_ATTRIBUTES, TASK_QUEUE
+from fleetq.runtime.fleet_info import (  # noqa: F401 - the fleetq.json contract, re-exported
+    INFO_FILE,
+    LOCK_FILE,
+    STATE_DIR_ENV,
+    FleetInfo,
+    default_state_dir,
+    pid_alive,
+    read_info,
+    write_info,
+)
 from fleetq.runtime.supervisor import Child, port_in_use, spawn_child
 
 Progress = Callable[[str], None]
-STATE_DIR_ENV = "FLEETQ_STATE_DIR"
-INFO_FILE = "fleetq.json"
-LOCK_FILE = "fleetq.lock"
-
-
-def default_state_dir() -> Path:
-    return Path(os.environ.get(STATE_DIR_ENV) or "~/.fleetq").expanduser()
-
 FLEETQ_CLI = "from fleetq.cli import main; main()"
-
-
-@dataclass
-class FleetInfo:
-    """What ``fleetq up`` publishes in ``<state-dir>/fleetq.json``."""
-
-    pid: int
-    address: str
-    ui_url: str = ""
-    kubeconfig: str = ""
-    fleet_config: str = ""
-    state_dir: str = ""
-    children: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def read_info(state_dir: Path | None = None) -> FleetInfo | None:
-    """The running embedded fleet's info, or None (missing file or dead pid)."""
-    path = (state_dir or default_state_dir()) / INFO_FILE
-    try:
-        data = json.loads(path.read_text())
-        info = FleetInfo(**{k: v for k, v in data.items() if k in FleetInfo.__dataclass_fields__})
-    except (OSError, ValueError, TypeError):
-        return None
-    return info if pid_alive(info.pid) else None
-
-
-def write_info(info: FleetInfo, state_dir: Path) -> Path:
-    path = state_dir / INFO_FILE
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(info.to_json())
-    os.replace(tmp, path)
-    return path
 
 
 def dev_server_argv(host: str, port: int, db: Path, *, ui_port: int | None = None,
@@ -192,17 +145,37 @@ class EmbeddedFleet:
             self._wait_emulator(emulator, info_file, deadline)
             if self.worker:
                 self._start_worker(deadline)
-            info = FleetInfo(
-                pid=os.getpid(), address=self.address, ui_url=self.ui_url,
-                kubeconfig=self.kubeconfig, fleet_config=self.fleet_config,
-                state_dir=str(self.state_dir),
-                children={c.name: c.proc.pid for c in self.children},
-            )
-            write_info(info, self.state_dir)
-            return info
+            return self._publish()
         except BaseException:
             self.stop()
             raise
+
+    def _publish(self) -> FleetInfo:
+        """Write ``fleetq.json``: where the fleet is, and the pid of each child."""
+        info = FleetInfo(
+            pid=os.getpid(), address=self.address, ui_url=self.ui_url,
+            kubeconfig=self.kubeconfig, fleet_config=self.fleet_config,
+            state_dir=str(self.state_dir),
+            children={c.name: c.proc.pid for c in self.children},
+        )
+        write_info(info, self.state_dir)
+        return info
+
+    def restart(self, child: Child, timeout: float = 60.0) -> Child:
+        """Start the worker ``child`` (which died) again and wait until it polls; a note
+        goes to the end of its log. Only the worker restarts: Temporal and the members
+        hold the fleet's state, so their death stops the fleet. EmbeddedError when the
+        new worker dies or does not poll within ``timeout``."""
+        if child.name != "worker":
+            raise EmbeddedError(f"{child.name} cannot be restarted")
+        with contextlib.suppress(ValueError):
+            self.children.remove(child)
+        with contextlib.suppress(OSError), open(child.log, "a") as fh:
+            fh.write(f"--- fleetq up: the worker (pid {child.pid}) exited with code "
+                     f"{child.proc.returncode}; starting it again ---\n")
+        self._start_worker(time.monotonic() + timeout)
+        self._publish()
+        return self.children[-1]
 
     def _lock(self) -> None:
         path = self.state_dir / LOCK_FILE

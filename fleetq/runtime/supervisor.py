@@ -21,8 +21,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -134,6 +135,32 @@ def spawn_child(name: str, argv: list[str], log_dir: Path,
                         if sys.platform.startswith("linux") else None),
         )
     return Child(name, proc, path)
+
+
+@dataclass
+class RestartBudget:
+    """At most ``limit`` restarts within any ``window`` seconds: a child that keeps dying
+    is a fault to report, not to hide behind restarts."""
+
+    limit: int = 5
+    window: float = 600.0
+    _times: deque[float] = field(default_factory=deque)
+
+    def take(self, now: float | None = None) -> bool:
+        """Record one restart at ``now`` (``time.monotonic()``) if the budget allows it;
+        False (nothing recorded) when ``limit`` restarts already fell within the window."""
+        t = time.monotonic() if now is None else now
+        while self._times and t - self._times[0] >= self.window:
+            self._times.popleft()
+        if len(self._times) >= self.limit:
+            return False
+        self._times.append(t)
+        return True
+
+    @property
+    def used(self) -> int:
+        """Restarts within the window as of the last :meth:`take`."""
+        return len(self._times)
 
 
 def stop_child(child: Child, grace: float = 10.0) -> None:

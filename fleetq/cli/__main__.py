@@ -1,0 +1,5 @@
+"""``python -m fleetq.cli``: the ``fleetq`` command."""
+
+from fleetq.cli import main
+
+main()
