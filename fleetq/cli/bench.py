@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, str] = {
     "admission": "a quota-workflow task at 1,000 leaves vs. 6, and bytes per waiting job",
     "trace": "a workload trace through the real stack vs. the simulator on the same trace",
     "workers": "many worker processes: enqueue bursts, jobs/s with 2 vs 1, the bind Lease",
+    "cli_latency": "fleetq get pytorchjob vs. temporal workflow list on one server; --help",
 }
 
 

@@ -179,6 +179,22 @@ def test_history_counts_the_walkthrough_and_a_long_job(capsys: pytest.CaptureFix
     assert "walkthrough job pytorchjob/default/pytorch-test: Succeeded" in out
 
 
+def test_cli_latency_times_every_command_against_one_server(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Each timed run must have printed what the command shows (the job for ``fleetq
+    get`` and ``temporal workflow list``), so a figure never times an error."""
+    from bench import cli_latency
+
+    # the exit code encodes the timing target, which a loaded machine need not meet
+    _code, out, m = run_main(cli_latency.main, ["--repeat", "1"], capsys)
+    assert m["name"] == "clilatency" and float(m["t"]) == 3.0
+    for label in ("fleetq get pytorchjob", "temporal workflow list (same query)",
+                  "fleetq --help", "python -c pass (interpreter start)"):
+        assert re.search(rf"^  {re.escape(label)} +median +\d+\.\d+ s .*\(n=1\)$", out,
+                         re.M), (label, out)
+    assert "fleetq get pytorchjob ÷ temporal workflow list: " in out
+
+
 def test_cli_lists_benchmarks_and_dispatches_by_name() -> None:
     runner = CliRunner()
     listed = runner.invoke(app, ["bench", "--help"])
@@ -221,6 +237,7 @@ BENCH_FLAGS = {
                   "--seed"),
     "trace": ("--trace", "--time-scale", "--concurrency", "--activity-slots", "--timeout"),
     "workers": ("--workers", "--jobs", "--compare", "--timeout", "--bind-cost"),
+    "cli_latency": ("--repeat", "--fleetq"),
 }
 
 

@@ -107,6 +107,7 @@ async def test_walkthrough_end_to_end(cli_fleet: CliFleet, tmp_path: Path) -> No
            "memory 4Gi" in out
     assert f"Cluster:      {cluster}" in out
     assert "Policy:       default/example-policy" in out
+    assert "Build:" not in out  # an unversioned worker pins no build (test_describe_build)
     events = out[out.index("Events:"):].splitlines()
     assert events[1].split() == ["Type", "Reason", "Age", "From", "Message"]
     bound = [e for e in events if "ScheduleBindingSucceed" in e]

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from fleetq.runtime.supervisor import ProcessError, free_port, port_in_use, spawn_child
+from fleetq.runtime.supervisor import (
+    ProcessError,
+    RestartBudget,
+    free_port,
+    port_in_use,
+    spawn_child,
+)
 
 PY = sys.executable
 
@@ -82,3 +88,15 @@ def test_async_readiness_retries_a_check_that_raises(tmp_path: Path) -> None:
         assert calls > 1 and port_in_use("127.0.0.1", port)
     finally:
         child.stop(grace=5)
+
+
+def test_restart_budget_allows_limit_restarts_per_sliding_window() -> None:
+    """``fleetq up`` restarts its worker at most 5 times in 10 minutes."""
+    budget = RestartBudget(limit=3, window=600.0)
+    assert [budget.take(t) for t in (0.0, 10.0, 20.0)] == [True, True, True]
+    assert budget.take(30.0) is False  # a 4th within 600 s of the first
+    assert budget.used == 3
+    assert budget.take(599.9) is False
+    assert budget.take(600.0) is True  # the first restart left the window
+    assert budget.used == 3
+    assert budget.take(605.0) is False
