@@ -187,14 +187,14 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"Web UI of the job: {job_url(fleet.ui_url)}")
                 typer.echo(f"fleet kept running (TEMPORAL_ADDRESS={fleet.address}); "
                            "Ctrl-C to stop")
-            else:
-                typer.echo("stopping the demo's fleet (fleetq demo --keep keeps it running, "
-                           "with its Web UI)", err=True)
                 try:
                     while fleet.check() is None:
                         time.sleep(0.5)
                 except KeyboardInterrupt:
                     pass
+            else:
+                typer.echo("stopping the demo's fleet (fleetq demo --keep keeps it running, "
+                           "with its Web UI)", err=True)
         finally:
             # The demo's history is thrown away: no need to wait for the worker's graceful
             # drain of in-flight watch activities.

@@ -30,7 +30,8 @@ def build_text(info: WorkflowExecutionInfo) -> str | None:
     it (``DescribeWorkflowExecution``): its Worker Deployment Version and versioning
     behavior (``versioning_info``: ``deployment_version``, else the deprecated
     ``version`` string ``<deployment>.<build>``, plus a ``versioning_override``), else the
-    build id of the older Build-ID-based versioning; None for an unversioned workflow."""
+    build id of the older Build-ID-based versioning; None for an unversioned workflow
+    (whose worker still stamps its build id, with ``use_versioning`` false)."""
     from temporalio.api.enums.v1 import VersioningBehavior
 
     def behavior_name(value: int) -> str:
@@ -57,7 +58,8 @@ def build_text(info: WorkflowExecutionInfo) -> str | None:
                 notes.append(f"override: {behavior_name(override.behavior)}")
         if build:
             return f"{build} ({', '.join(notes)})" if notes else build
-    build = info.assigned_build_id or info.most_recent_worker_version_stamp.build_id
+    stamp = info.most_recent_worker_version_stamp  # every SDK stamps its build, versioned or not
+    build = info.assigned_build_id or (stamp.build_id if stamp.use_versioning else "")
     return build or None
 
 

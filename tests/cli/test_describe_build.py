@@ -51,6 +51,10 @@ def test_build_id_versioning_and_an_unversioned_workflow() -> None:
     assert build_text(WorkflowExecutionInfo(most_recent_worker_version_stamp=stamp)) == \
         "stamped-3"
     assert build_text(WorkflowExecutionInfo()) is None
+    # an unversioned worker stamps its tasks with the SDK's build id all the same
+    unversioned = WorkerVersionStamp(build_id="aed431dc31427461352c89be3f01e73e")
+    assert build_text(WorkflowExecutionInfo(most_recent_worker_version_stamp=unversioned)) \
+        is None
 
 
 def test_describe_prints_a_build_line_only_when_there_is_a_build() -> None:

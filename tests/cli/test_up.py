@@ -131,7 +131,7 @@ def test_the_hint_applies_the_queued_walkthrough_and_names_the_state_dir(
     steps = next_steps(tmp_path / "my state", examples)
     assert steps[0] == f"export FLEETQ_STATE_DIR='{tmp_path / 'my state'}'"
     assert steps[-1] == "fleetq get pytorchjob -M"
-    files = shlex.split(steps[1])[2::2]
+    files = shlex.split(steps[1])[3::2]
     assert [Path(f).name for f in files] == [
         "elasticquotatree.yaml", "propagationpolicy-gang-queue.yaml", "pytorch-test.yaml"]
     result = load_manifests(files)
