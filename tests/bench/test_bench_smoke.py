@@ -190,8 +190,8 @@ def test_cli_latency_times_every_command_against_one_server(
     assert m["name"] == "clilatency" and float(m["t"]) == 3.0
     for label in ("fleetq get pytorchjob", "temporal workflow list (same query)",
                   "fleetq --help", "python -c pass (interpreter start)"):
-        assert re.search(rf"^  {re.escape(label)} +median +\d+\.\d+ s .*\(n=1\)$", out,
-                         re.M), (label, out)
+        line = rf"^  {re.escape(label)} +median +\d+\.\d+ s .*cpu median +\d+\.\d+ s +\(n=1\)$"
+        assert re.search(line, out, re.M), (label, out)
     assert "fleetq get pytorchjob ÷ temporal workflow list: " in out
 
 

@@ -9,6 +9,7 @@ and the older Build-ID versioning's ``assigned_build_id`` /
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from temporalio.api.common.v1 import WorkerVersionStamp
 from temporalio.api.deployment.v1 import WorkerDeploymentVersion
@@ -26,7 +27,7 @@ PINNED = VersioningBehavior.VERSIONING_BEHAVIOR_PINNED
 AUTO = VersioningBehavior.VERSIONING_BEHAVIOR_AUTO_UPGRADE
 
 
-def info(**versioning: object) -> WorkflowExecutionInfo:
+def info(**versioning: Any) -> WorkflowExecutionInfo:
     return WorkflowExecutionInfo(versioning_info=WorkflowExecutionVersioningInfo(**versioning))
 
 
