@@ -54,6 +54,9 @@ OWNER_LABEL = "fleetq.io/owner"
 RUN_LABEL = "fleetq.io/run-id"
 WORKFLOW_ANNOTATION = "fleetq.io/workflow-id"
 RUN_SECONDS_ANNOTATION = "fleetq.io/run-seconds"
+#: KWOK's own pod-complete delay (real members: KWOK completes the pod that long after
+#: it runs); every pod template of a copy with a run time carries it.
+KWOK_DELAY_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 MIN_MEMBER_ANNOTATION = "fleetq.io/min-member"
 #: the job's priority as the fleet resolved it, on the member copy's pod templates (so on
 #: its pods): capacity preemption reads running gangs from the pods alone
@@ -210,6 +213,9 @@ def member_manifest(req: BindRequest) -> dict[str, Any]:
         selector[RUN_LABEL] = run_label(job.run_id)
     affinity = json.dumps({"reservationSelector": selector}, separators=(",", ":"))
     gang_notes = pod_gang_annotations(job, req.priority, annotations)
+    with contextlib.suppress(KeyError, ValueError, OverflowError):
+        run = max(0.0, float(annotations[RUN_SECONDS_ANNOTATION]))
+        gang_notes[KWOK_DELAY_ANNOTATION] = f"{int(run * 1000)}ms"  # a Go duration
     for _role, template in pod_templates(src):
         tmeta = template.setdefault("metadata", {})
         tmeta["labels"] = {**(tmeta.get("labels") or {}), **job_labels(job)}

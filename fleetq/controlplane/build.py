@@ -1,12 +1,13 @@
 """The build of the control-plane binaries: one cached directory per pinned version.
 
-``build()`` runs ``go build`` on our two wrapper modules (``controlplane/etcd`` and
-``controlplane/kubernetes`` at the repository root; etcd is its own module so its
-dependency versions never meet Kubernetes'), with ``-trimpath``, ``-p 2`` and the version
-ldflags that make ``kubectl version`` report the real release, and copies the CRDs out of
-the training-operator and Koordinator modules in the Go module cache. The result lives in
-``~/.cache/fleetq/controlplane/<k8s version>/`` (``FLEETQ_CONTROLPLANE_CACHE`` moves it)
-with a stamp naming the versions and a digest of the wrapper sources: a warm cache is a
+``build()`` runs ``go build`` on our wrapper modules under ``controlplane/`` (each its own
+module, so etcd's, Kubernetes', the training-operator's and KWOK's pinned dependency
+versions never meet), with ``-trimpath``, ``-p 2`` and the version ldflags that make
+``kubectl version`` report the real release, and copies the CRDs, the operator's webhook
+manifest and KWOK's default stages out of the Go module cache. Two parts, two stamps:
+the control plane in ``~/.cache/fleetq/controlplane/<k8s version>/`` and the operators
+(training-operator, KWOK) in its ``operators/`` (``FLEETQ_CONTROLPLANE_CACHE`` moves
+it); each stamp names versions and a digest of its wrapper sources, so a warm cache is a
 stat and a JSON read. A flock keeps concurrent builds (two pytest sessions) from racing.
 """
 
@@ -23,11 +24,34 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 KUBERNETES_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.7.3"
-TRAINING_OPERATOR = ("github.com/kubeflow/training-operator", "v1.8.1",
-                     "manifests/base/crds/kubeflow.org_pytorchjobs.yaml")
+TRAINING_OPERATOR_MODULE = ("github.com/kubeflow/training-operator", "v1.9.4")
+KWOK_MODULE = ("sigs.k8s.io/kwok", "v0.8.0")
+TRAINING_OPERATOR = (*TRAINING_OPERATOR_MODULE, "manifests/base/crds/kubeflow.org_pytorchjobs.yaml")
+#: The CRD the control-plane part has copied since before the operator was built; kept
+#: so its stamp (shared by every checkout on a machine) stays valid. The runner installs
+#: the operator part's v1.9.4 CRD instead (:attr:`Build.crds`).
+LEGACY_PYTORCHJOB_CRD = ("github.com/kubeflow/training-operator", "v1.8.1",
+                         "manifests/base/crds/kubeflow.org_pytorchjobs.yaml")
+#: The operator's webhook manifest (its ValidatingWebhookConfiguration) and KWOK's
+#: default stages (what ``kwokctl`` gives a cluster: node-fast, heartbeat, pod-fast).
+OPERATOR_FILES = (
+    (*TRAINING_OPERATOR_MODULE, "manifests/base/webhook/manifests.yaml", "webhook"),
+    (*KWOK_MODULE, "kustomize/stage/node/fast/node-initialize.yaml", "stages"),
+    (*KWOK_MODULE, "kustomize/stage/node/heartbeat/node-heartbeat.yaml", "stages"),
+    (*KWOK_MODULE, "kustomize/stage/pod/fast/pod-ready.yaml", "stages"),
+    (*KWOK_MODULE, "kustomize/stage/pod/fast/pod-complete.yaml", "stages"),
+    (*KWOK_MODULE, "kustomize/stage/pod/fast/pod-delete.yaml", "stages"),
+)
+#: binary name -> (wrapper module dir under controlplane/, upstream main package)
+OPERATOR_BINARIES = {
+    "training-operator": ("training-operator",
+                          f"{TRAINING_OPERATOR_MODULE[0]}/cmd/training-operator.v1"),
+    "kwok": ("kwok", f"{KWOK_MODULE[0]}/cmd/kwok"),
+}
 KOORDINATOR = ("github.com/koordinator-sh/koordinator", "v1.7.0",
                "config/crd/bases/scheduling.koordinator.sh_reservations.yaml")
 #: Release date of KUBERNETES_VERSION (the module's .info time): a fixed buildDate keeps
@@ -37,7 +61,9 @@ CACHE_ENV = "FLEETQ_CONTROLPLANE_CACHE"
 SOURCE_ENV = "FLEETQ_CONTROLPLANE_SRC"
 GO_ENV = "FLEETQ_GO"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl")
+CONTROL_PLANE_DIRS = ("etcd", "kubernetes")
 STAMP = "build.json"
+OPERATORS = "operators"
 
 Progress = Callable[[str], None]
 
@@ -57,12 +83,33 @@ class Build:
     def bin(self) -> Path:
         return self.root / "bin"
 
+    @property
+    def operators(self) -> Path:
+        """The training-operator and KWOK part (its own stamp)."""
+        return self.root / OPERATORS
+
     def binary(self, name: str) -> Path:
+        if name in OPERATOR_BINARIES:
+            return self.operators / "bin" / name
         return self.bin / name
 
     @property
     def crds(self) -> list[Path]:
-        return sorted((self.root / "crds").glob("*.yaml"))
+        """The CRDs to install, one per file name: the operator part's over the
+        control-plane part's (v1.9.4's PyTorchJob CRD, not v1.8.1's)."""
+        found = {p.name: p for p in (self.root / "crds").glob("*.yaml")}
+        found.update({p.name: p for p in (self.operators / "crds").glob("*.yaml")})
+        return [found[name] for name in sorted(found)]
+
+    @property
+    def webhook_manifest(self) -> Path:
+        """The training-operator's own ValidatingWebhookConfiguration manifest."""
+        return self.operators / "webhook" / "manifests.yaml"
+
+    @property
+    def kwok_stages(self) -> list[Path]:
+        """KWOK's default stages, as its module ships them."""
+        return sorted((self.operators / "stages").glob("*.yaml"))
 
 
 def source_dir() -> Path:
@@ -98,34 +145,52 @@ def version_ldflags(version: str = KUBERNETES_VERSION) -> str:
     return " ".join(flags)
 
 
-def sources_digest(src: Path) -> str:
-    """Digest of every wrapper file that changes what is built."""
-    h = hashlib.sha256()
-    for path in sorted(src.rglob("*")):
+def _digest_files(h: Any, src: Path, dirs: tuple[str, ...]) -> None:
+    for path in sorted(p for d in dirs for p in (src / d).rglob("*")):
         if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
             h.update(str(path.relative_to(src)).encode())
             h.update(path.read_bytes())
+
+
+def sources_digest(src: Path) -> str:
+    """Digest of every control-plane wrapper file that changes what is built."""
+    h = hashlib.sha256()
+    _digest_files(h, src, CONTROL_PLANE_DIRS)
     h.update(version_ldflags().encode())
-    for module in (TRAINING_OPERATOR, KOORDINATOR):
+    for module in (LEGACY_PYTORCHJOB_CRD, KOORDINATOR):
         h.update("@".join(module).encode())
     return h.hexdigest()[:16]
 
 
-def cached(root: Path | None = None) -> Build | None:
-    """The warm build, if its stamp matches our sources and every binary is there."""
-    root = root or cache_root() / KUBERNETES_VERSION
+def operators_digest(src: Path) -> str:
+    """Digest of the training-operator and KWOK wrappers and the files taken from them."""
+    h = hashlib.sha256()
+    _digest_files(h, src, tuple(d for d, _ in OPERATOR_BINARIES.values()))
+    for module in (TRAINING_OPERATOR, *OPERATOR_FILES):
+        h.update("@".join(module).encode())
+    return h.hexdigest()[:16]
+
+
+def _stamp_matches(root: Path, digest: Callable[[Path], str]) -> bool:
     try:
         stamp = json.loads((root / STAMP).read_text())
-        digest = sources_digest(source_dir())
+        return bool(stamp.get("digest") == digest(source_dir()))
     except (OSError, ValueError, BuildError):
+        return False
+
+
+def cached(root: Path | None = None) -> Build | None:
+    """The warm build, if both stamps match our sources and every binary is there."""
+    root = root or cache_root() / KUBERNETES_VERSION
+    found = Build(root, KUBERNETES_VERSION)
+    if not (_stamp_matches(root, sources_digest)
+            and _stamp_matches(found.operators, operators_digest)):
         return None
-    if stamp.get("digest") != digest:
+    if not all(os.access(found.binary(b), os.X_OK) for b in (*BINARIES, *OPERATOR_BINARIES)):
         return None
-    if not all(os.access(root / "bin" / b, os.X_OK) for b in BINARIES):
+    if len(found.crds) < 2 or not found.webhook_manifest.is_file() or not found.kwok_stages:
         return None
-    if len(list((root / "crds").glob("*.yaml"))) < 2:
-        return None
-    return Build(root, KUBERNETES_VERSION)
+    return found
 
 
 @contextlib.contextmanager
@@ -171,16 +236,30 @@ def module_file(go: str, module: tuple[str, str, str], work: Path, log: Path) ->
 
 
 def build(force: bool = False, progress: Progress | None = None) -> Build:
-    """Build (or reuse) the control plane; returns where it is."""
+    """Build (or reuse) the control plane and the operators; returns where they are."""
     say = progress or (lambda _msg: None)
     root = cache_root() / KUBERNETES_VERSION
     if not force and (done := cached(root)) is not None:
         return done
     src = source_dir()
     go = go_binary()
+    _build_control_plane(root, src, go, force, say)
+    _build_operators(Build(root, KUBERNETES_VERSION).operators, src, go, force, say)
+    return Build(root, KUBERNETES_VERSION)
+
+
+def _install(staging: Path, root: Path, subs: tuple[str, ...]) -> None:
+    for sub in subs:
+        shutil.rmtree(root / sub, ignore_errors=True)
+        (staging / sub).rename(root / sub)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _build_control_plane(root: Path, src: Path, go: str, force: bool, say: Progress) -> None:
     with _locked(root):
-        if not force and (done := cached(root)) is not None:
-            return done  # another process built it while we waited
+        if not force and _stamp_matches(root, sources_digest) and all(
+                os.access(root / "bin" / b, os.X_OK) for b in BINARIES):
+            return  # warm, or another process built it while we waited
         log = root / "build.log"
         log.write_text("")
         staging = root / "staging"
@@ -198,20 +277,57 @@ def build(force: bool = False, progress: Progress | None = None) -> Build:
               "-o", str(staging / "bin") + "/",
               "./cmd/kube-apiserver", "./cmd/kube-scheduler", "./cmd/kubectl"],
              src / "kubernetes", log)
-        for module in (TRAINING_OPERATOR, KOORDINATOR):
+        for module in (LEGACY_PYTORCHJOB_CRD, KOORDINATOR):
             crd = module_file(go, module, src / "kubernetes", log)
             shutil.copyfile(crd, staging / "crds" / crd.name)
-        for sub in ("bin", "crds"):
-            shutil.rmtree(root / sub, ignore_errors=True)
-            (staging / sub).rename(root / sub)
-        shutil.rmtree(staging, ignore_errors=True)
+        _install(staging, root, ("bin", "crds"))
         seconds = time.monotonic() - start
         stamp = {
             "kubernetes": KUBERNETES_VERSION, "etcd": ETCD_VERSION,
-            "trainingOperator": TRAINING_OPERATOR[1], "koordinator": KOORDINATOR[1],
+            "trainingOperator": LEGACY_PYTORCHJOB_CRD[1], "koordinator": KOORDINATOR[1],
             "digest": sources_digest(src), "seconds": round(seconds, 1),
             "sizes": {b: (root / "bin" / b).stat().st_size for b in BINARIES},
         }
         (root / STAMP).write_text(json.dumps(stamp, indent=2))
         say(f"built in {seconds:.0f}s into {root}")
-    return Build(root, KUBERNETES_VERSION)
+
+
+def _build_operators(root: Path, src: Path, go: str, force: bool, say: Progress) -> None:
+    """The training-operator's and KWOK's own main packages (``tool`` directives of our
+    wrapper modules), and the files the runner reads from their modules."""
+    with _locked(root):
+        if not force and _stamp_matches(root, operators_digest) and all(
+                os.access(root / "bin" / b, os.X_OK) for b in OPERATOR_BINARIES):
+            return
+        log = root / "build.log"
+        log.write_text("")
+        staging = root / "staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        for sub in ("bin", "crds", "webhook", "stages"):
+            (staging / sub).mkdir(parents=True)
+        start = time.monotonic()
+        seconds: dict[str, float] = {}
+        for name, (module_dir, package) in OPERATOR_BINARIES.items():
+            version = (TRAINING_OPERATOR_MODULE if name == "training-operator"
+                       else KWOK_MODULE)[1]
+            say(f"building {name} {version} (log: {log})")
+            t0 = time.monotonic()
+            _run([go, "build", "-p", "2", "-trimpath", "-ldflags", "-s -w",
+                  "-o", str(staging / "bin" / name), package], src / module_dir, log)
+            seconds[name] = round(time.monotonic() - t0, 1)
+        work = src / "training-operator"
+        crd = module_file(go, TRAINING_OPERATOR, work, log)
+        shutil.copyfile(crd, staging / "crds" / crd.name)
+        for path, version, rel, sub in OPERATOR_FILES:
+            found = module_file(go, (path, version, rel), work, log)
+            shutil.copyfile(found, staging / sub / found.name)
+        _install(staging, root, ("bin", "crds", "webhook", "stages"))
+        total = time.monotonic() - start
+        stamp = {
+            "trainingOperator": TRAINING_OPERATOR_MODULE[1], "kwok": KWOK_MODULE[1],
+            "digest": operators_digest(src), "seconds": round(total, 1),
+            "secondsPerBinary": seconds,
+            "sizes": {b: (root / "bin" / b).stat().st_size for b in OPERATOR_BINARIES},
+        }
+        (root / STAMP).write_text(json.dumps(stamp, indent=2))
+        say(f"built the operators in {total:.0f}s into {root}")

@@ -1,11 +1,14 @@
-"""Real member clusters on loopback: etcd + kube-apiserver + kube-scheduler + lifecycle.
+"""Real member clusters on loopback: etcd, kube-apiserver, and for a member KWOK, the
+Kubeflow training-operator, kube-scheduler and our garbage collector.
 
 One :class:`ControlPlane` per cluster of a topology (the emulator's YAML): etcd on plain
 HTTP (loopback only), kube-apiserver on HTTPS with a throwaway CA and a static bearer
 token in ``system:masters`` (RBAC authorizer), the CRDs of the build installed and
-Established, one Node per topology node (capacity, labels, taints, Ready), then — for a
-member — kube-scheduler and :mod:`fleetq.controlplane.lifecycle` (kubelet + PyTorchJob
-operator). A hub (``member: false``) runs only etcd and the API server.
+Established, one Node per topology node (capacity, labels, taints); for a member, KWOK
+makes those nodes Ready and plays their kubelets (:mod:`fleetq.controlplane.operators`),
+the real training-operator runs PyTorchJobs (its webhook served), kube-scheduler binds,
+and :mod:`fleetq.controlplane.lifecycle` does what kube-controller-manager would (garbage
+collector, namespace controller). A hub (``member: false``) runs etcd and the API server.
 
 :class:`RealFleet` starts several and writes the same two files the emulator writes: a
 kubeconfig with one context per cluster and the fleet config fleetq reads.
@@ -31,16 +34,20 @@ from typing import Any
 
 import yaml
 
+from fleetq.controlplane import operators
 from fleetq.controlplane.build import Build
 from fleetq.controlplane.proxy import Proxy, ProxyLoop, set_faults
 from fleetq.emulator.kube_objects import TERMINAL, finished_pod, node_object
 from fleetq.emulator.kubeconfig import write_private
+from fleetq.emulator.pytorchjob_operator import failed_by_fault
 from fleetq.emulator.tls import TlsMaterial, make_material
 from fleetq.naming import KF_JOB_NAME
 from fleetq.runtime.supervisor import Child, ProcessError, free_port, spawn_child, stop_child
 from fleetq.topology import ClusterSpec, Topology, node_names
 
 HOST = "127.0.0.1"
+#: What runs on a real member besides etcd and the API server, in start order.
+MEMBER_PROCESSES = ("kwok", "training-operator", "kube-scheduler", "lifecycle")
 CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 Progress = Callable[[str], None]
 
@@ -63,6 +70,7 @@ class ControlPlane:
     etcd_port: int = 0
     children: dict[str, Child] = field(default_factory=dict)
     proxy: Proxy | None = None  # fleetq's way in, with fault injection (RealFleet)
+    webhook_tls: operators.WebhookTls | None = None  # made on first start if not given
 
     @property
     def name(self) -> str:
@@ -121,6 +129,8 @@ class ControlPlane:
             self.install_crds(deadline)
             self.create_nodes()
             if self.spec.member:
+                self._start_kwok(deadline)
+                self._start_training_operator(deadline)
                 self._spawn("kube-scheduler", [
                     str(self.build.binary("kube-scheduler")),
                     f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
@@ -130,13 +140,70 @@ class ControlPlane:
                     sys.executable, "-m", "fleetq.controlplane.lifecycle",
                     "--kubeconfig", str(self.kubeconfig), "--cluster", self.name,
                 ])
-                self._wait_alive(("kube-scheduler", "lifecycle"))
+                self._wait_alive(MEMBER_PROCESSES)
         except BaseException:
             self.stop()
             raise
 
+    def processes(self) -> dict[str, tuple[int, Path]]:
+        """name -> (pid, log) of every process of this plane that is alive."""
+        return {name: (child.proc.pid, child.log) for name, child in self.children.items()
+                if child.alive()}
+
+    def _start_kwok(self, deadline: float) -> None:
+        """KWOK with upstream's default stages and ours; returns once it made every node
+        of the topology Ready."""
+        config = self.workdir / "kwok.yaml"
+        config.write_text(operators.kwok_config(self.build.kwok_stages))
+        self._spawn("kwok", operators.kwok_argv(self.build.binary("kwok"), self.kubeconfig,
+                                                config))
+        names = [name for name, _ in node_names(self.spec)]
+
+        def ready() -> bool:
+            status, listed = self.request("GET", "/api/v1/nodes", timeout=2.0)
+            if status != 200:
+                return False
+            done = {n["metadata"]["name"] for n in listed.get("items") or []
+                    if any(c.get("type") == "Ready" and c.get("status") == "True"
+                           for c in (n.get("status") or {}).get("conditions") or [])}
+            return all(n in done for n in names)
+
+        self._wait("kwok", ready, deadline)
+
+    def _start_training_operator(self, deadline: float) -> None:
+        """Its namespace, webhook Secret and configuration, then the operator; returns
+        once its readiness probe (certificates in place, webhook server up) answers."""
+        self.webhook_tls = self.webhook_tls or operators.make_webhook_tls()
+        webhook_port, probe_port = free_port(), free_port()
+        for path, obj in operators.webhook_objects(self.build.webhook_manifest,
+                                                   self.webhook_tls, webhook_port):
+            name = obj["metadata"]["name"]
+            code, _ = self.request("GET", f"{path}/{name}")
+            if code == 200:
+                self._must("DELETE", f"{path}/{name}")  # a restart: fresh ports
+            self._must("POST", path, obj)
+        tmpdir = self.workdir / "training-operator"
+        operators.write_cert_dir(tmpdir, self.webhook_tls)
+        argv = operators.operator_argv(self.build.binary("training-operator"),
+                                       self.kubeconfig, webhook_port, probe_port)
+        child = spawn_child("training-operator", argv, self.workdir / "logs",
+                            env={"TMPDIR": str(tmpdir), "MY_POD_NAMESPACE": operators.NAMESPACE},
+                            death_signal=signal.SIGKILL)
+        self.children["training-operator"] = child
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://{HOST}:{probe_port}/readyz",
+                                            timeout=2) as resp:
+                    return int(resp.status) == 200
+            except (OSError, ValueError):
+                return False
+
+        self._wait("training-operator", ready, deadline)
+
     def stop(self, grace: float = 10.0) -> None:
-        for name in ("lifecycle", "kube-scheduler", "kube-apiserver", "etcd"):
+        for name in ("lifecycle", "kube-scheduler", "training-operator", "kwok",
+                     "kube-apiserver", "etcd"):
             child = self.children.pop(name, None)
             if child is not None:
                 stop_child(child, grace)
@@ -295,12 +362,14 @@ class ControlPlane:
         """One Node per topology node, then its status (Ready, capacity) via /status."""
         for index, (name, group) in enumerate(node_names(self.spec)):
             node = node_object(name, group, self.name, index)
-            node["metadata"]["labels"]["type"] = "fleetq-real"
+            node["metadata"]["labels"]["type"] = "kwok"
+            node["metadata"].setdefault("annotations", {})["kwok.x-k8s.io/node"] = "fake"
             status = node.pop("status")
-            status["nodeInfo"].update(kubeletVersion=self.build.version,
-                                      kubeProxyVersion=self.build.version,
-                                      containerRuntimeVersion="fleetq-lifecycle://1",
-                                      osImage="fleetq lifecycle controller")
+            # KWOK's node-initialize stage makes the node Ready (conditions, nodeInfo)
+            # and keeps the capacity and addresses written here
+            if self.spec.member:
+                status.pop("conditions", None)
+                status.pop("nodeInfo", None)
             code, obj = self.request("POST", "/api/v1/nodes", node)
             if code not in (201, 409):
                 raise ControlPlaneError(f"{self.name}: node {name}: HTTP {code}: {obj}")
@@ -386,7 +455,7 @@ class RealFleet:
                                      apiserver_args=self.apiserver_args)
                 self.planes.append(plane)
                 say(f"starting {spec.name}: etcd, kube-apiserver"
-                    + (", kube-scheduler, lifecycle" if spec.member else ""))
+                    + (", " + ", ".join(MEMBER_PROCESSES) if spec.member else ""))
                 # one after another, from this thread: a child gets its parent-death
                 # signal when the *thread* that started it ends
                 plane.start(timeout)
@@ -465,12 +534,24 @@ class RealFleet:
         return code == 200
 
     def fail_job(self, cluster: str, namespace: str, name: str) -> bool:
-        """The job's pods fail (status subresource, as kubelet reports it); the lifecycle
-        controller then marks the job Failed."""
+        """The job runs out of restarts: its Failed condition as the training-operator
+        writes it at its backoff limit (through ``/status``), then its pods fail as
+        kubelet reports it. (Failing only the pods would make the real operator
+        restart every replica whose restartPolicy is not Never.)"""
         plane = self.plane(cluster)
-        job = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{name}"
-        if plane.request("GET", job)[0] != 200:
-            return False
+        path = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{name}"
+        for _ in range(10):  # 409: the operator wrote its status meanwhile
+            code, job = plane.request("GET", path)
+            if code != 200:
+                return False
+            code, obj = plane.request("PATCH", f"{path}/status", {
+                "metadata": {"resourceVersion": job["metadata"]["resourceVersion"]},
+                "status": failed_by_fault(job)}, content_type="application/merge-patch+json")
+            if code == 200:
+                break
+            if code != 409:
+                raise ControlPlaneError(f"{cluster}: fail-job {namespace}/{name}: HTTP {code}: "
+                                        f"{obj.get('message') if isinstance(obj, dict) else obj}")
         _, pods = plane.request(
             "GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector="
                    f"{KF_JOB_NAME}%3D{name}")

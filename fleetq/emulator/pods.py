@@ -24,7 +24,8 @@ from fleetq.emulator.kube_objects import (
 from fleetq.emulator.ledger import CapacityLedger
 from fleetq.emulator.store import Key, Obj, Store, now_iso
 from fleetq.emulator.timers import Timers
-from fleetq.member_contract import RUN_SECONDS_ANNOTATION
+from fleetq.kube_values import go_duration_or_none
+from fleetq.member_contract import KWOK_DELAY_ANNOTATION, RUN_SECONDS_ANNOTATION
 
 
 class PodLifecycle:
@@ -56,8 +57,12 @@ class PodLifecycle:
                                   "Succeeded")
 
     def run_seconds(self, pod: Obj) -> float | None:
-        """How long the pod runs: its run-seconds annotation, else its job's; None: forever."""
+        """How long the pod runs: KWOK's pod-complete delay annotation (what completes it
+        on a real member), else its run-seconds annotation, else its job's; None: forever."""
         ann = pod["metadata"].get("annotations") or {}
+        delay = go_duration_or_none(ann.get(KWOK_DELAY_ANNOTATION))
+        if delay is not None and job_owner(pod):
+            return max(0.0, delay)
         value = ann.get(RUN_SECONDS_ANNOTATION)
         if value is None:
             owner = job_owner(pod)

@@ -1,13 +1,16 @@
-"""The PyTorchJob operator of one emulated cluster (Kubeflow training-operator
-behaviour): a pod per replica, conditions Created → Running → Succeeded/Failed, replica
-statuses, cascade delete, ``runPolicy.suspend`` and ``ttlSecondsAfterFinished``.
-
-The pure parts (:func:`replica_slots`, :func:`job_status`, :func:`min_member`) are also
-what the real control planes' lifecycle driver runs (``fleetq.controlplane.lifecycle``).
+"""The PyTorchJob operator of one emulated cluster, ported from Kubeflow training-operator
+v1.9.4 (``pkg/controller.v1/common/job.go`` ReconcileJobs, ``common/pod.go`` ReconcilePods,
+``pytorch/pytorchjob_controller.go`` UpdateJobStatus, ``pytorch/envvar.go``,
+``pkg/util/status.go`` setCondition): a pod and a headless Service per replica with the
+operator's labels and env, conditions Created/Running/Restarting/Succeeded/Failed/
+Suspended, replica statuses, failed pods restarted unless ``restartPolicy: Never``,
+``runPolicy`` (cleanPodPolicy, ttlSecondsAfterFinished, activeDeadlineSeconds, suspend).
+``tests/controlplane/test_operator_contract.py`` runs the same jobs on the real operator.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections.abc import Mapping
@@ -31,13 +34,21 @@ from fleetq.naming import KF_REPLICA_INDEX as REPLICA_INDEX
 from fleetq.naming import KF_REPLICA_TYPE as REPLICA_TYPE
 
 OPERATOR_NAME = "training.kubeflow.org/operator-name"
+JOB_ROLE = "training.kubeflow.org/job-role"
+CONTROLLER = "pytorchjob-controller"
+DEFAULT_CONTAINER = "pytorch"  # kubeflowv1.PyTorchJobDefaultContainerName
+DEFAULT_PORT_NAME = "pytorchjob-port"
+DEFAULT_PORT = 23456
+#: pkg/util/train IsRetryableExitCode: only these exit codes restart under ExitCode
+RETRYABLE_EXIT_CODES = (130, 137, 143)
+REPLICA_TYPES = ("Master", "Worker")
 
 #: (role, index, pod template, restartPolicy) of one replica
 Slot = tuple[str, int, Mapping[str, Any], str | None]
 
 
 class PyTorchJobOperator:
-    """Reconciles the PyTorchJobs of one cluster with the pods they own."""
+    """Reconciles the PyTorchJobs of one cluster with the pods and Services they own."""
 
     def __init__(self, store: Store, timers: Timers) -> None:
         self.store = store
@@ -47,6 +58,8 @@ class PyTorchJobOperator:
         self.pods_by_owner: dict[Key, set[str]] = {}
         #: uids of finished jobs whose runPolicy.ttlSecondsAfterFinished deletion is armed
         self.ttl_armed: set[str] = set()
+        #: uids of jobs whose activeDeadlineSeconds re-check is armed
+        self.deadline_armed: set[str] = set()
 
     def pod_changed(self, pod: Obj, new: Obj | None) -> Key | None:
         """Index a pod's owner (``new`` None: the pod is gone); returns the owning job's
@@ -75,59 +88,80 @@ class PyTorchJobOperator:
                 out.append(pod)
         return out
 
+    def _delete(self, plural: str, ns: str, name: str) -> None:
+        if self.store.get(plural, ns, name) is not None:
+            self.store.delete(plural, ns, name)
+
     def reconcile(self, key: Key) -> None:
         ns, name = key
         job = self.store.get("pytorchjobs", ns, name)
         owned = self.owned_pods(ns, name)
-        if job is None:
+        if job is None:  # the garbage collector's part
             for p in owned:
-                if self.store.get("pods", ns, p["metadata"]["name"]) is not None:
-                    self.store.delete("pods", ns, p["metadata"]["name"])
+                self._delete("pods", ns, p["metadata"]["name"])
+                self._delete("services", ns, p["metadata"]["name"])
             return
         uid = job["metadata"]["uid"]
-        stale = [p for p in owned if owner_uid(p) != uid]
-        owned = [p for p in owned if owner_uid(p) == uid]
-        for p in stale:  # pods of an earlier job with the same name
-            self.store.delete("pods", ns, p["metadata"]["name"])
-        status = copy.deepcopy(job.get("status") or {})
-        finished = condition_true(status, "Succeeded") or condition_true(status, "Failed")
-        by_name = {p["metadata"]["name"]: p for p in owned}
-        # runPolicy.suspend: the operator creates no pods for a suspended job
-        suspended = ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend") is True
-        if not finished and not suspended:
-            for role, index, tmpl, restart in replica_slots(job):
-                pname = f"{name}-{role}-{index}"
-                if pname not in by_name:
-                    pod = pod_for(job, role, index, tmpl, restart)
-                    try:
-                        by_name[pname] = self.store.create("pods", pod)
-                    except Exception:
-                        continue
-                    record_event(self.store, ns, ref_of(job), "Normal", "SuccessfulCreatePod",
-                                 f"Created pod: {pname}")
-        new_status = job_status(job, list(by_name.values()), status)
-        if new_status != (job.get("status") or {}):
-            new = {**job, "metadata": copy.deepcopy(job["metadata"]), "status": new_status}
+        for p in owned:  # pods of an earlier job with the same name
+            if owner_uid(p) != uid:
+                self._delete("pods", ns, p["metadata"]["name"])
+        pods = [p for p in owned if owner_uid(p) == uid]
+        old = job.get("status") or {}
+        status = reconcile_status(job, copy.deepcopy(old), pods, self)
+        if status != old:
+            new = {**job, "metadata": copy.deepcopy(job["metadata"]), "status": status}
             self.store.replace("pytorchjobs", new)
-            self._job_events(job, status, new_status)
-        self._arm_ttl(job, new_status)
+            self._job_events(job, old, status)
+        self._arm_ttl(job, status)
+        self._arm_deadline(job, status)
+
+    # -- what reconcile_status asks of the cluster
+
+    def create_replica(self, job: Obj, role: str, index: int, tmpl: Mapping[str, Any],
+                       restart: str | None) -> Obj | None:
+        """Create the pod (and its Service) of one replica; None if it could not be."""
+        ns = job["metadata"]["namespace"]
+        pod = pod_for(job, role, index, tmpl, restart)
+        try:
+            created = self.store.create("pods", pod)
+        except Exception:
+            return None
+        record_event(self.store, ns, ref_of(job), "Normal", "SuccessfulCreatePod",
+                     f"Created pod: {pod['metadata']['name']}")
+        if self.store.get("services", ns, pod["metadata"]["name"]) is None:
+            with contextlib.suppress(Exception):
+                self.store.create("services", service_for(job, role, index))
+        return created
+
+    def delete_replica(self, pod: Obj) -> None:
+        ns, pname = key_of(pod)
+        self._delete("pods", ns, pname)
+        self._delete("services", ns, pname)
 
     def fail_pods(self, namespace: str, name: str) -> bool:
-        """Fault injection: the job's unfinished pods fail (False: no such job)."""
-        if self.store.get("pytorchjobs", namespace, name) is None:
+        """Fault injection: the job runs out of restarts (its Failed condition, as the
+        operator writes it when the backoff limit is reached), then its unfinished pods
+        fail as kubelet reports it (False: no such job)."""
+        job = self.store.get("pytorchjobs", namespace, name)
+        if job is None:
             return False
+        status = failed_by_fault(job)
+        if status != (job.get("status") or {}):
+            self.store.replace("pytorchjobs", {**job, "metadata": copy.deepcopy(job["metadata"]),
+                                               "status": status})
         for pod in self.owned_pods(namespace, name):
             if (pod.get("status") or {}).get("phase") not in TERMINAL:
                 self.store.replace("pods", finished_pod(pod, "Failed", "Error"))
         return True
 
     def _arm_ttl(self, job: Obj, status: Mapping[str, Any]) -> None:
-        """The operator's TTL: a finished job with ``runPolicy.ttlSecondsAfterFinished``
-        is deleted (with its pods) that long after its completionTime."""
-        ttl = ((job.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
+        """common/job.go CleanupJob: a finished job with ``ttlSecondsAfterFinished`` is
+        deleted that long after its completionTime (its pods go with it)."""
+        run_policy = (job.get("spec") or {}).get("runPolicy") or {}
+        ttl = run_policy.get("ttlSecondsAfterFinished")
         uid = job["metadata"]["uid"]
-        done = condition_true(status, "Succeeded") or condition_true(status, "Failed")
-        if not done or not isinstance(ttl, int) or isinstance(ttl, bool) or uid in self.ttl_armed:
+        if (not is_finished(status) or not isinstance(ttl, int) or isinstance(ttl, bool)
+                or uid in self.ttl_armed or run_policy.get("suspend") is True):
             return
         self.ttl_armed.add(uid)
         completion = status.get("completionTime")
@@ -141,35 +175,350 @@ class PyTorchJobOperator:
         if job is not None and job["metadata"]["uid"] == uid:
             self.store.delete("pytorchjobs", *key)
 
-    def _job_events(self, job: Obj, old: dict[str, Any], new: dict[str, Any]) -> None:
-        for ctype in ("Created", "Running", "Succeeded", "Failed"):
+    def _arm_deadline(self, job: Obj, status: Mapping[str, Any]) -> None:
+        """UpdateJobStatus: with activeDeadlineSeconds the job is synced again that long
+        after its startTime (then PastActiveDeadline fails it)."""
+        ads = ((job.get("spec") or {}).get("runPolicy") or {}).get("activeDeadlineSeconds")
+        uid = job["metadata"]["uid"]
+        start = status.get("startTime")
+        if (not isinstance(ads, int) or isinstance(ads, bool) or not start
+                or is_finished(status) or uid in self.deadline_armed):
+            return
+        self.deadline_armed.add(uid)
+        due = parse_time(str(start)) + ads - time.time()
+        self.timers.later(max(0.0, due) + 0.01, self._deadline, key_of(job), uid)
+
+    def _deadline(self, key: Key, uid: str) -> None:
+        self.deadline_armed.discard(uid)
+        job = self.store.get("pytorchjobs", *key)
+        if job is not None and job["metadata"]["uid"] == uid:
+            self.reconcile(key)
+
+    def _job_events(self, job: Obj, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        for ctype in ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended"):
             if condition_true(new, ctype) and not condition_true(old, ctype):
                 c = next(c for c in new["conditions"] if c["type"] == ctype)
-                kind = "Warning" if ctype == "Failed" else "Normal"
+                kind = "Normal" if ctype in ("Created", "Running", "Succeeded", "Suspended") \
+                    else "Warning"
                 record_event(self.store, job["metadata"]["namespace"], ref_of(job), kind,
                              c["reason"], c["message"])
 
 
+# ---------------------------------------------------------------- the operator's rules
+
+
+def is_finished(status: Mapping[str, Any]) -> bool:
+    return condition_true(status, "Succeeded") or condition_true(status, "Failed")
+
+
+def failed_by_fault(job: Obj) -> dict[str, Any]:
+    """The status of ``job`` once its restarts ran out (ReconcileJobs, backoff limit):
+    the ``fail-job`` fault, on emulated and real members alike."""
+    status = copy.deepcopy(job.get("status") or {})
+    status.setdefault("completionTime", now_iso())
+    name = job["metadata"]["name"]
+    set_job_condition(status, "Failed", "True", "PyTorchJobFailed",
+                      f"Job {name} has failed because it has reached the specified backoff "
+                      "limit")
+    return status
+
+
+def replica_specs(job: Obj) -> dict[str, dict[str, Any]]:
+    """The replica specs with the operator's defaults (pytorch_defaults.go
+    SetDefaults_PyTorchJob): replicas 1, restartPolicy OnFailure."""
+    specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    out: dict[str, dict[str, Any]] = {}
+    for rtype in REPLICA_TYPES:
+        rs = specs.get(rtype)
+        if isinstance(rs, Mapping):
+            n = rs.get("replicas", 1)
+            out[rtype] = {**rs, "replicas": n if isinstance(n, int) and n >= 0 else 1,
+                          "restartPolicy": rs.get("restartPolicy") or "OnFailure"}
+    return out
+
+
+def set_job_condition(status: dict[str, Any], ctype: str, cstatus: str, reason: str,
+                      message: str) -> None:
+    """pkg/util/status.go setCondition + filterOutCondition: nothing once Failed; an
+    unchanged (status, reason) is kept; Running and Restarting replace each other;
+    Failed/Succeeded turn Running False; the changed condition goes last."""
+    conds: list[dict[str, Any]] = status.get("conditions") or []
+    if any(c.get("type") == "Failed" and c.get("status") == "True" for c in conds):
+        return
+    now = now_iso()
+    current = next((c for c in conds if c.get("type") == ctype), None)
+    if current is not None and current.get("status") == cstatus \
+            and current.get("reason") == reason:
+        return
+    transition = now
+    if current is not None and current.get("status") == cstatus:
+        transition = current.get("lastTransitionTime") or now
+    kept = []
+    for c in conds:
+        if ctype == "Restarting" and c.get("type") == "Running":
+            continue
+        if ctype == "Running" and c.get("type") == "Restarting":
+            continue
+        if c.get("type") == ctype:
+            continue
+        if ctype in ("Failed", "Succeeded") and c.get("type") == "Running":
+            c = {**c, "status": "False"}
+        kept.append(c)
+    kept.append({"type": ctype, "status": cstatus, "reason": reason, "message": message,
+                 "lastUpdateTime": now, "lastTransitionTime": transition})
+    status["conditions"] = kept
+
+
+def reconcile_status(job: Obj, status: dict[str, Any], pods: list[Obj],
+                     cluster: PyTorchJobOperator) -> dict[str, Any]:
+    """common/job.go ReconcileJobs for one job: returns the new status, creating and
+    deleting pods through ``cluster``."""
+    name = job["metadata"]["name"]
+    run_policy = (job.get("spec") or {}).get("runPolicy") or {}
+    clean = run_policy.get("cleanPodPolicy") or "None"
+    replicas = replica_specs(job)
+    # onOwnerCreateFunc: the Created condition
+    if not any(c.get("type") == "Created" for c in status.get("conditions") or []):
+        set_job_condition(status, "Created", "True", "PyTorchJobCreated",
+                          f"PyTorchJob {name} is created.")
+    if is_finished(status):
+        _delete_pods_and_services(cluster, status, pods, clean)
+        if condition_true(status, "Succeeded"):
+            for rs in (status.get("replicaStatuses") or {}).values():
+                if rs.get("active"):
+                    rs["succeeded"] = rs.get("succeeded", 0) + rs.pop("active")
+        return status
+    if run_policy.get("suspend") is True:
+        _delete_pods_and_services(cluster, status, pods, clean)
+        for rs in (status.get("replicaStatuses") or {}).values():
+            rs.pop("active", None)
+        msg = f"PyTorchJob {name} is suspended."
+        if condition_true(status, "Running"):
+            set_job_condition(status, "Running", "False", "PyTorchJobSuspended", msg)
+        if not condition_true(status, "Suspended"):
+            set_job_condition(status, "Suspended", "True", "PyTorchJobSuspended", msg)
+        return status
+    if condition_true(status, "Suspended"):
+        set_job_condition(status, "Suspended", "False", "PyTorchJobResumed",
+                          f"PyTorchJob {name} is resumed.")
+        status["startTime"] = now_iso()
+    ads = run_policy.get("activeDeadlineSeconds")
+    start = status.get("startTime")
+    if (isinstance(ads, int) and not isinstance(ads, bool) and start
+            and time.time() - parse_time(str(start)) >= ads):
+        status.setdefault("completionTime", now_iso())
+        set_job_condition(status, "Failed", "True", "PyTorchJobFailed",
+                          f"Job {name} has failed because it was active longer than "
+                          "specified deadline")
+        _delete_pods_and_services(cluster, status, pods, clean)
+        return status
+    statuses: dict[str, dict[str, Any]] = {}
+    for rtype, rs in replicas.items():
+        counts: dict[str, Any] = {}
+        statuses[rtype] = counts
+        role = rtype.lower()
+        mine = {int((p["metadata"].get("labels") or {}).get(REPLICA_INDEX, -1)): p
+                for p in pods
+                if (p["metadata"].get("labels") or {}).get(REPLICA_TYPE) == role}
+        restart = rs["restartPolicy"]
+        for index in range(rs["replicas"]):
+            pod = mine.get(index)
+            if pod is None:
+                cluster.create_replica(job, role, index, rs.get("template") or {}, restart)
+                continue
+            phase = (pod.get("status") or {}).get("phase")
+            if phase == "Failed":
+                code = _exit_code(pod)
+                if (restart == "ExitCode" and code in RETRYABLE_EXIT_CODES) or restart in (
+                        "OnFailure", "Always"):
+                    cluster.delete_replica(pod)
+                    set_job_condition(status, "Restarting", "True", "PyTorchJobRestarting",
+                                      f"job {name} is restarting because {rtype} "
+                                      "replica(s) failed.")
+                elif restart == "ExitCode":
+                    set_job_condition(status, "Failed", "True", "PyTorchJobFailed",
+                                      f'job "{name}" is failing because "{rtype}" '
+                                      "replica(s) failed.")
+            _count(counts, pod)
+        for index, pod in mine.items():  # pods beyond the replica count: deleted
+            if index < 0 or index >= rs["replicas"]:
+                cluster.delete_replica(pod)
+    status["replicaStatuses"] = statuses
+    _update_job_status(job, replicas, status)
+    return status
+
+
+def _exit_code(pod: Obj) -> int:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if cs.get("name") == DEFAULT_CONTAINER and term:
+            return int(term.get("exitCode") or 0)
+    return 0xBEEF  # the operator's "no exit code" magic number
+
+
+def _count(counts: dict[str, Any], pod: Obj) -> None:
+    """core/status.go UpdateJobReplicaStatuses (Pending pods are not counted)."""
+    phase = (pod.get("status") or {}).get("phase")
+    key = {"Running": "active", "Succeeded": "succeeded", "Failed": "failed"}.get(str(phase))
+    if phase == "Running" and pod["metadata"].get("deletionTimestamp"):
+        key = "failed"
+    if key:
+        counts[key] = counts.get(key, 0) + 1
+
+
+def _delete_pods_and_services(cluster: PyTorchJobOperator, status: Mapping[str, Any],
+                              pods: list[Obj], clean: str) -> None:
+    """common/job.go DeletePodsAndServices: a finished job keeps its pods under
+    cleanPodPolicy None, loses its Running and Pending ones under Running, all under
+    All; a suspended one loses every pod."""
+    finished = is_finished(status)
+    if finished and clean == "None":
+        return
+    for pod in pods:
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
+        if finished and clean == "Running" and phase not in ("Running", "Pending"):
+            continue
+        cluster.delete_replica(pod)
+
+
+def _update_job_status(job: Obj, replicas: Mapping[str, Mapping[str, Any]],
+                       status: dict[str, Any]) -> None:
+    """pytorch/pytorchjob_controller.go UpdateJobStatus."""
+    meta = job["metadata"]
+    name, ns = meta["name"], meta["namespace"]
+    if not status.get("startTime"):
+        status["startTime"] = now_iso()
+    has_master = "Master" in replicas
+    elastic = (job.get("spec") or {}).get("elasticPolicy") is not None
+    for rtype, rs in replicas.items():
+        counts = status["replicaStatuses"].setdefault(rtype, {})
+        counts["selector"] = label_selector(name, rtype.lower())
+        succeeded = counts.get("succeeded", 0)
+        running = counts.get("active", 0)
+        failed = counts.get("failed", 0)
+        expected = rs["replicas"] - succeeded
+        if has_master:
+            if rtype == "Master":
+                if running > 0:
+                    set_job_condition(status, "Running", "True", "PyTorchJobRunning",
+                                      f"PyTorchJob {name} is running.")
+                if expected == 0:
+                    status.setdefault("completionTime", now_iso())
+                    set_job_condition(status, "Succeeded", "True", "PyTorchJobSucceeded",
+                                      f"PyTorchJob {name} is successfully completed.")
+                    return
+        elif rtype == "Worker":
+            if expected == 0 or (elastic and succeeded > 0):
+                status.setdefault("completionTime", now_iso())
+                set_job_condition(status, "Succeeded", "True", "PyTorchJobSucceeded",
+                                  f"PyTorchJob {ns}/{name} successfully completed.")
+            elif running > 0:
+                set_job_condition(status, "Running", "True", "PyTorchJobRunning",
+                                  f"PyTorchJob {ns}/{name} is running.")
+        if failed > 0 and rs["replicas"] > succeeded + running:
+            if rs["restartPolicy"] != "Never":
+                set_job_condition(status, "Restarting", "True", "PyTorchJobRestarting",
+                                  f"PyTorchJob {name} is restarting because {failed} "
+                                  f"{rtype} replica(s) failed.")
+            else:
+                status.setdefault("completionTime", now_iso())
+                set_job_condition(status, "Failed", "True", "PyTorchJobFailed",
+                                  f"PyTorchJob {name} is failed because {failed} {rtype} "
+                                  "replica(s) failed.")
+
+
+def label_selector(job_name: str, role: str) -> str:
+    """metav1.FormatLabelSelector(GenLabelSelector(job, rtype)): keys sorted."""
+    labels = {JOB_NAME: job_name, OPERATOR_NAME: CONTROLLER, REPLICA_TYPE: role}
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _port(job: Obj, rtype: str) -> int:
+    """getPortFromPyTorchJob (the defaulter adds pytorchjob-port 23456 when missing)."""
+    rs = ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}).get(rtype) or {}
+    for c in ((rs.get("template") or {}).get("spec") or {}).get("containers") or []:
+        if c.get("name") == DEFAULT_CONTAINER:
+            for port in c.get("ports") or []:
+                if port.get("name") == DEFAULT_PORT_NAME:
+                    return int(port.get("containerPort") or DEFAULT_PORT)
+    return DEFAULT_PORT
+
+
+def pod_env(job: Obj, role: str, index: int) -> list[dict[str, str]]:
+    """pytorch/envvar.go setPodEnv, without elasticPolicy: PYTHONUNBUFFERED, the master's
+    address and port (MASTER_* and PET_MASTER_*), WORLD_SIZE, RANK, PET_NODE_RANK,
+    PET_NPROC_PER_NODE and PET_NNODES."""
+    spec = job.get("spec") or {}
+    replicas = replica_specs(job)
+    total = sum(rs["replicas"] for rs in replicas.values())
+    nproc = spec.get("nprocPerNode") or "auto"
+    try:
+        per_node = int(nproc)
+    except ValueError:
+        per_node = 1
+    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    if "Master" in replicas:
+        addr = f"{job['metadata']['name']}-master-0"
+        port = str(_port(job, "Master"))
+        rank = index + 1 if role == "worker" else index
+        env += [{"name": "MASTER_PORT", "value": port},
+                {"name": "PET_MASTER_PORT", "value": port},
+                {"name": "MASTER_ADDR", "value": addr},
+                {"name": "PET_MASTER_ADDR", "value": addr},
+                {"name": "WORLD_SIZE", "value": str(total * per_node)},
+                {"name": "RANK", "value": str(rank)},
+                {"name": "PET_NODE_RANK", "value": str(rank)}]
+    env.append({"name": "PET_NPROC_PER_NODE", "value": str(nproc)})
+    env.append({"name": "PET_NNODES", "value": str(total)})
+    return env
+
+
+def service_for(job: Obj, role: str, index: int) -> Obj:
+    """common/service.go CreateNewService: headless, selecting the replica's pod."""
+    jmeta = job["metadata"]
+    labels = {JOB_NAME: jmeta["name"], OPERATOR_NAME: CONTROLLER, REPLICA_TYPE: role,
+              REPLICA_INDEX: str(index)}
+    rtype = role.capitalize()
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": f"{jmeta['name']}-{role}-{index}", "namespace": jmeta["namespace"],
+                     "labels": dict(labels), "ownerReferences": [_owner_ref(job)]},
+        "spec": {"clusterIP": "None", "selector": labels,
+                 "ports": [{"name": DEFAULT_PORT_NAME, "port": _port(job, rtype),
+                            "protocol": "TCP", "targetPort": _port(job, rtype)}]},
+    }
+
+
+def _owner_ref(job: Obj) -> dict[str, Any]:
+    jmeta = job["metadata"]
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": jmeta["name"],
+            "uid": jmeta["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
 def pod_for(job: Obj, role: str, index: int, tmpl: Mapping[str, Any],
             restart: str | None) -> Obj:
-    """The pod the operator creates for one replica."""
+    """common/pod.go createNewPod: the template with the operator's labels (job-role
+    on the master), restartPolicy from the replica spec (ExitCode: Never), the
+    controller ownerReference and the env of :func:`pod_env` in every container."""
     jmeta = job["metadata"]
     tmeta = copy.deepcopy(dict(tmpl.get("metadata") or {}))
     spec = copy.deepcopy(dict(tmpl.get("spec") or {}))
-    if restart and restart != "ExitCode":
-        spec["restartPolicy"] = restart
+    spec["restartPolicy"] = "Never" if restart == "ExitCode" else (restart or "OnFailure")
     spec.setdefault("schedulerName", "default-scheduler")
     spec.pop("nodeName", None)
+    env = pod_env(job, role, index)
+    for c in spec.get("containers") or []:
+        c["env"] = [*(c.get("env") or []), *copy.deepcopy(env)]
+        if c.get("name") == DEFAULT_CONTAINER and not any(
+                p.get("name") == DEFAULT_PORT_NAME for p in c.get("ports") or []):
+            c["ports"] = [*(c.get("ports") or []), {"name": DEFAULT_PORT_NAME,
+                                                   "containerPort": DEFAULT_PORT,
+                                                   "protocol": "TCP"}]
     labels = dict(tmeta.get("labels") or {})
-    labels.update({
-        JOB_NAME: jmeta["name"],
-        REPLICA_TYPE: role,
-        REPLICA_INDEX: str(index),
-        OPERATOR_NAME: "pytorchjob-controller",
-    })
+    labels.update({JOB_NAME: jmeta["name"], OPERATOR_NAME: CONTROLLER,
+                   REPLICA_TYPE: role, REPLICA_INDEX: str(index)})
     if role == "master":
-        labels["training.kubeflow.org/job-role"] = "master"
-    annotations = dict(tmeta.get("annotations") or {})
+        labels[JOB_ROLE] = "master"
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -177,12 +526,8 @@ def pod_for(job: Obj, role: str, index: int, tmpl: Mapping[str, Any],
             "name": f"{jmeta['name']}-{role}-{index}",
             "namespace": jmeta["namespace"],
             "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [{
-                "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-                "name": jmeta["name"], "uid": jmeta["uid"],
-                "controller": True, "blockOwnerDeletion": True,
-            }],
+            "annotations": dict(tmeta.get("annotations") or {}),
+            "ownerReferences": [_owner_ref(job)],
         },
         "spec": spec,
         "status": {"phase": "Pending", "qosClass": "Burstable"},
@@ -212,92 +557,3 @@ def replica_slots(job: Obj) -> list[Slot]:
         for i in range(n):
             out.append((role.lower(), i, tmpl, rs.get("restartPolicy")))
     return out
-
-
-def job_status(job: Obj, pods: list[Obj], old: dict[str, Any]) -> dict[str, Any]:
-    """Kubeflow-style status from the job's pods (idempotent: unchanged in → unchanged out)."""
-    status = copy.deepcopy(old)
-    name = job["metadata"]["name"]
-    ns = job["metadata"]["namespace"]
-    counts: dict[str, dict[str, int]] = {}
-    phases: dict[str, list[str]] = {}
-    for p in pods:
-        role = (p["metadata"].get("labels") or {}).get(REPLICA_TYPE, "worker")
-        rtype = role.capitalize()
-        phase = (p.get("status") or {}).get("phase") or "Pending"
-        c = counts.setdefault(rtype, {"active": 0, "succeeded": 0, "failed": 0})
-        if phase == "Succeeded":
-            c["succeeded"] += 1
-        elif phase == "Failed":
-            c["failed"] += 1
-        else:
-            c["active"] += 1
-        phases.setdefault(rtype, []).append(phase)
-    expected = len(replica_slots(job))
-    status["replicaStatuses"] = {
-        rtype: {k: v for k, v in c.items() if v} for rtype, c in sorted(counts.items())
-    }
-    if not status.get("startTime"):
-        status["startTime"] = now_iso()
-    _ensure(status, "Created", "PyTorchJobCreated", f"PyTorchJob {name} is created.")
-    done = condition_true(status, "Succeeded") or condition_true(status, "Failed")
-    if done:
-        return status
-    failed = {r: c["failed"] for r, c in counts.items() if c["failed"]}
-    all_phases = [ph for lst in phases.values() for ph in lst]
-    if failed:
-        role, n = next(iter(sorted(failed.items())))
-        _ensure(status, "Failed", "PyTorchJobFailed",
-                f"PyTorchJob {ns}/{name} has failed because {n} {role} replica(s) failed.")
-        _unset(status, "Running", "PyTorchJobFailed")
-        status["completionTime"] = now_iso()
-    elif _succeeded(job, counts):
-        _ensure(status, "Succeeded", "PyTorchJobSucceeded",
-                f"PyTorchJob {ns}/{name} successfully completed.")
-        _unset(status, "Running", "PyTorchJobSucceeded")
-        status["completionTime"] = now_iso()
-    else:
-        # Every pod runs; or, for a PodGroup smaller than the job (minAvailable), at least
-        # minMember pods run (the others wait for room, as they do under a gang scheduler).
-        minimum = min_member(job)
-        need = expected if minimum is None else min(minimum, expected)
-        running = sum(1 for ph in all_phases if ph == "Running")
-        if expected and running >= need and all(
-            ph in ("Running", "Pending") for ph in all_phases
-        ) and (need < expected or len(all_phases) >= expected):
-            _ensure(status, "Running", "PyTorchJobRunning",
-                    f"PyTorchJob {ns}/{name} is running.")
-    return status
-
-
-def _succeeded(job: Obj, counts: Mapping[str, Mapping[str, int]]) -> bool:
-    """The operator's rule: a job with a Master succeeds when the Master has; a job
-    without one when every Worker has, or, with an elasticPolicy, when any Worker has."""
-    specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-    if "Master" in specs:
-        return counts.get("Master", {}).get("succeeded", 0) > 0
-    workers = sum(1 for role, *_ in replica_slots(job) if role == "worker")
-    done = counts.get("Worker", {}).get("succeeded", 0)
-    elastic = (job.get("spec") or {}).get("elasticPolicy") is not None
-    return workers > 0 and (done >= workers or (elastic and done > 0))
-
-
-def _ensure(status: dict[str, Any], ctype: str, reason: str, message: str) -> None:
-    conds = status.setdefault("conditions", [])
-    for c in conds:
-        if c.get("type") == ctype:
-            if c.get("status") != "True":
-                now = now_iso()
-                c.update(status="True", reason=reason, message=message,
-                         lastUpdateTime=now, lastTransitionTime=now)
-            return
-    now = now_iso()
-    conds.append({"type": ctype, "status": "True", "reason": reason, "message": message,
-                  "lastUpdateTime": now, "lastTransitionTime": now})
-
-
-def _unset(status: dict[str, Any], ctype: str, reason: str) -> None:
-    for c in status.get("conditions") or []:
-        if c.get("type") == ctype and c.get("status") == "True":
-            now = now_iso()
-            c.update(status="False", reason=reason, lastUpdateTime=now, lastTransitionTime=now)

@@ -93,6 +93,8 @@ CORE = [
     ),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, "serviceaccount", ("sa",)),
     ResourceType("", "v1", "events", "Event", True, "event", ("ev",)),
+    # the training-operator's headless Service per replica
+    ResourceType("", "v1", "services", "Service", True, "service", ("svc",), True),
 ]
 PYTORCHJOBS = ResourceType(
     "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", True, "pytorchjob", (), True
