@@ -82,7 +82,8 @@ def serve(
     doc = json.dumps({
         "pid": os.getpid(), "kubeconfig": str(fleet.kubeconfig_path),
         "fleetConfig": str(fleet.fleet_config_path), "controlUrl": fleet.serve_control(),
-        "clusters": {p.name: p.public_url for p in fleet.planes}}, indent=2)
+        "clusters": {p.name: p.public_url for p in fleet.planes},
+        "processes": fleet.processes()}, indent=2)
     write_private(control, doc)
     write_private(info, doc)
     try:

@@ -127,6 +127,15 @@ async def run_demo(fleet: EmbeddedFleet, examples: Path, timeout: float) -> bool
     _say("fleetq get pod -M")
     await show_get(client, "pod", None, namespace=None, all_namespaces=False,
                    output=None, all_clusters=True, fleet_config=members)
+    info = fleet.state_dir / "controlplane" / "controlplane.json"
+    if info.is_file():  # real members: show who did the work
+        import json
+
+        from fleetq.controlplane.runner import process_report
+
+        _say("ps  # the real members' upstream processes, and their logs naming the job")
+        for line in process_report(json.loads(info.read_text()), job=JOB_NAME):
+            typer.echo(line)
     typer.echo("")
     if job_ready(view):
         assert view is not None

@@ -473,6 +473,12 @@ class RealFleet:
                                                              sort_keys=False))
         return self
 
+    def processes(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """cluster -> process name -> {pid, log}: what runs on each plane."""
+        return {p.name: {name: {"pid": pid, "log": str(log)}
+                         for name, (pid, log) in p.processes().items()}
+                for p in self.planes}
+
     def fleet_config_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"kubeconfig": str(self.kubeconfig_path.resolve())}
         hubs = [p for p in self.planes if not p.spec.member]
@@ -575,3 +581,23 @@ class RealFleet:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def process_report(info: dict[str, Any], job: str | None = None,
+                   tail: int = 2) -> list[str]:
+    """Lines for a user: every real member's upstream processes (pid, log) and, with
+    ``job``, the last lines of the training-operator's and KWOK's logs naming it."""
+    lines: list[str] = []
+    for cluster, procs in sorted((info.get("processes") or {}).items()):
+        for name, proc in procs.items():
+            lines.append(f"{cluster:<12} {name:<18} pid {proc['pid']:<8} {proc['log']}")
+    if job:
+        for cluster, procs in sorted((info.get("processes") or {}).items()):
+            for name in ("training-operator", "kwok"):
+                if name not in procs:
+                    continue
+                with contextlib.suppress(OSError):
+                    text = Path(procs[name]["log"]).read_text(errors="replace")
+                    hits = [ln.strip() for ln in text.splitlines() if job in ln]
+                    lines += [f"{cluster} {name}: {ln[:200]}" for ln in hits[-tail:]]
+    return lines

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fleetq.controlplane.build import BINARIES, KUBERNETES_VERSION, Build, BuildError, build, cached
+from fleetq.controlplane.build import (
+    BINARIES,
+    KUBERNETES_VERSION,
+    OPERATOR_BINARIES,
+    Build,
+    BuildError,
+    build,
+    cached,
+)
 from fleetq.controlplane.runner import ControlPlane
 from fleetq.emulator.tls import make_material
 from fleetq.topology import parse_topology
@@ -23,15 +31,21 @@ def binaries() -> Build:
 
 
 def test_a_warm_build_is_a_stamp_read(binaries: Build) -> None:
-    outputs = [binaries.binary(name) for name in BINARIES]
+    outputs = [binaries.binary(name) for name in (*BINARIES, *OPERATOR_BINARIES)]
     before = [p.stat().st_mtime_ns for p in outputs]
     again = cached()
     assert again == binaries
     assert binaries.version == KUBERNETES_VERSION
-    for name in BINARIES:
+    for name in (*BINARIES, *OPERATOR_BINARIES):
         assert binaries.binary(name).stat().st_size > 10_000_000
     assert [p.name for p in binaries.crds] == [
         "kubeflow.org_pytorchjobs.yaml", "scheduling.koordinator.sh_reservations.yaml"]
+    # the PyTorchJob CRD is the training-operator v1.9.4 module's, from its own part
+    assert binaries.crds[0].parent == binaries.operators / "crds"
+    assert [p.name for p in binaries.kwok_stages] == [
+        "node-heartbeat.yaml", "node-initialize.yaml", "pod-complete.yaml", "pod-delete.yaml",
+        "pod-ready.yaml"]
+    assert "validate-kubeflow-org-v1-pytorchjob" in binaries.webhook_manifest.read_text()
     from fleetq.cli import app
 
     result = CliRunner().invoke(app, ["controlplane", "build"])

@@ -143,7 +143,7 @@ class Recorder:
                 if line.strip():
                     event = json.loads(line)
                     self.statuses.append((event.get("object") or {}).get("status") or {})
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):  # closed by close()
             pass
 
     def saw(self, ctype: str, reason: str) -> bool:

@@ -78,8 +78,13 @@ def test_pytorchjob_runs_and_succeeds(core: client.CoreV1Api,
     job = wait_for(lambda: (j := _job(custom, "train")) and
                    conditions(j).get("Succeeded") == "True" and j, timeout=4)
     assert conditions(job)["Running"] == "False"
-    assert job["status"]["replicaStatuses"] == {"Master": {"succeeded": 1},
-                                                "Worker": {"succeeded": 2}}
+    # the training-operator's selector per replica type (UpdateJobStatus)
+    assert {r: {k: v for k, v in c.items() if k != "selector"}
+            for r, c in job["status"]["replicaStatuses"].items()} == {
+        "Master": {"succeeded": 1}, "Worker": {"succeeded": 2}}
+    assert job["status"]["replicaStatuses"]["Worker"]["selector"] == (
+        "training.kubeflow.org/job-name=train,training.kubeflow.org/operator-name="
+        "pytorchjob-controller,training.kubeflow.org/replica-type=worker")
     assert job["status"]["completionTime"] and job["status"]["startTime"]
     assert {p.status.phase for p in _pods(core, "train")} == {"Succeeded"}
     reasons = {e.reason for e in core.list_namespaced_event("default").items}
