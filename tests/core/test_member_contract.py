@@ -145,6 +145,23 @@ def test_run_seconds_annotation_is_added_unless_the_user_wrote_one() -> None:
     assert RUN_SECONDS_ANNOTATION not in body["metadata"]["annotations"]
 
 
+def test_run_time_becomes_kwoks_pod_complete_delay_on_every_pod_template() -> None:
+    """On a real member KWOK completes a pod after its own
+    ``pod-complete.stage.kwok.x-k8s.io/delay`` (a Go duration); the operator copies
+    template annotations to the pods, so every template carries the job's run time."""
+    from fleetq.member_contract import KWOK_DELAY_ANNOTATION
+
+    mine = _manifest()
+    mine["metadata"]["annotations"][RUN_SECONDS_ANNOTATION] = "1.5"
+    body = member_manifest(BindRequest(job=JOB, manifest=mine, run_seconds=30))
+    for rs in body["spec"]["pytorchReplicaSpecs"].values():
+        assert rs["template"]["metadata"]["annotations"][KWOK_DELAY_ANNOTATION] == "1500ms"
+    body = member_manifest(BindRequest(job=JOB, manifest=_manifest()))
+    for rs in body["spec"]["pytorchReplicaSpecs"].values():
+        assert KWOK_DELAY_ANNOTATION not in (rs["template"].get("metadata") or {}).get(
+            "annotations", {})
+
+
 def test_copy_runs_on_the_members_operator() -> None:
     """No suspend (fleetq suspends by not having a copy), no MultiKueue managedBy, and a
     spec.cleanPodPolicy carried where kubeflow.org/v1 reads it."""
