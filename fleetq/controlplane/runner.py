@@ -187,7 +187,8 @@ class ControlPlane:
         argv = operators.operator_argv(self.build.binary("training-operator"),
                                        self.kubeconfig, webhook_port, probe_port)
         child = spawn_child("training-operator", argv, self.workdir / "logs",
-                            env={"TMPDIR": str(tmpdir), "MY_POD_NAMESPACE": operators.NAMESPACE},
+                            env={"TMPDIR": str(tmpdir), "MY_POD_NAMESPACE": operators.NAMESPACE,
+                                 "KUBECONFIG": str(self.kubeconfig)},
                             death_signal=signal.SIGKILL)
         self.children["training-operator"] = child
 

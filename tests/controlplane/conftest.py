@@ -100,8 +100,9 @@ class Raw:
 
 @pytest.fixture(scope="session")
 def real_plane() -> Iterator[Any]:
-    """One real member: etcd + kube-apiserver + kube-scheduler + lifecycle controller,
-    talked to directly (no fault proxy between: the contract is the API server's)."""
+    """One real member: etcd, kube-apiserver, KWOK, the training-operator,
+    kube-scheduler and the lifecycle controller (garbage collector), talked to directly
+    (no fault proxy between: the contract is the API server's and the operator's)."""
     from fleetq.controlplane.build import BuildError, build
     from fleetq.controlplane.runner import RealFleet
 

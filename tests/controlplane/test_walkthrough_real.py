@@ -44,6 +44,9 @@ def test_walkthrough_runs_on_real_members_and_kubectl_sees_it(
     out = capsys.readouterr().out
     assert "ScheduleBindingSucceed" in out and "OK: all 3 pods" in out
     cluster = out.split("OK: all 3 pods of default/pytorch-test are Running on ")[1].split()[0]
+    # the demo names the upstream processes that did the work, and their logs say so
+    assert f"{cluster:<12} training-operator" in out and f"{cluster:<12} kwok" in out
+    assert f"{cluster} training-operator: " in out and "pytorch-test" in out
 
     kubectl = str(build().binary("kubectl"))
     base = [kubectl, "--kubeconfig", real_fleet.kubeconfig, "--context", cluster]
@@ -60,6 +63,16 @@ def test_walkthrough_runs_on_real_members_and_kubectl_sees_it(
         assert p["spec"]["nodeName"].startswith(f"{cluster}-")
         scheduled = next(c for c in p["status"]["conditions"] if c["type"] == "PodScheduled")
         assert scheduled["status"] == "True"  # set by the real kube-scheduler's binding
+        # made by the real training-operator: its env, and KWOK ran it (pod IP, Ready)
+        env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0].get("env") or []}
+        assert env["MASTER_ADDR"] == "pytorch-test-master-0" and env["WORLD_SIZE"] == "3"
+        assert p["status"].get("podIP")
+    services = json.loads(subprocess.run(
+        [*base, "get", "services", "-n", "default", "-l",
+         "training.kubeflow.org/job-name=pytorch-test", "-o", "json"],
+        capture_output=True, text=True, check=True, timeout=30).stdout)["items"]
+    assert sorted(s["metadata"]["name"] for s in services) == sorted(p["metadata"]["name"]
+                                                                    for p in pods)
     table = subprocess.run([*base, "get", "pods", "-n", "default"], capture_output=True,
                            text=True, check=True, timeout=30).stdout
     assert table.count("Running") == 3
