@@ -42,6 +42,7 @@ DEFAULT_PORT = 23456
 #: pkg/util/train IsRetryableExitCode: only these exit codes restart under ExitCode
 RETRYABLE_EXIT_CODES = (130, 137, 143)
 REPLICA_TYPES = ("Master", "Worker")
+INIT_MAX_TRIES = 100  # config.PyTorchInitContainerMaxTriesDefault
 
 #: (role, index, pod template, restartPolicy) of one replica
 Slot = tuple[str, int, Mapping[str, Any], str | None]
@@ -473,6 +474,17 @@ def pod_env(job: Obj, role: str, index: int) -> list[dict[str, str]]:
     return env
 
 
+def init_container(master: str, tries: int = INIT_MAX_TRIES) -> dict[str, Any]:
+    """pytorch/initcontainer.go: a worker of a job with a Master first waits for the
+    master's Service name to resolve (the operator's default template and image)."""
+    return {"name": "init-pytorch", "image": "alpine:3.10", "imagePullPolicy": "IfNotPresent",
+            "resources": {"limits": {"cpu": "100m", "memory": "20Mi"},
+                          "requests": {"cpu": "50m", "memory": "10Mi"}},
+            "command": ["sh", "-c", f"err=1;for i in $(seq {tries}); do if nslookup {master}; "
+                        "then err=0 && break; fi;echo waiting for master; sleep 2; done; "
+                        "exit $err"]}
+
+
 def service_for(job: Obj, role: str, index: int) -> Obj:
     """common/service.go CreateNewService: headless, selecting the replica's pod."""
     jmeta = job["metadata"]
@@ -506,6 +518,9 @@ def pod_for(job: Obj, role: str, index: int, tmpl: Mapping[str, Any],
     spec["restartPolicy"] = "Never" if restart == "ExitCode" else (restart or "OnFailure")
     spec.setdefault("schedulerName", "default-scheduler")
     spec.pop("nodeName", None)
+    if role == "worker" and "Master" in replica_specs(job):
+        spec["initContainers"] = [*(spec.get("initContainers") or []),
+                                  init_container(f"{jmeta['name']}-master-0")]
     env = pod_env(job, role, index)
     for c in spec.get("containers") or []:
         c["env"] = [*(c.get("env") or []), *copy.deepcopy(env)]

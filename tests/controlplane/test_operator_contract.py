@@ -188,6 +188,11 @@ def test_each_replica_gets_a_pod_and_a_headless_service_with_the_operators_label
     assert (ref["kind"], ref["name"], ref["controller"], ref["blockOwnerDeletion"]) == (
         "PyTorchJob", "names", True, True)
     assert pods["names-master-0"]["spec"]["restartPolicy"] == "Never"
+    # initcontainer.go: workers first wait for the master's name to resolve
+    assert "initContainers" not in pods["names-master-0"]["spec"]
+    init = pods["names-worker-0"]["spec"]["initContainers"]
+    assert [(c["name"], c["image"]) for c in init] == [("init-pytorch", "alpine:3.10")]
+    assert "nslookup names-master-0" in init[0]["command"][2]
     assert pods["names-worker-0"]["spec"]["restartPolicy"] == "OnFailure"
     services = eventually(lambda: (s := job.services()) and len(s) == 3 and s)
     assert sorted(services) == sorted(pods)
