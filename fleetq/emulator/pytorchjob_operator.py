@@ -59,8 +59,6 @@ class PyTorchJobOperator:
         self.pods_by_owner: dict[Key, set[str]] = {}
         #: uids of finished jobs whose runPolicy.ttlSecondsAfterFinished deletion is armed
         self.ttl_armed: set[str] = set()
-        #: uids of jobs whose activeDeadlineSeconds re-check is armed
-        self.deadline_armed: set[str] = set()
 
     def pod_changed(self, pod: Obj, new: Obj | None) -> Key | None:
         """Index a pod's owner (``new`` None: the pod is gone); returns the owning job's
@@ -113,8 +111,10 @@ class PyTorchJobOperator:
             new = {**job, "metadata": copy.deepcopy(job["metadata"]), "status": status}
             self.store.replace("pytorchjobs", new)
             self._job_events(job, old, status)
+        # activeDeadlineSeconds arms no timer: upstream's UpdateJobStatus "enqueues" the
+        # deadline re-check on a FakeWorkQueue (pytorchjob_controller.go NewReconciler),
+        # so the deadline is only noticed when something else makes the job sync
         self._arm_ttl(job, status)
-        self._arm_deadline(job, status)
 
     # -- what reconcile_status asks of the cluster
 
@@ -175,25 +175,6 @@ class PyTorchJobOperator:
         job = self.store.get("pytorchjobs", *key)
         if job is not None and job["metadata"]["uid"] == uid:
             self.store.delete("pytorchjobs", *key)
-
-    def _arm_deadline(self, job: Obj, status: Mapping[str, Any]) -> None:
-        """UpdateJobStatus: with activeDeadlineSeconds the job is synced again that long
-        after its startTime (then PastActiveDeadline fails it)."""
-        ads = ((job.get("spec") or {}).get("runPolicy") or {}).get("activeDeadlineSeconds")
-        uid = job["metadata"]["uid"]
-        start = status.get("startTime")
-        if (not isinstance(ads, int) or isinstance(ads, bool) or not start
-                or is_finished(status) or uid in self.deadline_armed):
-            return
-        self.deadline_armed.add(uid)
-        due = parse_time(str(start)) + ads - time.time()
-        self.timers.later(max(0.0, due) + 0.01, self._deadline, key_of(job), uid)
-
-    def _deadline(self, key: Key, uid: str) -> None:
-        self.deadline_armed.discard(uid)
-        job = self.store.get("pytorchjobs", *key)
-        if job is not None and job["metadata"]["uid"] == uid:
-            self.reconcile(key)
 
     def _job_events(self, job: Obj, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         for ctype in ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended"):

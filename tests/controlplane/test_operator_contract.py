@@ -332,12 +332,27 @@ def test_ttl_seconds_after_finished_deletes_the_job_and_its_pods(api: Raw, ns: s
     eventually(lambda: job.pods() == {})
 
 
-def test_active_deadline_seconds_fails_a_job_that_runs_too_long(api: Raw, ns: str) -> None:
-    """ReconcileJobs PastActiveDeadline: the job fails ("active longer than specified
-    deadline") activeDeadlineSeconds after its startTime; cleanPodPolicy None keeps the
-    pods."""
-    job = Job(api, ns, pytorchjob("late", workers=1, run_policy={"activeDeadlineSeconds": 2}))
-    eventually(lambda: job.true("Failed"), timeout_s=60)
+def test_active_deadline_seconds_is_noticed_at_the_next_sync_after_it(
+    api: Raw, ns: str
+) -> None:
+    """ReconcileJobs PastActiveDeadline fails a job active longer than
+    activeDeadlineSeconds ("active longer than specified deadline"), but v1.9.4 arms no
+    timer for it: UpdateJobStatus's ``WorkQueue.AddAfter`` goes to a FakeWorkQueue
+    (pytorchjob_controller.go NewReconciler), so the job fails only when something else
+    makes it sync (here: an annotation). cleanPodPolicy None keeps the pods."""
+    import time
+
+    from fleetq.kube_values import parse_rfc3339
+
+    job = Job(api, ns, pytorchjob("late", workers=1, run_policy={"activeDeadlineSeconds": 1}))
+    eventually(lambda: job.running() and job.true("Running"))
+    started = parse_rfc3339(job.status()["startTime"])
+    assert started is not None
+    eventually(lambda: time.time() > started.timestamp() + 2)
+    assert not job.true("Failed")  # past its deadline, nothing synced it
+    r = api("PATCH", job.path, {"metadata": {"annotations": {"poke": "1"}}}, content_type=MERGE)
+    assert r.status == 200, r.body
+    eventually(lambda: job.true("Failed"))
     assert job.conditions()["Failed"][1:] == (
         "PyTorchJobFailed", "Job late has failed because it was active longer than "
         "specified deadline")
