@@ -136,7 +136,9 @@ class EmbeddedFleet:
                         f"fleetq up?); choose another with {what}")
             if self.members == "real":
                 self._build_control_plane()
-            deadline = time.monotonic() + timeout
+            # real members start one after another (etcd, API server, KWOK, the
+            # training-operator, scheduler each): give them three times as long
+            deadline = time.monotonic() + (timeout * 3 if self.members == "real" else timeout)
             # Temporal and the members do not depend on each other: start both at once.
             temporal = self._spawn_temporal()
             emulator, info_file = (self._spawn_real_members() if self.members == "real"
@@ -272,8 +274,8 @@ class EmbeddedFleet:
             raise EmbeddedError(str(exc)) from None
 
     def _spawn_real_members(self) -> tuple[Child, Path]:
-        self.progress("starting real member control planes (etcd, kube-apiserver, "
-                      "kube-scheduler)")
+        self.progress("starting real member control planes (etcd, kube-apiserver, KWOK, "
+                      "training-operator, kube-scheduler)")
         out_dir = self.state_dir / "controlplane"
         info_file = out_dir / "controlplane.json"
         with contextlib.suppress(OSError):

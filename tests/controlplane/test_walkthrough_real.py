@@ -27,7 +27,7 @@ def real_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFle
         pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
     fleet = EmbeddedFleet(tmp_path_factory.mktemp("embedded-real"), port=free_port(),
                           ui_port=free_port(), members="real")
-    fleet.start(timeout=120)
+    fleet.start(timeout=300)
     try:
         yield fleet
     finally:
