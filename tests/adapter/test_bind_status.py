@@ -243,9 +243,14 @@ def test_wait_for_change_since_a_phase_skips_pod_churn_until_the_job_runs(
     assert first.phase == "Running", first
     assert first.health == "Healthy"
     assert first.pods and all(p.node for p in first.pods)
-    # a full token from that status: any later change counts again
-    later = ma.wait_for_change(job, first.observed, timeout_s=0.5)
-    assert later.observed == first.observed
+    # a full token: any later change counts again. The real training-operator says
+    # Running once the master runs and keeps writing replica counts while the workers
+    # start, so take the token once every pod runs and nothing changes any more
+    settled = eventually(lambda: (s := ma.status(job)).pods and all(
+        p.phase == "Running" for p in s.pods) and sum(
+        c.get("active", 0) for c in s.replica_statuses.values()) == len(s.pods) and s)
+    later = ma.wait_for_change(job, settled.observed, timeout_s=0.5)
+    assert later.observed == settled.observed
 
 
 def test_a_finished_job_the_member_deletes_keeps_its_phase(
