@@ -273,6 +273,18 @@ class Simulation:
             self.qlen[res.queue] += 1
             self.qlen_series[res.queue].set(t, self.qlen[res.queue])
 
+    def _requeue(self, job: Job, t: float) -> None:
+        """A stopped victim gives its quota back and queues again with its original
+        submit time in one step (:meth:`fleetq.admission.Admission.requeue`)."""
+        assert job.request is not None
+        res = self.admission.requeue(job.request, t)
+        if isinstance(res, Grant):  # (requeue never admits at once; defensive)
+            self._granted(job, t)
+        else:
+            self.waiting[job.id] = job
+            self.qlen[res.queue] += 1
+            self.qlen_series[res.queue].set(t, self.qlen[res.queue])
+
     def _preempt(self, t: float) -> None:
         """The quota workflow's preemption pass; tell each new victim to stop."""
         for plan in plan_preemptions(self.admission, t):
@@ -307,10 +319,10 @@ class Simulation:
         alloc[R.PODS] = alloc.get(R.PODS, 0) - len(self.pods[job.gid]) * R.MILLI
         self.freed = True
 
-    def _finish(self, t: float, key: int) -> None:
+    def _finish(self, t: float, key: int) -> bool:
         job = self.running.pop(key, None)
         if job is None:
-            return  # preempted before it could finish
+            return False  # preempted before it could finish: no event of the run
         self._unbind(job)
         if job.stopping is not None:
             self.finished_in_grace += 1
@@ -320,14 +332,17 @@ class Simulation:
         self.last_finish = t
         self.admission.release(job.id)
         self._schedule(t)
+        return True
 
-    def _stop(self, t: float, idx: int) -> None:
+    def _stop(self, t: float, idx: int) -> bool:
         """A victim's grace period is over: its run is lost, it releases its quota and
-        waits again with its original submit time."""
+        waits again with its original submit time. False when there was nothing to do
+        (it finished during its grace period: the workflow's grace timer is cancelled
+        then, so this instant is no event of the run and does not extend it)."""
         job = self.all_jobs[idx]
         reason = job.stopping
         if reason is None:
-            return  # it finished during its grace period
+            return False
         # A victim stopped at once (never placed) may be re-admitted by the same pass and
         # then taken by another preemptor: bounded. The same victim for the same
         # preemptor twice at one instant is a loop that makes no progress.
@@ -359,9 +374,9 @@ class Simulation:
         self.preemptions[reason] = self.preemptions.get(reason, 0) + 1
         job.admitted = job.started = None
         job.cluster = ""
-        self.admission.release(job.id)
-        self._enqueue(job, t)
+        self._requeue(job, t)
         self._schedule(t)
+        return True
 
     def _schedule(self, t: float) -> None:
         """``Admission.schedule`` after quota was released; start every grant."""
@@ -530,13 +545,15 @@ class Simulation:
         for gid in range(len(self.trace.spec.jobs)):
             self._push_submit(gid, 0)
         heap = self.heap
-        t = self.t0
+        t = end = self.t0
         while heap:
             t, kind, a, b = heapq.heappop(heap)
             if kind == _FINISH:
-                self._finish(t, a)
+                if not self._finish(t, a):
+                    continue
             elif kind == _STOP:
-                self._stop(t, a)
+                if not self._stop(t, a):
+                    continue
             else:
                 self._submit(t, a, b)
             if self.preempting and self.waiting:
@@ -544,7 +561,8 @@ class Simulation:
             if self.fresh or (self.freed and self.unplaced_count):
                 self._placement_pass(t)
             self._record(t)
-        return build_result(self, t)
+            end = t
+        return build_result(self, end)
 
 
 _Shape = tuple[tuple[tuple[str, int], ...], int, list[NodeCapacity]]
