@@ -660,8 +660,9 @@ class Admission:
         original ``submitted_at``) in one step: it is back in its queue before the pass
         that hands out the quota it freed, so no later job of its priority takes that
         room first (issue 24). As :meth:`release` then :meth:`enqueue`; never admits at
-        once (a pass decides, the job in its queue); idempotent (a waiting job gets its
-        WaitInfo)."""
+        once (a pass decides, the job in its queue); a waiting job only gets its
+        WaitInfo. (A duplicate that arrives after the job was admitted again requeues it
+        again, as a duplicate ``release`` would free its new grant.)"""
         self.release(req.job_id)
         self._dirty = True
         return self.enqueue(req, now)

@@ -1070,7 +1070,9 @@ def _cheapest(
         lambda g: (node_key(g)[0], g.priority, g.work(now), g.job_id),
     ):
         ordered = sorted(pool, key=key)
-        chosen = ordered[: _smallest(len(ordered), lambda i: fits(ordered[: i + 1])) + 1]
+        chosen = ordered[
+            : _smallest(len(ordered), lambda i, o=ordered: fits(o[: i + 1])) + 1  # type: ignore[misc]
+        ]
         # Minimal: try dropping the dearest first; repeat while anything was dropped
         # (node-by-node placement is a heuristic, so fitting is not strictly monotone).
         changed = True
