@@ -44,7 +44,15 @@ from fleetq.placement import (
     place_gang,
     pod_groups,
 )
-from fleetq.preemption import PreemptionReason, fair_sharing_weights, plan_preemptions
+from fleetq.preemption import (
+    PreemptionMode,
+    PreemptionReason,
+    RunningGang,
+    RunningPod,
+    fair_sharing_weights,
+    plan_capacity_preemption,
+    plan_preemptions,
+)
 from fleetq.rejection import Rejection
 from fleetq.simulator.report import (
     FailureReasons,
@@ -190,6 +198,18 @@ class Simulation:
         #: (instant, (victim, preemptor) pairs stopped at that instant)
         self.stopped_at: tuple[float, set[tuple[int, str]]] = (-1.0, set())
         self.stopping_for: dict[int, str] = {}  # victim told to stop -> its preemptor
+        # capacity preemption (issue 24): a job quota admitted that no cluster can hold
+        # evicts lower-priority gangs on one cluster (fleetq.preemption.
+        # plan_capacity_preemption, as the placement activity), under LowerPriority
+        self.capacity = (
+            trace.tree is not None and trace.preemption.preemption is PreemptionMode.LOWER_PRIORITY
+        )
+        self.capacity_plans: dict[int, set[int]] = {}  # preemptor -> victims still running
+        self.capacity_planned = 0  # plans made
+        #: the states other parts of the lifecycle add, counted per job as they happen
+        #: (issue 24: inadmissible, never placeable, re-queued with backoff); the
+        #: engine's hooks for them: :meth:`count_state`
+        self.states: dict[str, int] = {}
         self.reasons = FailureReasons()
         self.failed_attempts = 0
         self.delayed = 0
@@ -298,6 +318,52 @@ class Simulation:
                 delay = float(v.grace_seconds) if job.binding else 0.0
                 heapq.heappush(self.heap, (t + delay, _STOP, job.idx, 0))
 
+    def count_state(self, state: str) -> None:
+        """Count one job entering ``state`` (reported under ``states``)."""
+        self.states[state] = self.states.get(state, 0) + 1
+
+    def _capacity_preempt(self, job: Job, t: float) -> bool:
+        """The placement activity's capacity preemption for ``job`` (admitted, fits no
+        cluster): evict the cheapest lower-priority gangs on one cluster. True when a
+        plan was made (its victims stop after their grace period, then requeue)."""
+        if job.idx in self.capacity_plans:
+            return False  # one plan at a time; it waits for its victims
+        running = [
+            RunningGang(
+                r.id, r.cluster, self.gangs[r.gid].priority,
+                tuple(RunningPod(node.name, req) for node, req in r.binding),
+                r.started if r.started is not None else t,
+                self.job_policies[r.gid].preemptible,
+                self.job_policies[r.gid].grace_seconds,
+            )
+            for r in self.running.values()
+            if r.stopping is None
+        ]
+        snaps = [s for ci, s in enumerate(self.snapshots) if self.allowed[job.gid][ci]]
+        plan = plan_capacity_preemption(
+            job.id, self.gangs[job.gid], snaps, running, t,
+            affinity=self.trace.spec.jobs[job.gid].clusterAffinity,
+        )
+        if plan is None:
+            return False
+        self.capacity_planned += 1
+        victims: set[int] = set()
+        for v in plan.victims:
+            victim = self.by_id[v.job_id]
+            victim.stopping = PreemptionReason.CAPACITY
+            self.stopping_for[victim.idx] = job.id
+            victims.add(victim.idx)
+            heapq.heappush(self.heap, (t + float(v.grace_seconds), _STOP, victim.idx, 0))
+        self.capacity_plans[job.idx] = victims
+        return True
+
+    def _victim_gone(self, idx: int) -> None:
+        """A capacity victim stopped or finished: its preemptor waits for one fewer."""
+        for preemptor, victims in list(self.capacity_plans.items()):
+            victims.discard(idx)
+            if not victims:
+                del self.capacity_plans[preemptor]
+
     def _granted(self, job: Job, t: float) -> None:
         job.admitted = t
         job.seq = self.adm_seq
@@ -328,6 +394,7 @@ class Simulation:
             self.finished_in_grace += 1
             job.stopping = None
             self.stopping_for.pop(job.idx, None)
+            self._victim_gone(job.idx)
         self.completed += 1
         self.last_finish = t
         self.admission.release(job.id)
@@ -357,6 +424,7 @@ class Simulation:
             )
         stopped.add(pair)
         job.stopping = None
+        self._victim_gone(idx)
         if job.binding:
             self.running.pop(job.key)
             assert job.started is not None
@@ -496,8 +564,11 @@ class Simulation:
             if best is None:
                 self.failed.add(gid)
                 self.failed_attempts += 1
+                if self.capacity:
+                    self._capacity_preempt(queue[0], t)
                 continue
             job = queue.popleft()
+            self.capacity_plans.pop(job.idx, None)  # placed (its victims still stop)
             if not queue:
                 del self.unplaced[gid]
             self.unplaced_count -= 1
