@@ -72,6 +72,7 @@ from fleetq.models import ClusterAffinity, ElasticQuotaTree, Gang, ManifestError
 from fleetq.placement import ClusterChoice, TolerationLike, place_gang
 
 __all__ = [
+    "EXACT_POOL",
     "DEFAULT_GRACE_SECONDS",
     "FAIR_SHARE_WEIGHT_ANNOTATION",
     "GRACE_ANNOTATION",
