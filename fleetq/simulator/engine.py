@@ -20,7 +20,8 @@ its grace period (at once if it holds quota but was never placed): its run is lo
 cpu·s it ran are *wasted work*), its nodes are freed, it releases its quota and is queued
 again with its original submit time; the next ``schedule`` admits the preemptor once
 all its victims have released. A victim that finishes during its grace period simply
-finishes.
+finishes. Capacity preemption and never-placeable gangs (issue 24): see
+:meth:`Simulation._capacity_preempt` and :meth:`Simulation._never_placeable`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from fleetq.placement import (
     PlacementDecision,
     PodGroup,
     columns_of,
+    never_fits,
     place_gang,
     pod_groups,
 )
@@ -210,6 +212,11 @@ class Simulation:
         #: (issue 24: inadmissible, never placeable, re-queued with backoff); the
         #: engine's hooks for them: :meth:`count_state`
         self.states: dict[str, int] = {}
+        #: per trace group: whether no cluster could ever hold its gang (judged once on
+        #: empty nodes: the simulated fleet's nodes never change), by
+        #: :func:`fleetq.placement.never_fits` as the placement activity judges it
+        self.never: dict[int, bool] = {}
+        self.never_jobs: list[Job] = []  # admitted, never placeable: quota goes back
         self.reasons = FailureReasons()
         self.failed_attempts = 0
         self.delayed = 0
@@ -564,6 +571,11 @@ class Simulation:
             if best is None:
                 self.failed.add(gid)
                 self.failed_attempts += 1
+                if self._never_placeable(gid):
+                    self.never_jobs.extend(queue)
+                    del self.unplaced[gid]
+                    self.unplaced_count -= len(queue)
+                    continue
                 if self.capacity:
                     self._capacity_preempt(queue[0], t)
                 continue
@@ -586,6 +598,24 @@ class Simulation:
                     reasons = counted[job.gid] = grouped(self._reasons(job.gid))
                 self.reasons.count(reasons)
         self.fresh = []
+        if self.never_jobs:
+            # "never", not "not now" (issue 24): each gives its quota back at once and
+            # stays Unschedulable; what it freed may admit others, placed at once
+            for job in self.never_jobs:
+                self.count_state("neverPlaceable")
+                job.admitted = None
+                self.admission.release(job.id)
+            self.never_jobs = []
+            self._schedule(t)
+            if self.fresh:
+                self._placement_pass(t)
+
+    def _never_placeable(self, gid: int) -> bool:
+        got = self.never.get(gid)
+        if got is None:
+            snaps = [s for ci, s in enumerate(self.snapshots) if self.allowed[gid][ci]]
+            got = self.never[gid] = bool(snaps) and never_fits(self.gangs[gid], snaps) is not None
+        return got
 
     # ------------------------------------------------------------------ recording
 
