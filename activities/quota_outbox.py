@@ -115,9 +115,11 @@ class QuotaOutbox:
         """Deliver one message to the current run of ``inp.tree_workflow_id``: True once
         it is applied, False when no such workflow is running. Raises ``QuotaRefused``
         when the quota workflow refused an enqueue, and any delivery error as is."""
-        if inp.signal == "enqueue" and inp.request is None:
+        if inp.signal in ("enqueue", "requeue") and inp.request is None:
             raise ApplicationError(
-                "signal_quota: enqueue needs a request", type="InvalidRequest", non_retryable=True
+                f"signal_quota: {inp.signal} needs a request",
+                type="InvalidRequest",
+                non_retryable=True,
             )
         message = QuotaMessage(signal=inp.signal, request=inp.request, job_id=inp.job_id)
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()

@@ -655,6 +655,18 @@ class Admission:
         self._dirty = True
         return True
 
+    def requeue(self, req: AdmissionRequest, now: float) -> WaitInfo | Grant:
+        """A preempted job gives its quota back and queues again with ``req`` (its
+        original ``submitted_at``) in one step: it is back in its queue before the pass
+        that hands out the quota it freed, so no later job of its priority takes that
+        room first (issue 24). As :meth:`release` then :meth:`enqueue`; never admits at
+        once (a pass decides, the job in its queue); a waiting job only gets its
+        WaitInfo. (A duplicate that arrives after the job was admitted again requeues it
+        again, as a duplicate ``release`` would free its new grant.)"""
+        self.release(req.job_id)
+        self._dirty = True
+        return self.enqueue(req, now)
+
     def _victim_released(self, job_id: str) -> None:
         for plan in (*self._plans.values(), *self._draining):
             if any(v.job_id == job_id for v in plan.victims):

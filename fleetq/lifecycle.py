@@ -34,7 +34,7 @@ are given and return what the workflow must announce, in order (``Notice``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -690,7 +690,16 @@ def requeue_after_preemption(progress: JobProgress) -> list[Notice]:
     view = progress.view
     view.admitted, view.queue = False, None
     by = _display(signal.preemptor) if signal is not None else "the quota workflow"
-    return [Transition("Queued", f"preempted by {by}; queued again (original submit time)")]
+    return [Transition("Queued", f"preempted by {by}; {requeued_text(view.created_at)}")]
+
+
+def requeued_text(submitted: datetime | None) -> str:
+    """What a preempted job's ``Queued`` transition says of its place in the queue: it
+    is back with its original submit time (issue 24), named when known."""
+    if submitted is None:
+        return "queued again with its original submit time"
+    stamp = submitted.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"queued again with its original submit time {stamp}"
 
 
 # ---------------------------------------------------------------------- capacity preemption

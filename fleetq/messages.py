@@ -476,12 +476,14 @@ class DeleteRequest(BaseModel):
 
 
 class QuotaMessage(BaseModel):
-    """One message of a job to its quota workflow: ``enqueue`` (with ``request``), or
-    ``release`` / ``cancel`` (with ``job_id``). The quota workflow treats all three
-    idempotently, so a re-run after a crash, or a resend after an unknown outcome, is
-    safe."""
+    """One message of a job to its quota workflow: ``enqueue`` or ``requeue`` (with
+    ``request``), or ``release`` / ``cancel`` (with ``job_id``). ``requeue`` is a
+    preempted job giving its quota back and queueing again with its original submit
+    time in one step (``fleetq.admission.Admission.requeue``). The quota workflow
+    treats them idempotently, so a re-run after a crash, or a resend after an unknown
+    outcome, is safe."""
 
-    signal: Literal["enqueue", "release", "cancel"]
+    signal: Literal["enqueue", "requeue", "release", "cancel"]
     request: AdmissionRequest | None = None
     job_id: str = ""
 
@@ -491,8 +493,8 @@ class QuotaMessage(BaseModel):
 
     def signal_arg(self) -> AdmissionRequest | str | None:
         """The argument of the single signal of the same name: the request for
-        ``enqueue``, the job id for ``release`` / ``cancel``."""
-        return self.request if self.signal == "enqueue" else self.job_id
+        ``enqueue`` / ``requeue``, the job id for ``release`` / ``cancel``."""
+        return self.request if self.signal in ("enqueue", "requeue") else self.job_id
 
 
 class QuotaSignal(QuotaMessage):

@@ -59,6 +59,7 @@ snapshot with the victims' pods given back), the cheapest such cluster.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ from fleetq.models import ClusterAffinity, ElasticQuotaTree, Gang, ManifestError
 from fleetq.placement import ClusterChoice, TolerationLike, place_gang
 
 __all__ = [
+    "EXACT_POOL",
     "DEFAULT_GRACE_SECONDS",
     "FAIR_SHARE_WEIGHT_ANNOTATION",
     "GRACE_ANNOTATION",
@@ -529,8 +531,26 @@ def plan_quota_preemption(snapshot: QuotaSnapshot, preemptor: Preemptor) -> Pree
     """The victims whose quota, once released, lets ``preemptor`` be admitted, or None
     when it fits already, the policy allows no preemption for it, or it would not fit
     even with every candidate gone. See the module docstring for the rules."""
-    tree = _Tree(snapshot)
-    policy = snapshot.policy
+    return _plan_on(_Tree(snapshot), snapshot.policy, preemptor)
+
+
+def _after_plan(tree: _Tree, plan: PreemptionPlan) -> None:
+    """``tree`` as :func:`snapshot_after` would make it with ``plan`` added: its
+    victims gone, its (waiting) preemptor admitted, never a victim itself."""
+    for v in plan.victims:
+        job = tree.jobs.pop(v.job_id, None)
+        if job is not None:
+            tree.charge(tree.usage, job, -1)
+    seq = max((j.admitted_seq for j in tree.jobs.values()), default=-1) + 1
+    job = AdmittedJob(plan.preemptor, plan.node, dict(plan.request), plan.priority, seq, False)
+    tree.jobs[job.job_id] = job
+    tree.charge(tree.usage, job, 1)
+
+
+def _plan_on(
+    tree: _Tree, policy: TreePreemptionPolicy, preemptor: Preemptor
+) -> PreemptionPlan | None:
+    """:func:`plan_quota_preemption` on an index already built (not changed)."""
     node = preemptor.node
     if node not in tree.nodes:
         raise KeyError(f"quota tree has no node {node!r}")
@@ -797,17 +817,18 @@ def plan_preemptions(admission: Admission, now: float | None = None) -> list[Pre
         )
         for i, p in enumerate(admission.draining())
     ]
-    # nothing changes in ``admission`` until every plan is decided: one snapshot of it
+    # nothing changes in ``admission`` until every plan is decided: one snapshot of it,
+    # indexed once and brought up to date as each new plan is added (as snapshot_after)
     base = snapshot_from_admission(admission, holders)
+    tree = _Tree(snapshot_after(base, pending))
     out: list[PreemptionPlan] = []
     for request in candidates:
-        plan = plan_quota_preemption(
-            snapshot_after(base, pending), preemptor_from_request(admission, request)
-        )
+        plan = _plan_on(tree, base.policy, preemptor_from_request(admission, request))
         if plan is None or not plan.victims:
             continue
         pending.append(plan)
         out.append(plan)
+        _after_plan(tree, plan)
     for plan in out:  # all decided before any is recorded: an error records none
         admission.add_plan(pending_plan(plan), now)
     return out
@@ -851,10 +872,10 @@ class CapacityPlan:
     work_lost: float  # cpu·s of the victims' runs
 
     @property
-    def cost(self) -> tuple[int, int, float, str]:
-        """Lower is cheaper: highest victim priority, victim count, work lost, name."""
+    def cost(self) -> tuple[int, float, int, str]:
+        """Lower is cheaper: highest victim priority, work lost, victim count, name."""
         top = max(v.priority for v in self.victims)
-        return top, len(self.victims), round(self.work_lost, 6), self.cluster
+        return top, round(self.work_lost, 6), len(self.victims), self.cluster
 
 
 def _without(snap: ClusterSnapshot, gangs: Iterable[RunningGang]) -> ClusterSnapshot:
@@ -903,16 +924,15 @@ def plan_capacity_preemption(
     place_gang` (same ``affinity``, ``cluster_tolerations``, ``exclude``). Candidates are
     the preemptible gangs of priority < ``gang.priority``. On each cluster: the lowest
     priority level ``t`` such that evicting every candidate of priority <= ``t`` makes
-    room; among those, candidates on the nodes that such evictions open up most (room for
-    the most of the gang's largest pod, then fewest gangs to evict there) first, then
-    lowest priority, least work lost (most recently started), job id, until the gang fits;
-    then the set is made minimal (no victim can be dropped with the gang still fitting;
-    the dearest is tried first). Among clusters the cheapest wins: lowest
-    highest-victim-priority, then fewest victims, then least work lost (cpu·s), then
-    cluster name.
+    room; among the candidates of priority <= ``t``, the cheapest set that lets the gang
+    fit (:func:`_cheapest`): lowest highest-victim priority, then least **work lost**
+    (cpu·s since each victim started), then fewest victims; node order (the nodes the
+    evictions open up most first) only breaks ties. Among clusters the cheapest wins by
+    the same order: highest victim priority, work lost, victim count, cluster name.
 
-    Cost: O(log(levels) + log(candidates) + victims) placements of one cluster each, on
-    every cluster where evicting all candidates would make room."""
+    Cost: O(log(levels)) placements of one cluster, then at most ``2 **`` :data:`EXACT_POOL`
+    for a small pool, else O(log(candidates) + victims) per greedy order, on every
+    cluster where evicting all candidates would make room."""
 
     def place(snaps: Sequence[ClusterSnapshot]) -> ClusterChoice | None:
         return place_gang(
@@ -974,6 +994,24 @@ def _smallest(n: int, ok: Callable[[int], bool]) -> int:
     return hi
 
 
+#: a cluster's candidate pool up to this size is searched exhaustively for the cheapest
+#: set (at most 2 ** 10 cheap cost comparisons, placements only for improvements)
+EXACT_POOL = 10
+
+
+def _set_cost(
+    gangs: Sequence[RunningGang], now: float, node_key: Callable[[RunningGang], tuple[int, str]]
+) -> tuple[int, float, int, tuple[tuple[int, str], ...]]:
+    """Lower is cheaper: the highest victim priority, then work lost (cpu·s), then the
+    number of victims, then node order (the victims' node ranks, ascending)."""
+    return (
+        max(g.priority for g in gangs),
+        round(sum(g.work(now) for g in gangs), 6),
+        len(gangs),
+        tuple(sorted(node_key(g) for g in gangs)),
+    )
+
+
 def _cheapest(
     gang: Gang,
     snap: ClusterSnapshot,
@@ -981,8 +1019,12 @@ def _cheapest(
     now: float,
     fits: Callable[[Sequence[RunningGang]], bool],
 ) -> list[RunningGang] | None:
-    """A minimal set of ``cands`` whose eviction lets the gang fit on ``snap``, cheap
-    as :func:`plan_capacity_preemption` describes, or None."""
+    """The cheapest set of ``cands`` whose eviction lets the gang fit on ``snap``, or
+    None. Cheapest by :func:`_set_cost`: lowest highest priority, then least work lost,
+    then fewest victims; node order (nodes these evictions open up most first) only
+    breaks ties (issue 24). Exact for a pool of at most :data:`EXACT_POOL` gangs;
+    beyond, the cheaper of two greedy sets (by priority then work lost; by node then
+    priority then work lost), each made minimal."""
     if not fits(cands):
         return None
     levels = sorted({g.priority for g in cands})
@@ -990,8 +1032,8 @@ def _cheapest(
         _smallest(len(levels), lambda i: fits([g for g in cands if g.priority <= levels[i]]))
     ]
     pool = [g for g in cands if g.priority <= top]
-    # Nodes these evictions open up most first: copies of the gang's largest pod that
-    # fit there once every pool gang on it is gone, then fewer gangs to evict.
+    # Node order: copies of the gang's largest pod that fit a node once every pool gang
+    # on it is gone, most first, then fewer gangs to evict there, then name.
     largest = R.maximum(p.requests for p in gang.pods)
     freed: dict[str, R.Resources] = {}
     count: dict[str, int] = {}
@@ -1009,20 +1051,39 @@ def _cheapest(
     rank = {name: i for i, name in enumerate(sorted(room, key=lambda n: (-room[n], count[n], n)))}
     worst = len(rank)
 
-    def key(g: RunningGang) -> tuple[int, int, float, str]:
-        node_rank = min((rank.get(p.node, worst) for p in g.pods), default=worst)
-        return node_rank, g.priority, g.work(now), g.job_id
+    def node_key(g: RunningGang) -> tuple[int, str]:
+        return min((rank.get(p.node, worst) for p in g.pods), default=worst), g.job_id
 
-    pool.sort(key=key)
-    chosen = pool[: _smallest(len(pool), lambda i: fits(pool[: i + 1])) + 1]
-    # Minimal: try dropping the dearest first; repeat while anything was dropped
-    # (node-by-node placement is a heuristic, so fitting is not strictly monotone).
-    changed = True
-    while changed:
-        changed = False
-        for g in sorted(chosen, key=lambda g: (-g.priority, -g.work(now), g.job_id)):
-            rest = [x for x in chosen if x is not g]
-            if fits(rest):
-                chosen = rest
-                changed = True
-    return chosen
+    def cost(gangs: Sequence[RunningGang]) -> tuple[int, float, int, tuple[tuple[int, str], ...]]:
+        return _set_cost(gangs, now, node_key)
+
+    if len(pool) <= EXACT_POOL:
+        options = [
+            combo
+            for size in range(1, len(pool) + 1)
+            for combo in itertools.combinations(pool, size)
+        ]
+        options.sort(key=cost)
+        return next(list(c) for c in options if fits(c))  # the whole pool fits
+    best: list[RunningGang] | None = None
+    for key in (
+        lambda g: (g.priority, g.work(now), node_key(g)),
+        lambda g: (node_key(g)[0], g.priority, g.work(now), g.job_id),
+    ):
+        ordered = sorted(pool, key=key)
+        chosen = ordered[
+            : _smallest(len(ordered), lambda i, o=ordered: fits(o[: i + 1])) + 1  # type: ignore[misc]
+        ]
+        # Minimal: try dropping the dearest first; repeat while anything was dropped
+        # (node-by-node placement is a heuristic, so fitting is not strictly monotone).
+        changed = True
+        while changed:
+            changed = False
+            for g in sorted(chosen, key=lambda g: (-g.priority, -g.work(now), g.job_id)):
+                rest = [x for x in chosen if x is not g]
+                if rest and fits(rest):
+                    chosen = rest
+                    changed = True
+        if fits(chosen) and (best is None or cost(chosen) < cost(best)):
+            best = chosen
+    return best

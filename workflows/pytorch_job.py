@@ -341,17 +341,21 @@ class PyTorchJobWorkflow:
             await self._sleep_or_retry(delay, "wait for a matching PropagationPolicy")
             delay = RESOLVE_BACKOFF.after(delay)
 
-    async def _wait_for_admission(self) -> None:
-        view = self._p.view
-        request = AdmissionRequest(
+    def _admission_request(self) -> AdmissionRequest:
+        """The job's request to its quota workflow, with its original submit time."""
+        return AdmissionRequest(
             job_id=self._ref.workflow_id,
             namespace=self._job.metadata.namespace,
             priority=self._gang.priority,
             request=quota_request(self._gang),
-            submitted_at=(view.created_at or workflow.now()).timestamp(),
+            submitted_at=(self._p.view.created_at or workflow.now()).timestamp(),
             preemptible=self._preemption_policy.preemptible,
             grace_seconds=self._preemption_policy.grace_seconds,
         )
+
+    async def _wait_for_admission(self) -> None:
+        view = self._p.view
+        request = self._admission_request()
         if not await self._back_off():
             return  # suspended while backing off
         delay = RESOLVE_BACKOFF.initial
@@ -979,7 +983,34 @@ class PyTorchJobWorkflow:
         await self._purge_all("purge on preemption")
         await self._wake_preemptor(signal)
         self._announce(lifecycle.requeue_after_preemption(self._p))
-        await self._release_quota()
+        await self._requeue_quota()
+
+    async def _requeue_quota(self) -> None:
+        """Give the quota back and queue again with the original submit time in one
+        message (``requeue``), so the job is in its queue before the pass that hands out
+        what it freed: no later job of its priority takes that room (issue 24). The
+        next admission wait's ``enqueue`` is then a no-op (or returns the new grant)."""
+        tree_id = self._p.resolution.tree_workflow_id
+        if self._policy is None or not self._policy.queued or tree_id is None:
+            return
+        if self._grant is None:  # nothing held: leave the queue as before
+            await self._release_quota()
+            return
+        self._grant = None  # (a grant of the new wait may arrive while this is sent)
+        try:
+            sent = await self._signal_quota(
+                QuotaSignal(
+                    tree_workflow_id=tree_id, signal="requeue", request=self._admission_request()
+                ),
+                f"requeue in {tree_id}",
+            )
+        except ActivityError as exc:  # its leak check returns the quota within a minute
+            if cancelled_by_delete(exc):
+                raise
+            workflow.logger.warning("could not requeue in %s: %s", tree_id, exc)
+        else:
+            if not sent:
+                workflow.logger.info("requeue: quota workflow %s is not running", tree_id)
 
     async def _purge_graceful_old(self, why: str) -> None:
         old = self._p.graceful_old

@@ -374,6 +374,10 @@ class QuotaTreeWorkflow:
         self._apply(QuotaMessage(signal="enqueue", request=req))
 
     @workflow.signal
+    def requeue(self, req: AdmissionRequest) -> None:
+        self._apply(QuotaMessage(signal="requeue", request=req))
+
+    @workflow.signal
     def release(self, job_id: str) -> None:
         self._apply(QuotaMessage(signal="release", job_id=job_id))
 
@@ -392,6 +396,17 @@ class QuotaTreeWorkflow:
                 workflow.logger.warning("enqueue of %s refused: %s", message.subject(), exc)
                 return str(exc)
             if isinstance(result, Grant):  # admitted at once, or a re-enqueue of a holder
+                self._immediate.append(result)
+            self._dirty = True
+        elif message.signal == "requeue":  # a preempted job: release + enqueue, one step
+            if message.request is None:
+                return "requeue without a request"
+            try:
+                result = self._admission.requeue(message.request, workflow.now().timestamp())
+            except ValueError as exc:
+                workflow.logger.warning("requeue of %s refused: %s", message.subject(), exc)
+                return str(exc)
+            if isinstance(result, Grant):
                 self._immediate.append(result)
             self._dirty = True
         elif message.signal == "release":

@@ -37,8 +37,10 @@ annotations turn on the quota workflow's own preemption pass
 (:func:`fleetq.preemption.plan_preemptions`) after every scheduling pass; victims stop
 after their grace period, lose their run and wait again with their original submit time,
 and the report counts preemptions by reason and the cpu·s they wasted (see
-:mod:`~fleetq.simulator.engine`). Capacity preemption (a gang that quota admits but no
-cluster can hold) is not simulated.
+:mod:`~fleetq.simulator.engine`). Capacity preemption (a gang quota admits that no
+cluster can hold now) is simulated with :func:`fleetq.preemption.plan_capacity_preemption`
+on the engine's running gangs; a gang no cluster could ever hold
+(:func:`fleetq.placement.never_fits`) gives its quota back at once (``states``).
 
 Metrics use time-weighted integration of step functions over ``[first submit, end]``.
 

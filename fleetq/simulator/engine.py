@@ -20,7 +20,8 @@ its grace period (at once if it holds quota but was never placed): its run is lo
 cpu·s it ran are *wasted work*), its nodes are freed, it releases its quota and is queued
 again with its original submit time; the next ``schedule`` admits the preemptor once
 all its victims have released. A victim that finishes during its grace period simply
-finishes.
+finishes. Capacity preemption and never-placeable gangs (issue 24): see
+:meth:`Simulation._capacity_preempt` and :meth:`Simulation._never_placeable`.
 """
 
 from __future__ import annotations
@@ -41,10 +42,19 @@ from fleetq.placement import (
     PlacementDecision,
     PodGroup,
     columns_of,
+    never_fits,
     place_gang,
     pod_groups,
 )
-from fleetq.preemption import PreemptionReason, fair_sharing_weights, plan_preemptions
+from fleetq.preemption import (
+    PreemptionMode,
+    PreemptionReason,
+    RunningGang,
+    RunningPod,
+    fair_sharing_weights,
+    plan_capacity_preemption,
+    plan_preemptions,
+)
 from fleetq.rejection import Rejection
 from fleetq.simulator.report import (
     FailureReasons,
@@ -190,6 +200,23 @@ class Simulation:
         #: (instant, (victim, preemptor) pairs stopped at that instant)
         self.stopped_at: tuple[float, set[tuple[int, str]]] = (-1.0, set())
         self.stopping_for: dict[int, str] = {}  # victim told to stop -> its preemptor
+        # capacity preemption (issue 24): a job quota admitted that no cluster can hold
+        # evicts lower-priority gangs on one cluster (fleetq.preemption.
+        # plan_capacity_preemption, as the placement activity), under LowerPriority
+        self.capacity = (
+            trace.tree is not None and trace.preemption.preemption is PreemptionMode.LOWER_PRIORITY
+        )
+        self.capacity_plans: dict[int, set[int]] = {}  # preemptor -> victims still running
+        self.capacity_planned = 0  # plans made
+        #: the states other parts of the lifecycle add, counted per job as they happen
+        #: (issue 24: inadmissible, never placeable, re-queued with backoff); the
+        #: engine's hooks for them: :meth:`count_state`
+        self.states: dict[str, int] = {}
+        #: per trace group: whether no cluster could ever hold its gang (judged once on
+        #: empty nodes: the simulated fleet's nodes never change), by
+        #: :func:`fleetq.placement.never_fits` as the placement activity judges it
+        self.never: dict[int, bool] = {}
+        self.never_jobs: list[Job] = []  # admitted, never placeable: quota goes back
         self.reasons = FailureReasons()
         self.failed_attempts = 0
         self.delayed = 0
@@ -273,6 +300,18 @@ class Simulation:
             self.qlen[res.queue] += 1
             self.qlen_series[res.queue].set(t, self.qlen[res.queue])
 
+    def _requeue(self, job: Job, t: float) -> None:
+        """A stopped victim gives its quota back and queues again with its original
+        submit time in one step (:meth:`fleetq.admission.Admission.requeue`)."""
+        assert job.request is not None
+        res = self.admission.requeue(job.request, t)
+        if isinstance(res, Grant):  # (requeue never admits at once; defensive)
+            self._granted(job, t)
+        else:
+            self.waiting[job.id] = job
+            self.qlen[res.queue] += 1
+            self.qlen_series[res.queue].set(t, self.qlen[res.queue])
+
     def _preempt(self, t: float) -> None:
         """The quota workflow's preemption pass; tell each new victim to stop."""
         for plan in plan_preemptions(self.admission, t):
@@ -285,6 +324,52 @@ class Simulation:
                 self.stopping_for[job.idx] = plan.preemptor
                 delay = float(v.grace_seconds) if job.binding else 0.0
                 heapq.heappush(self.heap, (t + delay, _STOP, job.idx, 0))
+
+    def count_state(self, state: str) -> None:
+        """Count one job entering ``state`` (reported under ``states``)."""
+        self.states[state] = self.states.get(state, 0) + 1
+
+    def _capacity_preempt(self, job: Job, t: float) -> bool:
+        """The placement activity's capacity preemption for ``job`` (admitted, fits no
+        cluster): evict the cheapest lower-priority gangs on one cluster. True when a
+        plan was made (its victims stop after their grace period, then requeue)."""
+        if job.idx in self.capacity_plans:
+            return False  # one plan at a time; it waits for its victims
+        running = [
+            RunningGang(
+                r.id, r.cluster, self.gangs[r.gid].priority,
+                tuple(RunningPod(node.name, req) for node, req in r.binding),
+                r.started if r.started is not None else t,
+                self.job_policies[r.gid].preemptible,
+                self.job_policies[r.gid].grace_seconds,
+            )
+            for r in self.running.values()
+            if r.stopping is None
+        ]
+        snaps = [s for ci, s in enumerate(self.snapshots) if self.allowed[job.gid][ci]]
+        plan = plan_capacity_preemption(
+            job.id, self.gangs[job.gid], snaps, running, t,
+            affinity=self.trace.spec.jobs[job.gid].clusterAffinity,
+        )
+        if plan is None:
+            return False
+        self.capacity_planned += 1
+        victims: set[int] = set()
+        for v in plan.victims:
+            victim = self.by_id[v.job_id]
+            victim.stopping = PreemptionReason.CAPACITY
+            self.stopping_for[victim.idx] = job.id
+            victims.add(victim.idx)
+            heapq.heappush(self.heap, (t + float(v.grace_seconds), _STOP, victim.idx, 0))
+        self.capacity_plans[job.idx] = victims
+        return True
+
+    def _victim_gone(self, idx: int) -> None:
+        """A capacity victim stopped or finished: its preemptor waits for one fewer."""
+        for preemptor, victims in list(self.capacity_plans.items()):
+            victims.discard(idx)
+            if not victims:
+                del self.capacity_plans[preemptor]
 
     def _granted(self, job: Job, t: float) -> None:
         job.admitted = t
@@ -307,27 +392,31 @@ class Simulation:
         alloc[R.PODS] = alloc.get(R.PODS, 0) - len(self.pods[job.gid]) * R.MILLI
         self.freed = True
 
-    def _finish(self, t: float, key: int) -> None:
+    def _finish(self, t: float, key: int) -> bool:
         job = self.running.pop(key, None)
         if job is None:
-            return  # preempted before it could finish
+            return False  # preempted before it could finish: no event of the run
         self._unbind(job)
         if job.stopping is not None:
             self.finished_in_grace += 1
             job.stopping = None
             self.stopping_for.pop(job.idx, None)
+            self._victim_gone(job.idx)
         self.completed += 1
         self.last_finish = t
         self.admission.release(job.id)
         self._schedule(t)
+        return True
 
-    def _stop(self, t: float, idx: int) -> None:
+    def _stop(self, t: float, idx: int) -> bool:
         """A victim's grace period is over: its run is lost, it releases its quota and
-        waits again with its original submit time."""
+        waits again with its original submit time. False when there was nothing to do
+        (it finished during its grace period: the workflow's grace timer is cancelled
+        then, so this instant is no event of the run and does not extend it)."""
         job = self.all_jobs[idx]
         reason = job.stopping
         if reason is None:
-            return  # it finished during its grace period
+            return False
         # A victim stopped at once (never placed) may be re-admitted by the same pass and
         # then taken by another preemptor: bounded. The same victim for the same
         # preemptor twice at one instant is a loop that makes no progress.
@@ -342,6 +431,7 @@ class Simulation:
             )
         stopped.add(pair)
         job.stopping = None
+        self._victim_gone(idx)
         if job.binding:
             self.running.pop(job.key)
             assert job.started is not None
@@ -359,9 +449,9 @@ class Simulation:
         self.preemptions[reason] = self.preemptions.get(reason, 0) + 1
         job.admitted = job.started = None
         job.cluster = ""
-        self.admission.release(job.id)
-        self._enqueue(job, t)
+        self._requeue(job, t)
         self._schedule(t)
+        return True
 
     def _schedule(self, t: float) -> None:
         """``Admission.schedule`` after quota was released; start every grant."""
@@ -481,8 +571,16 @@ class Simulation:
             if best is None:
                 self.failed.add(gid)
                 self.failed_attempts += 1
+                if self._never_placeable(gid):
+                    self.never_jobs.extend(queue)
+                    del self.unplaced[gid]
+                    self.unplaced_count -= len(queue)
+                    continue
+                if self.capacity:
+                    self._capacity_preempt(queue[0], t)
                 continue
             job = queue.popleft()
+            self.capacity_plans.pop(job.idx, None)  # placed (its victims still stop)
             if not queue:
                 del self.unplaced[gid]
             self.unplaced_count -= 1
@@ -500,6 +598,24 @@ class Simulation:
                     reasons = counted[job.gid] = grouped(self._reasons(job.gid))
                 self.reasons.count(reasons)
         self.fresh = []
+        if self.never_jobs:
+            # "never", not "not now" (issue 24): each gives its quota back at once and
+            # stays Unschedulable; what it freed may admit others, placed at once
+            for job in self.never_jobs:
+                self.count_state("neverPlaceable")
+                job.admitted = None
+                self.admission.release(job.id)
+            self.never_jobs = []
+            self._schedule(t)
+            if self.fresh:
+                self._placement_pass(t)
+
+    def _never_placeable(self, gid: int) -> bool:
+        got = self.never.get(gid)
+        if got is None:
+            snaps = [s for ci, s in enumerate(self.snapshots) if self.allowed[gid][ci]]
+            got = self.never[gid] = bool(snaps) and never_fits(self.gangs[gid], snaps) is not None
+        return got
 
     # ------------------------------------------------------------------ recording
 
@@ -530,13 +646,15 @@ class Simulation:
         for gid in range(len(self.trace.spec.jobs)):
             self._push_submit(gid, 0)
         heap = self.heap
-        t = self.t0
+        t = end = self.t0
         while heap:
             t, kind, a, b = heapq.heappop(heap)
             if kind == _FINISH:
-                self._finish(t, a)
+                if not self._finish(t, a):
+                    continue
             elif kind == _STOP:
-                self._stop(t, a)
+                if not self._stop(t, a):
+                    continue
             else:
                 self._submit(t, a, b)
             if self.preempting and self.waiting:
@@ -544,7 +662,8 @@ class Simulation:
             if self.fresh or (self.freed and self.unplaced_count):
                 self._placement_pass(t)
             self._record(t)
-        return build_result(self, t)
+            end = t
+        return build_result(self, end)
 
 
 _Shape = tuple[tuple[tuple[str, int], ...], int, list[NodeCapacity]]

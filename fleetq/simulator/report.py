@@ -147,6 +147,7 @@ def _preemption(run: Simulation) -> dict[str, Any]:
         "preempted": sum(run.preemptions.values()),
         "byReason": {r.value: run.preemptions[r] for r in PreemptionReason
                      if r in run.preemptions},
+        "capacityPlans": run.capacity_planned,
         "finishedDuringGrace": run.finished_in_grace,
         "wastedCpuSeconds": rounded(run.wasted, 3),
         "completedCpuSeconds": rounded(done, 3),
@@ -241,6 +242,7 @@ def build_result(run: Simulation, end: float) -> SimulationResult:
             "reasons": reasons,
         },
         "preemption": _preemption(run),
+        "states": dict(sorted(run.states.items())),
     }
     series = {
         "queueLength": dict(run.qlen_series),

@@ -84,12 +84,17 @@ def test_only_a_quota_holder_that_is_not_over_can_be_preempted_and_only_once() -
 
 def test_after_the_preemption_the_job_holds_nothing_and_waits_in_its_queue() -> None:
     p = progress(cluster="a", admitted=True, queue="q", deadline_at=at(600),
-                 pods=[{"name": "low-master-0"}])
+                 pods=[{"name": "low-master-0"}], created_at=at(-90))
     p.since = "Healthy/Running/3"
     lifecycle.take_preemption(p, signal(), holding=True, now=at(0))
     notices = lifecycle.requeue_after_preemption(p)
+    # issue 24: the event says the job is back with its original submit time, named
+    stamp = at(-90).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert notices == [
-        Transition("Queued", "preempted by default/high; queued again (original submit time)")
+        Transition(
+            "Queued",
+            f"preempted by default/high; queued again with its original submit time {stamp}",
+        )
     ]
     view = p.view
     assert (view.cluster, view.admitted, view.queue, view.pods) == (None, False, None, [])

@@ -662,3 +662,34 @@ def test_capacity_victims_are_concentrated_on_the_nodes_that_open_up() -> None:
     snap = ClusterSnapshot("cluster-a", nodes=[small, big])
     plan = plan_capacity_preemption("p", pod_gang(1, 8, 5), [snap], run_small + run_big, now=1.0)
     assert plan is not None and [v.job_id for v in plan.victims] == ["z-big"]
+
+
+def test_capacity_victims_lose_the_least_work_and_node_order_only_breaks_ties() -> None:
+    """Issue 24: work lost (cpu x seconds run) decides before node order. n0 runs one
+    8-cpu gang for 100 s (800 cpu·s), n1 two 4-cpu gangs for 10 s (80): the two young
+    ones go, though n0 needs fewer evictions and came first in node order."""
+    old, run_old = shared_node("n0", [("old", 0, 8)])
+    young, run_young = shared_node("n1", [("young-1", 0, 4), ("young-2", 0, 4)])
+    run_young = [dataclasses.replace(g, started_at=90.0) for g in run_young]
+    snap = ClusterSnapshot("cluster-a", nodes=[old, young])
+    plan = plan_capacity_preemption("p", pod_gang(1, 8, 5), [snap], run_old + run_young,
+                                    now=100.0)
+    assert plan is not None
+    assert sorted(v.job_id for v in plan.victims) == ["young-1", "young-2"]
+    assert plan.work_lost == pytest.approx(80.0)
+    # Equal work, priority and count on both nodes: node order (then name) decides.
+    a, run_a = shared_node("n0", [("on-n0", 0, 8)])
+    b, run_b = shared_node("n1", [("on-n1", 0, 8)])
+    plan = plan_capacity_preemption("p", pod_gang(1, 8, 5), [ClusterSnapshot(
+        "cluster-a", nodes=[b, a])], run_b + run_a, now=100.0)
+    assert plan is not None and [v.job_id for v in plan.victims] == ["on-n0"]
+
+
+def test_the_cheapest_cluster_is_the_one_losing_least_work_before_fewest_victims() -> None:
+    a, run_a = busy_cluster("cluster-a", [("old", 1, 8, 0.0)])
+    b, run_b = shared_node("cluster-b-n0", [("y1", 1, 4), ("y2", 1, 4)])
+    run_b = [dataclasses.replace(g, cluster="cluster-b", started_at=95.0) for g in run_b]
+    plan = plan_capacity_preemption(
+        "p", pod_gang(1, 8, 5), [a, ClusterSnapshot("cluster-b", nodes=[b])], run_a + run_b,
+        now=100.0)
+    assert plan is not None and plan.cluster == "cluster-b"  # 40 cpu·s against 800

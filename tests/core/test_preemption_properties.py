@@ -16,6 +16,7 @@ from the inputs (not from the code under test):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 
 from hypothesis import event, given, settings
@@ -25,6 +26,7 @@ from fleetq.capacity import ClusterSnapshot, NodeCapacity
 from fleetq.models import Gang, GangPod
 from fleetq.placement import place_gang
 from fleetq.preemption import (
+    EXACT_POOL,
     AdmittedJob,
     CapacityPlan,
     PreemptionMode,
@@ -304,3 +306,37 @@ def test_capacity_preemption_uses_one_cluster_where_the_gang_then_fits(
     assert got is not None and got.assignment == plan.choice.assignment
     for vid in ids:
         assert place_gang(gang, [given_back(snap, [on[i] for i in ids if i != vid])]).best is None
+
+
+@SETTINGS
+@given(case=capacity_cases())
+def test_capacity_victims_are_the_set_losing_least_work(
+    case: tuple[Gang, list[ClusterSnapshot], list[RunningGang]],
+) -> None:
+    """Issue 24: on the chosen cluster, no set of candidates (preemptible, of lower
+    priority, none above the plan's highest victim priority) that lets the gang fit
+    loses less work, or as little with fewer victims; brute force over every subset
+    (the generated pools are within ``EXACT_POOL``)."""
+    gang, clusters, running = case
+    now = 200.0
+    plan = plan_capacity_preemption("p", gang, clusters, running, now=now)
+    if plan is None:
+        return
+    snap = next(c for c in clusters if c.name == plan.cluster)
+    top = max(v.priority for v in plan.victims)
+    pool = [g for g in running if g.cluster == plan.cluster and g.preemptible
+            and g.priority < gang.priority and g.priority <= top]
+    assert len(pool) <= EXACT_POOL
+    on = {g.job_id: g for g in pool}
+    chosen = [on[v.job_id] for v in plan.victims]
+
+    def cost(gs: Sequence[RunningGang]) -> tuple[float, int]:
+        return round(sum(g.work(now) for g in gs), 6), len(gs)
+
+    best = min(
+        (cost(combo) for n in range(1, len(pool) + 1)
+         for combo in itertools.combinations(pool, n)
+         if place_gang(gang, [given_back(snap, combo)]).best is not None),
+    )
+    event(f"{len(chosen)} victim(s) of {len(pool)}")
+    assert cost(chosen) == best

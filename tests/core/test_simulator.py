@@ -95,8 +95,10 @@ def test_time_weighted_utilisation() -> None:
     assert root["averageUtilisation"] == pytest.approx(10 / 20)
 
 
-def test_gang_too_big_for_any_node_holds_quota_and_is_counted() -> None:
-    # 2 x 8-cpu nodes: 12 cpu fits in the cluster's sum but on no single node.
+def test_gang_too_big_for_any_node_gives_its_quota_back_and_is_counted() -> None:
+    # 2 x 8-cpu nodes: 12 cpu fits in the cluster's sum but on no single node. Issue 24:
+    # no member can ever hold it (fleetq.placement.never_fits), so instead of holding the
+    # tree's one job slot for ever it gives it back at once and "later" runs.
     doc = {
         "topology": TWO_NODES,
         "quota": tree({"kube-queue/max-jobs": 1}),
@@ -107,9 +109,11 @@ def test_gang_too_big_for_any_node_holds_quota_and_is_counted() -> None:
     }
     s = run(doc)
     assert s["jobs"] == {
-        "submitted": 2, "admitted": 1, "started": 0, "completed": 0,
-        "waitingForQuotaAtEnd": 1, "unplacedAtEnd": 1,
+        "submitted": 2, "admitted": 1, "started": 1, "completed": 1,
+        "waitingForQuotaAtEnd": 0, "unplacedAtEnd": 0,
     }
+    assert s["states"] == {"neverPlaceable": 1}
+    assert by_group(s)["later"]["timeToAdmission"]["mean"] == 0.0
     failures = s["placementFailures"]
     assert failures["delayedJobs"] == 1
     assert [(r["code"], r["reason"], r["jobs"], r["clusters"]) for r in failures["reasons"]] == [
@@ -511,9 +515,9 @@ def test_reclaim_takes_back_a_borrowers_job_for_a_team_below_min() -> None:
     assert by_group(run(doc))["owner"]["timeToAdmission"]["mean"] == 90.0
 
 
-def test_a_victim_never_placed_gives_its_quota_back_at_once() -> None:
-    # "huge" holds the leaf's only job slot but fits no node; "high" preempts it
-    # without waiting for a grace period (there is no copy to stop) or losing work.
+def test_a_job_no_node_can_ever_hold_is_no_victim_it_gave_its_quota_back() -> None:
+    # "huge" would hold the leaf's only job slot but fits no node, ever: it gives the
+    # slot back at once (issue 24), so "high" is admitted without preempting anybody.
     doc = {
         "topology": TWO_NODES,
         "quota": preempt_tree({"kube-queue/max-jobs": 1},
@@ -527,8 +531,9 @@ def test_a_victim_never_placed_gives_its_quota_back_at_once() -> None:
     g = by_group(s)
     assert g["high"]["timeToAdmission"]["mean"] == 0.0
     assert g["high"]["completed"] == 1
-    assert (g["huge"]["preempted"], g["huge"]["wastedCpuSeconds"]) == (1, 0.0)
-    assert s["jobs"]["unplacedAtEnd"] == 1  # huge, admitted again at 15, fits no node
+    assert (g["huge"]["preempted"], g["huge"]["wastedCpuSeconds"]) == (0, 0.0)
+    assert s["preemption"]["preempted"] == 0 and s["states"] == {"neverPlaceable": 1}
+    assert s["jobs"]["unplacedAtEnd"] == 0 and s["jobs"]["waitingForQuotaAtEnd"] == 0
     assert s["placementFailures"]["delayedJobs"] == 1  # huge, counted once
 
 
@@ -595,6 +600,9 @@ def test_preemption_without_progress_is_an_error_not_a_hang(
         return [PreemptionPlan(high, "team", (victim,), 100, {"cpu": 16000})]
 
     monkeypatch.setattr(engine, "plan_preemptions", planner)
+    # (huge must stay admitted and unplaced, as a gang that fits only "not now" would:
+    # the never-placeable rule, which would give its quota back, is not under test)
+    monkeypatch.setattr(engine, "never_fits", lambda *a, **k: None)
     doc = {
         "topology": TWO_NODES,
         "quota": preempt_tree({"cpu": 12}, {"fleetq.io/preemption": "LowerPriority"}),
@@ -650,3 +658,75 @@ def test_kueue_like_trace_with_preemption_runs_to_the_end() -> None:
     large = next(c for c in on["classes"] if c["class"] == "large")
     assert (large["preempted"], large["wastedCpuSeconds"]) == (0, 0.0)
     assert usage(on) == pytest.approx(usage(never), abs=0.03)
+
+
+# --------------------------------------------------------------------------- issue 24
+
+
+def _capacity_trace(**tree_notes: str) -> dict[str, Any]:
+    """One 8-cpu node; two leaves with room for both jobs (quota admits both): ``low``
+    (priority 1) fills the node from t=0 for 100 s, ``high`` (priority 100, its own
+    leaf) wants all of it from t=10 for 50 s. Only capacity stands in high's way."""
+    leaves = [{"name": "team", "namespaces": ["team"]}, {"name": "top", "namespaces": ["top"]}]
+    return {
+        "topology": ONE_NODE,
+        "quota": preempt_tree({"cpu": 100}, tree_notes, leaves),
+        "jobs": [
+            group("low", priority=1, requests={"cpu": "8"}, runSeconds=100,
+                  annotations={"fleetq.io/preemption-grace-seconds": "5"}),
+            group("high", namespace="top", start=10, priority=100, requests={"cpu": "8"},
+                  runSeconds=50),
+        ],
+    }
+
+
+def test_capacity_preemption_is_simulated() -> None:
+    """Issue 24: quota admits high at 10 but the node is full; like the placement
+    activity (``fleetq.preemption.plan_capacity_preemption``) the engine evicts low on
+    that cluster: low stops at 15 (its 5 s grace; 8 cpu x 15 s lost), requeues with its
+    original submit time, high binds at 15 and runs to 65, low runs again 65-165."""
+    s = run(_capacity_trace(**{"fleetq.io/preemption": "LowerPriority"}))
+    g = by_group(s)
+    assert g["high"]["timeToStart"]["mean"] == 5.0
+    assert (g["low"]["preempted"], g["low"]["wastedCpuSeconds"]) == (1, 120.0)
+    p = s["preemption"]
+    assert (p["capacityPlans"], p["byReason"]) == (1, {"Capacity": 1})
+    assert s["makespan"] == 165.0 and s["jobs"]["completed"] == 2
+    # under Never nothing is evicted: high waits for low to finish
+    never = run(_capacity_trace())
+    assert by_group(never)["high"]["timeToStart"]["mean"] == 90.0
+    assert never["preemption"]["capacityPlans"] == 0
+
+
+def test_a_victim_that_finishes_in_its_grace_period_does_not_extend_the_run() -> None:
+    """Its stop timer is cancelled (as the workflow's): the run ends at the last finish,
+    and usage is averaged over the run, not over grace periods nobody waited for."""
+    doc = _low_then_high(**{"fleetq.io/preemption": "LowerPriority"})
+    doc["jobs"][0]["runSeconds"] = 15  # low ends at 15, inside its 30 s grace (10-40)
+    s = run(doc)
+    assert s["preemption"]["finishedDuringGrace"] == 1
+    assert s["makespan"] == 65.0 and s["end"] == 65.0  # high: 15-65
+
+
+def test_a_kueue_generator_config_becomes_a_trace() -> None:
+    """Kueue's test/performance/scheduler/configs/baseline/generator.yaml shape (values
+    as published): 5 cohorts x 6 ClusterQueues (nominal 20, borrowing limit 100), 350
+    small + 100 medium + 50 large workloads per queue = 15,000 jobs."""
+    from fleetq.simulator.kueue import trace_from_generator
+
+    doc = trace_from_generator(yaml.safe_load((TRACES / "kueue-baseline-generator.yaml")
+                                              .read_text()), ONE_NODE)
+    trace = parse_trace(doc)
+    assert trace.job_count == 15_000
+    assert trace.preemption.preemption.value == "LowerPriority"
+    assert trace.preemption.reclaim.value == "Any"
+    root = doc["quota"]["spec"]["root"]
+    assert root["max"] == {"cpu": 600.0} and len(root["children"]) == 5
+    cq = root["children"][0]["children"][0]
+    assert (cq["min"], cq["max"]) == ({"cpu": 20.0}, {"cpu": 120.0})
+    small = next(g for g in doc["jobs"] if g["jobClass"] == "small")
+    assert (small["count"], small["start"], small["interval"], small["runSeconds"]) == (
+        350, 0.1, 0.1, 0.2)
+    off = trace_from_generator(yaml.safe_load((TRACES / "kueue-baseline-generator.yaml")
+                                              .read_text()), ONE_NODE, preemption=False)
+    assert "annotations" not in off["quota"]["metadata"]

@@ -40,6 +40,7 @@ pytestmark = [pytest.mark.timeout(240)]
 MEMBERS = ("cluster-a", "cluster-b", "cluster-c")
 LOW, HIGH = 10, 1000
 LOW_NS, HIGH_NS = "cap-low", "cap-high"
+TIGHT_NS = "cap-tight"  # a leaf with room for one job at a time (issue 24)
 GRACE = 3
 
 
@@ -51,7 +52,8 @@ def topology() -> dict[str, Any]:
 
 def tree() -> dict[str, Any]:
     """Two leaves (the victims' and the preemptor's) with room for every job: quota
-    admits them all; only the members are full."""
+    admits them all; only the members are full. A third, ``cap-tight``, holds one job
+    at a time: there a victim's quota is what a later job of its priority waits for."""
     leaf = {"cpu": "100", "memory": "1000Gi", "kube-queue/max-jobs": 100}
     return {
         "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
@@ -61,7 +63,9 @@ def tree() -> dict[str, Any]:
             "name": "root", "max": {"cpu": "1000", "memory": "10000Gi"},
             "min": {"cpu": "1000", "memory": "10000Gi"},
             "children": [{"name": ns, "namespaces": [ns], "max": dict(leaf)}
-                         for ns in (LOW_NS, HIGH_NS)]}},
+                         for ns in (LOW_NS, HIGH_NS)]
+            + [{"name": TIGHT_NS, "namespaces": [TIGHT_NS],
+                "max": {**leaf, "kube-queue/max-jobs": 1}}]}},
     }
 
 
@@ -208,8 +212,8 @@ async def test_capacity_preemption_chooses_one_of_three_full_clusters(fleet3: St
         f"stopping within {GRACE}s"
     ]
     assert victim_view.state in ("Queued", "Scheduling", "Pending"), victim_view.state
-    assert any("queued again (original submit time)" in e.message or e.reason == "Queued"
-               for e in victim_view.events[-6:])
+    assert any("queued again with its original submit time" in e.message
+               or e.reason == "Queued" for e in victim_view.events[-6:])
     for c in MEMBERS:
         for doc in lows[c]:
             if doc is victim_doc:
@@ -253,3 +257,49 @@ async def test_opted_out_jobs_are_never_capacity_victims(fleet3: Stack) -> None:
     assert messages(high_end, "Preempting") == []
     first_end = min(e.finished_at for e in ends if e.finished_at is not None)
     assert high_end.bound_at is not None and high_end.bound_at >= first_end
+
+
+async def test_a_capacity_victim_is_readmitted_before_a_later_job_of_its_priority(
+    fleet3: Stack,
+) -> None:
+    """Issue 24: a capacity-preemption victim gives its quota back and queues again in
+    one step (the ``requeue`` message, ``fleetq.admission.Admission.requeue``), so the
+    later job of its priority waiting in its one-job leaf does not take the room: the
+    victim is admitted again first, binds on its member again, and only once it has
+    finished does the later job get the quota and a copy. Read on the member."""
+    stack = fleet3
+    # cluster-a is full: the victim (2 cpu, preemptible) and an opted-out filler
+    victim_doc = low_job("cluster-a", 0, preemptible=True)
+    victim_doc["metadata"]["namespace"] = TIGHT_NS
+    filler_doc = low_job("cluster-a", 1, preemptible=False)
+    victim = await start(stack, victim_doc, ("cluster-a",), run_seconds=20)
+    filler = await start(stack, filler_doc, ("cluster-a",), run_seconds=60)
+    for h in (victim, filler):
+        await stack.wait_state(h, "Running", timeout=60)
+    # a later job of the victim's priority in its leaf: queued behind the victim's quota
+    later_doc = low_job("cluster-b", 0, preemptible=True)
+    later_doc["metadata"]["namespace"] = TIGHT_NS
+    later = await start(stack, later_doc, ("cluster-b",), run_seconds=1)
+    await wait_view(stack, later, lambda v: v.state == "Queued" and not v.admitted)
+    # a high-priority job that only cluster-a may hold preempts the victim there
+    high_doc = high_job()
+    high = await start(stack, high_doc, ("cluster-a",), run_seconds=4)
+    high_view = await stack.wait_state(high, "Created", "Running", timeout=60)
+    assert high_view.cluster == "cluster-a"
+    readmitted = await wait_view(
+        stack, victim, lambda v: len(messages(v, "Admitted")) == 2, timeout=60)
+    # the victim is back first: the later job still waits and has no copy anywhere
+    later_view = await stack.view(later)
+    assert not later_view.admitted and later_view.state == "Queued", later_view.state
+    assert copies(stack, later_doc) == {}
+    (preempted,) = [e for e in readmitted.events if e.reason == "Preempted"]
+    victim_end = await stack.wait_end(victim, timeout=120)
+    assert victim_end.state == "Succeeded", victim_end.reason
+    assert len(messages(victim_end, "ScheduleBindingSucceed")) == 2
+    later_end = await stack.wait_end(later, timeout=120)
+    assert later_end.state == "Succeeded", later_end.reason
+    (later_admitted,) = [e for e in later_end.events if e.reason == "Admitted"]
+    second_admission = [e for e in readmitted.events if e.reason == "Admitted"][-1]
+    assert preempted.time <= second_admission.time <= later_admitted.time
+    assert (await stack.wait_end(high, timeout=60)).state == "Succeeded"
+    assert (await stack.wait_end(filler, timeout=120)).state == "Succeeded"
