@@ -183,8 +183,8 @@ class AdmissionState(BaseModel):
     :func:`fleetq.quota_state.pack_state` packs it for continue-as-new.
 
     * ``w``: waiting jobs ``(job_id, ns index, priority, submitted_at, shape index,
-      skipped_at or None)`` in enqueue order;
-      (inadmissible jobs among them: that is derived from the tree when restored);
+      skipped_at or None)`` in enqueue order, inadmissible ones too (which they are
+      is derived from the tree when restored);
     * ``h``: holders ``(job_id, ns index, shape index)`` in admission order;
     * ``hp``: holders whose :class:`HolderPolicy` is not the default, ``job_id ->
       (priority, preemptible, grace_seconds)``;

@@ -23,11 +23,10 @@ from fleetq.admission import (
     PendingPlan,
     QueuePolicy,
     WaitInfo,
-    pack_state,
-    unpack_state,
 )
 from fleetq.models import ElasticQuotaTree, parse_tree
 from fleetq.quota import InadmissibleReason
+from fleetq.quota_state import pack_state, unpack_state
 
 GPU = "nvidia.com/gpu"
 JOBS = "kube-queue/max-jobs"

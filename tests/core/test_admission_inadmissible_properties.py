@@ -30,10 +30,9 @@ from fleetq.admission import (
     QueuePolicy,
     WaitInfo,
     display_job,
-    pack_state,
-    unpack_state,
 )
 from fleetq.models import parse_tree
+from fleetq.quota_state import pack_state, unpack_state
 from tests.core.test_admission_properties import (
     GPU,
     JOB_IDS,
