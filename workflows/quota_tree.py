@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         WaitInfo,
     )
     from fleetq.messages import (
+        AdmissibilitySignal,
         HolderCheck,
         PreemptSignal,
         QuotaBatch,
@@ -172,6 +173,7 @@ class QuotaTreeWorkflow:
                 # run starts with one.
                 self._dispatch(self._immediate)
                 self._immediate = []
+                self._tell_admissibility()  # (the next run does not tell them again)
                 await workflow.wait_condition(
                     lambda: not self._inflight and workflow.all_handlers_finished()
                 )
@@ -212,6 +214,7 @@ class QuotaTreeWorkflow:
         grants = self._immediate + self._admission.schedule(now)
         self._immediate = []
         self._dispatch(grants)
+        self._tell_admissibility()
         if self._preemption_on:
             try:
                 plans = plan_preemptions(self._admission, now)
@@ -254,6 +257,21 @@ class QuotaTreeWorkflow:
             task = asyncio.ensure_future(self._deliver(grant))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+
+    def _tell_admissibility(self) -> None:
+        """Tell every waiting job that became inadmissible, or was queued again, since
+        the last time (a signal each, sent like grants); a job that is gone is not
+        waited for: its cancel follows."""
+        for job_id, why in self._admission.admissibility_changes().items():
+            task = asyncio.ensure_future(self._tell(job_id, AdmissibilitySignal(inadmissible=why)))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _tell(self, job_id: str, signal: AdmissibilitySignal) -> None:
+        try:
+            await workflow.get_external_workflow_handle(job_id).signal("admissibility", signal)
+        except Exception as exc:
+            workflow.logger.info("admissibility of %s not delivered: %s", job_id, exc)
 
     async def _deliver(self, grant: Grant) -> None:
         try:
@@ -428,6 +446,7 @@ class QuotaTreeWorkflow:
             policy=str(self._admission.policy),
             holders=len(self._admission.holders()),
             waiting=len(self._admission.waiting()),
+            inadmissible=len(self._admission.inadmissible()),
             queues=self._admission.queues(),
             generation=self._input.generation,
             grants_sent=self._grants_sent,
