@@ -390,9 +390,9 @@ class PyTorchJobWorkflow:
                     or self._suspension.wanted
                     or self._admissibility_news
                 )
+                self._show_admissibility()
                 if self._grant is not None or self._suspension.wanted:
                     break
-                self._show_admissibility()
             if self._grant is None:  # suspended while waiting: leave the queue
                 await self._release_quota()
                 return
