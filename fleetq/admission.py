@@ -1004,6 +1004,12 @@ class Admission:
             for k, why in sorted(q.inadmissible.items())
         }
 
+    def never_fits(self, namespace: str, request: Mapping[str, int]) -> Inadmissible | None:
+        """Why a job of ``namespace`` asking ``request`` would be inadmissible under the
+        current tree (None: it would queue), without enqueuing it: what ``fleetq apply``
+        and ``validate`` warn with."""
+        return self.quota.never_fits(self.quota.leaf_for(namespace), request)
+
     def admissibility_changes(self) -> dict[str, Inadmissible | None]:
         """The waiting jobs that became inadmissible (with why) or were queued again
         (None) since the last call, or asked again while inadmissible; then forgets

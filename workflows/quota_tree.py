@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         plan_preemptions,
         tree_policy,
     )
+    from fleetq.quota import Inadmissible
     from fleetq.quota_state import pack_state, unpack_carried
     from workflows import metrics
 
@@ -430,6 +431,11 @@ class QuotaTreeWorkflow:
     @workflow.query
     def wait_info(self, job_id: str) -> WaitInfo | None:
         return self._admission.wait_info(job_id)
+
+    @workflow.query
+    def never_fits(self, request: AdmissionRequest) -> Inadmissible | None:
+        """Whether (and why) a job asking ``request`` would be inadmissible now."""
+        return self._admission.never_fits(request.namespace, request.request)
 
     @workflow.query
     def holders(self) -> list[str]:
