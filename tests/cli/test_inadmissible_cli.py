@@ -38,6 +38,9 @@ async def test_an_inadmissible_job_is_warned_of_and_shown(
     cli_fleet: CliFleet, tmp_path: Path
 ) -> None:
     cli = cli_fleet
+    # (the module's fleet is left as found: other CLI tests expect what they created)
+    before = await cli.run("get", "elasticquotatree", "-o", "yaml")
+    had_policy = (await cli.run("get", "propagationpolicy", "example-policy")).exit_code == 0
     r = await cli.run("apply", "-f", _tree(tmp_path / "tree.yaml"), "-f", POLICY)
     assert r.exit_code == 0, r.output
     job = _big_job(tmp_path / "job.yaml")
@@ -65,5 +68,12 @@ async def test_an_inadmissible_job_is_warned_of_and_shown(
 
     r = await cli.run("delete", "pytorchjob", "inadm-cli")
     assert r.exit_code == 0, r.output
-    r = await cli.run("apply", "-f", TREE)  # the walkthrough's tree back, for other tests
+    if before.exit_code == 0 and before.stdout.strip():  # the tree the module found
+        (tmp_path / "before.yaml").write_text(before.stdout)
+        r = await cli.run("apply", "-f", str(tmp_path / "before.yaml"))
+    else:
+        r = await cli.run("delete", "-f", TREE)
     assert r.exit_code == 0, r.output
+    if not had_policy:
+        r = await cli.run("delete", "-f", POLICY)
+        assert r.exit_code == 0, r.output
