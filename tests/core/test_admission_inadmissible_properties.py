@@ -148,9 +148,11 @@ class OracleMachine(RuleBasedStateMachine):
 
     @rule()
     def continue_as_new(self) -> None:
+        # both (a restored state forgets the last pass's time, for either)
         incremental = self.real.incremental
         self.real = Admission.from_state(unpack_state(pack_state(self.real.to_state())))
         self.real.incremental = incremental
+        self.oracle = Admission.from_state(unpack_state(pack_state(self.oracle.to_state())))
 
     @invariant()
     def impossible_jobs_change_nothing_for_the_others(self) -> None:
