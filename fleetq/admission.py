@@ -20,7 +20,12 @@ Semantics (Kube Queue, see DOMAIN.md):
   ``min`` (see :meth:`fleetq.quota.QuotaNode.below_min`) before borrowers, then priority,
   then submit time, then job id;
 * replacing the tree keeps held quota (usage may exceed the new ``max``) and moves every
-  waiting job to the queue its namespace maps to now.
+  waiting job to the queue its namespace maps to now;
+* a job whose request exceeds the ``max`` of its node or of an ancestor can never be
+  admitted under the current tree: it is *inadmissible*, kept beside its queue with an
+  :class:`fleetq.quota.Inadmissible` reason (never a head, never starving, never counted
+  in positions), and every tree change re-evaluates it; back in its queue, it keeps its
+  original submit time. Derived from the tree, it needs no state of its own.
 
 Preemption (issue 18; decided by :mod:`fleetq.preemption`, which the quota workflow calls):
 a waiting job may be given a :class:`PendingPlan` (``add_plan``): its victims are told to
@@ -63,7 +68,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fleetq import resources as R
 from fleetq.models import DEFAULT_STARVATION_SECONDS, ElasticQuotaTree, parse_tree
 from fleetq.queues import JobQueue, Key
-from fleetq.quota import QuotaTree
+from fleetq.quota import Inadmissible, QuotaTree
 
 
 class QueuePolicy(StrEnum):
@@ -146,24 +151,29 @@ class Grant(BaseModel):
 
 class WaitInfo(BaseModel):
     """Where a waiting job stands: 1-based position in its queue and why it waits
-    (``victims``: the preempted jobs it waits for, still holding quota)."""
+    (``victims``: the preempted jobs it waits for, still holding quota). An
+    inadmissible job has position 0 (it is in no queue order), its reason's message as
+    ``reason`` and the typed reason as ``inadmissible``."""
 
     job_id: str
     queue: str
     position: int
     reason: str
     victims: list[str] = Field(default_factory=list)
+    inadmissible: Inadmissible | None = None
 
 
 class QueueInfo(BaseModel):
     name: str
     node: str
     policy: str
-    length: int  # waiting jobs
+    length: int  # waiting jobs that may be admitted
     admitted: int  # jobs holding quota charged to this node itself
     usage: dict[str, int]  # this node and its subtree, milli-units
     min: dict[str, int]
     max: dict[str, int]
+    #: waiting jobs that can never be admitted under the current tree (not in ``length``)
+    inadmissible: int = 0
 
 
 class AdmissionState(BaseModel):
@@ -173,7 +183,8 @@ class AdmissionState(BaseModel):
     :func:`fleetq.quota_state.pack_state` packs it for continue-as-new.
 
     * ``w``: waiting jobs ``(job_id, ns index, priority, submitted_at, shape index,
-      skipped_at or None)`` in enqueue order;
+      skipped_at or None)`` in enqueue order, inadmissible ones too (which they are
+      is derived from the tree when restored);
     * ``h``: holders ``(job_id, ns index, shape index)`` in admission order;
     * ``hp``: holders whose :class:`HolderPolicy` is not the default, ``job_id ->
       (priority, preemptible, grace_seconds)``;
@@ -326,6 +337,13 @@ class Admission:
         #: nodes whose row of :meth:`queues` changed since :meth:`changed_queues` (None:
         #: every node)
         self._rows: dict[str, None] | None = None
+        #: waiting jobs that can never be admitted under the current tree, and why
+        self._inadmissible: dict[str, Inadmissible] = {}
+        #: (node, shape) -> why that request never fits there (None: it can), per tree
+        self._never: dict[tuple[str, int], Inadmissible | None] = {}
+        #: jobs that became inadmissible (their reason) or admissible again (None) since
+        #: :meth:`admissibility_changes`, so a caller can tell each job
+        self._admissibility: dict[str, Inadmissible | None] = {}
         self._rebuild_queues({})
 
     # ------------------------------------------------------------------ internals
@@ -340,8 +358,18 @@ class Admission:
 
     def _rebuild_queues(self, skipped: dict[str, float]) -> None:
         self._queues = {n.name: JobQueue(n.queue, n.name, self._shapes) for n in self.quota}
+        before = self._inadmissible
+        self._inadmissible = {}
+        self._never = {}
         for job in self._waiting.values():
             self._place(job, skipped.get(job.job_id))
+        changes = self._admissibility
+        for job_id, why in self._inadmissible.items():
+            if before.get(job_id) != why:
+                changes[job_id] = why
+        for job_id in before:
+            if job_id not in self._inadmissible:
+                changes[job_id] = None
         self._touched = dict.fromkeys(self._queues)
         self._freed = {}
         self._waits = {}
@@ -350,10 +378,22 @@ class Admission:
         self._rows = None
 
     def _place(self, job: _Job, skipped_at: float | None) -> JobQueue:
+        """Put a waiting job in its namespace's queue, or beside it if it can never be
+        admitted under this tree (then it keeps no skip time: it was never passed over
+        for a job that could be admitted instead of it)."""
         job.queue = self.quota.leaf_for(job.namespace)
         q = self._queues[job.queue]
-        q.add(job.key, job.shape, skipped_at)
-        self._touched[job.queue] = None
+        at = (job.queue, job.shape)
+        if at in self._never:
+            why = self._never[at]
+        else:
+            why = self._never[at] = self.quota.never_fits(job.queue, self._shapes[job.shape])
+        if why is not None:
+            q.add_inadmissible(job.key, why)
+            self._inadmissible[job.job_id] = why
+        else:
+            q.add(job.key, job.shape, skipped_at)
+            self._touched[job.queue] = None
         self._row(job.queue)
         return q
 
@@ -595,7 +635,10 @@ class Admission:
         self.quota.replace(tree)
         self._rebuild_queues(skipped)
         for preemptor, plan in list(self._plans.items()):
-            if self._waiting[preemptor].queue != plan.node:  # its namespace maps elsewhere
+            if (
+                self._waiting[preemptor].queue != plan.node  # its namespace maps elsewhere
+                or preemptor in self._inadmissible
+            ):
                 self._drain(preemptor)
         self._dirty = True
 
@@ -606,6 +649,8 @@ class Admission:
         if req.job_id in self._admitted:
             return self._grant_of(req.job_id)
         if req.job_id in self._waiting:
+            if req.job_id in self._inadmissible:  # (tell it again: it asked again)
+                self._admissibility[req.job_id] = self._inadmissible[req.job_id]
             info = self.wait_info(req.job_id)
             assert info is not None
             return info
@@ -620,6 +665,10 @@ class Admission:
         )
         self._waiting[job.job_id] = job
         q = self._place(job, None)
+        why = self._inadmissible.get(job.job_id)
+        if why is not None:  # nothing changes for the queue
+            self._admissibility[job.job_id] = why
+            return self._inadmissible_info(q, job, why)
         q.promote(now, self.starvation_seconds)
         if not self._dirty and not self._plans:  # (quota held for preemptors: a pass)
             pick = self._pick(q, {})
@@ -635,6 +684,10 @@ class Admission:
         if job is None:
             return False
         self._queues[job.queue].remove(job.key, job.shape)
+        self._admissibility.pop(job_id, None)
+        if self._inadmissible.pop(job_id, None) is not None:
+            self._row(job.queue)  # no queue order changed: no pass needed
+            return True
         self._touched[job.queue] = None
         self._row(job.queue)
         self._drain(job_id)
@@ -862,6 +915,8 @@ class Admission:
             raise ValueError(
                 f"preemptor {plan.preemptor!r} waits in {job.queue!r}, not {plan.node!r}"
             )
+        if plan.preemptor in self._inadmissible:
+            raise ValueError(f"preemptor {plan.preemptor!r} is inadmissible")
         if plan.preemptor in self._plans:
             raise ValueError(f"preemptor {plan.preemptor!r} has a plan already")
         for v in plan.victims:
@@ -943,12 +998,37 @@ class Admission:
 
     def counts(self) -> tuple[int, int]:
         """``(admitted, waiting)`` job counts, in constant time (the quota workflow shows
-        them after every workflow task; ``holders()``/``waiting()`` build lists)."""
-        return len(self._admitted), len(self._waiting)
+        them after every workflow task; ``holders()``/``waiting()`` build lists);
+        inadmissible jobs are not counted as waiting (:meth:`inadmissible`)."""
+        return len(self._admitted), len(self._waiting) - len(self._inadmissible)
 
     def waiting(self) -> list[str]:
-        """Waiting jobs, queue by queue (tree pre-order), each queue in its order."""
+        """Waiting jobs, queue by queue (tree pre-order), each queue in its order
+        (not the inadmissible ones)."""
         return [k[2] for q in self._queues.values() for k in q.order]
+
+    def inadmissible(self) -> dict[str, Inadmissible]:
+        """Waiting jobs that can never be admitted under the current tree, and why,
+        queue by queue (tree pre-order), each in queue order."""
+        return {
+            k[2]: why
+            for q in self._queues.values()
+            for k, why in sorted(q.inadmissible.items())
+        }
+
+    def never_fits(self, namespace: str, request: Mapping[str, int]) -> Inadmissible | None:
+        """Why a job of ``namespace`` asking ``request`` would be inadmissible under the
+        current tree (None: it would queue), without enqueuing it: what ``fleetq apply``
+        and ``validate`` warn with."""
+        return self.quota.never_fits(self.quota.leaf_for(namespace), request)
+
+    def admissibility_changes(self) -> dict[str, Inadmissible | None]:
+        """The waiting jobs that became inadmissible (with why) or were queued again
+        (None) since the last call, or asked again while inadmissible; then forgets
+        them. What the quota workflow tells each job."""
+        changes = self._admissibility
+        self._admissibility = {}
+        return changes
 
     def queue_for(self, namespace: str) -> str:
         """Name of the queue a job of ``namespace`` waits in."""
@@ -960,6 +1040,9 @@ class Admission:
         if job is None:
             return None
         q = self._queues[job.queue]
+        why = self._inadmissible.get(job_id)
+        if why is not None:
+            return self._inadmissible_info(q, job, why)
         if self._last_pass is not None:
             q.promote(self._last_pass, self.starvation_seconds)
         victims = self.waiting_for(job_id)
@@ -969,6 +1052,12 @@ class Admission:
             position=q.position(job.key),
             reason=self._reason(q, job),
             victims=victims,
+        )
+
+    @staticmethod
+    def _inadmissible_info(q: JobQueue, job: _Job, why: Inadmissible) -> WaitInfo:
+        return WaitInfo(
+            job_id=job.job_id, queue=q.name, position=0, reason=why.message, inadmissible=why
         )
 
     def _reason(self, q: JobQueue, job: _Job) -> str:
@@ -1030,6 +1119,7 @@ class Admission:
             usage=dict(n.usage),
             min=dict(n.min),
             max=dict(n.max),
+            inadmissible=len(self._queues[n.name].inadmissible),
         )
 
     def usage(self, node_name: str) -> dict[str, int]:
@@ -1114,6 +1204,7 @@ class Admission:
             if skip is not None:
                 skipped[job_id] = skip
         a._rebuild_queues(skipped)
+        a._admissibility = {}  # (the run that packed the state told those jobs)
         for plan in s.p:
             a._plans[plan.preemptor] = a._outstanding(plan)
         a._draining = [p for p in map(a._outstanding, s.d) if p.victims]

@@ -123,6 +123,8 @@ class Reason(StrEnum):
     """The reasons of the events a job records (``fleetq describe``, like kubectl's)."""
 
     QUEUED = "Queued"
+    #: the gang minimum exceeds a max of its quota chain (issue 24)
+    INADMISSIBLE = "Inadmissible"
     ADMITTED = "Admitted"
     BOUND = "ScheduleBindingSucceed"
     BINDING_FAILED = "ScheduleBindingFailed"

@@ -20,6 +20,7 @@ from fleetq.capacity import Taint
 from fleetq.fleet_config import RequeueSettings
 from fleetq.models import DEFAULT_STARVATION_SECONDS, Gang, GangPod
 from fleetq.naming import owner_id
+from fleetq.quota import Inadmissible
 from fleetq.rejection import RejectionCode
 
 # --------------------------------------------------------------------------- gang shapes
@@ -350,6 +351,9 @@ class PurgeInput(BaseModel):
 JobState = Literal[
     "Validating",
     "Queued",
+    # waiting, but its gang minimum exceeds a max of its quota chain: never admitted
+    # under the current tree (re-evaluated when the tree changes)
+    "Inadmissible",
     "Scheduling",
     "Pending",
     "Created",
@@ -443,6 +447,8 @@ class QuotaView(BaseModel):
     holders: int
     waiting: int
     queues: list[QueueInfo]
+    #: waiting jobs that can never be admitted under the current tree (not in waiting)
+    inadmissible: int = 0
     generation: int
     grants_sent: int = 0
     leaks_recovered: list[str] = Field(default_factory=list)
@@ -453,6 +459,14 @@ class QuotaView(BaseModel):
     #: the tree's ``fleetq.io/preemption`` (``Never`` or ``LowerPriority``): whether its
     #: jobs may also preempt lower-priority gangs for room on a member cluster
     preemption: str = "Never"
+
+
+class AdmissibilitySignal(BaseModel):
+    """The quota workflow's ``admissibility`` signal to a waiting job: it can never be
+    admitted under the current tree (``inadmissible``, its reason), or, None, it is
+    queued again (a tree change raised the limit it exceeded)."""
+
+    inadmissible: Inadmissible | None = None
 
 
 class PreemptSignal(BaseModel):

@@ -15,6 +15,12 @@ It also keeps the starvation bookkeeping of the ``Priority`` policy: when a job 
 admitted past others (they did not fit), those others are *skipped* at that time; a job
 skipped for longer than the starvation bound is *starving* and nothing behind it may be
 admitted before it. Skip times are part of the persisted state; starving is derived.
+
+Beside the queue, its *inadmissible* jobs (Kueue's ``inadmissibleWorkloads`` beside each
+ClusterQueue, kueue pkg/queue/cluster_queue.go): jobs that can never be admitted under the
+current tree (:meth:`fleetq.quota.QuotaTree.never_fits`), each with its reason. They are
+kept apart from all of the above: never a head, never skipped or starving, never counted
+in positions or lengths, until a tree change puts them back (by their original key).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from bisect import bisect_left, insort
 from collections.abc import Sequence
 from typing import TypeVar
 
+from fleetq.quota import Inadmissible
 from fleetq.resources import Resources
 
 #: ``(-priority, submitted_at, job_id)``: smaller is earlier in the queue.
@@ -57,9 +64,17 @@ class JobQueue:
         # shapes present, and how many present shapes name that resource.
         self._res_heaps: dict[str, list[tuple[int, int]]] = {}
         self._res_count: dict[str, int] = {}
+        #: jobs that can never be admitted under the current tree, and why
+        self.inadmissible: dict[Key, Inadmissible] = {}
 
     def __len__(self) -> int:
+        """Waiting jobs that may be admitted (not the inadmissible ones)."""
         return len(self.order)
+
+    def add_inadmissible(self, key: Key, why: Inadmissible) -> None:
+        """Keep a job that can never be admitted under the current tree beside the
+        queue: not in its order, heads, lower bound or starvation bookkeeping."""
+        self.inadmissible[key] = why
 
     def add(self, key: Key, shape: int, skipped_at: float | None = None) -> None:
         insort(self.order, key)
@@ -87,6 +102,9 @@ class JobQueue:
             heapq.heappush(self._skip_heap, (skipped_at, key))
 
     def remove(self, key: Key, shape: int) -> None:
+        """Remove a waiting job, queued or inadmissible."""
+        if self.inadmissible.pop(key, None) is not None:
+            return
         _discard(self.order, key)
         lst = self.by_shape[shape]
         i = bisect_left(lst, key)

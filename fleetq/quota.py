@@ -13,7 +13,9 @@ Rules implemented here:
 * without a tree (``None``) there is a single unlimited ``root`` node;
 * replacing the tree keeps every held request: holders are re-charged to the leaf their
   namespace maps to in the new tree (or root), even if that takes usage over the new
-  ``max`` (nothing is evicted); new limits apply to new admissions only.
+  ``max`` (nothing is evicted); new limits apply to new admissions only;
+* a request larger than the ``max`` of its node or of an ancestor, on any resource, can
+  never fit under this tree, whatever is released (:meth:`QuotaTree.never_fits`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
 
 from fleetq import resources as R
 from fleetq.models import ElasticQuotaTree, QuotaNodeSpec
@@ -94,6 +99,48 @@ class Holding:
     namespace: str
     node: str
     request: Mapping[str, int]
+
+
+class InadmissibleReason(StrEnum):
+    """Why a job can never be admitted under the current tree (Kueue's inadmissible
+    workloads, kept beside their ClusterQueue: kueue pkg/queue/cluster_queue.go,
+    ``clusterQueue.inadmissibleWorkloads``)."""
+
+    #: the gang minimum asks more of a resource than a node of its chain has as ``max``
+    EXCEEDS_MAX = "ExceedsMax"
+
+
+#: the order resources are named in reasons (``can_admit``, ``never_fits``)
+_RESOURCE_ORDER = {R.MAX_JOBS: 0, R.CPU: 1, R.MEMORY: 2, R.GPU: 3}
+
+
+class Inadmissible(BaseModel):
+    """A job can never be admitted under the current tree: the node and resource whose
+    ``max`` its request exceeds (milli-units), and the message users see, e.g.
+    ``quota team: nvidia.com/gpu 12 exceeds max 8``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reason: InadmissibleReason = InadmissibleReason.EXCEEDS_MAX
+    node: str
+    resource: str
+    request: int
+    max: int
+    message: str
+
+
+def exceeds_max(node: str, resource: str, request: int, cap: int) -> Inadmissible:
+    """The :class:`Inadmissible` of a request of ``request`` (milli) of ``resource``
+    at ``node``, whose ``max`` of it is ``cap``."""
+    fmt = R.format_quantity
+    return Inadmissible(
+        node=node,
+        resource=resource,
+        request=request,
+        max=cap,
+        message=f"quota {node}: {resource} {fmt(resource, request)} exceeds max "
+        f"{fmt(resource, cap)}",
+    )
 
 
 def _jobs(milli: int) -> str:
@@ -198,6 +245,20 @@ class QuotaTree:
                         return n, k
         return None
 
+    def never_fits(self, node: str, request: Mapping[str, int]) -> Inadmissible | None:
+        """Why ``request`` can never fit at ``node`` under this tree, whatever is
+        released: the lowest node of its chain whose ``max`` of a resource is below the
+        request (resources named in the order of :meth:`can_admit`; a resource absent
+        from ``max`` is unlimited; ``kube-queue/max-jobs`` counts the job as 1); None if
+        it fits an empty tree."""
+        for n in self.node(node).chain:
+            limit = n.max
+            over = [k for k, v in request.items() if v > 0 and k in limit and v > limit[k]]
+            if over:
+                k = min(over, key=lambda k: (_RESOURCE_ORDER.get(k, 4), k))
+                return exceeds_max(n.name, k, request[k], limit[k])
+        return None
+
     def can_admit(self, node: str, request: Mapping[str, int]) -> str | None:
         """``None`` if ``request`` fits, else why not, naming the lowest node that is
         short, e.g. ``quota child-2: kube-queue/max-jobs 1/1 in use`` or
@@ -210,9 +271,8 @@ class QuotaTree:
             ]
             if not short:
                 continue
-            order = {R.MAX_JOBS: 0, R.CPU: 1, R.MEMORY: 2, R.GPU: 3}
             parts = []
-            for k in sorted(short, key=lambda k: (order.get(k, 4), k)):
+            for k in sorted(short, key=lambda k: (_RESOURCE_ORDER.get(k, 4), k)):
                 used, cap = n.usage.get(k, 0), n.max[k]
                 if k == R.MAX_JOBS:
                     parts.append(f"{k} {_jobs(used)}/{_jobs(cap)} in use")

@@ -75,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from fleetq.messages import (
         TERMINAL_STATES,
+        AdmissibilitySignal,
         BindInput,
         BindRequest,
         Candidate,
@@ -177,6 +178,9 @@ class PyTorchJobWorkflow:
         self._suspension = lifecycle.Suspension()
         #: a ``preempt`` signal arrived: recompute the deadline being waited for
         self._preempt_wake = False
+        #: the quota workflow's last ``admissibility`` signal, and whether it is shown
+        self._admissibility: AdmissibilitySignal | None = None
+        self._admissibility_news = False
 
     # ================================================================== run
     @workflow.run
@@ -386,9 +390,16 @@ class PyTorchJobWorkflow:
                 continue
             self._set_state("Queued", "waiting for quota")
             self._event("Normal", Reason.QUEUED, f"enqueued in quota tree {tree_id}")
-            await workflow.wait_condition(
-                lambda: self._grant is not None or self._suspension.wanted
-            )
+            self._show_admissibility()  # (told while the enqueue was being sent)
+            while True:
+                await workflow.wait_condition(
+                    lambda: self._grant is not None
+                    or self._suspension.wanted
+                    or self._admissibility_news
+                )
+                self._show_admissibility()
+                if self._grant is not None or self._suspension.wanted:
+                    break
             if self._grant is None:  # suspended while waiting: leave the queue
                 await self._release_quota()
                 return
@@ -499,6 +510,21 @@ class PyTorchJobWorkflow:
     @property
     def _requeue_settings(self) -> RequeueSettings:
         return self._p.resolution.requeue
+
+    def _show_admissibility(self) -> None:
+        """Inadmissible (never admitted under the current tree, and why) or queued
+        again, as the quota workflow's last ``admissibility`` signal says."""
+        news, self._admissibility_news = self._admissibility_news, False
+        if not news or self._admissibility is None:
+            return
+        why = self._admissibility.inadmissible
+        if why is not None:
+            if self._p.view.reason != why.message:
+                self._set_state("Inadmissible", why.message)
+                self._event("Warning", Reason.INADMISSIBLE, why.message)
+        elif self._p.view.state == "Inadmissible":
+            self._set_state("Queued", "waiting for quota")
+            self._event("Normal", Reason.QUEUED, "the quota tree changed: queued again")
 
     async def _refresh_resolution(self) -> Resolution:
         """Look the quota tree up again, keeping the policy already resolved."""
@@ -954,7 +980,7 @@ class PyTorchJobWorkflow:
         view = self._p.view
         self._suspension.begin()
         self._p.preempt, self._p.preempt_at = None, None  # the quota goes back anyway
-        in_queue = self._grant is not None or view.state == "Queued"
+        in_queue = self._grant is not None or view.state in ("Queued", "Inadmissible")
         had_copy = bool(view.cluster or view.copies or view.pending_purges)
         self._event("Normal", Reason.SUSPENDED, lifecycle.suspended_message(had_copy))
         await self._purge_all("purge on suspend")
@@ -1184,6 +1210,13 @@ class PyTorchJobWorkflow:
     @workflow.signal
     def admitted(self, grant: Grant) -> None:
         self._grant = grant
+
+    @workflow.signal
+    def admissibility(self, signal: AdmissibilitySignal) -> None:
+        """The quota workflow: the job can never be admitted under the current tree
+        (with why), or it is queued again."""
+        self._admissibility = signal
+        self._admissibility_news = True
 
     @workflow.signal
     def suspend(self) -> None:

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         WaitInfo,
     )
     from fleetq.messages import (
+        AdmissibilitySignal,
         HolderCheck,
         PreemptSignal,
         QuotaBatch,
@@ -73,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         plan_preemptions,
         tree_policy,
     )
+    from fleetq.quota import Inadmissible
     from fleetq.quota_state import pack_state, unpack_carried
     from workflows import metrics
 
@@ -172,6 +174,7 @@ class QuotaTreeWorkflow:
                 # run starts with one.
                 self._dispatch(self._immediate)
                 self._immediate = []
+                self._tell_admissibility()  # (the next run does not tell them again)
                 await workflow.wait_condition(
                     lambda: not self._inflight and workflow.all_handlers_finished()
                 )
@@ -212,6 +215,7 @@ class QuotaTreeWorkflow:
         grants = self._immediate + self._admission.schedule(now)
         self._immediate = []
         self._dispatch(grants)
+        self._tell_admissibility()
         if self._preemption_on:
             try:
                 plans = plan_preemptions(self._admission, now)
@@ -254,6 +258,21 @@ class QuotaTreeWorkflow:
             task = asyncio.ensure_future(self._deliver(grant))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+
+    def _tell_admissibility(self) -> None:
+        """Tell every waiting job that became inadmissible, or was queued again, since
+        the last time (a signal each, sent like grants); a job that is gone is not
+        waited for: its cancel follows."""
+        for job_id, why in self._admission.admissibility_changes().items():
+            task = asyncio.ensure_future(self._tell(job_id, AdmissibilitySignal(inadmissible=why)))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _tell(self, job_id: str, signal: AdmissibilitySignal) -> None:
+        try:
+            await workflow.get_external_workflow_handle(job_id).signal("admissibility", signal)
+        except Exception as exc:
+            workflow.logger.info("admissibility of %s not delivered: %s", job_id, exc)
 
     async def _deliver(self, grant: Grant) -> None:
         try:
@@ -429,6 +448,11 @@ class QuotaTreeWorkflow:
         return self._admission.wait_info(job_id)
 
     @workflow.query
+    def never_fits(self, request: AdmissionRequest) -> Inadmissible | None:
+        """Whether (and why) a job asking ``request`` would be inadmissible now."""
+        return self._admission.never_fits(request.namespace, request.request)
+
+    @workflow.query
     def holders(self) -> list[str]:
         return self._admission.holders()
 
@@ -443,6 +467,7 @@ class QuotaTreeWorkflow:
             policy=str(self._admission.policy),
             holders=len(self._admission.holders()),
             waiting=len(self._admission.waiting()),
+            inadmissible=len(self._admission.inadmissible()),
             queues=self._admission.queues(),
             generation=self._input.generation,
             grants_sent=self._grants_sent,

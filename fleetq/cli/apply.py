@@ -30,6 +30,7 @@ def register(app: typer.Typer) -> None:
             help="Emulator hint: the job's pods finish after this many seconds."),
     ) -> None:
         """Apply ElasticQuotaTrees, PriorityClasses, PropagationPolicies and PyTorchJobs."""
+        from fleetq.client.admissibility import inadmissible_warnings
         from fleetq.client.apply import apply_objects, load_for_apply
 
         warnings: list[str] = []
@@ -39,13 +40,17 @@ def register(app: typer.Typer) -> None:
         for line in warnings:
             typer.echo(f"warning: {line}", err=True)
 
-        async def body() -> list[Applied]:
+        async def body() -> tuple[list[Applied], list[str]]:
             client = await get_client()
-            return await apply_objects(client, objects, run_seconds=run_seconds,
-                                       priority_classes=classes)
+            results = await apply_objects(client, objects, run_seconds=run_seconds,
+                                          priority_classes=classes)
+            warnings = await inadmissible_warnings(client, [o for o, _ in objects], classes)
+            return results, warnings
 
-        results = run(body)
+        results, warnings = run(body)
         for r in results:
             typer.echo(r.line, err=not r.ok)
+        for line in warnings:  # (issue 24: it would wait until the tree is raised)
+            typer.echo(line, err=True)
         if not all(r.ok for r in results):
             raise typer.Exit(1)

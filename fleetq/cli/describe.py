@@ -108,6 +108,9 @@ def describe_lines(view: JobView, waiting: Any | None = None,
     if view.queued:
         if view.queue:
             field("Queue", f"{view.queue} (admitted)")
+        elif waiting is not None and waiting.inadmissible is not None:
+            field("Queue", f"{waiting.queue} (inadmissible: in no position)")
+            field("Inadmissible", f"{waiting.reason} (never admitted under the current tree)")
         elif waiting is not None:
             field("Queue", f"{waiting.queue} (position {waiting.position})")
             field("Waiting", waiting.reason)
@@ -159,7 +162,7 @@ async def describe_job(client: Client, namespace: str, name: str,
         asyncio.to_thread(read_members, namespace, fleet_config),
         _build(client, namespace, name))
     waiting = None
-    if view.state == "Queued" or (view.queued and not view.admitted):
+    if view.state in ("Queued", "Inadmissible") or (view.queued and not view.admitted):
         waiting = await wait_info(client, view)
     return describe_lines(view, waiting, members, build)
 

@@ -166,7 +166,7 @@ def queue_rows(view: QuotaView, started: datetime | None,
 
     headers = ["NAME", "AGE"]
     if wide:
-        headers += ["LENGTH", "ADMITTED", "POLICY", "USAGE"]
+        headers += ["LENGTH", "ADMITTED", "POLICY", "USAGE", "INADMISSIBLE"]
     rows: list[list[Any]] = []
     for q in sorted(view.queues, key=lambda q: q.name):
         row: list[Any] = [q.name, age(started)]
@@ -175,7 +175,7 @@ def queue_rows(view: QuotaView, started: datetime | None,
                 f"{k} {format_quantity(k, q.usage.get(k, 0))}/{format_quantity(k, v)}"
                 for k, v in sorted(q.max.items())
             )
-            row += [q.length, q.admitted, q.policy, usage or "-"]
+            row += [q.length, q.admitted, q.policy, usage or "-", q.inadmissible]
         rows.append(row)
     return headers, rows
 

@@ -106,7 +106,7 @@ def copy_state(view: JobView | None, cluster: str, snap: MemberSnapshot,
             return phase
         if view.state in TERMINAL_STATES:
             return view.state  # its copy is gone, as it should be once the job ended
-        if view.state in ("Validating", "Queued", "Scheduling", "Pending"):
+        if view.state in ("Validating", "Queued", "Inadmissible", "Scheduling", "Pending"):
             return None  # not created on the member yet
         return "Missing (no copy on the member)"
     # A copy on a member that is not the job's current cluster: evicted (or stray).

@@ -97,6 +97,8 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
             else ""
         )
     )
+    for row in summary["inadmissible"]["reasons"]:  # (issue 24: this tree never admits them)
+        console.print(f"[yellow]inadmissible {row['jobs']}: {row['reason']}[/yellow]")
 
     t = Table(title="Time to admission (submit -> quota) and to start (submit -> bound)")
     for col in ("group", "namespace", "jobs", "done"):

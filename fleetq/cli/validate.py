@@ -4,6 +4,8 @@ Prints ``OK <Kind> <ns>/<name>`` for every valid object, ``warning: ...`` for ea
 upstream defines that fleetq accepts without using, and one line per problem; exits 1
 when there is any problem (0 otherwise; warnings do not fail). Output is plain text when it is not a
 terminal; on a terminal, OK lines are green and problems red.
+When a fleet is reachable, a PyTorchJob its current tree can never admit gets one
+``warning:`` line too (:mod:`fleetq.client.admissibility`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,20 @@ def _ref(obj: FleetObject) -> str:
     return f"{obj.kind} {obj.metadata.namespace}/{obj.metadata.name}"
 
 
+async def _fleet_warnings(objects: list[FleetObject]) -> list[str]:
+    """Inadmissible-job warnings from the fleet, when one is reachable (else none)."""
+    import asyncio
+
+    from fleetq.cli.context import get_client
+    from fleetq.client.admissibility import inadmissible_warnings
+
+    try:
+        client = await asyncio.wait_for(get_client(), timeout=5)
+        return await asyncio.wait_for(inadmissible_warnings(client, objects), timeout=10)
+    except Exception:  # no fleet: validate stays an offline check
+        return []
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def validate(
@@ -33,7 +49,8 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Validate manifests (ElasticQuotaTree, PropagationPolicy, PyTorchJob,
-        PriorityClass) without contacting any cluster."""
+        PriorityClass) without contacting any cluster; warn of jobs the running
+        fleet's quota tree would never admit."""
         from fleetq.manifests import load_manifests
 
         try:
@@ -47,6 +64,12 @@ def register(app: typer.Typer) -> None:
             typer.secho(f"note: {note}", fg="yellow")
         for line in result.warnings:
             typer.secho(f"warning: {line}", fg="yellow")
+        if any(obj.kind == "PyTorchJob" for _, obj in result.objects):
+            objects = [obj for _, obj in result.objects]
+            import asyncio
+
+            for line in asyncio.run(_fleet_warnings(objects)):
+                typer.secho(line, fg="yellow")
         for line in result.errors:
             typer.secho(line, fg="red")
         if result.errors:

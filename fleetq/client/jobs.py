@@ -313,7 +313,7 @@ async def wait_info(client: Client, view: JobView, tree: str | None = None) -> W
 
 def is_waiting(view: JobView) -> bool:
     """A job waiting in a queue for admission."""
-    return view.state == "Queued" or (view.queued and not view.admitted
+    return view.state in ("Queued", "Inadmissible") or (view.queued and not view.admitted
                                       and view.state in ("Validating", "Scheduling"))
 
 
@@ -333,6 +333,8 @@ async def waiting_queues(client: Client, views: list[JobView]) -> dict[tuple[str
             info = await wait_info(client, v, reg.tree)
         if info is None:
             return None
+        if info.inadmissible is not None:
+            return (v.namespace, v.name), f"{info.queue} (inadmissible)"
         return (v.namespace, v.name), f"{info.queue} (#{info.position})"
 
     found = await asyncio.gather(*(one(v) for v in waiting))

@@ -55,6 +55,7 @@ from fleetq.preemption import (
     plan_capacity_preemption,
     plan_preemptions,
 )
+from fleetq.quota import Inadmissible
 from fleetq.rejection import Rejection
 from fleetq.simulator.report import (
     FailureReasons,
@@ -175,6 +176,8 @@ class Simulation:
         # state
         self.heap: list[tuple[float, int, int, int]] = []
         self.waiting: dict[str, Job] = {}
+        #: jobs that can never be admitted under the trace's tree, and why (issue 24)
+        self.inadmissible: dict[str, Inadmissible] = {}
         self.running: dict[int, Job] = {}
         self.unplaced: dict[int, deque[Job]] = {}
         self.failed: set[int] = set()  # groups that fit nowhere until capacity is freed
@@ -295,6 +298,8 @@ class Simulation:
         res = self.admission.enqueue(job.request, t)
         if isinstance(res, Grant):
             self._granted(job, t)
+        elif res.inadmissible is not None:  # never admitted: not in any queue length
+            self.inadmissible[job.id] = res.inadmissible
         else:
             self.waiting[job.id] = job
             self.qlen[res.queue] += 1

@@ -213,6 +213,15 @@ def build_result(run: Simulation, end: float) -> SimulationResult:
             "averageLength": rounded(s.average(end), 3), "waitingAtEnd": run.qlen[q],
         })
     reasons = run.reasons.rows()
+    never: dict[str, int] = {}
+    never_at: dict[str, int] = {}
+    for job_id, why in run.inadmissible.items():
+        never[why.message] = never.get(why.message, 0) + 1
+        request = run.by_id[job_id].request
+        leaf = run.admission.quota.leaf_for(request.namespace) if request else ""
+        never_at[leaf] = never_at.get(leaf, 0) + 1
+    for row in queues:
+        row["inadmissibleAtEnd"] = never_at.get(str(row["node"]), 0)
     started = sum(1 for j in all_jobs if j.started is not None)
     admitted = sum(1 for j in all_jobs if j.admitted is not None)
     makespan = (run.last_finish - t0) if run.last_finish is not None else 0.0
@@ -243,6 +252,11 @@ def build_result(run: Simulation, end: float) -> SimulationResult:
         },
         "preemption": _preemption(run),
         "states": dict(sorted(run.states.items())),
+        # jobs the trace's tree can never admit, by reason (issue 24)
+        "inadmissible": {
+            "jobs": len(run.inadmissible),
+            "reasons": [{"reason": msg, "jobs": n} for msg, n in sorted(never.items())],
+        },
     }
     series = {
         "queueLength": dict(run.qlen_series),

@@ -148,7 +148,7 @@ async def test_walkthrough_end_to_end(cli_fleet: CliFleet, tmp_path: Path) -> No
     assert re.search(r"^Waiting:\s+\S", r.stdout, re.M)
     r = await cli.run("get", "queue", "-o", "wide")
     rows = table(r.stdout)
-    assert rows[0] == ["NAME", "AGE", "LENGTH", "ADMITTED", "POLICY", "USAGE"]
+    assert rows[0] == ["NAME", "AGE", "LENGTH", "ADMITTED", "POLICY", "USAGE", "INADMISSIBLE"]
     child = next(row for row in rows if row[0].startswith("root-child-2-"))
     assert child[2:4] == ["1", "1"]
 

@@ -11,6 +11,9 @@ Invariants checked after every step:
   tree change); with no replacement this is simply ``usage <= max`` everywhere, which
   includes ``kube-queue/max-jobs``;
 * no job is both waiting and admitted; a grant only goes to a job that was waiting;
+* a job whose request exceeds the ``max`` of a node of its chain is inadmissible: in no
+  queue order, not counted, never granted, and queued again (original key) by the tree
+  change that raises that ``max``;
 * each queue's positions are 1..n in (priority desc, submit time asc, job id) order;
 * grants, holders, waiting jobs and positions equal those of a naive O(n^2) model of the
   same rules (so the bisect/heap/lower-bound shortcuts change nothing), and a copy
@@ -197,11 +200,35 @@ class Reference:
                 return False
         return True
 
+    def never_fits(self, j: RefJob) -> str | None:
+        """The lowest node of ``j``'s chain whose ``max`` is below its request."""
+        for n in self.tree.chain(self.tree.leaf(j.ns)):
+            mx = self.tree.nodes[n].max
+            if any(v > 0 and k in mx and v > mx[k] for k, v in j.req.items()):
+                return n
+        return None
+
+    def inadmissible(self) -> dict[str, str]:
+        return {
+            j.job_id: n for j in self.waiting.values() if (n := self.never_fits(j)) is not None
+        }
+
     def queue(self, node: str) -> list[RefJob]:
         return sorted(
-            (j for j in self.waiting.values() if self.tree.leaf(j.ns) == node),
+            (
+                j
+                for j in self.waiting.values()
+                if self.tree.leaf(j.ns) == node and self.never_fits(j) is None
+            ),
             key=lambda j: j.key,
         )
+
+    def replace_tree(self, doc: dict[str, Any]) -> None:
+        self.tree = RefTree.of(doc)
+        self.dirty = True
+        for job_id in self.inadmissible():  # never passed over for an admissible job
+            self.waiting[job_id].skip = None
+            self.starving.discard(job_id)
 
     def promote(self, node: str, now: float) -> None:
         for j in self.queue(node):
@@ -247,6 +274,9 @@ class Reference:
         if j.job_id in self.waiting:
             return None
         self.waiting[j.job_id] = j
+        if self.never_fits(j) is not None:
+            event("inadmissible at enqueue")
+            return None
         node = self.tree.leaf(j.ns)
         self.promote(node, now)
         if not self.dirty and self.pick(node) is j:
@@ -388,9 +418,11 @@ class Machine(RuleBasedStateMachine):
     @precondition(lambda self: self.replace_trees)
     @rule(tree=trees())
     def replace_tree(self, tree: dict[str, Any]) -> None:
+        before = set(self.ref.inadmissible())
         self.a.replace_tree(parse_tree(tree))
-        self.ref.tree = RefTree.of(tree)
-        self.ref.dirty = True
+        self.ref.replace_tree(tree)
+        if before - set(self.ref.inadmissible()):
+            event("inadmissible queued again")
         self.generation += 1
 
     @rule(dt=st.sampled_from([0.0, 1.0, 30.0, 700.0]))
@@ -411,9 +443,17 @@ class Machine(RuleBasedStateMachine):
     @invariant()
     def matches_reference(self) -> None:
         assert self.a.holders() == list(self.ref.holders)
-        assert set(self.a.waiting()) == set(self.ref.waiting)
+        never = self.ref.inadmissible()
+        assert set(self.a.waiting()) == set(self.ref.waiting) - set(never)
+        assert {j: w.node for j, w in self.a.inadmissible().items()} == never
         assert not set(self.a.holders()) & set(self.a.waiting())
         assert self.a.counts() == (len(self.a.holders()), len(self.a.waiting()))
+        for job, node in never.items():
+            info = self.a.wait_info(job)
+            assert info is not None and info.inadmissible is not None
+            assert info.position == 0
+            assert info.reason == info.inadmissible.message
+            assert info.reason.startswith(f"quota {node}: ")
         positions = self.ref.positions()
         for job in self.a.waiting():
             info = self.a.wait_info(job)
@@ -424,6 +464,9 @@ class Machine(RuleBasedStateMachine):
             )
         for q in self.a.queues():
             assert q.length == sum(1 for n, _ in positions.values() if n == q.node)
+            assert q.inadmissible == sum(
+                1 for j in never if self.ref.tree.leaf(self.ref.waiting[j].ns) == q.node
+            )
 
     @precondition(lambda self: hasattr(self, "a"))
     @invariant()

@@ -605,8 +605,11 @@ def test_preemption_without_progress_is_an_error_not_a_hang(
     monkeypatch.setattr(engine, "never_fits", lambda *a, **k: None)
     doc = {
         "topology": TWO_NODES,
-        "quota": preempt_tree({"cpu": 12}, {"fleetq.io/preemption": "LowerPriority"}),
+        # ("high" fits under max: one over it would be inadmissible, never a candidate;
+        # "other" keeps it from fitting even once "huge" released)
+        "quota": preempt_tree({"cpu": 16}, {"fleetq.io/preemption": "LowerPriority"}),
         "jobs": [
+            group("other", requests={"cpu": "4"}, runSeconds=100),
             group("huge", requests={"cpu": "12"}),
             group("high", start=5, priority=100, requests={"cpu": "16"}),
         ],
