@@ -609,7 +609,8 @@ class Admission:
         victims, told to stop already, still count as leaving until they have."""
         plan = self._plans.pop(preemptor, None)
         if plan is not None:
-            self._draining.append(plan)
+            if plan.victims:  # (all released already: nothing is leaving)
+                self._draining.append(plan)
             self._usage_changed(plan.node, True)  # nothing held for it any more
 
     def _hold_for_preemptors(self) -> list[str]:
