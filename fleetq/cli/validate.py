@@ -24,6 +24,18 @@ def _ref(obj: FleetObject) -> str:
     return f"{obj.kind} {obj.metadata.namespace}/{obj.metadata.name}"
 
 
+def _fleet_known() -> bool:
+    """A fleet is named (``TEMPORAL_ADDRESS``/``TEMPORAL_PROFILE``, or a running ``fleetq
+    up``'s fleetq.json): only then does validate ask it, so an offline validate never
+    loads the Temporal client."""
+    import os
+
+    from fleetq.runtime.fleet_info import read_info
+
+    named = os.environ.get("TEMPORAL_ADDRESS") or os.environ.get("TEMPORAL_PROFILE")
+    return bool(named) or read_info() is not None
+
+
 async def _fleet_warnings(objects: list[FleetObject]) -> list[str]:
     """Inadmissible-job warnings from the fleet, when one is reachable (else none)."""
     import asyncio
@@ -64,7 +76,7 @@ def register(app: typer.Typer) -> None:
             typer.secho(f"note: {note}", fg="yellow")
         for line in result.warnings:
             typer.secho(f"warning: {line}", fg="yellow")
-        if any(obj.kind == "PyTorchJob" for _, obj in result.objects):
+        if any(obj.kind == "PyTorchJob" for _, obj in result.objects) and _fleet_known():
             objects = [obj for _, obj in result.objects]
             import asyncio
 
