@@ -762,7 +762,9 @@ class ChaosRig:
             self.log(f"starting {self.temporal_name} and the emulator")
             self.start_emulator()
             await self.temporal.start()
-        self.client = await connect(self.temporal.address)
+        # the harness kills and restarts its workers on purpose: its updates wait for the
+        # next worker instead of failing fast as a user's CLI does (BoundedWaits)
+        self.client = await connect(self.temporal.address, bounded_waits=False)
         self.control = worker_proc(self.workdir, self.temporal.address, TASK_QUEUE,
                                    self.fleet_config, 0)
         await self.apply_fleet(points)
