@@ -409,8 +409,9 @@ class Machine(RuleBasedStateMachine):
 
     @rule(job=st.sampled_from(JOB_IDS))
     def cancel(self, job: str) -> None:
+        inadmissible = job in self.ref.inadmissible()
         waiting = self.ref.waiting.pop(job, None) is not None
-        if waiting:
+        if waiting and not inadmissible:  # (an inadmissible job changes no queue order)
             self.ref.dirty = True
             self.ref.starving.discard(job)
         assert self.a.cancel(job) is waiting
