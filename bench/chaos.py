@@ -1057,7 +1057,7 @@ class ChaosRig:
         if (admissions := signal_count(events, "admitted")) != 1 + preempted:
             problems.append(f"{wid}: admitted {admissions} times, expected "
                             + ("twice (preempted once)" if preempted else "exactly once"))
-        if preempted and (told := sum(1 for e in (view.events if view else [])
+        if preempted and (told := sum(e.count for e in (view.events if view else [])
                                       if e.reason == "Preempted")) != 1:
             problems.append(f"{wid}: {told} Preempted events, expected exactly one")
         if self.real is not None:
@@ -1167,14 +1167,15 @@ async def capacity_preemption_problems(victim: WorkflowHandle[Any, Any],
         return [f"{victim.id} or {preemptor.id}: status query failed after they ended"]
     if (reasons := preempt_reasons(await history_events(victim))) != ["Capacity"]:
         problems.append(f"{victim.id}: preempt signals {reasons}, expected one, Capacity")
-    if (binds := sum(1 for e in v.events if e.reason == "ScheduleBindingSucceed")) != 2:
+    # (a repeated event is kept once with its count: fleetq.lifecycle's aggregation)
+    if (binds := sum(e.count for e in v.events if e.reason == "ScheduleBindingSucceed")) != 2:
         problems.append(f"{victim.id}: bound {binds} times, expected twice (preempted "
                         "once)")
     plans = [e.message for e in p.events if e.reason == "Preempting"]
     if len(plans) != 1 or f" on {CAPACITY_MEMBER} (" not in plans[0]:
         problems.append(f"{preemptor.id}: Preempting events {plans}, expected one plan "
                         f"on {CAPACITY_MEMBER}")
-    if (binds := sum(1 for e in p.events if e.reason == "ScheduleBindingSucceed")) != 1:
+    if (binds := sum(e.count for e in p.events if e.reason == "ScheduleBindingSucceed")) != 1:
         problems.append(f"{preemptor.id}: bound {binds} times, expected exactly once")
     if p.cluster != CAPACITY_MEMBER:
         problems.append(f"{preemptor.id}: ran on {p.cluster}, not on the planned "

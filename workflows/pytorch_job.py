@@ -181,6 +181,10 @@ class PyTorchJobWorkflow:
         #: the quota workflow's last ``admissibility`` signal, and whether it is shown
         self._admissibility: AdmissibilitySignal | None = None
         self._admissibility_news = False
+        #: the quota workflow whose queue a ``requeue`` just put the job back in: the next
+        #: admission wait sends no ``enqueue`` there (which, crossing the grant of the
+        #: pass that follows the requeue, would make the quota workflow re-send it)
+        self._requeued_in: str | None = None
 
     # ================================================================== run
     @workflow.run
@@ -373,15 +377,18 @@ class PyTorchJobWorkflow:
                 delay = RESOLVE_BACKOFF.after(delay)
                 self._p.resolution = await self._refresh_resolution()
                 continue
-            try:
-                sent = await self._signal_quota(
-                    QuotaSignal(tree_workflow_id=tree_id, signal="enqueue", request=request),
-                    f"enqueue in {tree_id}",
-                )
-            except ActivityError as exc:
-                if cancelled_by_delete(exc):
-                    raise
-                sent = False
+            if self._requeued_in == tree_id:  # already back in its queue there
+                self._requeued_in, sent = None, True
+            else:
+                try:
+                    sent = await self._signal_quota(
+                        QuotaSignal(tree_workflow_id=tree_id, signal="enqueue", request=request),
+                        f"enqueue in {tree_id}",
+                    )
+                except ActivityError as exc:
+                    if cancelled_by_delete(exc):
+                        raise
+                    sent = False
             if not sent:  # the tree workflow is gone (or unreachable); resolve again later
                 self._set_state("Queued", f"quota workflow {tree_id} is not running")
                 await self._sleep_or_retry(delay, "wait for the quota workflow")
@@ -1015,7 +1022,7 @@ class PyTorchJobWorkflow:
         """Give the quota back and queue again with the original submit time in one
         message (``requeue``), so the job is in its queue before the pass that hands out
         what it freed: no later job of its priority takes that room (issue 24). The
-        next admission wait's ``enqueue`` is then a no-op (or returns the new grant)."""
+        next admission wait then sends no ``enqueue`` (``_requeued_in``)."""
         tree_id = self._p.resolution.tree_workflow_id
         if self._policy is None or not self._policy.queued or tree_id is None:
             return
@@ -1035,7 +1042,9 @@ class PyTorchJobWorkflow:
                 raise
             workflow.logger.warning("could not requeue in %s: %s", tree_id, exc)
         else:
-            if not sent:
+            if sent:
+                self._requeued_in = tree_id
+            else:
                 workflow.logger.info("requeue: quota workflow %s is not running", tree_id)
 
     async def _purge_graceful_old(self, why: str) -> None:

@@ -447,13 +447,39 @@ def current_build(describe: Any) -> str | None:
     return current.build_id or None
 
 
+#: how long set_current_version waits for the new routing to reach every task queue
+PROPAGATION_SECONDS = 30.0
+
+
+async def _routing_propagated(client: Client, deployment: str) -> bool:
+    """Wait until the server says the deployment's routing reached all its task queues
+    (``routing_config_update_state`` COMPLETED; servers that do not report it count as
+    done); until then a task may still go to the old current version. False: still in
+    progress after :data:`PROPAGATION_SECONDS` (the change stands; it lands later)."""
+    import asyncio
+
+    from temporalio.api.enums.v1 import RoutingConfigUpdateState
+
+    in_progress = RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PROPAGATION_SECONDS
+    while True:
+        desc = await describe_deployment(client, deployment)
+        if desc is None or desc.worker_deployment_info.routing_config_update_state != in_progress:
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.2)
+
+
 async def set_current_version(
     client: Client, deployment: str, build: str, *, only_if_none: bool = False,
     identity: str | None = None,
 ) -> str | None:
     """Make ``deployment.build`` the current version (``SetWorkerDeploymentCurrentVersion``
     with the deployment's conflict token, so a concurrent change wins instead of being
-    overwritten). With ``only_if_none``, only while the deployment has no current
+    overwritten), then wait for the new routing to reach every task queue (so the next
+    task goes to ``build``). With ``only_if_none``, only while the deployment has no current
     version. Returns the build that is current afterwards (None: nothing is)."""
     from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionRequest
     from temporalio.service import RPCError, RPCStatusCode
@@ -474,6 +500,7 @@ async def set_current_version(
                 ),
                 timeout=_timedelta(30),
             )
+            await _routing_propagated(client, deployment)
             return build
         except RPCError as exc:  # somebody else changed it first: look again
             if exc.status not in (RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.ABORTED):

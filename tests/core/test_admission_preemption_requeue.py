@@ -84,7 +84,7 @@ def test_a_requeued_victim_survives_continue_as_new_with_its_original_place() ->
 
 
 def _tree(draw: st.DrawFn) -> ElasticQuotaTree:
-    leaves = []
+    leaves: list[dict[str, Any]] = []
     for i in range(draw(st.integers(1, 3))):
         mx = draw(st.integers(2, 8))
         leaves.append({"name": f"l{i}", "namespaces": [f"l{i}"],

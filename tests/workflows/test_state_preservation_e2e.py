@@ -16,7 +16,10 @@ from tests.workflows.test_e2e import Stack, stack, wait_view
 __all__ = ["stack"]  # the module's embedded fleet (a fixture of test_e2e)
 
 REASON = '{.conditions[?(@.type=="Failed")].reason}'
-FAILED = "{.replicaStatuses.Master.failed}"
+# the operator's ReconcileJobs stops counting replicas once the job is Failed at its
+# backoff limit (common/job.go: jobExceedsLimit writes the Failed condition and returns),
+# so the old copy keeps the counts of its last sync: one active master
+ACTIVE = "{.replicaStatuses.Master.active}"
 
 
 def member_job(stack: Stack, cluster: str, name: str) -> dict[str, Any]:
@@ -31,7 +34,7 @@ async def test_a_failover_carries_the_old_copys_status_as_labels(stack: Stack) -
     doc["spec"]["resourceSelectors"][0]["name"] = "resumable"
     doc["spec"]["failover"]["application"]["statePreservation"] = {"rules": [
         {"aliasLabelName": "fleetq.io/failed-reason", "jsonPath": REASON},
-        {"aliasLabelName": "masters-failed", "jsonPath": FAILED},
+        {"aliasLabelName": "masters-active", "jsonPath": ACTIVE},
     ]}
     await stack.apply(doc)
     handle = await stack.start(walkthrough_job("resumable"))
@@ -42,8 +45,8 @@ async def test_a_failover_carries_the_old_copys_status_as_labels(stack: Stack) -
     # keeps it there until the failover purges it)
     old_status = member_job(stack, first.cluster, "resumable")["status"]
     expected = {"fleetq.io/failed-reason": json_value(old_status, REASON),
-                "masters-failed": json_value(old_status, FAILED)}
-    assert expected["masters-failed"] == "1" and expected["fleetq.io/failed-reason"]
+                "masters-active": json_value(old_status, ACTIVE)}
+    assert expected["masters-active"] == "1" and expected["fleetq.io/failed-reason"]
     assert "fleetq.io/failed-reason" not in member_job(
         stack, first.cluster, "resumable")["metadata"]["labels"]
 
