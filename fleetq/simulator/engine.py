@@ -567,12 +567,16 @@ class Simulation:
         if self.freed:
             self.failed.clear()
             self.freed = False
-        heap = [(q[0].seq, gid) for gid, q in self.unplaced.items() if q and gid not in self.failed]
+        # a shape judged never placeable is taken up again even when it failed in this
+        # instant: a job of it admitted since (with the quota another one gave back) must
+        # give its quota back too, or it holds it for ever (the no-stall property test)
+        heap = [(q[0].seq, gid) for gid, q in self.unplaced.items()
+                if q and (gid not in self.failed or self.never.get(gid))]
         heapq.heapify(heap)
         while heap:
             _, gid = heapq.heappop(heap)
             queue = self.unplaced[gid]
-            best = self._try_place(gid)
+            best = None if self.never.get(gid) else self._try_place(gid)
             if best is None:
                 self.failed.add(gid)
                 self.failed_attempts += 1
