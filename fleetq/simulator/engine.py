@@ -22,6 +22,11 @@ again with its original submit time; the next ``schedule`` admits the preemptor 
 all its victims have released. A victim that finishes during its grace period simply
 finishes. Capacity preemption and never-placeable gangs (issue 24): see
 :meth:`Simulation._capacity_preempt` and :meth:`Simulation._never_placeable`.
+Re-queue with backoff (issue 24), when the tree's ``fleetq.io/placement-timeout-seconds``
+sets a placement timeout: an admitted job not placed within it gives its quota back and
+queues again (original submit time) after the backoff, or fails past ``requeueLimit``
+(:meth:`Simulation._placement_timeout`; pods run at once here, so the pods-ready timeout
+never fires).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import numpy as np
 from fleetq import resources as R
 from fleetq.admission import Admission, AdmissionRequest, Grant, QueuePolicy
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
+from fleetq.fleet_config import RequeueSettings, requeue_settings
 from fleetq.models import quota_request
 from fleetq.placement import (
     ClusterChoice,
@@ -114,14 +120,17 @@ def cluster_snapshots(topology: Topology) -> list[ClusterSnapshot]:
 _FINISH = 0
 _STOP = 1  # a preempted job's grace period is over
 _SUBMIT = 2
+_TIMEOUT = 3  # an admitted job's placement timeout (after the placement pass of its instant)
+_BACKOFF = 4  # a re-queued job's backoff is over: it queues again
 
 
 class Job:
     """One job of the trace, from submission to its finish. A preempted job's
     ``admitted``/``started`` are cleared: they are those of the run that finished."""
 
-    __slots__ = ("admitted", "binding", "cluster", "gid", "id", "idx", "key", "preempted",
-                 "request", "run", "seq", "started", "stopping", "submitted", "wasted")
+    __slots__ = ("admitted", "binding", "cluster", "gid", "grants", "id", "idx", "key",
+                 "preempted", "request", "requeues", "run", "seq", "started", "stopping",
+                 "submitted", "wasted")
 
     def __init__(self, gid: int, job_id: str, submitted: float, run: float) -> None:
         self.gid = gid
@@ -139,6 +148,8 @@ class Job:
         self.stopping: PreemptionReason | None = None  # told to stop, why
         self.preempted = 0  # runs lost to preemption
         self.wasted = 0.0  # cpu·s of those runs
+        self.grants = 0  # admissions so far (a placement timeout names the one it bounds)
+        self.requeues = 0  # placement timeouts so far
 
 
 class Simulation:
@@ -193,6 +204,15 @@ class Simulation:
         self.by_id: dict[str, Job] = {}
         # preemption (issue 18): plans come from fleetq.preemption.plan_preemptions
         self.preemption = trace.preemption
+        #: re-queue with backoff: the fleet's defaults with the tree's annotations
+        self.requeue: RequeueSettings = RequeueSettings()
+        if trace.tree is not None:
+            try:
+                self.requeue = requeue_settings(
+                    self.requeue, trace.tree.metadata.annotations or {}, "quota"
+                )
+            except ValueError as exc:
+                raise SimulationError(str(exc)) from None
         self.preempting = trace.tree is not None and trace.preemption.enabled
         self.job_policies = [trace.job_policy(gid) for gid in range(len(groups))]
         self.cpu = [self.totals[gid].get(R.CPU, 0) / R.MILLI for gid in range(len(groups))]
@@ -378,6 +398,10 @@ class Simulation:
 
     def _granted(self, job: Job, t: float) -> None:
         job.admitted = t
+        job.grants += 1
+        timeout = self.requeue.placementTimeoutSeconds
+        if timeout is not None:
+            heapq.heappush(self.heap, (t + timeout, _TIMEOUT, job.idx, job.grants))
         job.seq = self.adm_seq
         self.adm_seq += 1
         self.unplaced.setdefault(job.gid, deque()).append(job)
@@ -455,6 +479,34 @@ class Simulation:
         job.admitted = job.started = None
         job.cluster = ""
         self._requeue(job, t)
+        self._schedule(t)
+        return True
+
+    def _placement_timeout(self, t: float, idx: int, grant: int) -> bool:
+        """An admitted job's placement timeout (``lifecycle.requeue_after_timeout``): not
+        placed yet, it gives its quota back and queues again after the backoff, or past
+        ``requeueLimit`` ends failed. False when it was placed, stopped or admitted again
+        since (the workflow's timer was cancelled: no event of the run)."""
+        job = self.all_jobs[idx]
+        if job.grants != grant or job.admitted is None or job.started is not None \
+                or job.stopping:
+            return False
+        queue = self.unplaced[job.gid]
+        queue.remove(job)
+        if not queue:
+            del self.unplaced[job.gid]
+        self.unplaced_count -= 1
+        self.capacity_plans.pop(job.idx, None)
+        job.admitted = None
+        job.requeues += 1
+        self.admission.release(job.id)
+        limit = self.requeue.requeueLimit
+        if limit is not None and job.requeues > limit:
+            self.count_state("failedRequeueLimit")
+        else:
+            self.count_state("requeuedPlacementTimeout")
+            delay = self.requeue.backoff_seconds(job.requeues)
+            heapq.heappush(self.heap, (t + delay, _BACKOFF, idx, 0))
         self._schedule(t)
         return True
 
@@ -664,8 +716,13 @@ class Simulation:
             elif kind == _STOP:
                 if not self._stop(t, a):
                     continue
-            else:
+            elif kind == _SUBMIT:
                 self._submit(t, a, b)
+            elif kind == _TIMEOUT:
+                if not self._placement_timeout(t, a, b):
+                    continue
+            else:  # _BACKOFF: queue again with the original submit time
+                self._enqueue(self.all_jobs[a], t)
             if self.preempting and self.waiting:
                 self._preempt(t)
             if self.fresh or (self.freed and self.unplaced_count):
