@@ -54,7 +54,7 @@ from fleetq.messages import (
     PreemptSignal,
     Resolution,
 )
-from fleetq.models import ApplicationFailover, PurgeMode
+from fleetq.models import ApplicationFailover, ClusterFailover, PurgeMode
 from fleetq.naming import SA_CLUSTER, SA_JOB, SA_NAMESPACE, SA_PRIORITY, SA_QUEUE, SA_STATE
 
 #: a job keeps its last MAX_EVENTS events (``fleetq describe`` shows them)
@@ -447,9 +447,29 @@ class FailoverPlan:
         return f"evicted from {old}; old copy kept (purgeMode {self.mode_name})"
 
 
-def failover_plan(fo: ApplicationFailover | None, *, strict_fencing: bool) -> FailoverPlan:
+def failover_plan(
+    fo: ApplicationFailover | None,
+    *,
+    strict_fencing: bool,
+    cluster: ClusterFailover | None = None,
+) -> FailoverPlan:
     """purgeMode semantics; a job without a failover policy (evicted by a taint) purges
-    its old copy directly."""
+    its old copy directly. ``cluster``: the policy's ``failover.cluster`` when the job
+    leaves a failed cluster (a NoExecute taint outlasted its toleration): its purgeMode
+    decides then, as Karmada's taint manager uses ``failover.cluster`` when set and the
+    controller's ``--no-execute-taint-eviction-purge-mode`` otherwise (here: the
+    application failover's, else Directly); Gracefully keeps the old copy for the
+    controller's ``--graceful-eviction-timeout`` (10m)."""
+    if cluster is not None:
+        graceful = cluster.purgeMode == "Gracefully"
+        return FailoverPlan(
+            mode=PurgeMode.GRACEFULLY if graceful else PurgeMode.DIRECTLY,
+            mode_name=cluster.purgeMode,
+            old_copy=OldCopy.PURGE_LATER if graceful else (
+                OldCopy.CONFIRM_GONE if strict_fencing else OldCopy.PURGE_FIRST
+            ),
+            grace_seconds=DEFAULT_GRACE_SECONDS,
+        )
     mode = fo.purgeMode if fo else PurgeMode.DIRECTLY
     if mode == PurgeMode.DIRECTLY:
         old_copy = OldCopy.CONFIRM_GONE if strict_fencing else OldCopy.PURGE_FIRST

@@ -937,6 +937,12 @@ class PropagationPolicy(Strict):
     def application_failover(self) -> ApplicationFailover | None:
         return self.spec.failover.application if self.spec.failover else None
 
+    @property
+    def cluster_failover(self) -> ClusterFailover | None:
+        """``failover.cluster``: how the job leaves a failed cluster (None: as its
+        application failover says)."""
+        return self.spec.failover.cluster if self.spec.failover else None
+
 
 # --------------------------------------------------------------------------- PyTorchJob
 
@@ -1449,12 +1455,6 @@ def _policy_warnings(p: PropagationPolicy) -> list[tuple[str, str]]:
         out.append(("spec.placement.replicaScheduling.weightPreference", _ONE_CLUSTER))
     if pl.workloadAffinity is not None:
         out.append(("spec.placement.workloadAffinity", _NOT_USED))
-    fo = spec.failover
-    if fo is not None and fo.cluster is not None and "purgeMode" in fo.cluster.model_fields_set:
-        out.append(("spec.failover.cluster.purgeMode",
-                    "accepted, not used by fleetq: a job leaves a failed cluster by fleetq's "
-                    "taint eviction (clusterTolerations), its old copy purged as "
-                    "failover.application.purgeMode says; statePreservation is honoured"))
     return out
 
 

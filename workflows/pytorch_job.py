@@ -916,7 +916,9 @@ class PyTorchJobWorkflow:
         elsewhere, doing with the old copy what the policy's purgeMode says."""
         view = self._p.view
         plan = lifecycle.failover_plan(
-            self._pol.application_failover, strict_fencing=self._pol.strict_fencing
+            self._pol.application_failover,
+            strict_fencing=self._pol.strict_fencing,
+            cluster=self._pol.cluster_failover if cluster_failure else None,
         )
         metrics.failover(old, plan.mode_name)
         self._set_state("FailingOver", why)

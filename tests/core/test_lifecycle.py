@@ -27,7 +27,7 @@ from fleetq.messages import (
     PlacementVerdict,
     Resolution,
 )
-from fleetq.models import ApplicationFailover, PurgeMode
+from fleetq.models import ApplicationFailover, ClusterFailover, PurgeMode
 from fleetq.naming import SA_CLUSTER, SA_PRIORITY, SA_QUEUE, SA_STATE
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -488,3 +488,32 @@ def test_a_policy_of_another_namespace_is_refused() -> None:
 def test_quota_is_released_when_granted_else_the_queue_is_left() -> None:
     assert lifecycle.quota_return(granted=True) == "release"
     assert lifecycle.quota_return(granted=False) == "cancel"
+
+
+# Karmada release-1.18 PropagationPolicy API: "failover.cluster ... If this value is nil,
+# the failover behavior in case of cluster failure will be controlled by the controller's
+# no-execute-taint-eviction-purge-mode parameter. If set, the failover behavior in case of
+# cluster failure will be defined by this value"; purgeMode Directly or Gracefully,
+# defaulting to Gracefully (graceful eviction: kept until the new copy is healthy or the
+# controller's --graceful-eviction-timeout, 10m, passes).
+@pytest.mark.parametrize(
+    ("cluster", "strict", "old_copy", "name"),
+    [
+        ({"purgeMode": "Directly"}, False, OldCopy.PURGE_FIRST, "Directly"),
+        ({"purgeMode": "Directly"}, True, OldCopy.CONFIRM_GONE, "Directly"),
+        ({"purgeMode": "Gracefully"}, False, OldCopy.PURGE_LATER, "Gracefully"),
+        ({}, False, OldCopy.PURGE_LATER, "Gracefully"),  # the CRD's default
+    ],
+)
+def test_a_cluster_failure_purges_as_failover_cluster_says(
+        cluster: dict[str, Any], strict: bool, old_copy: OldCopy, name: str) -> None:
+    app = failover(purgeMode="Never")  # what an application failure would do
+    plan = lifecycle.failover_plan(app, strict_fencing=strict,
+                                   cluster=ClusterFailover.model_validate(cluster))
+    assert (plan.old_copy, plan.mode_name) == (old_copy, name)
+    if old_copy == OldCopy.PURGE_LATER:
+        assert plan.grace_seconds == 600
+        assert plan.evicted_message("a") == (
+            "evicted from a; old copy purged once the new one is healthy or after 600s")
+    # without failover.cluster a cluster failure purges as the application failover says
+    assert lifecycle.failover_plan(app, strict_fencing=strict).old_copy == OldCopy.KEEP
