@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -40,36 +37,10 @@ from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id
 from fleetq.runtime.worker_health import LIVE_PATH, READY_PATH, WorkerHealth
+from tests.deploy.running_worker import free_port, get, poll
 from worker import run_worker
 
 NS = "health"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError as exc:  # not listening yet
-        return 0, str(exc)
-
-
-async def poll(check: Callable[[], tuple[bool, str]], what: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        ok, last = await asyncio.to_thread(check)
-        if ok:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not within {timeout}s: {what} (last: {last})")
 
 
 @dataclass
