@@ -709,4 +709,5 @@ def job_status(
         replica_statuses=replica_statuses,
         observed=observed,
         status=dict(job_obj.get("status") or {}),
+        created_at=parse_rfc3339(meta_of(job_obj).get("creationTimestamp")),
     )

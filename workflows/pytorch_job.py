@@ -826,7 +826,9 @@ class PyTorchJobWorkflow:
                 status = lifecycle.unknown_status(cluster, str(exc.cause or exc))
             changed = lifecycle.watch_changed(self._p, status)
             lifecycle.sync_status(self._p, status)
-            self._announce(lifecycle.observe(self._p, status, workflow.now()))
+            self._announce(
+                lifecycle.observe(self._p, status, workflow.now(), tolerance=tolerance)
+            )
             lifecycle.pods_ready_seen(self._p, status, len(self._gang.pods))
             if settling and self._sa_settling:  # still Created after the settle window
                 self._publish(flush=True)
@@ -922,6 +924,7 @@ class PyTorchJobWorkflow:
         self._set_state("FailingOver", why)
         self._event("Warning", Reason.FAILOVER_STARTED, plan.started_message(why))
         self._preserve_state(old, plan.mode, cluster_failure)
+        after = lifecycle.evicted_after(self._p, workflow.now(), taint=cluster_failure)
         lifecycle.leave_cluster(self._p, old)
         if plan.old_copy == OldCopy.CONFIRM_GONE:
             self._set_state(
@@ -933,7 +936,9 @@ class PyTorchJobWorkflow:
             await self._copies.purge_or_defer(old)
         else:
             lifecycle.keep_old_copy(self._p, old, plan, workflow.now())
-        self._event("Normal", Reason.EVICTED, plan.evicted_message(old))
+        deferred = lifecycle.purge_deferred(view, old)
+        self._event("Normal", Reason.EVICTED, plan.evicted_message(old, after=after,
+                                                                   deferred=deferred))
         placed = await self._schedule()
         if placed and view.cluster is not None:  # (not when a suspension came first)
             self._event("Normal", Reason.RESCHEDULED, f"rescheduled from {old} to {view.cluster}")
@@ -1052,7 +1057,8 @@ class PyTorchJobWorkflow:
         self._p.graceful_old, self._p.grace_deadline = None, None
         if old:
             await self._copies.purge_or_defer(old)
-            self._event("Normal", Reason.PURGED, f"old copy on {old} purged: {why}")
+            if not lifecycle.purge_deferred(self._p.view, old):  # (else PurgeDeferred)
+                self._event("Normal", Reason.PURGED, f"old copy on {old} purged: {why}")
 
     # ================================================================== endings
     async def _finish(self) -> None:

@@ -124,7 +124,8 @@ def copy_rows(views: list[JobView], all_namespaces: bool) -> tuple[list[str], li
         clusters = ([v.cluster] if v.cluster else []) + [c for c in v.copies if c != v.cluster]
         for c in clusters:
             state = v.state if c == v.cluster else "Evicted"
-            row: list[Any] = [v.name, c, state, age(v.bound_at or v.created_at), "Y"]
+            # the copy's own metadata.creationTimestamp, as the job last read it
+            row: list[Any] = [v.name, c, state, age(v.copy_created.get(c)), "Y"]
             if all_namespaces:
                 row.insert(0, v.namespace)
             rows.append(row)

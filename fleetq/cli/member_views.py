@@ -124,11 +124,15 @@ def copy_state(view: JobView | None, cluster: str, snap: MemberSnapshot,
 
 def copy_age(snap: MemberSnapshot, view: JobView | None, namespace: str, name: str,
              cluster: str) -> str:
+    """AGE of one copy, from the object itself: its ``metadata.creationTimestamp`` as
+    the member reports it, or, while the member does not answer, as fleetq last read it
+    (``JobView.copy_created``); ``<unknown>`` when never read (never when fleetq last
+    saw the member, nor when the job was bound)."""
     obj = snap.copies(namespace, name).get(cluster)
     if obj is not None:
         return age(meta_of(obj).get("creationTimestamp"))
     if view is not None:
-        return age(view.bound_at or view.created_at)
+        return age(view.copy_created.get(cluster))
     return "<unknown>"
 
 
