@@ -1066,8 +1066,11 @@ class PyTorchJobWorkflow:
         # Reservations were consumed by the pods; delete leftovers on every copy we hold.
         for cluster in list(view.pending_purges):
             await self._copies.purge_until_done(cluster, "purge copy left while unreachable")
-            if cluster in view.pending_purges:  # _await_purger removes it itself
+            if cluster in view.pending_purges:  # not purged: PurgeFailed said why
                 view.pending_purges.remove(cluster)
+            else:  # its purger purged it (and took it off the list)
+                self._event("Normal", Reason.PURGED,
+                            f"copy on {cluster} purged as soon as it answered again")
         if self._p.graceful_old:
             await self._copies.purge_until_done(self._p.graceful_old, "purge old copy")
             self._p.graceful_old = None
