@@ -937,6 +937,8 @@ class PyTorchJobWorkflow:
         else:
             lifecycle.keep_old_copy(self._p, old, plan, workflow.now())
         deferred = lifecycle.purge_deferred(view, old)
+        if plan.old_copy == OldCopy.PURGE_FIRST and not deferred:
+            lifecycle.forget_copy(view, old)  # purged: no copy, no AGE left there
         self._event("Normal", Reason.EVICTED, plan.evicted_message(old, after=after,
                                                                    deferred=deferred))
         placed = await self._schedule()
@@ -1058,6 +1060,7 @@ class PyTorchJobWorkflow:
         if old:
             await self._copies.purge_or_defer(old)
             if not lifecycle.purge_deferred(self._p.view, old):  # (else PurgeDeferred)
+                lifecycle.forget_copy(self._p.view, old)
                 self._event("Normal", Reason.PURGED, f"old copy on {old} purged: {why}")
 
     # ================================================================== endings
