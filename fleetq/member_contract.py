@@ -671,6 +671,7 @@ def job_status(
                 ready=pod_ready(p),
                 restarts=pod_restarts(p),
                 start_time=st.get("startTime"),
+                created_at=meta_of(p).get("creationTimestamp"),
             )
         )
         if pphase == "Failed":

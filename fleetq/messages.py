@@ -263,6 +263,8 @@ class PodStatus(BaseModel):
     ready: bool
     restarts: int
     start_time: str | None = None
+    #: the pod's ``metadata.creationTimestamp`` (its AGE)
+    created_at: str | None = None
 
 
 Health = Literal["Healthy", "Unhealthy", "Unknown"]

@@ -20,7 +20,7 @@ from typing import Any
 import typer
 
 from fleetq.cli.context import CliError, fleet_config_path
-from fleetq.cli.output import age, parse_time
+from fleetq.cli.output import age
 from fleetq.client import members
 from fleetq.client.members import MemberRead, MemberSnapshot, job_key_of_pod
 from fleetq.fleet_config import FleetConfigError
@@ -215,9 +215,9 @@ def member_pod_rows(views: list[JobView], snap: MemberSnapshot, all_namespaces: 
         if (name is not None and pname != name) or (job is not None
                                                      and job_key_of_pod(pod) != job):
             continue
-        st = pod.get("status") or {}
         row: list[Any] = [pname, cluster, pod_ready(pod), pod_status(pod), pod_restarts(pod),
-                          age(parse_time(st.get("startTime")) or meta.get("creationTimestamp"))]
+                          # kubectl's printPod: translateTimestampSince(pod.CreationTimestamp)
+                          age(meta.get("creationTimestamp"))]
         if wide:
             row.append((pod.get("spec") or {}).get("nodeName") or "<none>")
         ns = str(meta.get("namespace") or "")

@@ -250,3 +250,24 @@ def test_get_pytorchjob_m_without_members_shows_each_copys_own_age() -> None:
     unread = view.model_copy(update={"copy_created": {}})
     _, rows = copy_rows([unread], all_namespaces=False)
     assert {r[3] for r in rows} == {"<unknown>"}
+
+
+def test_a_pods_age_is_its_creation_timestamp_as_kubectl_shows_it() -> None:
+    """kubectl's printPod: AGE is ``translateTimestampSince(pod.CreationTimestamp)``
+    (kubernetes pkg/printers/internalversion/printers.go), not its startTime."""
+    from fleetq.cli.get import pod_rows
+    from fleetq.member_contract import job_status
+
+    now = datetime.now(UTC)
+    created = (now - timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    started = (now - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    job = {"metadata": {"name": "train", "namespace": "default", "uid": "u1",
+                        "creationTimestamp": created}, "status": {}}
+    pod = {"metadata": {"name": "train-master-0", "creationTimestamp": created},
+           "status": {"phase": "Running", "startTime": started}}
+    st = job_status("a", job, [pod], now=now.timestamp(), unschedulable_grace_s=60)
+    assert st.created_at is not None and st.pods[0].created_at == created
+    view = JobView(namespace="default", name="train", state="Running", cluster="a",
+                   pods=[p.model_dump() for p in st.pods])
+    _, rows = pod_rows([view], all_namespaces=False)
+    assert rows[0][-1] == age(created) and rows[0][-1].endswith("d")
