@@ -34,7 +34,7 @@ from activities.quota_outbox import QuotaOutbox, QuotaRefused
 from fleetq import cluster_groups
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot
-from fleetq.cluster_health import eviction_due
+from fleetq.cluster_health import eviction_due, taint_text
 from fleetq.fleet_config import FleetConfig, RequeueSettings, requeue_settings
 from fleetq.messages import (
     BindInput,
@@ -612,6 +612,8 @@ class SchedulingActivities:
             if eviction is not None:
                 status.evict_at = datetime.fromtimestamp(eviction.at, UTC)
                 status.evict_reason = f"{inp.cluster}: {eviction.message}"
+                status.evict_taint = taint_text(eviction.taint)
+                status.evict_tolerated = eviction.tolerated
         return status
 
     def all(self) -> list[Callable[..., Any]]:

@@ -112,6 +112,8 @@ class Eviction:
     at: float
     taint: Taint
     message: str
+    #: the tolerationSeconds that tolerate the taint until ``at`` (None: not tolerated)
+    tolerated: int | None = None
 
 
 def eviction_due(
@@ -140,7 +142,9 @@ def eviction_due(
             if not limits:
                 continue
             limit = min(limits)
-            ev = Eviction(added + limit, taint, f"taint {text} outlasted tolerationSeconds {limit}")
+            ev = Eviction(
+                added + limit, taint, f"taint {text} outlasted tolerationSeconds {limit}", limit
+            )
         if best is None or ev.at < best.at:
             best = ev
     return best

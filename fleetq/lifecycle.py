@@ -43,6 +43,7 @@ from pydantic import BaseModel, Field
 from fleetq.admission import Grant
 from fleetq.fleet_config import RequeueSettings
 from fleetq.messages import (
+    MISSING_PHASE,
     TERMINAL_STATES,
     Candidate,
     CapacityPlanned,
@@ -95,9 +96,11 @@ class JobProgress(BaseModel):
     graceful_old: str | None = None
     #: ... or at this time
     grace_deadline: datetime | None = None
-    #: a NoExecute health taint on the current member evicts the job at this time
+    #: a NoExecute health taint on the current member evicts the job at this time ...
     evict_at: datetime | None = None
     evict_reason: str = ""
+    #: ... counting from this time (when the taint was added)
+    evict_since: datetime | None = None
     #: the quota workflow preempted the job: purged, released and queued again at
     #: ``preempt_at`` (the end of its grace period), or at once when nothing is bound
     preempt: PreemptSignal | None = None
@@ -319,30 +322,26 @@ def unknown_status(cluster: str, why: str) -> JobStatus:
     )
 
 
-def observe(progress: JobProgress, status: JobStatus, now: datetime) -> list[Notice]:
-    """Take in a watch's status: pods, unreachable members, taint eviction, the failover
-    timer (started by Unhealthy, reset by Healthy, untouched by Unknown) and the state
-    shown."""
+def observe(
+    progress: JobProgress, status: JobStatus, now: datetime, *, tolerance: int | None = None
+) -> list[Notice]:
+    """Take in a watch's status: pods, the copy's creation time, unreachable members,
+    taint eviction (announced when scheduled, and when called off), the failover timer
+    (started by Unhealthy, reset by Healthy, untouched by Unknown) and the state shown
+    (``Unhealthy`` through the failover policy's ``tolerance``, saying until when)."""
     view = progress.view
     notices: list[Notice] = []
     progress.since = status.observed
     view.pods = [p.model_dump() for p in status.pods]
+    if status.created_at is not None:
+        view.copy_created[status.cluster] = status.created_at
     if status.health == "Unknown":
         added = [t.time_added for t in status.taints if t.time_added is not None]
         view.unreachable.setdefault(status.cluster, min(added) if added else now)
     else:
         view.unreachable.pop(status.cluster, None)
     if status.health != "Unknown" or status.taints:  # the member's taints are known
-        if status.evict_at is not None and progress.evict_at is None:
-            notices.append(
-                Announce(
-                    "Warning",
-                    Reason.TAINT_EVICTION,
-                    f"{status.evict_reason or status.cluster}: evicting at "
-                    f"{status.evict_at.isoformat(timespec='seconds')}",
-                )
-            )
-        progress.evict_at, progress.evict_reason = status.evict_at, status.evict_reason
+        notices += _eviction_news(progress, status)
     if status.health == "Unhealthy":
         if view.unhealthy_since is None:
             view.unhealthy_since = now
@@ -359,24 +358,89 @@ def observe(progress: JobProgress, status: JobStatus, now: datetime) -> list[Not
                 Announce("Normal", Reason.RECOVERED, f"job healthy again on {status.cluster}")
             )
         view.unhealthy_since = None
-    notices.append(_shown_state(view, status))
+    notices.append(_shown_state(view, status, tolerance))
     return notices
 
 
-def _shown_state(view: JobView, status: JobStatus) -> Transition | Refresh:
+def stamp(at: datetime) -> str:
+    """A time as events and reasons print it (RFC 3339, UTC, seconds)."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _eviction_news(progress: JobProgress, status: JobStatus) -> list[Notice]:
+    """A NoExecute taint's eviction as the member's taints now say: announced when it is
+    scheduled (or moved), called off when the taint goes, never said done before it is
+    (Karmada's taint manager queues a tolerated binding ``AddAfter`` its toleration
+    and evicts only once it runs out: pkg/controllers/cluster/taint_manager.go)."""
+    before = progress.evict_at
+    progress.evict_at, progress.evict_reason = status.evict_at, status.evict_reason
+    at = status.evict_at
+    if at is None:
+        progress.evict_since = None
+        if before is None:
+            return []
+        return [
+            Announce(
+                "Normal",
+                Reason.TAINT_EVICTION,
+                f"{status.cluster}: its NoExecute taint is gone; the eviction due at "
+                f"{stamp(before)} is called off",
+            )
+        ]
+    tolerated = status.evict_tolerated
+    progress.evict_since = at - timedelta(seconds=tolerated or 0)
+    if before == at:
+        return []
+    return [Announce("Warning", Reason.TAINT_EVICTION, eviction_scheduled_message(status))]
+
+
+def eviction_scheduled_message(status: JobStatus) -> str:
+    """``cluster-a: taint K:NoExecute tolerated for 300s: will evict at T unless it
+    recovers``: the event that schedules a taint eviction."""
+    assert status.evict_at is not None
+    taint = status.evict_taint or "a NoExecute taint"
+    if status.evict_tolerated is None and status.evict_taint:
+        why = f"taint {taint} is not tolerated"
+    elif status.evict_taint:
+        why = f"taint {taint} tolerated for {status.evict_tolerated}s"
+    else:  # a status of an earlier release: only its reason
+        why = status.evict_reason.removeprefix(f"{status.cluster}: ") or taint
+    return (
+        f"{status.cluster}: {why}: will evict at {stamp(status.evict_at)} unless it recovers"
+    )
+
+
+def unhealthy_reason(view: JobView, status: JobStatus, tolerance: int | None) -> str:
+    """What an ``Unhealthy`` job shows: where, since when, why, and when it fails over
+    (the failover policy's tolerationSeconds after it turned unhealthy) unless its copy
+    recovers first."""
+    since = view.unhealthy_since
+    why = status.reason or status.phase
+    head = f"unhealthy on {status.cluster}"
+    if since is not None:
+        head += f" since {stamp(since)}"
+    if tolerance is None:
+        return f"{head}: {why}; no failover.application in its policy"
+    if since is None:
+        return f"{head}: {why}; fails over after tolerationSeconds {tolerance}"
+    at = since + timedelta(seconds=tolerance)
+    return f"{head}: {why}; fails over at {stamp(at)} unless it recovers"
+
+
+def _shown_state(
+    view: JobView, status: JobStatus, tolerance: int | None = None
+) -> Transition | Refresh:
+    if status.health == "Unhealthy" and (
+        status.phase in ("Running", "Created", MISSING_PHASE)
+        or (status.phase == "Failed" and tolerance is not None)  # else judge ends the job
+    ):
+        return Transition("Unhealthy", unhealthy_reason(view, status, tolerance))
     if status.phase in ("Running", "Created") and status.health != "Unknown":
         state: JobState = "Running" if status.phase == "Running" else "Created"
         reason = status.reason or f"{status.phase.lower()} on {status.cluster}"
-        if status.health == "Unhealthy":
-            reason = f"unhealthy on {status.cluster}: {status.reason}"
         return Transition(state, reason)
     if status.health == "Unknown":
         return Transition(view.state, status.reason or f"{status.cluster}: unreachable")
-    if status.phase == "Failed":  # failover is on (else judge ends the job)
-        return Transition(
-            view.state if view.state != "Created" else "Running",
-            f"failed on {status.cluster}: {status.reason}",
-        )
     return Refresh()
 
 
@@ -431,20 +495,31 @@ class FailoverPlan:
     def started_message(self, why: str) -> str:
         return f"job {why}; purgeMode {self.mode_name}"
 
-    def evicted_message(self, old: str) -> str:
+    def evicted_message(
+        self, old: str, *, after: float | None = None, deferred: bool = False
+    ) -> str:
+        """The ``Evicted`` event, recorded once the eviction is done: from where, after
+        how long (unhealthy, or tainted), and what became of the old copy as it stands
+        now: a purge that was deferred is said to be pending, never done."""
+        head = f"evicted from {old}" + ("" if after is None else f" after {after:.0f}s")
         if self.old_copy == OldCopy.CONFIRM_GONE:
             return (
-                f"evicted from {old}; old copy confirmed gone before rescheduling "
+                f"{head}; old copy confirmed gone before rescheduling "
                 "(fleetq.io/fencing: Strict)"
             )
         if self.old_copy == OldCopy.PURGE_FIRST:
-            return f"evicted from {old}; old copy purged first"
+            if deferred:
+                return (
+                    f"{head}; old copy not purged yet: {old} did not answer, it is purged "
+                    "as soon as it does"
+                )
+            return f"{head}; old copy purged first"
         if self.old_copy == OldCopy.PURGE_LATER:
             return (
-                f"evicted from {old}; old copy purged once the new one is healthy "
+                f"{head}; old copy purged once the new one is healthy "
                 f"or after {self.grace_seconds}s"
             )
-        return f"evicted from {old}; old copy kept (purgeMode {self.mode_name})"
+        return f"{head}; old copy kept (purgeMode {self.mode_name})"
 
 
 def failover_plan(
@@ -485,13 +560,30 @@ def failover_plan(
     )
 
 
+def evicted_after(progress: JobProgress, now: datetime, *, taint: bool) -> float | None:
+    """How long the job had been on notice when it is evicted (before ``leave_cluster``):
+    unhealthy (an application failover) or under its NoExecute taint (a taint
+    eviction); None when not known."""
+    since = progress.evict_since if taint else progress.view.unhealthy_since
+    if since is None:
+        return None
+    return max(0.0, (now - since).total_seconds())
+
+
+def purge_deferred(view: JobView, old: str) -> bool:
+    """After a purge of the old copy on ``old`` was asked for: it was not done (its
+    member did not answer; ``PurgeDeferred`` was said and a purger waits for it), so no
+    event may say it was purged."""
+    return old in view.pending_purges
+
+
 def leave_cluster(progress: JobProgress, old: str) -> None:
     """The job is evicted from ``old``: no cluster, no health timer, no eviction."""
     view = progress.view
     view.evicted.append(old)
     view.cluster = None
     view.unhealthy_since = None
-    progress.evict_at, progress.evict_reason = None, ""
+    progress.evict_at, progress.evict_reason, progress.evict_since = None, "", None
     progress.since = ""
     progress.ready_by = None  # the next bind arms it again
 
@@ -1075,6 +1167,7 @@ def forget_copy(view: JobView, cluster: str) -> None:
         view.pending_purges.remove(cluster)
     if cluster in view.copies:
         view.copies.remove(cluster)
+    view.copy_created.pop(cluster, None)
 
 
 def forget_placement(progress: JobProgress) -> None:
@@ -1083,6 +1176,9 @@ def forget_placement(progress: JobProgress) -> None:
     view.cluster, view.pods, view.unhealthy_since = None, [], None
     view.deadline_at = None
     progress.evict_at, progress.evict_reason, progress.since = None, "", ""
+    progress.evict_since = None
+    held = set(view.copies) | set(view.pending_purges)
+    view.copy_created = {c: t for c, t in view.copy_created.items() if c in held}
     progress.capacity = None
     progress.ready_by = None
 

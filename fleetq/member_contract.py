@@ -671,6 +671,7 @@ def job_status(
                 ready=pod_ready(p),
                 restarts=pod_restarts(p),
                 start_time=st.get("startTime"),
+                created_at=meta_of(p).get("creationTimestamp"),
             )
         )
         if pphase == "Failed":
@@ -709,4 +710,5 @@ def job_status(
         replica_statuses=replica_statuses,
         observed=observed,
         status=dict(job_obj.get("status") or {}),
+        created_at=parse_rfc3339(meta_of(job_obj).get("creationTimestamp")),
     )

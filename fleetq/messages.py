@@ -263,6 +263,8 @@ class PodStatus(BaseModel):
     ready: bool
     restarts: int
     start_time: str | None = None
+    #: the pod's ``metadata.creationTimestamp`` (its AGE)
+    created_at: str | None = None
 
 
 Health = Literal["Healthy", "Unhealthy", "Unknown"]
@@ -307,8 +309,14 @@ class JobStatus(BaseModel):
     #: set by the watch activity), and why
     evict_at: datetime | None = None
     evict_reason: str = ""
+    #: the taint that evicts (``key:Effect``) and the tolerationSeconds that tolerate it
+    #: until ``evict_at`` (None: not tolerated at all), for the event that schedules it
+    evict_taint: str = ""
+    evict_tolerated: int | None = None
     #: the member copy's ``status`` as read (statePreservation's rules read it)
     status: dict[str, Any] = Field(default_factory=dict)
+    #: the member copy's ``metadata.creationTimestamp`` (its AGE), when read
+    created_at: datetime | None = None
 
 
 class PurgeResult(BaseModel):
@@ -358,6 +366,9 @@ JobState = Literal[
     "Pending",
     "Created",
     "Running",
+    # the bound copy is unhealthy and failover.application's tolerationSeconds has not
+    # run out: it fails over then, or goes back to Running if the copy recovers first
+    "Unhealthy",
     "FailingOver",
     # runPolicy.suspend (or fleetq suspend): no copy, no quota, until resumed
     "Suspended",
@@ -407,6 +418,9 @@ class JobView(BaseModel):
     bound_at: datetime | None = None
     finished_at: datetime | None = None
     copies: list[str] = Field(default_factory=list)  # clusters holding a copy of the job
+    #: each copy's ``metadata.creationTimestamp`` as last read from its member (its AGE,
+    #: also while the member does not answer)
+    copy_created: dict[str, datetime] = Field(default_factory=dict)
     evicted: list[str] = Field(default_factory=list)
     pending_purges: list[str] = Field(default_factory=list)
     #: members holding a copy of the job that did not answer, since when (the time

@@ -43,7 +43,8 @@ BUCKETS: dict[str, list[float]] = {
 }
 
 JOB_STATES = (
-    "Validating", "Queued", "Scheduling", "Pending", "Created", "Running", "FailingOver",
+    "Validating", "Queued", "Scheduling", "Pending", "Created", "Running", "Unhealthy",
+    "FailingOver",
     "Suspended", "Succeeded", "Failed", "Deleted",
 )
 #: pending reasons of ``fleetq_pending_jobs`` (as Kueue's pending workloads by status):

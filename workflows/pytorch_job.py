@@ -826,7 +826,9 @@ class PyTorchJobWorkflow:
                 status = lifecycle.unknown_status(cluster, str(exc.cause or exc))
             changed = lifecycle.watch_changed(self._p, status)
             lifecycle.sync_status(self._p, status)
-            self._announce(lifecycle.observe(self._p, status, workflow.now()))
+            self._announce(
+                lifecycle.observe(self._p, status, workflow.now(), tolerance=tolerance)
+            )
             lifecycle.pods_ready_seen(self._p, status, len(self._gang.pods))
             if settling and self._sa_settling:  # still Created after the settle window
                 self._publish(flush=True)
@@ -924,6 +926,7 @@ class PyTorchJobWorkflow:
         self._set_state("FailingOver", why)
         self._event("Warning", Reason.FAILOVER_STARTED, plan.started_message(why))
         self._preserve_state(old, plan.mode, cluster_failure)
+        after = lifecycle.evicted_after(self._p, workflow.now(), taint=cluster_failure)
         lifecycle.leave_cluster(self._p, old)
         if plan.old_copy == OldCopy.CONFIRM_GONE:
             self._set_state(
@@ -935,7 +938,11 @@ class PyTorchJobWorkflow:
             await self._copies.purge_or_defer(old)
         else:
             lifecycle.keep_old_copy(self._p, old, plan, workflow.now())
-        self._event("Normal", Reason.EVICTED, plan.evicted_message(old))
+        deferred = lifecycle.purge_deferred(view, old)
+        if plan.old_copy == OldCopy.PURGE_FIRST and not deferred:
+            lifecycle.forget_copy(view, old)  # purged: no copy, no AGE left there
+        self._event("Normal", Reason.EVICTED, plan.evicted_message(old, after=after,
+                                                                   deferred=deferred))
         placed = await self._schedule()
         if placed and view.cluster is not None:  # (not when a suspension came first)
             self._event("Normal", Reason.RESCHEDULED, f"rescheduled from {old} to {view.cluster}")
@@ -1054,7 +1061,9 @@ class PyTorchJobWorkflow:
         self._p.graceful_old, self._p.grace_deadline = None, None
         if old:
             await self._copies.purge_or_defer(old)
-            self._event("Normal", Reason.PURGED, f"old copy on {old} purged: {why}")
+            if not lifecycle.purge_deferred(self._p.view, old):  # (else PurgeDeferred)
+                lifecycle.forget_copy(self._p.view, old)
+                self._event("Normal", Reason.PURGED, f"old copy on {old} purged: {why}")
 
     # ================================================================== endings
     async def _finish(self) -> None:
@@ -1062,8 +1071,11 @@ class PyTorchJobWorkflow:
         # Reservations were consumed by the pods; delete leftovers on every copy we hold.
         for cluster in list(view.pending_purges):
             await self._copies.purge_until_done(cluster, "purge copy left while unreachable")
-            if cluster in view.pending_purges:  # _await_purger removes it itself
+            if cluster in view.pending_purges:  # not purged: PurgeFailed said why
                 view.pending_purges.remove(cluster)
+            else:  # its purger purged it (and took it off the list)
+                self._event("Normal", Reason.PURGED,
+                            f"copy on {cluster} purged as soon as it answered again")
         if self._p.graceful_old:
             await self._copies.purge_until_done(self._p.graceful_old, "purge old copy")
             self._p.graceful_old = None

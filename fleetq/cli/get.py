@@ -22,7 +22,6 @@ from fleetq.cli.output import (
     age,
     as_list,
     check_output,
-    parse_time,
     print_object,
     print_table,
 )
@@ -124,7 +123,8 @@ def copy_rows(views: list[JobView], all_namespaces: bool) -> tuple[list[str], li
         clusters = ([v.cluster] if v.cluster else []) + [c for c in v.copies if c != v.cluster]
         for c in clusters:
             state = v.state if c == v.cluster else "Evicted"
-            row: list[Any] = [v.name, c, state, age(v.bound_at or v.created_at), "Y"]
+            # the copy's own metadata.creationTimestamp, as the job last read it
+            row: list[Any] = [v.name, c, state, age(v.copy_created.get(c)), "Y"]
             if all_namespaces:
                 row.insert(0, v.namespace)
             rows.append(row)
@@ -148,7 +148,8 @@ def pod_rows(views: list[JobView], all_namespaces: bool, wide: bool = False,
             row: list[Any] = [
                 p.get("name", "?"), v.cluster, "1/1" if p.get("ready") else "0/1",
                 p.get("phase", "Unknown"), p.get("restarts", 0),
-                age(parse_time(p.get("start_time")) or v.bound_at),
+                # the pod's own creationTimestamp, as kubectl's printPod shows it
+                age(p.get("created_at")),
             ]
             if wide:
                 row.append(p.get("node") or "<none>")

@@ -20,7 +20,7 @@ from typing import Any
 import typer
 
 from fleetq.cli.context import CliError, fleet_config_path
-from fleetq.cli.output import age, parse_time
+from fleetq.cli.output import age
 from fleetq.client import members
 from fleetq.client.members import MemberRead, MemberSnapshot, job_key_of_pod
 from fleetq.fleet_config import FleetConfigError
@@ -124,11 +124,15 @@ def copy_state(view: JobView | None, cluster: str, snap: MemberSnapshot,
 
 def copy_age(snap: MemberSnapshot, view: JobView | None, namespace: str, name: str,
              cluster: str) -> str:
+    """AGE of one copy, from the object itself: its ``metadata.creationTimestamp`` as
+    the member reports it, or, while the member does not answer, as fleetq last read it
+    (``JobView.copy_created``); ``<unknown>`` when never read (never when fleetq last
+    saw the member, nor when the job was bound)."""
     obj = snap.copies(namespace, name).get(cluster)
     if obj is not None:
         return age(meta_of(obj).get("creationTimestamp"))
     if view is not None:
-        return age(view.bound_at or view.created_at)
+        return age(view.copy_created.get(cluster))
     return "<unknown>"
 
 
@@ -211,9 +215,9 @@ def member_pod_rows(views: list[JobView], snap: MemberSnapshot, all_namespaces: 
         if (name is not None and pname != name) or (job is not None
                                                      and job_key_of_pod(pod) != job):
             continue
-        st = pod.get("status") or {}
         row: list[Any] = [pname, cluster, pod_ready(pod), pod_status(pod), pod_restarts(pod),
-                          age(parse_time(st.get("startTime")) or meta.get("creationTimestamp"))]
+                          # kubectl's printPod: translateTimestampSince(pod.CreationTimestamp)
+                          age(meta.get("creationTimestamp"))]
         if wide:
             row.append((pod.get("spec") or {}).get("nodeName") or "<none>")
         ns = str(meta.get("namespace") or "")

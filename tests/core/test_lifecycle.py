@@ -52,14 +52,22 @@ def at(seconds: float) -> datetime:
 
 def test_unhealthy_starts_the_failover_timer_once_and_says_so() -> None:
     p = progress(cluster="a")
-    notices = lifecycle.observe(p, status("Unhealthy", reason="pod crashed"), at(0))
+    notices = lifecycle.observe(
+        p, status("Unhealthy", reason="pod crashed"), at(0), tolerance=30
+    )
     assert p.view.unhealthy_since == at(0)
     assert notices == [
         Announce("Warning", Reason.UNHEALTHY, "job unhealthy on a: pod crashed"),
-        Transition("Running", "unhealthy on a: pod crashed"),
+        Transition(
+            "Unhealthy",
+            "unhealthy on a since 2026-01-01T00:00:00Z: pod crashed; fails over at "
+            "2026-01-01T00:00:30Z unless it recovers",
+        ),
     ]
     # still unhealthy later: the timer keeps its start, no second event
-    notices = lifecycle.observe(p, status("Unhealthy", reason="pod crashed"), at(20))
+    notices = lifecycle.observe(
+        p, status("Unhealthy", reason="pod crashed"), at(20), tolerance=30
+    )
     assert p.view.unhealthy_since == at(0)
     assert not any(isinstance(n, Announce) for n in notices)
 
@@ -96,12 +104,20 @@ def test_healthy_again_resets_the_timer_with_a_recovered_event() -> None:
 
 def test_taint_eviction_is_announced_once_and_cleared_when_the_taint_goes() -> None:
     p = progress(cluster="a")
-    evicting = status("Healthy", evict_at=at(300), evict_reason="a: unreachable for 300s")
+    evicting = status(
+        "Healthy",
+        evict_at=at(300),
+        evict_reason="a: taint cluster.karmada.io/not-ready:NoExecute outlasted "
+        "tolerationSeconds 300",
+        evict_taint="cluster.karmada.io/not-ready:NoExecute",
+        evict_tolerated=300,
+    )
     first = lifecycle.observe(p, evicting, at(0))
     assert first[0] == Announce(
         "Warning",
         Reason.TAINT_EVICTION,
-        "a: unreachable for 300s: evicting at 2026-01-01T00:05:00+00:00",
+        "a: taint cluster.karmada.io/not-ready:NoExecute tolerated for 300s: will evict at "
+        "2026-01-01T00:05:00Z unless it recovers",
     )
     assert p.evict_at == at(300)
     again = lifecycle.observe(p, evicting, at(1))
@@ -115,16 +131,16 @@ def test_shown_state_follows_the_member_phase() -> None:
     assert lifecycle.observe(p, status("Healthy", "Running"), at(0))[-1] == Transition(
         "Running", "running on a"
     )
-    # a copy failed under a failover policy shows Running (it fails over), never Created
+    # a copy failed under a failover policy shows Unhealthy until it fails over
     created = progress(state="Created")
     failed = status("Unhealthy", "Failed", reason="OOM")
-    assert lifecycle.observe(created, failed, at(1))[-1] == Transition(
-        "Running", "failed on a: OOM"
+    assert lifecycle.observe(created, failed, at(1), tolerance=30)[-1] == Transition(
+        "Unhealthy",
+        "unhealthy on a since 2026-01-01T00:00:01Z: OOM; fails over at 2026-01-01T00:00:31Z "
+        "unless it recovers",
     )
-    running = progress(state="FailingOver")
-    assert lifecycle.observe(running, failed, at(1))[-1] == Transition(
-        "FailingOver", "failed on a: OOM"
-    )
+    # without a failover policy a failed copy ends the job (judge): no Unhealthy first
+    assert lifecycle.observe(progress(), failed, at(1))[-1] == Refresh()
     assert lifecycle.observe(progress(), status("Healthy", "Missing"), at(0))[-1] == Refresh()
 
 
