@@ -247,8 +247,9 @@ class Chromium:
 # ------------------------------------------------------------------ the Web UI, read
 
 #: every Markdown frame of a workflow's "User Metadata" tab (summary, details, current
-#: details, in page order): its text, and each table as rows of cell texts plus, per row,
-#: the horizontal gap in CSS pixels between one cell's visible text and the next one's
+#: details, in page order): the heading above it, its text, and each table as rows of
+#: cell texts plus, per row, the horizontal gap in CSS pixels between one cell's visible
+#: text and the next one's
 _READ_FRAMES = r"""(() => {
   const visible = (cell) => {
     const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
@@ -282,7 +283,13 @@ _READ_FRAMES = r"""(() => {
         return out;
       }),
     }));
-    return {text: main.innerText, html: main.innerHTML, tables};
+    let el = f, title = '';
+    while (el && !title) {
+      el = el.parentElement;
+      const h = el && el.querySelector('h1, h2, h3, h4');
+      if (h) title = h.innerText.trim();
+    }
+    return {title, text: main.innerText, html: main.innerHTML, tables};
   });
 })()"""
 
@@ -292,7 +299,8 @@ async def user_metadata(page: Page, ui_url: str, workflow_id: str, *,
                         ready: Callable[[list[dict[str, Any]]], bool] | None = None,
                         ) -> list[dict[str, Any]]:
     """What the Web UI shows in a workflow's "User Metadata" tab: one dict per Markdown
-    frame (summary, details, current details), with ``text``, ``html`` and ``tables``
+    frame (summary, details, current details), with ``title`` (its heading), ``text``,
+    ``html`` and ``tables``
     (``rows`` of cell texts, ``gaps`` between cells in pixels). Loads the workflow's page,
     opens the tab, waits until every frame has rendered and ``ready(frames)`` holds
     (default: any frame)."""
