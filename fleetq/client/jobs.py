@@ -31,7 +31,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from fleetq.admission import WaitInfo, markdown_header, markdown_row
@@ -136,7 +136,7 @@ async def known_priority_classes(
         return priority_classes
     try:
         reg = await get_registry(client)
-    except RPCError:
+    except (RPCError, TemporalError):  # no control worker answered the query in time:
         return priority_classes  # the workflow still resolves it; only the details lag
     if reg is None:
         return priority_classes
