@@ -59,7 +59,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -1214,14 +1215,50 @@ class Admission:
         return a
 
 
+#: what separates two columns of a Markdown table in the Temporal Web UI. Its renderer
+#: (ui-server's ``/render``: gomarkdown, tables on) draws GFM tables, but the page's
+#: stylesheet zeroes every element's padding and border, and its Content-Security-Policy
+#: (``style-src 'nonce-...'``) ignores ``style`` attributes and it renders no HTML
+#: entity (``&emsp;`` comes out as text): cells touch (``master1cpu 10m``). An EM SPACE
+#: (U+2003) closing each cell but the last is text the cell keeps (gomarkdown trims ASCII
+#: blanks only, and CSS collapses no U+2003): 1 em between columns. Checked in headless
+#: Chromium on the dev server's UI 2.54.1 (tests/webui).
+UI_CELL_GAP = "\u2003"
+#: a slash between digits, which the UI's renderer (gomarkdown's Smartypants fractions,
+#: on in ui-server) draws as a fraction: ``1/10`` becomes ``1⁄10``, ``1/2`` becomes ``½``
+_FRACTION = re.compile(r"(?<=\d)/(?=\d)")
+
+
+def ui_text(text: str) -> str:
+    """Free text (a reason, an event message, a usage) as the Web UI should show it:
+    ``kube-queue/max-jobs 1 / 1 in use``, never a fraction."""
+    return _FRACTION.sub(" / ", text)
+
+
+def markdown_row(cells: Sequence[object]) -> str:
+    """One row of a Markdown table for the Temporal Web UI: every cell but the last ends
+    with :data:`UI_CELL_GAP`; ``|`` in a cell is escaped, digits around ``/`` spaced
+    (:func:`ui_text`)."""
+    text = [ui_text(str(c)).replace("|", "\\|") for c in cells]
+    return "| " + " | ".join([*(t + UI_CELL_GAP for t in text[:-1]), *text[-1:]]) + " |"
+
+
+def markdown_header(cells: Sequence[str], align: str) -> tuple[str, str]:
+    """A table's header row and its delimiter row; ``align`` has one letter a column:
+    ``l`` (text) or ``r`` (numbers)."""
+    delimiter = "|" + "|".join(":--" if a == "l" else "--:" for a in align) + "|"
+    return markdown_row(cells), delimiter
+
+
 class QueueTable:
     """The quota workflow's per-queue table (its Temporal "current details"), one
     Markdown row per quota node in tree pre-order, redrawn only for the rows whose node
     changed (:meth:`Admission.changed_queues`): a workflow task of a 1,000-leaf tree
     formats the handful of rows a release and its grants touched, not 1,000 (issue 19).
+    Columns are spaced for the Web UI (:func:`markdown_row`), counts right-aligned.
     """
 
-    HEADER = ("| queue | waiting | admitted | usage / max |", "|---|---|---|---|")
+    HEADER = markdown_header(("queue", "waiting", "admitted", "usage / max"), "lrrl")
 
     def __init__(self) -> None:
         self._rows: dict[str, str] = {}
@@ -1232,7 +1269,7 @@ class QueueTable:
             f"{k} {R.format_quantity(k, q.usage.get(k, 0))}/{R.format_quantity(k, v)}"
             for k, v in sorted(q.max.items())
         )
-        return f"| {q.name} | {q.length} | {q.admitted} | {usage or '-'} |"
+        return markdown_row((q.name, q.length, q.admitted, usage or "-"))
 
     def update(self, admission: Admission) -> dict[str, int]:
         """Redraw the rows that changed; returns the waiting count of each queue whose

@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from fleetq.admission import Grant
+from fleetq.admission import Grant, ui_text
 from fleetq.fleet_config import RequeueSettings
 from fleetq.messages import (
     MISSING_PHASE,
@@ -1211,10 +1211,13 @@ def record_event(
 
 
 def details_markdown(view: JobView) -> str:
-    """The workflow's current details (Markdown, shown by the Temporal UI)."""
+    """The workflow's current details (Markdown, shown by the Temporal UI): state and
+    reason, then a list (the UI draws lists with their bullets; tables need
+    :func:`~fleetq.admission.markdown_row`). Free text goes through
+    :func:`~fleetq.admission.ui_text`: ``max-jobs 1/1`` is no fraction."""
     last = view.events[-1] if view.events else None
     lines = [
-        f"**{view.state}** — {view.reason}" if view.reason else f"**{view.state}**",
+        f"**{view.state}** — {ui_text(view.reason)}" if view.reason else f"**{view.state}**",
         "",
         f"- cluster: `{view.cluster or '-'}`",
         f"- queue: `{view.queue or ('waiting' if view.queued and not view.admitted else '-')}`",
@@ -1225,7 +1228,7 @@ def details_markdown(view: JobView) -> str:
     if view.pending_purges:
         lines.append(f"- purge pending on: {', '.join(view.pending_purges)}")
     if last is not None:
-        lines.append(f"- last event: {last.reason}: {last.message}")
+        lines.append(f"- last event: {last.reason}: {ui_text(last.message)}")
     return "\n".join(lines)
 
 

@@ -4,7 +4,7 @@ get pytorchjob`` works wherever kubectl is installed).
 Each sub-command lives in its own module; this one only assembles them. Registering a
 command costs typer and the standard library only: a command module imports the Temporal
 client, the core, the emulator or the runtime inside the command that uses them, and the
-``sim``, ``controlplane`` and ``temporal-cluster`` groups are imported when named
+``sim``, ``controlplane``, ``temporal-cluster`` and ``webui`` groups are imported when named
 (:class:`FleetqGroup`), so ``fleetq get`` and ``fleetq --help`` load what they use
 (tests/cli/test_imports.py pins it; ``fleetq bench cli_latency`` times it). Help is
 click's plain text (kubectl's layout): option names are never cut.
@@ -45,6 +45,8 @@ LAZY_GROUPS: dict[str, tuple[str, str]] = {
     "temporal-cluster": ("fleetq.cli.temporal_cluster",
                          "A production-shaped Temporal (PostgreSQL, one process per service) "
                          "built from go.temporal.io/server."),
+    "webui": ("fleetq.cli.webui",
+              "The Temporal Web UI as a browser renders it (headless Chromium)."),
 }
 
 

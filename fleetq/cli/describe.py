@@ -25,13 +25,33 @@ if TYPE_CHECKING:  # describe imports the client library and the core when it ru
 EVENT_SOURCE = "fleetq-scheduler"
 
 
+def _version(deployment: str, build: str, legacy: str = "") -> tuple[str, str]:
+    """``(deployment, build)`` of a WorkerDeploymentVersion, else of the deprecated
+    ``<deployment>.<build>`` string ``legacy``."""
+    if build:
+        return deployment, build
+    if legacy:
+        name, _, bid = legacy.rpartition(".")
+        return name, bid
+    return "", ""
+
+
 def build_text(info: WorkflowExecutionInfo) -> str | None:
-    """The worker build the job's workflow runs on, from Temporal's own description of
-    it (``DescribeWorkflowExecution``): its Worker Deployment Version and versioning
-    behavior (``versioning_info``: ``deployment_version``, else the deprecated
-    ``version`` string ``<deployment>.<build>``, plus a ``versioning_override``), else the
-    build id of the older Build-ID-based versioning; None for an unversioned workflow
-    (whose worker still stamps its build id, with ``use_versioning`` false)."""
+    """The worker build the job's workflow is on, from Temporal's own description of it
+    (``DescribeWorkflowExecution``, ``versioning_info``; temporal/api
+    workflow/v1/message.proto): the build it is pinned to and how, e.g.
+    ``b2 (deployment fleetq, Pinned by override; last task on b1)``.
+
+    * an override takes precedence over the worker's ``behavior`` (and, Pinned, over its
+      ``deployment_version``): ``pinned.version`` (deprecated ``pinned_version``),
+      ``auto_upgrade`` (deprecated ``behavior``), or a ``one_time`` move to a version;
+    * ``version_transition``: an AutoUpgrade workflow moving to another version;
+    * ``deployment_version``, else the deprecated ``version`` string, else the deprecated
+      ``deployment``; ``behavior`` UNSPECIFIED with a version is a worker that passes its
+      build without versioning (``unversioned``);
+    * else the older Build-ID versioning's ``assigned_build_id`` or a stamp with
+      ``use_versioning``; None for an unversioned workflow (every SDK stamps its build
+      id, with ``use_versioning`` false)."""
     from temporalio.api.enums.v1 import VersioningBehavior
 
     def behavior_name(value: int) -> str:
@@ -41,23 +61,45 @@ def build_text(info: WorkflowExecutionInfo) -> str | None:
 
     if info.HasField("versioning_info"):
         vi = info.versioning_info
-        deployment, build = vi.deployment_version.deployment_name, vi.deployment_version.build_id
-        if not build and vi.version:
-            deployment, _, build = vi.version.rpartition(".")
+        deployment, build = _version(vi.deployment_version.deployment_name,
+                                     vi.deployment_version.build_id, vi.version)
+        if not build and vi.HasField("deployment"):
+            deployment, build = vi.deployment.series_name, vi.deployment.build_id
+        ran_on = build
+        behavior = behavior_name(vi.behavior) if vi.behavior else ""
         notes: list[str] = []
-        if deployment:
-            notes.append(f"deployment {deployment}")
-        if vi.behavior:
-            notes.append(behavior_name(vi.behavior))
         if vi.HasField("versioning_override"):
             override = vi.versioning_override
-            pinned = override.pinned.version if override.HasField("pinned") else None
-            if pinned is not None and pinned.build_id:
-                notes.append(f"override: pinned to {pinned.build_id}")
-            elif override.behavior:
-                notes.append(f"override: {behavior_name(override.behavior)}")
+            which = override.WhichOneof("override")
+            if which == "pinned" or (which is None and override.behavior
+                                     == VersioningBehavior.VERSIONING_BEHAVIOR_PINNED):
+                pin = override.pinned.version
+                pinned_deployment, pinned = _version(pin.deployment_name, pin.build_id,
+                                                     override.pinned_version)
+                if not pinned and override.HasField("deployment"):
+                    pinned_deployment = override.deployment.series_name
+                    pinned = override.deployment.build_id
+                if pinned:
+                    deployment, build = pinned_deployment or deployment, pinned
+                behavior = "Pinned by override"
+            elif which == "auto_upgrade" or override.behavior:
+                behavior = "AutoUpgrade by override"
+            elif which == "one_time":
+                target = override.one_time.target_deployment_version
+                notes.append(f"one-time move to {target.build_id} pending")
+        if vi.HasField("version_transition"):
+            vt = vi.version_transition
+            _, moving_to = _version(vt.deployment_version.deployment_name,
+                                    vt.deployment_version.build_id, vt.version)
+            notes.append(f"moving to {moving_to}" if moving_to
+                         else "moving to unversioned workers")
+        if ran_on and ran_on != build:
+            notes.append(f"last task on {ran_on}")
         if build:
-            return f"{build} ({', '.join(notes)})" if notes else build
+            head = [f"deployment {deployment}"] if deployment else []
+            head.append(behavior or "unversioned")
+            text = ", ".join(head)
+            return f"{build} ({text}; {'; '.join(notes)})" if notes else f"{build} ({text})"
     stamp = info.most_recent_worker_version_stamp  # every SDK stamps its build, versioned or not
     build = info.assigned_build_id or (stamp.build_id if stamp.use_versioning else "")
     return build or None

@@ -31,15 +31,15 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from fleetq.admission import WaitInfo
+from fleetq.admission import WaitInfo, markdown_header, markdown_row
 from fleetq.client.connection import REFUSAL_TYPES, has_search_attributes
 from fleetq.client.errors import ClientError, InvalidInput, NotFound
 from fleetq.client.registry import QUERY_TIMEOUT, get_registry
 from fleetq.messages import JobRef, JobView
-from fleetq.models import PyTorchJob, gang_of
+from fleetq.models import BUILTIN_PRIORITY_CLASSES, PyTorchJob, gang_of
 from fleetq.naming import (
     JOB_PURGE_WORKFLOW,
     JOB_WORKFLOW,
@@ -68,17 +68,79 @@ def job_summary(job: PyTorchJob, priority_classes: dict[str, int] | None = None)
 
 
 def job_details(job: PyTorchJob, priority_classes: dict[str, int] | None = None) -> str:
-    """The workflow's static details in the Web UI: the gang, in Markdown."""
+    """The workflow's static details in the Web UI (Markdown): the job's priority and
+    what gives it, then the gang as a table, one row a role, spaced so the UI's renderer
+    draws it legibly (:func:`~fleetq.admission.markdown_row`)."""
     gang = gang_of(job, priority_classes)
-    lines = ["| role | replicas | requests per pod |", "|---|---|---|"]
     requests: dict[str, str] = {}
     for pod in gang.pods:
         requests.setdefault(pod.role, format_resources(pod.requests) or "-")
-    lines += [f"| {role} | {count} | {requests.get(role, '-')} |"
-              for role, count in gang.declared_role_counts().items()]
-    lines += ["", f"{gang.minimum_line().capitalize()}: placed on one member cluster or not at "
-                  f"all; priority {gang.priority}."]
-    return "\n".join(lines)
+    return "\n".join([
+        f"**Priority {gang.priority}** ({priority_source(job, priority_classes)})",
+        "",
+        *markdown_header(("role", "replicas", "requests per pod"), "lrl"),
+        *(markdown_row((role, count, requests.get(role, "-")))
+          for role, count in gang.declared_role_counts().items()),
+        "",
+        f"{gang.minimum_line().capitalize()}: placed on one member cluster or not at all.",
+    ])
+
+
+def _templates(job: PyTorchJob) -> list[dict[str, Any]]:
+    return [job.spec.pytorchReplicaSpecs[role].template.spec for role in job.roles()]
+
+
+def named_priority_classes(job: PyTorchJob) -> list[str]:
+    """The PriorityClasses the job names: ``runPolicy.schedulingPolicy.priorityClass``,
+    then each pod template's ``priorityClassName`` (Master's first)."""
+    sp = job.scheduling_policy
+    names = [sp.priorityClass] if sp is not None and sp.priorityClass else []
+    for spec in _templates(job):
+        pcn = spec.get("priorityClassName")
+        if isinstance(pcn, str) and pcn and pcn not in names:
+            names.append(pcn)
+    return names
+
+
+def priority_source(job: PyTorchJob, priority_classes: dict[str, int] | None = None) -> str:
+    """What gives the job its priority, in the order :func:`~fleetq.models.job_priority`
+    takes it: ``PriorityClass high``, ``spec.priority``, or ``no PriorityClass``; a
+    named class the fleet does not know is said (it counts as absent)."""
+    known = {**BUILTIN_PRIORITY_CLASSES, **(priority_classes or {})}
+    sp = job.scheduling_policy
+    if sp is not None and sp.priorityClass and sp.priorityClass in known:
+        return f"PriorityClass {sp.priorityClass}, from runPolicy.schedulingPolicy"
+    for name in named_priority_classes(job):
+        if name in known:
+            return f"PriorityClass {name}"
+    unknown = ", ".join(named_priority_classes(job))
+    if any(isinstance(spec.get("priority"), int) for spec in _templates(job)):
+        source = "spec.priority"
+    else:
+        source = "no PriorityClass"
+    return f"{source}; PriorityClass {unknown} not known" if unknown else source
+
+
+async def known_priority_classes(
+    client: Client, job: PyTorchJob, priority_classes: dict[str, int] | None = None
+) -> dict[str, int] | None:
+    """The PriorityClasses to resolve the job's priority with: ``priority_classes`` (those
+    applied with it), plus the registry's when the job names one that is neither built in
+    nor among them -- a class applied earlier, from another file. The workflow resolves
+    its priority from the registry; without this the submission's static details and
+    FleetqPriority said 0 for a priority-1000 job whose PriorityClass was applied first."""
+    given = priority_classes or {}
+    missing = [n for n in named_priority_classes(job)
+               if n not in given and n not in BUILTIN_PRIORITY_CLASSES]
+    if not missing:
+        return priority_classes
+    try:
+        reg = await get_registry(client)
+    except (RPCError, TemporalError):  # no control worker answered the query in time:
+        return priority_classes  # the workflow still resolves it; only the details lag
+    if reg is None:
+        return priority_classes
+    return {**reg.priority_classes, **given}
 
 
 def start_search_attributes(
@@ -123,6 +185,7 @@ async def start_job(
     arg: dict[str, Any] = {"manifest": manifest}
     if run_seconds is not None:
         arg["run_seconds"] = run_seconds
+    priority_classes = await known_priority_classes(client, job, priority_classes)
     extra: dict[str, Any] = {}
     if await _has_search_attributes(client):
         extra["search_attributes"] = start_search_attributes(job, priority_classes)
