@@ -55,12 +55,12 @@ from fleetq.admission import (
     AdmissionState,
     Grant,
     QueuePolicy,
-    QueueTable,
 )
 from fleetq.admission import AdmissionRequest as Request
 from fleetq.client.connection import DATA_CONVERTER
 from fleetq.messages import QuotaTreeInput
 from fleetq.models import parse_tree
+from fleetq.queue_views import QueueTable
 from fleetq.queues import JobQueue, Key
 from fleetq.quota_state import pack_state, unpack_state
 
@@ -241,7 +241,7 @@ def build_fleet(label: str, parents: int, leaves: int, waiting_per_leaf: int, se
 def publish_details(adm: Admission, table: QueueTable) -> int:
     """What the quota workflow computes after every task (mirrors
     ``QuotaTreeWorkflow._publish_details``, which redraws only the rows of the nodes
-    that changed with a :class:`~fleetq.admission.QueueTable`, and the run loop's holder
+    that changed with a :class:`~fleetq.queue_views.QueueTable`, and the run loop's holder
     count)."""
     admitted, waiting = adm.counts()
     lengths = table.update(adm)

@@ -13,9 +13,9 @@ Semantics (Kube Queue, see DOMAIN.md):
   its namespace's leaf, or of the root if its namespace is attached to no leaf;
 * a job is admitted when its request fits under ``max`` at its node and every ancestor;
 * within a queue: priority desc, submit time asc, job id asc (a total order);
-* policy ``Priority``: a head that does not fit is skipped and jobs behind it may go first,
-  but once a job has been skipped for longer than ``starvation_seconds`` nothing behind it
-  in its queue may overtake it; policy ``Block``: the head blocks its whole queue;
+* which of a queue's jobs may go first, and what a waiting job is told, is its policy's
+  :class:`fleetq.queue_strategies.QueueStrategy` (``Priority``: a head that does not fit
+  is skipped, up to ``starvation_seconds``; ``Block``: the head blocks its whole queue);
 * across queues, each pass admits in this order: candidates whose node is below its
   ``min`` (see :meth:`fleetq.quota.QuotaNode.below_min`) before borrowers, then priority,
   then submit time, then job id;
@@ -61,21 +61,17 @@ import heapq
 import math
 import re
 from collections.abc import Mapping, Sequence
-from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleetq import resources as R
 from fleetq.models import DEFAULT_STARVATION_SECONDS, ElasticQuotaTree, parse_tree
+from fleetq.queue_strategies import QueuePolicy, QueueStrategy, display_job, strategy_for
 from fleetq.queues import JobQueue, Key
 from fleetq.quota import Inadmissible, QuotaTree
 
-
-class QueuePolicy(StrEnum):
-    PRIORITY = "Priority"
-    BLOCK = "Block"
-
+__all__ = ["QueuePolicy", "display_job"]  # (re-exported: where callers import them from)
 
 #: a victim's default grace period (``fleetq.io/preemption-grace-seconds``)
 DEFAULT_GRACE_SECONDS = 30
@@ -272,19 +268,13 @@ class _Job:
         )
 
 
-def display_job(job_id: str) -> str:
-    """``pytorchjob/default/big`` -> ``default/big`` (workflow ids carry the kind first)."""
-    parts = job_id.split("/")
-    return "/".join(parts[1:]) if len(parts) >= 3 else job_id
-
-
 class Admission:
     """Quota tree + one queue per node + the admission rules. See the module docstring."""
 
     def __init__(
         self,
         tree: ElasticQuotaTree | None,
-        policy: QueuePolicy = QueuePolicy.PRIORITY,
+        policy: QueuePolicy | str = QueuePolicy.PRIORITY,
         starvation_seconds: float = DEFAULT_STARVATION_SECONDS,
     ) -> None:
         if not (isinstance(starvation_seconds, int | float) and math.isfinite(starvation_seconds)):
@@ -293,7 +283,7 @@ class Admission:
             )
         if starvation_seconds < 0:
             raise ValueError(f"starvation_seconds must be >= 0, got {starvation_seconds!r}")
-        self.policy = QueuePolicy(policy)
+        self._strategy: QueueStrategy = strategy_for(policy)
         self.starvation_seconds = float(starvation_seconds)
         self.quota = QuotaTree(tree)
         self._shapes: list[R.Resources] = []
@@ -346,6 +336,16 @@ class Admission:
         #: :meth:`admissibility_changes`, so a caller can tell each job
         self._admissibility: dict[str, Inadmissible | None] = {}
         self._rebuild_queues({})
+
+    @property
+    def policy(self) -> str:
+        """The queue policy's name (a :class:`QueuePolicy` value); setting it switches
+        every queue to that policy's strategy (:func:`fleetq.queue_strategies.strategy_for`)."""
+        return self._strategy.policy
+
+    @policy.setter
+    def policy(self, policy: str) -> None:
+        self._strategy = strategy_for(policy)
 
     # ------------------------------------------------------------------ internals
 
@@ -528,19 +528,7 @@ class Admission:
             if blockers is not None:
                 blockers.append(short)
             return None
-        if self.policy is QueuePolicy.BLOCK:
-            key = q.order[0]
-            shape = self._waiting[key[2]].shape
-            short = self._short(q.node, self._shapes[shape])
-            if short is None:
-                return key, shape
-            if blockers is not None:
-                blockers.append(short)
-            return None
-        limit = q.first_starving()
-        for key, shape in q.heads:
-            if limit is not None and key > limit:
-                break
+        for key, shape in self._strategy.candidates(q):
             short = nofit.get((q.node, shape))
             if short is None:
                 short = self._short(q.node, self._shapes[shape])
@@ -570,8 +558,7 @@ class Admission:
     def _admit(self, q: JobQueue, key: Key, shape: int, now: float) -> Grant:
         job = self._waiting.pop(key[2])
         self._drain(job.job_id)
-        if self.policy is QueuePolicy.PRIORITY:
-            q.mark_skipped_before(key, now)
+        self._strategy.admitted(q, key, now)
         q.remove(key, shape)
         self._touched[q.node] = None  # (e.g. its starving job left: others may go)
         node = self.quota.admit(job.job_id, job.namespace, self._shapes[shape])
@@ -887,22 +874,19 @@ class Admission:
 
     def preemption_candidates(self) -> list[AdmissionRequest]:
         """The waiting jobs a preemption may be planned for, one per queue (tree
-        pre-order): the first in queue order that has no plan yet and does not fit now
-        (under ``Block``, the head only)."""
+        pre-order): the one its policy names (:meth:`~fleetq.queue_strategies.QueueStrategy.
+        preemptor`: the first in queue order without a plan yet; under ``Block``, the head
+        only), if it does not fit now."""
         out: list[AdmissionRequest] = []
         for q in self._queues.values():
-            for key in q.order:
-                job_id = key[2]
-                if job_id in self._plans:
-                    if self.policy is QueuePolicy.BLOCK:
-                        break
-                    continue
-                job = self._waiting[job_id]
-                if not self.quota.fits(q.node, self._shapes[job.shape]):
-                    request = self.request_of(job_id)
-                    assert request is not None
-                    out.append(request)
-                break
+            key = self._strategy.preemptor(q, self._plans)
+            if key is None:
+                continue
+            job = self._waiting[key[2]]
+            if not self.quota.fits(q.node, self._shapes[job.shape]):
+                request = self.request_of(key[2])
+                assert request is not None
+                out.append(request)
         return out
 
     def add_plan(self, plan: PendingPlan, now: float | None = None) -> None:
@@ -1076,26 +1060,12 @@ class Admission:
                 return "its preempted jobs released; waiting for other preempted jobs to stop"
             return "preempted jobs released their quota; admitted at the next scheduling pass"
         stuck = self.timed_out_victims(job.job_id)
-        reason = self._queue_reason(q, job)
+        shape = self._shapes[job.shape]
+        reason = self._strategy.reason(q, job.key, lambda: self.quota.can_admit(q.node, shape))
         if stuck:
             names = ", ".join(display_job(v) for v in stuck)
             return f"{reason}; preemption timed out: {names} did not release quota in time"
         return reason
-
-    def _queue_reason(self, q: JobQueue, job: _Job) -> str:
-        if self.policy is QueuePolicy.BLOCK:
-            head = q.head()
-            if head is not None and head != job.key:
-                what = "higher-priority" if -head[0] > job.priority else "earlier"
-                return f"behind {what} job {display_job(head[2])} (Block)"
-        quota = self.quota.can_admit(q.node, self._shapes[job.shape])
-        if quota is not None:
-            return quota
-        if self.policy is QueuePolicy.PRIORITY:
-            starving = q.starving_before(job.key)
-            if starving is not None:
-                return f"behind starving job {display_job(starving[2])}"
-        return "fits; admitted at the next scheduling pass"
 
     def queues(self) -> list[QueueInfo]:
         """Every queue, tree pre-order."""
@@ -1115,7 +1085,7 @@ class Admission:
         return QueueInfo(
             name=n.queue,
             node=n.name,
-            policy=self.policy.value,
+            policy=str(self.policy),
             length=len(self._queues[n.name]),
             admitted=n.admitted,
             usage=dict(n.usage),
@@ -1166,7 +1136,7 @@ class Admission:
         tree = self.quota.tree
         return AdmissionState(
             tree=tree.model_dump(mode="json", exclude_none=True) if tree is not None else None,
-            policy=self.policy,
+            policy=QueuePolicy(self.policy),
             starve=self.starvation_seconds,
             shapes=[self._shapes[i] for i in shapes],
             ns=list(namespaces),
@@ -1248,45 +1218,3 @@ def markdown_header(cells: Sequence[str], align: str) -> tuple[str, str]:
     ``l`` (text) or ``r`` (numbers)."""
     delimiter = "|" + "|".join(":--" if a == "l" else "--:" for a in align) + "|"
     return markdown_row(cells), delimiter
-
-
-class QueueTable:
-    """The quota workflow's per-queue table (its Temporal "current details"), one
-    Markdown row per quota node in tree pre-order, redrawn only for the rows whose node
-    changed (:meth:`Admission.changed_queues`): a workflow task of a 1,000-leaf tree
-    formats the handful of rows a release and its grants touched, not 1,000 (issue 19).
-    Columns are spaced for the Web UI (:func:`markdown_row`), counts right-aligned.
-    """
-
-    HEADER = markdown_header(("queue", "waiting", "admitted", "usage / max"), "lrrl")
-
-    def __init__(self) -> None:
-        self._rows: dict[str, str] = {}
-
-    @staticmethod
-    def row(q: QueueInfo) -> str:
-        usage = ", ".join(
-            f"{k} {R.format_quantity(k, q.usage.get(k, 0))}/{R.format_quantity(k, v)}"
-            for k, v in sorted(q.max.items())
-        )
-        return markdown_row((q.name, q.length, q.admitted, usage or "-"))
-
-    def update(self, admission: Admission) -> dict[str, int]:
-        """Redraw the rows that changed; returns the waiting count of each queue whose
-        row was redrawn, by queue name (every queue after a rebuild)."""
-        changed = admission.changed_queues()
-        if changed is None:
-            self._rows = {}
-            changed = [n.name for n in admission.quota]
-        lengths: dict[str, int] = {}
-        for node in changed:
-            if node not in admission.quota.nodes:
-                continue
-            q = admission.queue_info(node)
-            self._rows[node] = self.row(q)
-            lengths[q.name] = q.length
-        return lengths
-
-    def lines(self) -> list[str]:
-        """The header and every row, tree pre-order."""
-        return [*self.HEADER, *self._rows.values()]

@@ -47,7 +47,6 @@ with workflow.unsafe.imports_passed_through():
         Grant,
         QueueInfo,
         QueuePolicy,
-        QueueTable,
         WaitInfo,
     )
     from fleetq.messages import (
@@ -74,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         plan_preemptions,
         tree_policy,
     )
+    from fleetq.queue_views import QueueTable
     from fleetq.quota import Inadmissible
     from fleetq.quota_state import pack_state, unpack_carried
     from workflows import metrics
