@@ -9,7 +9,8 @@ the control plane in ``~/.cache/fleetq/controlplane/<k8s version>/`` and the ope
 (training-operator, KWOK) in its ``operators/`` (``FLEETQ_CONTROLPLANE_CACHE`` moves
 it); each stamp names versions and a digest of its wrapper sources, so a warm cache is a
 stat and a JSON read. Kueue's scheduler performance harness is a third part
-(:mod:`fleetq.controlplane.kueue`, in ``kueue/``). A flock keeps concurrent builds (two pytest sessions) from racing.
+(:mod:`fleetq.controlplane.kueue`, in ``kueue/``). A flock keeps concurrent builds (two
+pytest sessions) from racing.
 """
 
 from __future__ import annotations

@@ -54,6 +54,13 @@ class KueueBuild:
     def crds(self) -> Path:
         return self.root / "crds"
 
+    def runner_env(self) -> dict[str, str]:
+        """The runner's environment: envtest's binaries are ours; ``PROJECT_DIR`` as
+        Kueue's Makefile sets it (the test utilities the runner imports fail at init
+        without it, or a Makefile above the working directory)."""
+        return {**os.environ, "KUBEBUILDER_ASSETS": str(self.assets),
+                "PROJECT_DIR": str(self.root / "Makefile")}
+
     @property
     def baseline_config(self) -> Path:
         """Kueue's own ``configs/baseline/generator.yaml``, as its module ships it."""
