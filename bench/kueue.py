@@ -55,6 +55,7 @@ from bench.trace import (
     check_replayable,
     leaf_min_cpu,
     planned_jobs,
+    quota_holdings,
     real_figures,
     run_real,
     simulate,
@@ -145,6 +146,10 @@ class Side:
     admission: dict[str, list[float]]  # class -> each workload's time to admission
     usage: float
     span: float  # first event to last
+    evictions: int = 0  # preemptions of admitted workloads
+    #: the most cpu held at once over the nominal quota (fleetq: from the quota
+    #: workflow's grants and releases; Kueue's recorder keeps it per ClusterQueue only)
+    peak: float | None = None
     cpu: dict[str, float] = field(default_factory=dict)  # process -> CPU seconds
     notes: list[str] = field(default_factory=list)
 
@@ -185,12 +190,13 @@ def kueue_figures(out: Path, expected: int) -> Side:
     span_ms = (last - first).total_seconds() * 1000
     usage = used / (nominal * span_ms) if nominal and span_ms > 0 else math.nan
     admission: dict[str, list[float]] = {}
-    admitted = 0
+    admitted = evictions = 0
     for row in rows:
+        evictions += int(row["num evictions"])
         if int(row["ms to finish"]) > 0:
             admitted += 1
             admission.setdefault(row["class name"], []).append(int(row["ms to admitted"]) / 1000)
-    side = Side("kueue", expected, admitted, admission, usage, span_ms / 1000)
+    side = Side("kueue", expected, admitted, admission, usage, span_ms / 1000, evictions)
     dropped = int((summary or {}).get("droppedWorkloadEvents") or 0)
     if dropped:
         side.notes.append(f"the recorder dropped {dropped} workload events")
@@ -264,12 +270,24 @@ async def run_fleetq(config: dict[str, Any], timeout: float, say: Any) -> Side:
     for v in real.views.values():
         states[v.state] = states.get(v.state, 0) + 1
     admitted = sum(len(v) for v in fig.admission.values())
-    side = Side("fleetq", len(plan), admitted, fig.admission, fig.usage, fig.makespan)
+    preempted = sum(1 for v in real.views.values() for e in v.events if e.reason == "Preempted")
+    holdings = quota_holdings(real.quota_events, {j.workflow_id: j.cpu for j in plan})
+    side = Side("fleetq", len(plan), admitted, fig.admission, fig.usage, fig.makespan,
+                preempted, peak_held(holdings.changes) / min_cpu)
     side.cpu["worker (this process)"] = real.phase.cpu
     side.cpu.update(real.phase.other_cpu)
     if states.get("Succeeded", 0) != len(plan):
         side.notes.append(f"job states {states}")
     return side
+
+
+def peak_held(changes: Sequence[tuple[float, float]]) -> float:
+    """The most held at once, for ``(t, ±cpu)`` changes (at one instant, releases first)."""
+    level = peak = 0.0
+    for _t, delta in sorted(changes):
+        level += delta
+        peak = max(peak, level)
+    return peak
 
 
 # ---------------------------------------------------------------------- report
@@ -293,6 +311,10 @@ def report_rows(kueue: Side, fleetq: Side) -> list[tuple[str, str, str, str]]:
         ("admissions/s", _f(kueue.rate), _f(fleetq.rate), _ratio(fleetq.rate, kueue.rate)),
         ("usage (cpu in use / nominal)", _f(kueue.usage, ".3f"), _f(fleetq.usage, ".3f"),
          _ratio(fleetq.usage, kueue.usage)),
+        ("peak cpu held / nominal", _f(kueue.peak, ".3f"), _f(fleetq.peak, ".3f"),
+         _ratio(fleetq.peak, kueue.peak)),
+        ("evictions (preempted workloads)", str(kueue.evictions), str(fleetq.evictions),
+         _ratio(float(fleetq.evictions), float(kueue.evictions))),
         ("span, first to last event, s", _f(kueue.span, ".1f"), _f(fleetq.span, ".1f"),
          _ratio(fleetq.span, kueue.span)),
     ]
