@@ -8,7 +8,9 @@ manifest and KWOK's default stages out of the Go module cache. Two parts, two st
 the control plane in ``~/.cache/fleetq/controlplane/<k8s version>/`` and the operators
 (training-operator, KWOK) in its ``operators/`` (``FLEETQ_CONTROLPLANE_CACHE`` moves
 it); each stamp names versions and a digest of its wrapper sources, so a warm cache is a
-stat and a JSON read. A flock keeps concurrent builds (two pytest sessions) from racing.
+stat and a JSON read. Kueue's scheduler performance harness is a third part
+(:mod:`fleetq.controlplane.kueue`, in ``kueue/``). A flock keeps concurrent builds (two
+pytest sessions) from racing.
 """
 
 from __future__ import annotations
@@ -190,6 +192,10 @@ def cached(root: Path | None = None) -> Build | None:
         return None
     if len(found.crds) < 2 or not found.webhook_manifest.is_file() or not found.kwok_stages:
         return None
+    from fleetq.controlplane.kueue import kueue_cached  # the third part (its own stamp)
+
+    if kueue_cached(root) is None:
+        return None
     return found
 
 
@@ -245,6 +251,9 @@ def build(force: bool = False, progress: Progress | None = None) -> Build:
     go = go_binary()
     _build_control_plane(root, src, go, force, say)
     _build_operators(Build(root, KUBERNETES_VERSION).operators, src, go, force, say)
+    from fleetq.controlplane.kueue import build_kueue
+
+    build_kueue(root, force, say)
     return Build(root, KUBERNETES_VERSION)
 
 

@@ -238,6 +238,8 @@ BENCH_FLAGS = {
     "trace": ("--trace", "--time-scale", "--concurrency", "--activity-slots", "--timeout"),
     "workers": ("--workers", "--jobs", "--compare", "--timeout", "--bind-cost"),
     "cli_latency": ("--repeat", "--fleetq"),
+    "kueue": ("--generator", "--cohorts", "--queues", "--workloads", "--stretch", "--out",
+              "--timeout"),
 }
 
 

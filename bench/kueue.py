@@ -1,0 +1,430 @@
+"""Benchmark: Kueue beside fleetq on this machine, on the same workloads (issue 28 item 1).
+
+Kueue's own scheduler performance harness (``test/performance/scheduler`` of
+sigs.k8s.io/kueue, built by ``fleetq controlplane build``) runs a Kueue generator config
+as ``make run-performance-scheduler`` does: the ``runner`` starts an envtest control
+plane (our etcd and kube-apiserver), ``minimalkueue`` (Kueue's core controllers and
+scheduler) against it, creates the config's ClusterQueues, LocalQueues and Workloads at
+their creation intervals, finishes each admitted Workload after its ``runtimeMs`` and
+writes ``summary.yaml`` and ``wlStates.csv``. Then the same config, converted to a trace
+(:func:`fleetq.simulator.kueue.trace_from_generator`: a cohort is a tree node, a
+ClusterQueue a leaf, its policies the tree's), runs through fleetq's real stack as
+``fleetq bench trace`` replays one (Temporal dev server, emulator, in-process worker),
+each job submitted at the time the generator creates its Workload and running its
+``runtimeMs``, with no preemption grace (Kueue's runner ends an evicted Workload at once).
+
+Both sides are measured as Kueue's harness defines it: time to admission per class
+(mean and p99), usage (time-averaged cpu in use over the ClusterQueues' nominal quota,
+from the first event to the last) and admissions/s (workloads over that span). Printed
+side by side with fleetq ÷ kueue. The config is scaled to fit this machine: ``--cohorts``
+and ``--queues`` keep that many cohorts and ClusterQueues per queue set, ``--workloads``
+keeps that share of each workload set, ``--stretch`` multiplies every creation interval
+and run time (the load per ClusterQueue stays Kueue's).
+
+Run: ``fleetq bench kueue`` (Kueue's baseline config, scaled by the defaults). Last line:
+``RESULT kueueusage <fleetq usage / kueue usage> (target 0.9)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import csv
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+from bench.command import bench_app, help_text, run_command
+from bench.common import result_line, run_main
+from bench.sim_scale import KUEUE_TOPOLOGY
+from bench.trace import (
+    Options,
+    TraceBenchError,
+    check_replayable,
+    leaf_min_cpu,
+    planned_jobs,
+    quota_holdings,
+    real_figures,
+    run_real,
+    simulate,
+)
+from fleetq.preemption import GRACE_ANNOTATION
+from fleetq.simulator.kueue import trace_from_generator
+from fleetq.simulator.series import stats
+from fleetq.simulator.trace import TraceError, parse_trace
+
+TARGET_USAGE = 0.9
+
+
+class KueueBenchError(Exception):
+    """This benchmark cannot run (one line)."""
+
+
+# ---------------------------------------------------------------------- the config
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How Kueue's config is cut down to this machine (``None``: keep the config's)."""
+
+    cohorts: int | None = 1
+    queues: int | None = None
+    workloads: float = 0.2
+    stretch: float = 20.0
+
+    def describe(self) -> str:
+        keep = [f"cohorts per set {self.cohorts}" if self.cohorts else "all cohorts",
+                f"ClusterQueues per set {self.queues}" if self.queues else "all queues",
+                f"workload sets x {self.workloads:g}",
+                f"creation intervals and run times x {self.stretch:g}"]
+        return ", ".join(keep)
+
+
+def scaled_config(config: dict[str, Any], scale: Scale) -> dict[str, Any]:
+    """Kueue's generator ``config`` cut down by ``scale``: counts (at least 1 where the
+    config had any), intervals and run times as whole milliseconds (the generator's
+    ``uint``). Fields this does not know are kept as they are."""
+    if not (math.isfinite(scale.workloads) and scale.workloads > 0):
+        raise KueueBenchError(f"--workloads must be > 0, got {scale.workloads!r}")
+    if not (math.isfinite(scale.stretch) and scale.stretch > 0):
+        raise KueueBenchError(f"--stretch must be > 0, got {scale.stretch!r}")
+    cfg = copy.deepcopy(config)
+    cohorts = cfg.get("cohorts")
+    if not isinstance(cohorts, list) or not cohorts:
+        raise KueueBenchError("generator config: cohorts must be a non-empty list")
+
+    def cut(n: Any, keep: int | None, where: str) -> int:
+        if not isinstance(n, int) or n < 0:
+            raise KueueBenchError(f"generator config: {where}.count must be a whole number")
+        return n if keep is None else min(n, keep)
+
+    for ci, cset in enumerate(cohorts):
+        cset["count"] = cut(cset.get("count"), scale.cohorts, f"cohorts[{ci}]")
+        for qi, qset in enumerate(cset.get("queuesSets") or []):
+            qset["count"] = cut(qset.get("count"), scale.queues,
+                                f"cohorts[{ci}].queuesSets[{qi}]")
+            for wi, wset in enumerate(qset.get("workloadsSets") or []):
+                n = cut(wset.get("count"), None,
+                        f"cohorts[{ci}].queuesSets[{qi}].workloadsSets[{wi}]")
+                wset["count"] = max(1, round(n * scale.workloads)) if n else 0
+                wset["creationIntervalMs"] = round(
+                    float(wset.get("creationIntervalMs", 0)) * scale.stretch)
+                for w in wset.get("workloads") or []:
+                    w["runtimeMs"] = round(float(w.get("runtimeMs", 0)) * scale.stretch)
+    return cfg
+
+
+def workload_count(config: dict[str, Any]) -> int:
+    """How many Workloads the generator creates for ``config``."""
+    return sum(c["count"] * q["count"] * w["count"] * len(w.get("workloads") or [])
+               for c in config["cohorts"] for q in c.get("queuesSets") or []
+               for w in q.get("workloadsSets") or [])
+
+
+# ---------------------------------------------------------------------- figures
+
+
+@dataclass
+class Side:
+    """One side's figures, as Kueue's harness defines them (seconds)."""
+
+    name: str
+    workloads: int
+    admitted: int
+    admission: dict[str, list[float]]  # class -> each workload's time to admission
+    usage: float
+    span: float  # first event to last
+    evictions: int = 0  # preemptions of admitted workloads
+    #: the most cpu held at once over the nominal quota (fleetq: from the quota
+    #: workflow's grants and releases; Kueue's recorder keeps it per ClusterQueue only)
+    peak: float | None = None
+    cpu: dict[str, float] = field(default_factory=dict)  # process -> CPU seconds
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.admitted / self.span if self.span > 0 else math.nan
+
+
+_FRACTION = re.compile(r"\.(\d{6})\d*")
+
+
+def _time(value: Any) -> datetime:
+    """An RFC 3339 time of Kueue's summary (nanoseconds cut to what Python reads)."""
+    if isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(_FRACTION.sub(r".\1", str(value)).replace("Z", "+00:00"))
+
+
+def kueue_figures(out: Path, expected: int) -> Side:
+    """Kueue's side from the runner's ``summary.yaml`` (the ClusterQueue classes' cpu
+    used and nominal quota over their event span: the checker's usage) and
+    ``wlStates.csv`` (each Workload's ms to admitted; a Workload counts as admitted when
+    it finished, which the runner does only to an admitted one)."""
+    try:
+        summary = yaml.safe_load((out / "summary.yaml").read_text())
+        with open(out / "wlStates.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, yaml.YAMLError) as exc:
+        raise KueueBenchError(f"Kueue's runner left no readable results in {out}: {exc}"
+                              ) from None
+    classes = (summary or {}).get("clusterQueueClasses") or {}
+    if not classes:
+        raise KueueBenchError(f"{out / 'summary.yaml'}: no clusterQueueClasses")
+    used = sum(int(c["cpuUsed"]) for c in classes.values())  # mCPU * ms
+    nominal = sum(int(c["nominalQuota"]) for c in classes.values())  # mCPU
+    first = min(_time(c["firstEventTime"]) for c in classes.values())
+    last = max(_time(c["lastEventTime"]) for c in classes.values())
+    span_ms = (last - first).total_seconds() * 1000
+    usage = used / (nominal * span_ms) if nominal and span_ms > 0 else math.nan
+    admission: dict[str, list[float]] = {}
+    admitted = evictions = 0
+    for row in rows:
+        evictions += int(row["num evictions"])
+        if int(row["ms to finish"]) > 0:
+            admitted += 1
+            admission.setdefault(row["class name"], []).append(int(row["ms to admitted"]) / 1000)
+    side = Side("kueue", expected, admitted, admission, usage, span_ms / 1000, evictions)
+    dropped = int((summary or {}).get("droppedWorkloadEvents") or 0)
+    if dropped:
+        side.notes.append(f"the recorder dropped {dropped} workload events")
+    if len(rows) != expected:
+        side.notes.append(f"the recorder saw {len(rows)} of {expected} workloads")
+    stats_file = out / "minimalkueue.stats.yaml"
+    if stats_file.is_file():
+        cs = yaml.safe_load(stats_file.read_text()) or {}
+        side.cpu["minimalkueue"] = (cs.get("userMs", 0) + cs.get("sysMs", 0)) / 1000
+    return side
+
+
+# ---------------------------------------------------------------------- Kueue's side
+
+
+def run_kueue(config: dict[str, Any], out: Path, timeout: float,
+              say: Any) -> tuple[Side, float]:
+    """Kueue's runner with minimalkueue on envtest; its figures and its runner's CPU."""
+    from fleetq.controlplane.kueue import kueue_cached
+
+    built = kueue_cached()
+    if built is None:
+        raise KueueBenchError("Kueue's harness is not built: run `fleetq controlplane build`")
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "generator.yaml"
+    cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    argv = [str(built.binary("runner")), "-o", str(out), "-crds", str(built.crds),
+            "-generatorConfig", str(cfg_path), "-minimalKueue",
+            str(built.binary("minimalkueue")), "-timeout", f"{int(timeout)}s",
+            "-zap-log-level=info"]
+    env = built.runner_env()
+    log = out / "runner.log"
+    say(f"kueue: runner + minimalkueue on envtest ({built.assets}); log {log}")
+    t0 = os.times()
+    with open(log, "wb") as fh:
+        proc = subprocess.run(argv, cwd=out, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                              check=False, timeout=timeout + 300)
+    t1 = os.times()
+    runner_cpu = (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system)
+    if proc.returncode != 0:
+        tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-2:])
+        raise KueueBenchError(f"Kueue's runner exited {proc.returncode}: {tail[-400:]} "
+                              f"(log: {log})")
+    side = kueue_figures(out, workload_count(config))
+    return side, runner_cpu
+
+
+# ---------------------------------------------------------------------- fleetq's side
+
+
+def fleetq_trace_doc(config: dict[str, Any]) -> dict[str, Any]:
+    """The (scaled) generator config as a trace: every job with no preemption grace."""
+    return trace_from_generator(config, KUEUE_TOPOLOGY, preemption=True,
+                                annotations={GRACE_ANNOTATION: "0"})
+
+
+async def run_fleetq(config: dict[str, Any], timeout: float, say: Any) -> Side:
+    try:
+        trace = parse_trace(fleetq_trace_doc(config), "kueue-generator")
+        check_replayable(trace)
+    except (TraceError, TraceBenchError) as exc:
+        raise KueueBenchError(str(exc)) from None
+    sim, _summary = simulate(trace)
+    plan = planned_jobs(sim)
+    min_cpu = leaf_min_cpu(sim)
+    say(f"fleetq: {len(plan)} jobs through the real stack (Temporal dev server, emulator, "
+        "in-process worker)")
+    real = await run_real(trace, plan, Options("kueue-generator", 1.0, 32, 200, timeout), say)
+    fig = real_figures(real, plan, min_cpu)
+    states: dict[str, int] = {}
+    for v in real.views.values():
+        states[v.state] = states.get(v.state, 0) + 1
+    admitted = sum(len(v) for v in fig.admission.values())
+    preempted = sum(1 for v in real.views.values() for e in v.events if e.reason == "Preempted")
+    holdings = quota_holdings(real.quota_events, {j.workflow_id: j.cpu for j in plan})
+    side = Side("fleetq", len(plan), admitted, fig.admission, fig.usage, fig.makespan,
+                preempted, peak_held(holdings.changes) / min_cpu)
+    side.cpu["worker (this process)"] = real.phase.cpu
+    side.cpu.update(real.phase.other_cpu)
+    if states.get("Succeeded", 0) != len(plan):
+        side.notes.append(f"job states {states}")
+    return side
+
+
+def peak_held(changes: Sequence[tuple[float, float]]) -> float:
+    """The most held at once, for ``(t, ±cpu)`` changes (at one instant, releases first)."""
+    level = peak = 0.0
+    for _t, delta in sorted(changes):
+        level += delta
+        peak = max(peak, level)
+    return peak
+
+
+# ---------------------------------------------------------------------- report
+
+
+def _f(x: float | None, fmt: str = ".2f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0 or math.isnan(a) or math.isnan(b):
+        return "-"
+    return f"{a / b:.2f}"
+
+
+def report_rows(kueue: Side, fleetq: Side) -> list[tuple[str, str, str, str]]:
+    """The table: (figure, kueue, fleetq, fleetq ÷ kueue)."""
+    rows = [
+        ("workloads admitted", f"{kueue.admitted}/{kueue.workloads}",
+         f"{fleetq.admitted}/{fleetq.workloads}", _ratio(fleetq.admitted, kueue.admitted)),
+        ("admissions/s", _f(kueue.rate), _f(fleetq.rate), _ratio(fleetq.rate, kueue.rate)),
+        ("usage (cpu in use / nominal)", _f(kueue.usage, ".3f"), _f(fleetq.usage, ".3f"),
+         _ratio(fleetq.usage, kueue.usage)),
+        ("peak cpu held / nominal", _f(kueue.peak, ".3f"), _f(fleetq.peak, ".3f"),
+         _ratio(fleetq.peak, kueue.peak)),
+        ("evictions (preempted workloads)", str(kueue.evictions), str(fleetq.evictions),
+         _ratio(float(fleetq.evictions), float(kueue.evictions))),
+        ("span, first to last event, s", _f(kueue.span, ".1f"), _f(fleetq.span, ".1f"),
+         _ratio(fleetq.span, kueue.span)),
+    ]
+    for c in sorted(set(kueue.admission) | set(fleetq.admission)):
+        k, f = stats(kueue.admission.get(c, [])), stats(fleetq.admission.get(c, []))
+        for what in ("mean", "p99"):
+            kv, fv = k[what], f[what]
+            rows.append((f"{c}: {what} time to admission, s", _f(kv), _f(fv),
+                         _ratio(None if fv is None else float(fv),
+                                None if kv is None else float(kv))))
+    return rows
+
+
+def print_report(kueue: Side, fleetq: Side, scale: Scale, source: str,
+                 loads: list[tuple[float, float, float]]) -> None:
+    print()
+    print(f"config {source}, scaled: {scale.describe()}; {kueue.workloads} workloads")
+    print("machine load (1/5/15 min) at start, between the sides, at end: "
+          + "; ".join("/".join(f"{x:.1f}" for x in load) for load in loads))
+    rows = [("figure", "kueue", "fleetq", "fleetq ÷ kueue"), *report_rows(kueue, fleetq)]
+    width = max(len(r[0]) for r in rows)
+    for r in rows:
+        print(f"{r[0]:<{width}}  {r[1]:>12}  {r[2]:>12}  {r[3]:>14}")
+    for side in (kueue, fleetq):
+        if side.cpu:
+            print(f"{side.name} CPU: " + ", ".join(f"{k} {v:.1f} s" for k, v in side.cpu.items()))
+        for note in side.notes:
+            print(f"{side.name}: {note}")
+    print("multikueue: no column; Kueue's harness creates bare Workloads, which "
+          "MultiKueue rejects (\"No multikueue adapter found\": it dispatches a Workload "
+          "through its owner job's adapter)")
+    ratio = fleetq.usage / kueue.usage if kueue.usage else math.nan
+    print(result_line("kueueusage", ratio, TARGET_USAGE))
+
+
+async def run(generator: Path | None, scale: Scale, out: Path | None, timeout: float) -> int:
+    def say(msg: str) -> None:
+        print(msg, flush=True)
+
+    loads = [os.getloadavg()]
+    try:
+        if generator is None:
+            from fleetq.controlplane.kueue import kueue_cached
+
+            built = kueue_cached()
+            if built is None:
+                raise KueueBenchError(
+                    "Kueue's harness is not built: run `fleetq controlplane build`")
+            generator = built.baseline_config
+        try:
+            raw = yaml.safe_load(generator.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise KueueBenchError(f"{generator}: {exc}") from None
+        if not isinstance(raw, dict):
+            raise KueueBenchError(f"{generator}: not a Kueue generator config")
+        config = scaled_config(raw, scale)
+        fleetq_trace_doc(config)  # refuse a config fleetq cannot replay before either run
+    except (KueueBenchError, TraceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    work = out or Path(tempfile.mkdtemp(prefix="fleetq-bench-kueue-"))
+    try:
+        started = time.time()
+        kueue, runner_cpu = await asyncio.to_thread(run_kueue, config, work / "kueue",
+                                                    timeout, say)
+        kueue.cpu["runner (envtest apiserver + etcd, generator, recorder)"] = \
+            runner_cpu - kueue.cpu.get("minimalkueue", 0.0)
+        say(f"kueue: {kueue.admitted}/{kueue.workloads} admitted in "
+            f"{time.time() - started:.0f} s")
+        loads.append(os.getloadavg())
+        fleetq = await run_fleetq(config, timeout, say)
+        loads.append(os.getloadavg())
+    except KueueBenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print_report(kueue, fleetq, scale, str(generator), loads)
+    missing = [s.name for s in (kueue, fleetq) if s.admitted != s.workloads]
+    for name in missing:
+        print(f"error: {name} did not admit every workload", file=sys.stderr)
+    return 1 if missing else 0
+
+
+app = bench_app()
+
+
+@app.command(help=help_text(__doc__))
+def command(
+    generator: Path | None = typer.Option(
+        None, "--generator",
+        help="a Kueue generator config (default: Kueue's configs/baseline/generator.yaml)"),
+    cohorts: int = typer.Option(1, "--cohorts", min=0,
+                                help="cohorts per cohort set, at most (0: all)"),
+    queues: int = typer.Option(0, "--queues", min=0,
+                               help="ClusterQueues per queue set, at most (0: all)"),
+    workloads: float = typer.Option(0.2, "--workloads", min=0.0001,
+                                    help="share of each workload set kept"),
+    stretch: float = typer.Option(20.0, "--stretch", min=0.001,
+                                  help="multiply creation intervals and run times"),
+    out: Path | None = typer.Option(None, "--out",
+                                    help="where Kueue's runner writes (default: a temp dir)"),
+    timeout: float = typer.Option(3600.0, "--timeout", min=10.0,
+                                  help="seconds each side may take"),
+) -> None:
+    scale = Scale(cohorts or None, queues or None, workloads, stretch)
+    raise typer.Exit(run_main(run(generator, scale, out, timeout)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(app, argv, "fleetq bench kueue")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
