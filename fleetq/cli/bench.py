@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, str] = {
     "trace": "a workload trace through the real stack vs. the simulator on the same trace",
     "workers": "many worker processes: enqueue bursts, jobs/s with 2 vs 1, the bind Lease",
     "cli_latency": "fleetq get pytorchjob vs. temporal workflow list on one server; --help",
+    "sustained": "one tree fed at a steady rate on the production-shaped Temporal, db at 0-20 ms",
 }
 
 
