@@ -11,7 +11,9 @@ registers the ``default`` namespace and fleetq's search attributes, as ``fleetq 
 gets from the dev server. It can kill one history process (:meth:`kill_history`), find
 which history process owns a workflow's shard (:meth:`history_owner`, via ``tdbg``) and
 restart every service on the same database (:meth:`kill_services` then
-:meth:`start_services`).
+:meth:`start_services`). With ``db_latency_ms`` set, the services reach PostgreSQL
+through :mod:`fleetq.temporal_cluster.latency_proxy` (its own process), which adds that
+many milliseconds to every chunk each way (0: through the proxy, no delay).
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -43,6 +46,7 @@ from fleetq.temporal_cluster.config import (
     Layout,
     Ports,
     history_process,
+    low_free_port,
     service_of,
     write_configs,
 )
@@ -129,8 +133,13 @@ class TemporalCluster:
     frontend_port: int | None = None
     log_level: str = "warn"
     progress: Progress = field(default=lambda _msg: None)
+    #: reach PostgreSQL through the latency proxy with this delay each way (ms); None:
+    #: directly
+    db_latency_ms: float | None = None
     ports: Ports = field(init=False)
     postgres: Child | None = field(default=None, init=False)
+    db_proxy: Child | None = field(default=None, init=False)
+    db_proxy_port: int | None = field(default=None, init=False)
     services: dict[str, Child] = field(default_factory=dict, init=False)
     configs: dict[str, Path] = field(default_factory=dict, init=False)
 
@@ -153,7 +162,8 @@ class TemporalCluster:
     @property
     def children(self) -> list[Child]:
         """Every running process, PostgreSQL first (stop them in reverse)."""
-        return [c for c in (self.postgres, *self.services.values()) if c is not None]
+        return [c for c in (self.postgres, self.db_proxy, *self.services.values())
+                if c is not None]
 
     @property
     def pids(self) -> dict[str, int]:
@@ -182,13 +192,19 @@ class TemporalCluster:
         self.logs.mkdir(exist_ok=True)
         self.start_postgres(deadline)
         self.setup_schema(deadline)
-        self.configs = write_configs(self.state_dir / "config", self.ports, self.layout,
+        ports = self.ports
+        if self.db_latency_ms is not None:
+            ports = replace(ports, postgres=self.start_db_proxy(deadline))
+        self.configs = write_configs(self.state_dir / "config", ports, self.layout,
                                      self.log_level)
         self.spawn_services()
 
     def stop(self, grace: float = 10.0) -> None:
         """Every service, then PostgreSQL (a fast shutdown)."""
         self.kill_services(signal.SIGTERM, grace)
+        if self.db_proxy is not None:
+            self.db_proxy.stop(grace)
+            self.db_proxy = None
         if self.postgres is not None:
             self.postgres.stop(grace, sig=signal.SIGINT)
             self.postgres = None
@@ -222,6 +238,27 @@ class TemporalCluster:
             self.logs, death_signal=signal.SIGINT)
         self.postgres.wait_ready(lambda: port_in_use(self.host, self.ports.postgres),
                                  deadline, what="PostgreSQL", error=ClusterError)
+
+    @property
+    def db_proxy_stats(self) -> Path:
+        """Where the latency proxy writes its counters (JSON, every second)."""
+        return self.state_dir / "db-proxy-stats.json"
+
+    def start_db_proxy(self, deadline: float) -> int:
+        """The latency proxy in front of PostgreSQL (:attr:`db_latency_ms` each way);
+        returns the port the services are to use instead of PostgreSQL's."""
+        port = low_free_port()
+        self.progress(f"PostgreSQL behind the latency proxy on {self.host}:{port}, "
+                      f"{self.db_latency_ms:g} ms each way")
+        self.db_proxy = spawn_child("db-proxy", [
+            sys.executable, "-m", "fleetq.temporal_cluster.latency_proxy",
+            "--listen", str(port), "--target", f"{self.host}:{self.ports.postgres}",
+            "--delay-ms", str(self.db_latency_ms), "--stats", str(self.db_proxy_stats)],
+            self.logs)
+        self.db_proxy.wait_ready(lambda: port_in_use(self.host, port), deadline,
+                                 what="the database latency proxy", error=ClusterError)
+        self.db_proxy_port = port
+        return port
 
     def sql_tool(self, database: str, *args: str, deadline: float) -> None:
         """``temporal-sql-tool`` against ``database``; retried while PostgreSQL is still
@@ -383,6 +420,8 @@ class TemporalCluster:
         return {"address": self.address, "version": self.build.version,
                 "shards": self.layout.shards, "pids": self.pids,
                 "postgres": f"{self.host}:{self.ports.postgres}",
+                **({"db_proxy": f"{self.host}:{self.db_proxy_port}",
+                    "db_latency_ms": self.db_latency_ms} if self.db_proxy_port else {}),
                 "history": [f"{self.host}:{p}" for p in self.ports.history],
                 "logs": str(self.logs)}
 

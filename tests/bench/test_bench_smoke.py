@@ -240,6 +240,7 @@ BENCH_FLAGS = {
     "cli_latency": ("--repeat", "--fleetq"),
     "kueue": ("--generator", "--cohorts", "--queues", "--workloads", "--stretch", "--out",
               "--timeout"),
+    "sustained": ("--latencies", "--rates", "--seconds", "--window", "--drain"),
 }
 
 
@@ -262,7 +263,7 @@ def test_every_benchmark_lists_its_flags_and_refuses_an_unknown_one(
 @pytest.mark.parametrize(("name", "argv"), [
     ("e2e", ["--jobs", "0"]), ("queue", ["--concurrency", "0"]),
     ("history", ["--days", "0"]), ("history", ["--run-seconds", "-1"]),
-    ("chaos", ["--members", "cloud"]),
+    ("chaos", ["--members", "cloud"]), ("sustained", ["--seconds", "0"]),
 ])
 def test_a_benchmark_refuses_an_out_of_range_value_before_it_starts(
         name: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:

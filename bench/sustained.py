@@ -1,0 +1,499 @@
+"""Benchmark: one quota tree under sustained load on production persistence (issue 28).
+
+For each database latency (the production-shaped Temporal, :mod:`fleetq.temporal_cluster`,
+with PostgreSQL behind :mod:`fleetq.temporal_cluster.latency_proxy`, which adds the
+latency to every chunk each way, so a query round trip costs twice it) and each offered
+rate of a ladder, job-shaped "holder" workflows (``bench.holder.QuotaHolder``: enqueue →
+wait for ``admitted`` → release at once, their messages sent as a job sends them, by the
+``signal_quota`` local activity through the worker's ``QuotaOutbox``, i.e. batched
+``submit`` updates) are started at that steady rate for ``--seconds`` against one real
+``QuotaTreeWorkflow`` whose leaf has room for all of them. What is measured is the tree:
+
+* admissions/s achieved (grants ÷ first request to last grant);
+* queueing delay, request → grant: from the bench's start of the holder to the grant
+  the quota workflow sent (the ``admitted`` signal's initiated event in its history),
+  p50/p99 per window of ``--window`` seconds (by request time); and the part of it
+  from the job's enqueue (the holder's first task, its request's ``submitted_at``) to the
+  grant, i.e. the outbox and the quota workflow without the start of the holder;
+* continue-as-new runs of the quota workflow per second and events per run.
+
+A point is *bounded* when every holder was granted exactly once, admissions/s reached
+90% of the offered rate, and the p99 did not grow over the run: the p99 of the last third
+of the windows is at most twice that of the first third, or under one second. The
+ladder stops climbing at a latency's first unbounded point. Result: the highest bounded
+rate at the reference latency (5 ms when measured).
+
+Run: ``fleetq bench sustained [--latencies 0,5,20] [--rates 10,20,40,80,160]
+[--seconds 600]``. Last line: ``RESULT sustained <admissions/s> (target 100)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import typer
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from bench.command import bench_app, help_text, run_command
+from bench.common import (
+    HISTORY_WARN_EVENTS,
+    cpu_seconds,
+    percentile,
+    quota_messages,
+    real_activities,
+    result_line,
+    run_chain,
+    run_main,
+)
+from bench.holder import HolderInput, QuotaHolder
+from fleetq.temporal_cluster.latency_proxy import read_stats
+from worker import build_worker
+from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow
+
+#: admissions/s per tree at the reference latency (issue 28)
+TARGET = 100.0
+REFERENCE_LATENCY_MS = 5.0
+#: and never more than one new run of the quota workflow per second
+MAX_RUNS_PER_SECOND = 1.0
+NAMESPACE = "bench"
+#: a bounded point reaches this share of the offered rate
+RATE_SHARE = 0.9
+#: ... and its p99 in the last third of the run is at most this times the first third's,
+#: or under this many seconds
+P99_GROWTH = 2.0
+P99_FLOOR_SECONDS = 1.0
+
+COLUMNS = ("db ms", "offered/s", "jobs", "admitted", "admissions/s", "p50 s", "p99 s",
+           "p99 first→last", "enqueue→grant p99 s", "grant signal p99 s", "runs/s",
+           "events/run", "max events", "bounded")
+
+
+def quota_tree() -> dict[str, Any]:
+    """One leaf with room for every holder: the delay measured is the workflow's own."""
+    big = {"cpu": 100000, "memory": "100000Gi", "kube-queue/max-jobs": 100_000_000}
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
+        "spec": {"root": {"name": "root", "max": big, "min": big, "children": [
+            {"name": "sustained", "max": big, "namespaces": [NAMESPACE]}]}},
+    }
+
+
+def event_seconds(ev: HistoryEvent) -> float:
+    return ev.event_time.seconds + ev.event_time.nanos / 1e9
+
+
+def grant_times(events: Sequence[HistoryEvent]) -> dict[str, list[float]]:
+    """Job id -> when the quota workflow sent it ``admitted`` (every run)."""
+    out: dict[str, list[float]] = {}
+    for ev in events:
+        if ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
+            s = ev.signal_external_workflow_execution_initiated_event_attributes
+            if s.signal_name == "admitted":
+                out.setdefault(s.workflow_execution.workflow_id, []).append(event_seconds(ev))
+    return out
+
+
+def enqueue_times(events: Sequence[HistoryEvent]) -> dict[str, float]:
+    """Job id -> when the job asked to be enqueued (its request's ``submitted_at``: the
+    job workflow's clock in the task that sent the enqueue)."""
+    out: dict[str, float] = {}
+    for _ev, message in quota_messages(events):
+        if message.signal == "enqueue" and message.request is not None:
+            out.setdefault(message.request.job_id, message.request.submitted_at)
+    return out
+
+
+@dataclass
+class TaskTimes:
+    """The quota workflow's workflow tasks and grant signals, from its history."""
+
+    tasks: int = 0
+    schedule_to_start: list[float] = field(default_factory=list)
+    start_to_close: list[float] = field(default_factory=list)
+    #: a grant's signal initiated -> its ``ExternalWorkflowExecutionSignaled`` recorded
+    signal_round_trip: list[float] = field(default_factory=list)
+    updates: int = 0
+    messages: int = 0
+
+    def summary(self) -> str:
+        def ms(v: list[float]) -> str:
+            return (f"p50 {percentile(v, 50) * 1000:.0f} / p99 {percentile(v, 99) * 1000:.0f} ms"
+                    if v else "n/a")
+
+        per = self.messages / self.updates if self.updates else math.nan
+        return (f"{self.tasks} quota workflow tasks, schedule→start {ms(self.schedule_to_start)}, "
+                f"start→complete {ms(self.start_to_close)}; grant signal round trip "
+                f"{ms(self.signal_round_trip)}; {self.updates} submit updates, "
+                f"{per:.1f} messages each")
+
+
+def task_times(events: Sequence[HistoryEvent]) -> TaskTimes:
+    out = TaskTimes()
+    scheduled: dict[int, float] = {}
+    started: dict[int, float] = {}
+    initiated: dict[int, float] = {}
+    seen_updates: set[int] = set()
+    for ev, _m in quota_messages(events):
+        out.messages += 1
+        if id(ev) not in seen_updates:
+            seen_updates.add(id(ev))
+    out.updates = len(seen_updates)
+    for ev in events:
+        t = event_seconds(ev)
+        if ev.HasField("workflow_task_scheduled_event_attributes"):
+            scheduled[ev.event_id] = t
+        elif ev.HasField("workflow_task_started_event_attributes"):
+            a = ev.workflow_task_started_event_attributes
+            started[ev.event_id] = t
+            if a.scheduled_event_id in scheduled:
+                out.schedule_to_start.append(t - scheduled[a.scheduled_event_id])
+        elif ev.HasField("workflow_task_completed_event_attributes"):
+            a2 = ev.workflow_task_completed_event_attributes
+            out.tasks += 1
+            if a2.started_event_id in started:
+                out.start_to_close.append(t - started[a2.started_event_id])
+        elif ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
+            initiated[ev.event_id] = t
+        elif ev.HasField("external_workflow_execution_signaled_event_attributes"):
+            a3 = ev.external_workflow_execution_signaled_event_attributes
+            if a3.initiated_event_id in initiated:
+                out.signal_round_trip.append(t - initiated.pop(a3.initiated_event_id))
+    return out
+
+
+@dataclass
+class Point:
+    """One (latency, rate) point of the ladder."""
+
+    latency_ms: float
+    rate: float
+    seconds: float
+    jobs: int = 0
+    admitted: int = 0
+    duplicates: int = 0
+    #: holders granted again because their enqueue was sent again (a timed-out update)
+    regranted: int = 0
+    admissions_per_s: float = math.nan
+    p50: float = math.nan
+    p99: float = math.nan
+    p99_first: float = math.nan
+    p99_last: float = math.nan
+    in_tree_p99: float = math.nan
+    tasks: TaskTimes = field(default_factory=TaskTimes)
+    windows: list[tuple[float, float, int]] = field(default_factory=list)  # p50, p99, n
+    backlog: list[int] = field(default_factory=list)  # running holders, each window
+    runs: int = 0
+    runs_per_s: float = math.nan
+    events_per_run: float = math.nan
+    max_events: int = 0
+    feed_lag: float = 0.0  # how far the last start request fell behind its schedule, s
+    drained: bool = True
+    cpu: dict[str, float] = field(default_factory=dict)  # process group -> CPU seconds
+    proxy_chunks: int = 0
+    proxy_min_held_ms: float | None = None
+    proxy_mean_held_ms: float | None = None
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def bounded(self) -> bool:
+        return (not self.problems and self.drained and self.admitted == self.jobs
+                and self.admissions_per_s >= RATE_SHARE * self.rate
+                and (self.p99_last <= P99_GROWTH * self.p99_first
+                     or self.p99_last <= P99_FLOOR_SECONDS))
+
+    def row(self) -> list[str]:
+        return [f"{self.latency_ms:g}", f"{self.rate:g}", str(self.jobs), str(self.admitted),
+                f"{self.admissions_per_s:.1f}", f"{self.p50:.2f}", f"{self.p99:.2f}",
+                f"{self.p99_first:.2f}→{self.p99_last:.2f}", f"{self.in_tree_p99:.2f}",
+                f"{percentile(self.tasks.signal_round_trip, 99):.2f}",
+                f"{self.runs_per_s:.3f}", f"{self.events_per_run:.0f}", str(self.max_events),
+                "yes" if self.bounded else "no"]
+
+
+def table(points: Sequence[Point]) -> str:
+    rows = [list(COLUMNS), *(p.row() for p in points)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
+             for r in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def thirds(values: Sequence[float]) -> tuple[float, float]:
+    """The largest value of the first and of the last third of ``values``."""
+    k = max(1, len(values) // 3)
+    return max(values[:k], default=math.nan), max(values[-k:], default=math.nan)
+
+
+async def running_holders(client: Client, task_queue: str) -> int:
+    got = await client.count_workflows(
+        f'TaskQueue = "{task_queue}" AND ExecutionStatus = "Running"')
+    return got.count
+
+
+async def run_point(client: Client, cluster: Any, task_queue: str, control_queue: str,
+                    latency_ms: float, rate: float, opts: Options) -> Point:
+    point = Point(latency_ms, rate, opts.seconds)
+    tag = f"{latency_ms:g}ms-{rate:g}-{uuid.uuid4().hex[:6]}"
+    qh = await client.start_workflow(
+        QuotaTreeWorkflow.run, QuotaTreeInput(tree=quota_tree()),
+        id=f"quota/sustained-{tag}", task_queue=control_queue)
+    first_run = qh.result_run_id
+    n = max(1, round(rate * opts.seconds))
+    point.jobs = n
+    asked: dict[str, float] = {}
+    starts: set[asyncio.Task[None]] = set()
+    errors: list[str] = []
+    cpu0, own0 = cluster.cpu_seconds(), cpu_seconds()
+    proxy0 = read_stats(cluster.db_proxy_stats) or {}
+
+    async def start(job_id: str) -> None:
+        asked[job_id] = time.time()
+        try:
+            await client.start_workflow(
+                QuotaHolder.run, HolderInput(tree_id=qh.id, namespace=NAMESPACE),
+                id=job_id, task_queue=task_queue)
+        except Exception as exc:  # noqa: BLE001 - counted, reported
+            errors.append(f"start {job_id}: {exc}")
+
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    wall0 = time.time()
+    next_sample = opts.window
+    for i in range(n):
+        due = t0 + i / rate
+        wait = due - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        point.feed_lag = max(point.feed_lag, loop.time() - due)
+        task = asyncio.ensure_future(start(f"sus-{tag}-{i:06d}"))
+        starts.add(task)
+        task.add_done_callback(starts.discard)
+        if loop.time() - t0 >= next_sample:
+            next_sample += opts.window
+            # a sample of the backlog (holders started and not yet released), off the feed
+            sample = asyncio.ensure_future(running_holders(client, task_queue))
+            sample.add_done_callback(
+                lambda f: point.backlog.append(f.result()) if not f.exception() else None)
+    await asyncio.gather(*starts)
+    # drain: every holder granted and released
+    deadline = loop.time() + opts.drain_seconds
+    while True:
+        left = await running_holders(client, task_queue)
+        if left == 0:
+            break
+        if loop.time() > deadline:
+            point.drained = False
+            point.problems.append(f"{left} holders still running {opts.drain_seconds:g} s "
+                                  "after the feed ended")
+            break
+        await asyncio.sleep(1.0)
+    cpu1, own1 = cluster.cpu_seconds(), cpu_seconds()
+    proxy1 = read_stats(cluster.db_proxy_stats) or {}
+    point.load = os.getloadavg()
+    await qh.signal(QuotaTreeWorkflow.stop)
+    await qh.result()
+    runs, events = await run_chain(client, qh.id, first_run, keep_events=True)
+
+    grants = grant_times(events)
+    enqueued = enqueue_times(events)
+    point.tasks = task_times(events)
+    point.admitted = sum(1 for j in asked if j in grants)
+    # A holder whose enqueue went out again (its update got no answer in time, so its
+    # local activity retried) is granted again by design: the quota workflow answers a
+    # holder's re-enqueue with its grant. Any other second grant is an error.
+    sends = Counter(m.request.job_id for _ev, m in quota_messages(events)
+                    if m.signal == "enqueue" and m.request is not None)
+    again = [j for j in asked if len(grants.get(j, [])) > 1]
+    point.regranted = sum(1 for j in again if len(grants[j]) <= sends[j])
+    point.duplicates = len(again) - point.regranted
+    if point.duplicates:
+        point.problems.append(f"{point.duplicates} holders granted more often than they "
+                              "asked")
+    point.problems += errors[:3]
+    delays = {j: grants[j][0] - asked[j] for j in asked if j in grants}
+    in_tree = [grants[j][0] - enqueued[j] for j in delays if j in enqueued]
+    if delays:
+        last_grant = max(grants[j][0] for j in delays)
+        point.admissions_per_s = len(delays) / max(1e-9, last_grant - wall0)
+        values = list(delays.values())
+        point.p50, point.p99 = percentile(values, 50), percentile(values, 99)
+        point.in_tree_p99 = percentile(in_tree, 99)
+        by_window: dict[int, list[float]] = {}
+        for j, d in delays.items():
+            by_window.setdefault(int((asked[j] - wall0) // opts.window), []).append(d)
+        point.windows = [(percentile(v, 50), percentile(v, 99), len(v))
+                         for _k, v in sorted(by_window.items())]
+        point.p99_first, point.p99_last = thirds([w[1] for w in point.windows])
+        elapsed = last_grant - wall0
+        point.runs = len(runs)
+        point.runs_per_s = (len(runs) - 1) / elapsed if elapsed > 0 else math.nan
+    full = [r.events for r in runs[:-1]] or [r.events for r in runs]
+    point.events_per_run = sum(full) / len(full)
+    point.max_events = max(r.events for r in runs)
+    if point.max_events > HISTORY_WARN_EVENTS:
+        point.problems.append(f"a quota run has {point.max_events} events "
+                              f"(> {HISTORY_WARN_EVENTS})")
+    if point.runs_per_s > MAX_RUNS_PER_SECOND:
+        point.problems.append(f"{point.runs_per_s:.2f} quota runs per second "
+                              f"(> {MAX_RUNS_PER_SECOND:g})")
+    groups: dict[str, float] = {}
+    for name, secs in cpu1.items():
+        group = ("postgres" if name == "postgres" else "db-proxy" if name == "db-proxy"
+                 else "temporal")
+        groups[group] = groups.get(group, 0.0) + secs - cpu0.get(name, 0.0)
+    groups["worker+bench"] = own1 - own0
+    point.cpu = groups
+    point.proxy_chunks = sum(int(proxy1.get(d, {}).get("chunks", 0))
+                             - int(proxy0.get(d, {}).get("chunks", 0))
+                             for d in ("upstream", "downstream"))
+    held = [proxy1.get(d, {}).get("min_held") for d in ("upstream", "downstream")]
+    known = [float(h) for h in held if h is not None]
+    point.proxy_min_held_ms = min(known) * 1000 if known else None
+    held_s = sum(float(proxy1.get(d, {}).get("total_held", 0.0))
+                 - float(proxy0.get(d, {}).get("total_held", 0.0))
+                 for d in ("upstream", "downstream"))
+    point.proxy_mean_held_ms = held_s / point.proxy_chunks * 1000 if point.proxy_chunks else None
+    return point
+
+
+def describe(p: Point) -> str:
+    wins = ", ".join(f"{w[1]:.2f}" for w in p.windows)
+    cpu = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(p.cpu.items()))
+    held = (f">= {p.proxy_min_held_ms:.1f} ms, mean {p.proxy_mean_held_ms or 0:.1f} ms"
+            if p.proxy_min_held_ms is not None else "n/a")
+    return (f"  db {p.latency_ms:g} ms, offered {p.rate:g}/s for {p.seconds:g} s: "
+            f"{p.admitted}/{p.jobs} admitted ({p.regranted} granted again after a re-sent "
+            f"enqueue), {p.admissions_per_s:.1f}/s, p50 {p.p50:.2f} s, "
+            f"p99 {p.p99:.2f} s (from the job's enqueue {p.in_tree_p99:.2f} s); p99 per "
+            f"{len(p.windows)} windows: [{wins}]; running holders per window: {p.backlog}; "
+            f"feed fell behind by {p.feed_lag:.2f} s at most; quota runs {p.runs} "
+            f"({p.runs_per_s:.3f}/s), {p.events_per_run:.0f} events per full run, max "
+            f"{p.max_events}; {p.tasks.summary()}; CPU {cpu}; db proxy {p.proxy_chunks} "
+            f"chunks, each held {held}; load {p.load[0]:.1f}/{p.load[1]:.1f}/{p.load[2]:.1f}; "
+            f"bounded: {'yes' if p.bounded else 'no'}"
+            + "".join(f"\n    problem: {x}" for x in p.problems))
+
+
+async def run_latency(binaries: Any, latency_ms: float, opts: Options) -> list[Point]:
+    from fleetq.temporal_cluster.runner import TemporalCluster
+
+    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    points: list[Point] = []
+    with tempfile.TemporaryDirectory(prefix="fleetq-bench-sustained-", dir=shm) as tmp:
+        cluster = TemporalCluster(binaries, Path(tmp), db_latency_ms=latency_ms,
+                                  progress=print)
+        await asyncio.to_thread(cluster.start, 300.0)
+        try:
+            client = await Client.connect(cluster.address,
+                                          data_converter=pydantic_data_converter)
+            tq = f"bench-sustained-{uuid.uuid4().hex[:6]}"
+            ctq = f"{tq}-control"
+            worker = build_worker(client, real_activities(client, None), task_queue=tq,
+                                  control_task_queue=ctq, extra_workflows=[QuotaHolder])
+            async with worker:
+                for rate in opts.rates:
+                    point = await run_point(client, cluster, tq, ctq, latency_ms, rate, opts)
+                    points.append(point)
+                    print(describe(point), flush=True)
+                    if not point.bounded:
+                        break
+        finally:
+            await asyncio.to_thread(cluster.stop)
+    return points
+
+
+def best(points: Sequence[Point], latency_ms: float) -> float:
+    """The highest admissions/s among the bounded points at ``latency_ms`` (0: none)."""
+    rates = [p.admissions_per_s for p in points if p.latency_ms == latency_ms and p.bounded]
+    return max(rates, default=0.0)
+
+
+async def run(opts: Options) -> int:
+    from fleetq.temporal_cluster.build import build
+
+    binaries = await asyncio.to_thread(build, False, print)
+    points: list[Point] = []
+    for latency in opts.latencies:
+        points += await run_latency(binaries, latency, opts)
+    ref = REFERENCE_LATENCY_MS if REFERENCE_LATENCY_MS in opts.latencies else opts.latencies[0]
+    print()
+    print(f"one tree, holders started at a steady rate for {opts.seconds:g} s per point "
+          f"(windows of {opts.window:g} s), production-shaped Temporal, PostgreSQL behind "
+          "the latency proxy (added each way)")
+    print(table(points))
+    for latency in opts.latencies:
+        print(f"highest bounded rate at db {latency:g} ms: {best(points, latency):.1f} "
+              "admissions/s")
+    problems = [x for p in points for x in p.problems if p.drained and p.admitted == p.jobs]
+    for x in problems:
+        print(f"error: {x}", file=sys.stderr)
+    print(result_line("sustained", best(points, ref), TARGET))
+    return 0 if best(points, ref) >= TARGET else 1
+
+
+@dataclass(frozen=True)
+class Options:
+    """``fleetq bench sustained``'s options as parsed (the defaults are the command's)."""
+
+    latencies: list[float]
+    rates: list[float]
+    seconds: float = 600.0
+    window: float = 10.0
+    drain_seconds: float = 120.0
+
+
+def parse_list(value: str, what: str) -> list[float]:
+    try:
+        got = [float(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{what}: a comma-separated list of numbers, "
+                                 f"got {value!r}") from None
+    if not got or any(x < 0 for x in got):
+        raise typer.BadParameter(f"{what}: at least one number, none negative; got {value!r}")
+    return got
+
+
+app = bench_app()
+
+
+@app.command(help=help_text(__doc__))
+def command(
+    latencies: str = typer.Option("0,5,20", "--latencies",
+                                  help="database latencies, ms added each way"),
+    rates: str = typer.Option("10,20,40,80,160", "--rates",
+                              help="offered rates, holders started per second"),
+    seconds: float = typer.Option(600.0, "--seconds", min=1.0, help="feed time per point"),
+    window: float = typer.Option(10.0, "--window", min=0.5,
+                                 help="seconds per delay window (p99 over time)"),
+    drain: float = typer.Option(120.0, "--drain", min=1.0,
+                                help="seconds after the feed for every holder to finish"),
+) -> None:
+    rate_list = parse_list(rates, "--rates")
+    if any(r <= 0 for r in rate_list):
+        raise typer.BadParameter(f"--rates: every rate must be positive; got {rates!r}")
+    raise typer.Exit(run_main(run(Options(parse_list(latencies, "--latencies"), rate_list,
+                                          seconds, window, drain))))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(app, argv, "fleetq bench sustained")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
