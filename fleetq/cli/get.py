@@ -32,7 +32,8 @@ if TYPE_CHECKING:  # the commands import the client library and the core when th
     from temporalio.client import Client
 
     from fleetq.cli.member_views import MemberSnapshot
-    from fleetq.messages import JobView, QuotaView
+    from fleetq.job_view import JobView
+    from fleetq.messages import QuotaView
 
 # kubectl-style names and aliases of what `get`/`describe`/`delete` understand.
 ALIASES = {

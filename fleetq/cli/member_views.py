@@ -24,8 +24,8 @@ from fleetq.cli.output import age
 from fleetq.client import members
 from fleetq.client.members import MemberRead, MemberSnapshot, job_key_of_pod
 from fleetq.fleet_config import FleetConfigError
+from fleetq.job_view import TERMINAL_STATES, JobView
 from fleetq.member_contract import job_phase, meta_of, pod_restarts
-from fleetq.messages import TERMINAL_STATES, JobView
 
 __all__ = ["MemberRead", "MemberSnapshot", "read_members"]
 

@@ -24,7 +24,6 @@ from fleetq.client.errors import ClientError, InvalidInput
 from fleetq.client.jobs import delete_job, start_job
 from fleetq.client.registry import delete_registry_object, registry
 from fleetq.manifests import STDIN, STDIN_NAME, load_manifests, preemption_annotation_error
-from fleetq.messages import QuotaTreeInput
 from fleetq.models import (
     ElasticQuotaTree,
     FleetObject,
@@ -95,7 +94,10 @@ async def apply_registry_object(client: Client, manifest: dict[str, Any]) -> str
 
 async def apply_tree(client: Client, tree: ElasticQuotaTree, manifest: dict[str, Any]) -> str:
     """Apply the ElasticQuotaTree to the registry and to its quota workflow (started if
-    absent)."""
+    absent). (fleetq.messages, whose contracts import placement and numpy, is loaded
+    here: applying a job alone does not need it.)"""
+    from fleetq.messages import QuotaTreeInput
+
     verb = await apply_registry_object(client, manifest)
     handle = await client.start_workflow(
         "QuotaTreeWorkflow",

@@ -7,6 +7,8 @@ workflow, or a purge run, is a deleted job: gone); listing reads Temporal visibi
 queries the jobs concurrently, bounded. Deleting a running job cancels its workflow, which
 purges every member copy and returns the quota; deleting a finished one starts the purge
 run under its workflow id (``workflows/job_purge.py``). Suspend and resume are signals.
+Reading and listing load only the view (:mod:`fleetq.job_view`); the models and the
+admission core are imported where a job is started or its queue position asked.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import asyncio
 import time
 import weakref
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio.client import (
     Client,
@@ -34,12 +36,10 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from fleetq.admission import WaitInfo, markdown_header, markdown_row
 from fleetq.client.connection import REFUSAL_TYPES, has_search_attributes
 from fleetq.client.errors import ClientError, InvalidInput, NotFound
 from fleetq.client.registry import QUERY_TIMEOUT, get_registry
-from fleetq.messages import JobRef, JobView
-from fleetq.models import BUILTIN_PRIORITY_CLASSES, PyTorchJob, gang_of
+from fleetq.job_view import JobView
 from fleetq.naming import (
     JOB_PURGE_WORKFLOW,
     JOB_WORKFLOW,
@@ -55,10 +55,22 @@ from fleetq.naming import (
 )
 from fleetq.resources import format_resources
 
+if TYPE_CHECKING:  # the models and the admission core: only where a job is started or
+    # its queue position asked (fleetq get pytorchjob reads views only)
+    from fleetq.admission import WaitInfo
+    from fleetq.models import Gang, PyTorchJob
+
 MAX_CONCURRENT_QUERIES = 16
 JOB_RESOURCE = "pytorchjobs.kubeflow.org"
 
 # --------------------------------------------------------------------------- start
+
+
+def gang_of(job: PyTorchJob, priority_classes: dict[str, int] | None = None) -> Gang:
+    """:func:`fleetq.models.gang_of`, imported when a job is started."""
+    from fleetq.models import gang_of as of
+
+    return of(job, priority_classes)
 
 
 def job_summary(job: PyTorchJob, priority_classes: dict[str, int] | None = None) -> str:
@@ -71,6 +83,8 @@ def job_details(job: PyTorchJob, priority_classes: dict[str, int] | None = None)
     """The workflow's static details in the Web UI (Markdown): the job's priority and
     what gives it, then the gang as a table, one row a role, spaced so the UI's renderer
     draws it legibly (:func:`~fleetq.admission.markdown_row`)."""
+    from fleetq.admission import markdown_header, markdown_row
+
     gang = gang_of(job, priority_classes)
     requests: dict[str, str] = {}
     for pod in gang.pods:
@@ -106,6 +120,8 @@ def priority_source(job: PyTorchJob, priority_classes: dict[str, int] | None = N
     """What gives the job its priority, in the order :func:`~fleetq.models.job_priority`
     takes it: ``PriorityClass high``, ``spec.priority``, or ``no PriorityClass``; a
     named class the fleet does not know is said (it counts as absent)."""
+    from fleetq.models import BUILTIN_PRIORITY_CLASSES
+
     known = {**BUILTIN_PRIORITY_CLASSES, **(priority_classes or {})}
     sp = job.scheduling_policy
     if sp is not None and sp.priorityClass and sp.priorityClass in known:
@@ -129,6 +145,8 @@ async def known_priority_classes(
     nor among them -- a class applied earlier, from another file. The workflow resolves
     its priority from the registry; without this the submission's static details and
     FleetqPriority said 0 for a priority-1000 job whose PriorityClass was applied first."""
+    from fleetq.models import BUILTIN_PRIORITY_CLASSES
+
     given = priority_classes or {}
     missing = [n for n in named_priority_classes(job)
                if n not in given and n not in BUILTIN_PRIORITY_CLASSES]
@@ -359,6 +377,8 @@ async def list_jobs(client: Client, namespace: str | None) -> list[JobView]:
 
 async def wait_info(client: Client, view: JobView, tree: str | None = None) -> WaitInfo | None:
     """The quota workflow's ``wait_info`` for a queued job (queue, position, reason)."""
+    from fleetq.admission import WaitInfo
+
     if tree is None:
         reg = await get_registry(client)
         if reg is None or reg.tree is None:
@@ -417,6 +437,8 @@ async def delete_job(client: Client, namespace: str, name: str, *, wait: bool,
     deleted Kubernetes object is. A delete already under way is waited for (idempotent).
     :class:`NotFound` when there is no job; :class:`ClientError` when the purge outlasts
     ``timeout`` (it continues) or fails."""
+    from fleetq.messages import JobRef
+
     wid = job_workflow_id(namespace, name)
     handle: WorkflowHandle[Any, Any] | None = None
     for _ in range(5):  # an apply or another delete may win a race: look again

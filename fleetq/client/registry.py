@@ -2,28 +2,31 @@
 
 The registry workflow (``fleetq/registry``) holds the PropagationPolicies, the
 PriorityClasses and the name of the one ElasticQuotaTree; the tree's own quota workflow
-holds its queues and who holds or waits for quota.
+holds its queues and who holds or waits for quota. The registry's state and
+:mod:`fleetq.messages` are imported where they are read, so importing this module (as
+:mod:`fleetq.client.jobs` does for ``fleetq get pytorchjob``) builds no Temporal contract.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from fleetq.client.errors import InvalidInput, NotFound
-from fleetq.messages import DeleteRequest, QuotaView
 from fleetq.naming import (
     CONTROL_TASK_QUEUE,
     REGISTRY_WORKFLOW_ID,
     quota_workflow_id,
     tree_workflow_id,
 )
-from fleetq.registry import RegistryState
+
+if TYPE_CHECKING:  # fleetq.messages (every Temporal contract) only where it is used
+    from fleetq.messages import QuotaView
 
 QUERY_TIMEOUT = timedelta(seconds=15)
 T = TypeVar("T")
@@ -57,6 +60,8 @@ class QuotaTreeView:
 
 async def registry(client: Client) -> WorkflowHandle[Any, Any]:
     """The fleet registry workflow, started if absent."""
+    from fleetq.registry import RegistryState
+
     return await client.start_workflow(
         "FleetRegistryWorkflow",
         RegistryState(),
@@ -87,6 +92,8 @@ async def _query_running(client: Client, workflow_id: str, query: str,
 
 async def get_registry(client: Client) -> Registry | None:
     """The registry's state; None when no registry workflow runs."""
+    from fleetq.registry import RegistryState
+
     found = await _query_running(client, REGISTRY_WORKFLOW_ID, "state", RegistryState)
     if found is None:
         return None
@@ -97,6 +104,8 @@ async def get_registry(client: Client) -> Registry | None:
 async def quota_view(client: Client) -> QuotaTreeView | None:
     """The fleet's quota tree as its quota workflow sees it, or None (no tree, or its
     workflow is not running)."""
+    from fleetq.messages import QuotaView
+
     reg = await get_registry(client)
     if reg is None or reg.tree is None:
         return None
@@ -112,6 +121,8 @@ async def delete_registry_object(client: Client, kind: str, namespace: str,
     """Remove a PropagationPolicy, PriorityClass or the ElasticQuotaTree from the
     registry; the tree is refused while any job holds or waits for its quota, and its
     quota workflow is stopped once it is gone. :class:`NotFound` when it is not there."""
+    from fleetq.messages import DeleteRequest
+
     if kind == "ElasticQuotaTree":
         found = await quota_view(client)
         if found is not None and found.tree == f"{namespace}/{name}":

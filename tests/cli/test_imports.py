@@ -1,19 +1,26 @@
 """What a CLI command loads (issue 27 item 6): registering the commands, ``--help`` and a
 command that does not talk to Temporal import neither the Temporal client nor the
-emulator, the embedded runtime, the kubernetes client, numpy or the core. Asserted on
-``sys.modules`` of a fresh interpreter (``fleetq bench cli_latency`` times it)."""
+emulator, the embedded runtime, the kubernetes client, numpy or the core; ``fleetq get
+pytorchjob`` against a fleet loads the Temporal client and the job view, not the
+contracts, the models, yaml or numpy; ``validate`` and ``apply`` of a job load the models
+but no numpy and no kubernetes client. Asserted on ``sys.modules`` of a fresh interpreter
+(``fleetq bench cli_latency`` times it)."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from fleetq.cli import LAZY_GROUPS, app
+from tests.cli.conftest import CliFleet
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -46,11 +53,20 @@ os._exit(0)
 """
 
 
-def loaded(argv: list[str] | None) -> tuple[set[str], str]:
+#: what no everyday command loads (``describe`` aside, which reads the members)
+NEVER = ("aiohttp", "cryptography", "rich", "opentelemetry", "fleetq.emulator",
+         "fleetq.runtime.embedded", "fleetq.runtime.supervisor", "fleetq.controlplane",
+         "fleetq.temporal_cluster", "fleetq.simulator", "workflows")
+#: numpy (placement) and the kubernetes client: only a command that places or reads members
+NO_NUMPY_NO_KUBE = ("numpy", "kubernetes", "urllib3", "fleetq.placement", "activities")
+
+
+def loaded(argv: list[str] | None,
+           env: dict[str, str] | None = None) -> tuple[set[str], str]:
     """The modules a fresh interpreter holds after ``fleetq ARGV`` (None: after ``import
-    fleetq.cli``), and what it printed."""
+    fleetq.cli``), and what it printed; ``env`` on top of a bare PATH."""
     proc = subprocess.run([sys.executable, "-c", RUN, json.dumps(argv)], capture_output=True,
-                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin", **(env or {})})
     head, _, tail = proc.stderr.rpartition("\nMODULES ")
     assert tail, proc.stderr
     return set(json.loads(tail)), proc.stdout + head
@@ -58,6 +74,15 @@ def loaded(argv: list[str] | None) -> tuple[set[str], str]:
 
 def heavy(modules: set[str], packages: tuple[str, ...]) -> list[str]:
     return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in packages))
+
+
+@pytest_asyncio.fixture
+async def leaves_no_job(cli_fleet: CliFleet) -> AsyncIterator[CliFleet]:
+    """The Temporal server (and so the quota tree) is shared by every module of
+    tests/cli: the job these tests apply is deleted after each, so it holds no quota
+    another module's jobs wait for."""
+    yield cli_fleet
+    await cli_fleet.run("delete", "pytorchjob", "pytorch-test")
 
 
 @pytest.mark.parametrize("argv", [
@@ -80,8 +105,55 @@ def test_validate_loads_the_manifest_core_but_no_temporal_emulator_or_runtime() 
     modules, out = loaded(["validate", "-f", str(EXAMPLES / "pytorch-test.yaml")])
     assert "OK PyTorchJob default/pytorch-test" in out
     assert "fleetq.models" in modules
-    assert heavy(modules, ("temporalio", "aiohttp", "cryptography", "fleetq.emulator",
-                           "fleetq.runtime.embedded", "fleetq.client.connection")) == []
+    assert heavy(modules, ("temporalio", "fleetq.client.connection", "fleetq.messages")) == []
+    assert heavy(modules, NEVER) == []
+    assert heavy(modules, NO_NUMPY_NO_KUBE) == []
+
+
+async def test_get_pytorchjob_loads_the_temporal_client_and_the_job_view(
+        leaves_no_job: CliFleet) -> None:
+    cli_fleet = leaves_no_job
+    """``fleetq get pytorchjob``: one list and one status query per running job, decoded
+    as :class:`fleetq.job_view.JobView`; none of the contracts (fleetq.messages), the
+    models, the admission core, yaml or numpy."""
+    r = await cli_fleet.run("apply", "-f", str(EXAMPLES / "pytorch-test.yaml"))
+    assert r.exit_code == 0, r.output
+    modules, out = await asyncio.to_thread(loaded, ["get", "pytorchjob"], cli_fleet.env)
+    assert out.startswith("NAME") and "pytorch-test" in out, out
+    assert {"temporalio.client", "fleetq.job_view"} <= modules
+    assert heavy(modules, NEVER) == []
+    assert heavy(modules, NO_NUMPY_NO_KUBE) == []
+    assert heavy(modules, ("yaml", "fleetq.messages", "fleetq.models", "fleetq.admission",
+                           "fleetq.registry", "fleetq.manifests", "fleetq.fleet_config",
+                           "fleetq.client.members", "fleetq.cli.member_views")) == []
+
+
+async def test_apply_of_a_job_loads_no_numpy_and_no_kubernetes_client(
+        leaves_no_job: CliFleet) -> None:
+    cli_fleet = leaves_no_job
+    """``fleetq apply -f job.yaml`` validates with the models and reads the registry's
+    priority classes; the contracts, placement (numpy) and the kubernetes client it
+    does not need."""
+    job = str(EXAMPLES / "pytorch-test.yaml")
+    modules, out = await asyncio.to_thread(loaded, ["apply", "-f", job], cli_fleet.env)
+    assert "pytorchjob.kubeflow.org/pytorch-test" in out, out
+    assert {"temporalio.client", "fleetq.models", "fleetq.manifests"} <= modules
+    assert heavy(modules, NEVER) == []
+    assert heavy(modules, NO_NUMPY_NO_KUBE) == []
+    assert heavy(modules, ("fleetq.messages",)) == []
+
+
+async def test_describe_loads_no_emulator_runtime_or_workflows(leaves_no_job: CliFleet) -> None:
+    cli_fleet = leaves_no_job
+    """``fleetq describe`` reads the job and its member copies (the kubernetes client of
+    ``activities.kube_api``, which traces its calls, through the fleet config), nothing
+    of the embedded stack."""
+    r = await cli_fleet.run("apply", "-f", str(EXAMPLES / "pytorch-test.yaml"))
+    assert r.exit_code == 0, r.output
+    modules, out = await asyncio.to_thread(
+        loaded, ["describe", "pytorchjob", "pytorch-test"], cli_fleet.env)
+    assert "Name:         pytorch-test" in out, out
+    assert heavy(modules, tuple(m for m in NEVER if m != "opentelemetry")) == []
 
 
 def test_a_lazy_group_is_imported_when_named_and_lists_its_own_help() -> None:
