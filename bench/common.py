@@ -223,7 +223,7 @@ def decode_json_payloads(payloads: Any) -> list[Any]:
 def quota_messages(events: Iterable[HistoryEvent]) -> Iterable[tuple[HistoryEvent, QuotaMessage]]:
     """Every message a quota workflow took, in order, read from its history: the batches
     of its ``submit`` updates (each message with the update's accepted event) and the
-    single ``enqueue``/``release``/``cancel`` signals."""
+    single ``enqueue``/``requeue``/``release``/``cancel`` signals."""
     for ev in events:
         if ev.HasField("workflow_execution_update_accepted_event_attributes"):
             req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
@@ -233,10 +233,12 @@ def quota_messages(events: Iterable[HistoryEvent]) -> Iterable[tuple[HistoryEven
                     yield ev, message
         elif ev.HasField("workflow_execution_signaled_event_attributes"):
             sig = ev.workflow_execution_signaled_event_attributes
-            if sig.signal_name in ("enqueue", "release", "cancel") and sig.input.payloads:
+            if sig.signal_name in ("enqueue", "requeue", "release", "cancel") \
+                    and sig.input.payloads:
                 arg = decode_json_payloads(sig.input)[0]
-                if sig.signal_name == "enqueue":
-                    yield ev, QuotaMessage(signal="enqueue", request=arg)
+                if sig.signal_name in ("enqueue", "requeue"):
+                    yield ev, QuotaMessage.model_validate(
+                        {"signal": sig.signal_name, "request": arg})
                 else:
                     yield ev, QuotaMessage.model_validate(
                         {"signal": sig.signal_name, "job_id": arg})

@@ -329,7 +329,8 @@ class Holdings:
 
 def quota_holdings(events: Sequence[Any], cpu: dict[str, float]) -> Holdings:
     """From the quota workflow's history: each grant signal it sent (``+cpu``) and each
-    release it took (``-cpu``; a release of a job that holds nothing changes nothing)."""
+    release or requeue it took (``-cpu``; one of a job that holds nothing changes
+    nothing)."""
     out = Holdings([], {}, {})
     held: set[str] = set()
     for ev in events:
@@ -343,10 +344,14 @@ def quota_holdings(events: Sequence[Any], cpu: dict[str, float]) -> Holdings:
                 out.granted.setdefault(job, []).append(t)
             continue
         for _ev, m in quota_messages([ev]):
-            if m.signal == "release" and m.job_id in held:
-                held.discard(m.job_id)
-                out.changes.append((t, -cpu[m.job_id]))
-                out.released.setdefault(m.job_id, []).append(t)
+            # a preempted job's requeue gives its quota back as a release does (and it
+            # is granted again later): without it a victim counted as holding from its
+            # first grant to its last release, and usage came out above 1
+            job = m.subject()
+            if m.signal in ("release", "requeue") and job in held:
+                held.discard(job)
+                out.changes.append((t, -cpu[job]))
+                out.released.setdefault(job, []).append(t)
     return out
 
 

@@ -159,3 +159,44 @@ def test_a_swapped_class_order_is_not_preserved() -> None:
     assert verdict.usage == pytest.approx(0.875)
     assert verdict.makespan == pytest.approx(100 / 120)
     assert not compare(sim, swapped).order_preserved
+
+
+def _signal_sent(t: float, job: str) -> Any:
+    """The quota workflow sending ``admitted`` to ``job`` at ``t`` (a history event)."""
+    from temporalio.api.history.v1 import HistoryEvent
+
+    ev = HistoryEvent()
+    ev.event_time.FromNanoseconds(int(t * 1e9))
+    sent = ev.signal_external_workflow_execution_initiated_event_attributes
+    sent.signal_name = "admitted"
+    sent.workflow_execution.workflow_id = job
+    return ev
+
+
+def _signalled(t: float, name: str, arg: Any) -> Any:
+    """The quota workflow taking the single signal ``name(arg)`` at ``t``."""
+    import json
+
+    from temporalio.api.history.v1 import HistoryEvent
+
+    ev = HistoryEvent()
+    ev.event_time.FromNanoseconds(int(t * 1e9))
+    sig = ev.workflow_execution_signaled_event_attributes
+    sig.signal_name = name
+    sig.input.payloads.add(data=json.dumps(arg).encode())
+    return ev
+
+
+def test_a_requeued_victim_holds_nothing_until_it_is_granted_again() -> None:
+    """A preempted job's ``requeue`` gives its quota back (fleetq.admission's
+    Admission.requeue: release + enqueue in one step); the holdings the usage figure is
+    read from must drop then, or a victim counts as holding while it waits again."""
+    from bench.trace import quota_holdings
+
+    request = {"job_id": "j", "namespace": "default", "request": {"cpu": 4000},
+               "submitted_at": 0.0}
+    events = [_signal_sent(0.0, "j"), _signalled(2.0, "requeue", request),
+              _signal_sent(5.0, "j"), _signalled(6.0, "release", "j")]
+    held = quota_holdings(events, {"j": 4.0})
+    assert held.changes == [(0.0, 4.0), (2.0, -4.0), (5.0, 4.0), (6.0, -4.0)]
+    assert time_averaged(held.changes, 0.0, 10.0) == pytest.approx((2 + 1) * 4 / 10)
