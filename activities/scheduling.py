@@ -31,6 +31,7 @@ from activities.fleet import Fleet
 from activities.kube_api import ApiError, ClusterUnreachable
 from activities.member_cluster import ConflictError
 from activities.quota_outbox import QuotaOutbox, QuotaRefused
+from activities.run_copies import purge_earlier_runs
 from fleetq import cluster_groups
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot
@@ -544,6 +545,7 @@ class SchedulingActivities:
     def bind(self, inp: BindInput) -> BindResult:
         try:
             result: BindResult = self._member(inp.cluster).bind(inp.request)
+            purge_earlier_runs(self.fleet.clusters, inp.cluster, inp.request.job)
         except ConflictError as exc:
             raise ApplicationError(str(exc), type="ConflictError", non_retryable=True) from None
         except ApiError as exc:  # a definite rejection (403, 422): retrying cannot help
