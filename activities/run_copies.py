@@ -5,10 +5,12 @@ Bind replaces an earlier submission's copy on the member it binds to
 finished predecessor must not leave that old copy (PyTorchJob, pods, Reservations) there
 until the job is deleted. Once a bind succeeds, :func:`purge_earlier_runs` asks every
 other member to delete what earlier runs of the job left (same ``fleetq.io/owner``,
-another ``fleetq.io/run-id``), all members at once and best-effort: a member that does not
-answer a quick probe is skipped, and the whole pass is bounded by ``bound_s`` so that an
-unreachable member never holds the bind (``fleetq delete`` still purges every member by
-owner). Deletes are idempotent, so an activity retry repeats the pass harmlessly.
+another ``fleetq.io/run-id``), all members at once and best-effort: one GET of the job's
+copy each (no retries, a short read timeout: a member that does not answer is skipped;
+nothing more is asked where no earlier copy is), and the whole pass is bounded by
+``bound_s`` so that an unreachable member never holds the bind (``fleetq delete`` still
+purges every member by owner). Deletes are idempotent, so an activity retry repeats the
+pass harmlessly.
 """
 
 from __future__ import annotations
@@ -25,17 +27,14 @@ log = logging.getLogger(__name__)
 
 #: how long a bind waits, at most, for the other members' purge of earlier runs
 PURGE_EARLIER_RUNS_S = 5.0
-#: the read timeout of the probe each member must answer first
+#: the read timeout of the first request to each member (one GET, no retries: a member
+#: that does not answer it is left alone)
 PROBE_READ_S = 1.0
 
 
 def _purge_one(member: KubernetesMemberCluster, job: JobRef) -> list[str]:
-    ready, why = member.probe_ready(read_s=PROBE_READ_S)
-    if ready != "True":
-        log.info("cluster %s: earlier runs of %s not purged now: %s", member.name, job.ref, why)
-        return []
     try:
-        deleted = member.purge_earlier_runs(job)
+        deleted = member.purge_earlier_runs(job, read_s=PROBE_READ_S)
     except (ClusterUnreachable, ApiError) as exc:
         log.info("cluster %s: earlier runs of %s not purged now: %s", member.name, job.ref, exc)
         return []
