@@ -715,6 +715,57 @@ class KubernetesMemberCluster:
             self.name, f"the earlier submission's PyTorchJob {job.ref} is still being deleted"
         )
 
+    def purge_earlier_runs(self, job: JobRef, read_s: float | None = None) -> list[str]:
+        """Delete what an earlier submission of ``job`` left on this member (ours by owner,
+        another ``fleetq.io/run-id``): its PyTorchJob (with a uid precondition, so a copy
+        of this submission created meanwhile stays), its pods and Reservations; what was
+        deleted. This submission's own objects and other fleet jobs' are left alone. The
+        bind of a new submission calls it on every other member (``activities.run_copies``),
+        so the common answer is one GET, without retries (read timeout ``read_s``): no
+        such copy, nothing more is asked (an orphaned pod goes with the garbage collector,
+        a Reservation with its TTL). It does not wait for the objects to go; safe to
+        repeat."""
+        if not job.run_id:  # a ref without a run id cannot tell submissions apart
+            return []
+        path = self._job_path(job.namespace, job.name)
+        timeout = None if read_s is None else (self.api.connect_s, min(self.api.read_s, read_s))
+        try:
+            obj = self.api.request("GET", path, retry=False, timeout=timeout)
+        except NotFound:
+            return []
+        if not is_ours(obj, job) or of_this_run(obj, job):
+            return []
+        deleted: list[str] = []
+        uid = str(meta_of(obj).get("uid") or "")
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
+                                "propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        with contextlib.suppress(NotFound, Conflict):  # gone, or not that copy any more
+            self.api.request("DELETE", path, body=body)
+            deleted.append(f"PyTorchJob {job.ref}")
+        pods, _ = self.api.list(
+            self._core_path(job.namespace, "pods"), label_selector=f"{KF_JOB_NAME}={job.name}"
+        )
+        for pod in pods:
+            if (uid and owned_by(pod, uid)) or (is_ours(pod, job) and not of_this_run(pod, job)):
+                name = str(meta_of(pod).get("name"))
+                if self.api.delete(self._core_path(job.namespace, "pods", name)):
+                    deleted.append(f"Pod {job.namespace}/{name}")
+        if self.reservation:
+            try:
+                items, _ = self.api.list(
+                    self._reservation_path(), label_selector=f"{OWNER_LABEL}={job.owner_id}"
+                )
+            except NotFound:  # no Reservation API on this cluster
+                items = []
+            for r in items:
+                name = str(meta_of(r).get("name") or "")
+                if name and not of_this_run(r, job) and self.api.delete(
+                        self._reservation_path(name)):
+                    deleted.append(f"Reservation {name}")
+        return deleted
+
     # -- status
 
     def _unknown(self, reason: str) -> JobStatus:

@@ -31,6 +31,8 @@ from activities.fleet import Fleet
 from activities.kube_api import ApiError, ClusterUnreachable
 from activities.member_cluster import ConflictError
 from activities.quota_outbox import QuotaOutbox, QuotaRefused
+from activities.run_copies import purge_earlier_runs
+from activities.unschedulable_wake import wake_unschedulable
 from fleetq import cluster_groups
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot
@@ -200,6 +202,11 @@ class SchedulingActivities:
         #: change (their workflow's long timer is the backstop after a worker restart)
         self._parked: dict[str, frozenset[str]] = {}
         self._listening: set[str] = set()
+        #: ... which a restart forgets: a starting worker wakes every Unschedulable job
+        #: it finds by search attribute, so each is judged (and listened for) again
+        self.startup_wake: asyncio.Task[list[str]] | None = None
+        if client is not None and self._loop is not None and search_attributes:
+            self.startup_wake = self._loop.create_task(wake_unschedulable(client))
 
     @property
     def fleet(self) -> Fleet:
@@ -544,6 +551,7 @@ class SchedulingActivities:
     def bind(self, inp: BindInput) -> BindResult:
         try:
             result: BindResult = self._member(inp.cluster).bind(inp.request)
+            purge_earlier_runs(self.fleet.clusters, inp.cluster, inp.request.job)
         except ConflictError as exc:
             raise ApplicationError(str(exc), type="ConflictError", non_retryable=True) from None
         except ApiError as exc:  # a definite rejection (403, 422): retrying cannot help

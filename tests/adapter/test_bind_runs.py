@@ -20,8 +20,18 @@ import pytest
 
 from activities.fleet import Fleet
 from activities.member_cluster import ConflictError, KubernetesMemberCluster
+from activities.scheduling import SchedulingActivities
 from fleetq.member_contract import RUN_LABEL
-from fleetq.messages import BindRequest, JobRef, PodReservation, ReserveRequest
+from fleetq.messages import (
+    BindInput,
+    BindRequest,
+    GangShape,
+    JobRef,
+    PlacementInput,
+    PodReservation,
+    ReserveRequest,
+)
+from fleetq.models import gang_of, parse_job
 from fleetq.resources import CPU
 
 from .conftest import eventually, manifest, member, on_reservation_members
@@ -54,6 +64,18 @@ def succeeded(m: KubernetesMemberCluster, job: JobRef) -> Callable[[], Any]:
         st = m.status(job)
         return st if st.phase == "Succeeded" and st.pods and all(
             p.phase == "Succeeded" for p in st.pods) else None
+    return check
+
+
+def running(m: KubernetesMemberCluster, job: JobRef) -> Callable[[], Any]:
+    """The job ``Running`` on the member, by its PyTorchJob's conditions. The
+    training-operator turns ``Running`` True in its status update after it counts the
+    master's active pods (kubeflow/training-operator v1.9.4
+    pkg/controller.v1/pytorch/pytorchjob_controller.go, ``UpdateJobStatus``: ``running > 0``
+    from ``ReplicaStatuses``), a reconcile after the kubelet reported the pods Running."""
+    def check() -> Any:
+        st = m.status(job)
+        return st if st.phase == "Running" else None
     return check
 
 
@@ -92,8 +114,11 @@ def test_a_new_submission_replaces_the_finished_copy_with_new_pods(
     pods = eventually(new_pods_running, timeout_s=20)
     assert all(p["metadata"]["labels"][RUN_LABEL] == RUN_2 for p in pods)
     assert all(ref["uid"] == result.uid for p in pods for ref in p["metadata"]["ownerReferences"])
-    st = ma.status(second)
-    assert st.phase == "Running" and st.health == "Healthy"
+    # The job's phase is its conditions', which the operator sets on a later reconcile
+    # than the kubelet's pod phase: wait for the Running condition, never read it at the
+    # instant the pods run (a loaded real member showed ``Created`` there).
+    st = eventually(running(ma, second), timeout_s=20)
+    assert st.health == "Healthy"
     # the first submission's view of the member: its copy is gone, not running again
     assert ma.status(first).phase == "Missing"
 
@@ -173,3 +198,115 @@ def test_an_earlier_submissions_reservations_are_replaced(
     assert sorted(r["metadata"]["name"] for r in now) == sorted(res.reservations)
     assert {r["metadata"]["uid"] for r in now}.isdisjoint({r["metadata"]["uid"] for r in old})
     assert all(r["metadata"]["labels"][RUN_LABEL] == RUN_2 for r in now)
+
+
+# --------------------------------------------------------------------------- another member
+
+
+def cordon(m: KubernetesMemberCluster, on: bool) -> None:
+    """``kubectl cordon`` (``spec.unschedulable``) every node of the member, and wait
+    until its capacity cache (what placement reads) shows it."""
+    for node in m.snapshot_by_list().nodes:
+        m.api.request("PATCH", f"/api/v1/nodes/{node.name}",
+                      body={"spec": {"unschedulable": on or None}},
+                      content_type="application/merge-patch+json")
+    eventually(lambda: all(n.unschedulable == on for n in m.capacity().nodes), timeout_s=15)
+
+
+def placed(acts: SchedulingActivities, job: JobRef, among: list[str]) -> list[str]:
+    """Where plan_placement would put the job now, best first, among ``among``."""
+    gang = GangShape.from_gang(gang_of(parse_job(manifest(job))))
+    verdict = acts.plan_placement(PlacementInput(
+        job_ref=job.ref, gang=gang, affinity={"clusterNames": among}, job_id=job.workflow_id))
+    return [c.cluster for c in verdict.candidates]
+
+
+def gone_from(m: KubernetesMemberCluster, job: JobRef) -> Callable[[], bool]:
+    """Nothing of the job left on the member: no PyTorchJob, no pod (terminating ones
+    included)."""
+    return lambda: copy_of(m, job) is None and not pods_of(m, job)
+
+
+def test_a_new_run_placed_on_another_member_leaves_no_earlier_copy_behind(
+    fleet: Fleet, names: dict[str, str], job_factory: Callable[..., JobRef]
+) -> None:
+    """Run 1 succeeds on cluster-a; cluster-a is cordoned, so run 2 of the same job is
+    placed on cluster-b: its bind purges run 1's PyTorchJob and pods from cluster-a (the
+    old copy is replaced, not left until a delete), and cluster-b runs run 2 with new
+    pods. A retry of the bind activity changes nothing."""
+    a, b = names["a"], names["b"]
+    ma, mb = member(fleet, a), member(fleet, b)
+    acts = SchedulingActivities(None, fleet)
+    base = job_factory("moved")
+    first, second = submission(base, RUN_1), submission(base, RUN_2)
+
+    assert a in placed(acts, first, [a, b])
+    acts.bind(BindInput(cluster=a, request=BindRequest(
+        job=first, manifest=manifest(first), run_seconds=1)))
+    eventually(succeeded(ma, first), timeout_s=20)
+    old_pods = {p["metadata"]["uid"] for p in pods_of(ma, first)}
+    assert len(old_pods) == 2
+
+    cordon(ma, True)
+    try:
+        where = placed(acts, second, [a, b])
+        assert where and where[0] == b and a not in where
+        req = BindInput(cluster=b, request=BindRequest(
+            job=second, manifest=manifest(second), run_seconds=30))
+        result = acts.bind(req)
+    finally:
+        cordon(ma, False)
+    assert result.created
+
+    # cluster-a, read on the member: run 1's PyTorchJob and its pods are gone
+    eventually(gone_from(ma, first), timeout_s=30)
+    # cluster-b holds run 2's own copy, whose new pods run
+    new = copy_of(mb, second)
+    assert new is not None and new["metadata"]["uid"] == result.uid
+    assert new["metadata"]["labels"][RUN_LABEL] == RUN_2
+
+    def new_pods_running() -> Any:
+        pods = pods_of(mb, second)
+        return pods if len(pods) == 2 and all(
+            (p.get("status") or {}).get("phase") == "Running"
+            and p["metadata"]["labels"][RUN_LABEL] == RUN_2
+            and p["metadata"]["uid"] not in old_pods for p in pods) else None
+
+    eventually(new_pods_running, timeout_s=20)
+    eventually(running(mb, second), timeout_s=20)
+
+    # the activity retried (its first attempt's answer lost): same copy, nothing else goes
+    again = acts.bind(req)
+    assert not again.created and again.uid == result.uid
+    assert copy_of(mb, second) is not None and gone_from(ma, first)()
+
+
+def test_an_unreachable_member_does_not_hold_the_bind_and_delete_still_purges_it(
+    emulator: Any, fleet: Fleet, names: dict[str, str], job_factory: Callable[..., JobRef]
+) -> None:
+    """The member holding run 1's copy does not answer (every request outlasts the read
+    timeout): run 2's bind on another member succeeds all the same and the old copy
+    stays there, for the purge of ``fleetq delete`` (by owner, every run) to remove once
+    the member answers again."""
+    a, b = names["a"], names["b"]
+    ma, mb = member(fleet, a), member(fleet, b)
+    acts = SchedulingActivities(None, fleet)
+    base = job_factory("unreach")
+    first, second = submission(base, RUN_1), submission(base, RUN_2)
+    ma.bind(BindRequest(job=first, manifest=manifest(first), run_seconds=1))
+    eventually(succeeded(ma, first), timeout_s=20)
+
+    emulator.set_latency(a, 60.0)
+    try:
+        result = acts.bind(BindInput(cluster=b, request=BindRequest(
+            job=second, manifest=manifest(second), run_seconds=30)))
+        assert result.created
+    finally:
+        emulator.clear_faults(a)
+    eventually(lambda: ma.probe_ready()[0] == "True", timeout_s=15)
+    left = copy_of(ma, first)
+    assert left is not None and left["metadata"]["labels"][RUN_LABEL] == RUN_1
+    assert copy_of(mb, second) is not None
+
+    ma.purge(base)  # what the delete's purge does on every member
+    eventually(gone_from(ma, first), timeout_s=30)

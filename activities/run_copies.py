@@ -1,0 +1,73 @@
+"""A new run leaves no copy of an earlier run behind, on any member (issue 24 item 4).
+
+Bind replaces an earlier submission's copy on the member it binds to
+(:meth:`KubernetesMemberCluster.bind`); a new run placed on *another* member than its
+finished predecessor must not leave that old copy (PyTorchJob, pods, Reservations) there
+until the job is deleted. Once a bind succeeds, :func:`purge_earlier_runs` asks every
+other member to delete what earlier runs of the job left (same ``fleetq.io/owner``,
+another ``fleetq.io/run-id``), all members at once and best-effort: one GET of the job's
+copy each (no retries, a short read timeout: a member that does not answer is skipped;
+nothing more is asked where no earlier copy is), and the whole pass is bounded by
+``bound_s`` so that an unreachable member never holds the bind (``fleetq delete`` still
+purges every member by owner). Deletes are idempotent, so an activity retry repeats the
+pass harmlessly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
+
+from activities.kube_api import ApiError, ClusterUnreachable
+from activities.member_cluster import KubernetesMemberCluster, MemberCluster
+from fleetq.messages import JobRef
+
+log = logging.getLogger(__name__)
+
+#: how long a bind waits, at most, for the other members' purge of earlier runs
+PURGE_EARLIER_RUNS_S = 5.0
+#: the read timeout of the first request to each member (one GET, no retries: a member
+#: that does not answer it is left alone)
+PROBE_READ_S = 1.0
+
+
+def _purge_one(member: KubernetesMemberCluster, job: JobRef) -> list[str]:
+    try:
+        deleted = member.purge_earlier_runs(job, read_s=PROBE_READ_S)
+    except (ClusterUnreachable, ApiError) as exc:
+        log.info("cluster %s: earlier runs of %s not purged now: %s", member.name, job.ref, exc)
+        return []
+    if deleted:
+        log.info("cluster %s: purged what earlier runs of %s left: %s",
+                 member.name, job.ref, ", ".join(deleted))
+    return deleted
+
+
+def purge_earlier_runs(
+    members: Mapping[str, MemberCluster],
+    bound_on: str,
+    job: JobRef,
+    bound_s: float = PURGE_EARLIER_RUNS_S,
+) -> dict[str, list[str]]:
+    """Purge earlier runs' copies of ``job`` from every member but ``bound_on`` (whose
+    bind replaced its own); what each member that answered in time deleted. Never
+    raises for a member: one that is slow or unreachable is left for ``fleetq delete``."""
+    others = {
+        name: m for name, m in members.items()
+        if name != bound_on and isinstance(m, KubernetesMemberCluster)
+    }
+    if not job.run_id or not others:
+        return {}
+    pool = ThreadPoolExecutor(max_workers=min(16, len(others)),
+                              thread_name_prefix="fleetq-run-copies")
+    try:
+        futures = {name: pool.submit(_purge_one, m, job) for name, m in others.items()}
+        done, _ = wait(futures.values(), timeout=bound_s)
+    finally:
+        pool.shutdown(wait=False)  # a straggler finishes on its own request timeouts
+    out: dict[str, list[str]] = {}
+    for name, fut in futures.items():
+        if fut in done and fut.exception() is None and fut.result():
+            out[name] = fut.result()
+    return out
