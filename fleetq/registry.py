@@ -21,7 +21,10 @@ if TYPE_CHECKING:  # the contracts only where a job resolves: a client that read
 
 
 class RegistryState(BaseModel):
-    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)  # "ns/name" -> manifest
+    #: "ns/name" -> a PropagationPolicy's manifest; "name" -> a ClusterPropagationPolicy's
+    #: (a namespace has no "/", so the two never collide; both kinds parse with
+    #: fleetq.models.parse_policy, so a reader of the policies needs no second list)
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     priority_classes: dict[str, int] = Field(default_factory=dict)
     tree: str | None = None  # "kube-system/<name>"
     #: the tree's metadata.annotations (its fleetq.io/... settings, e.g. the requeue
@@ -48,18 +51,17 @@ def resolve_from_state(
     tree_id = tree_workflow_id(state.tree) if state.tree else None
     if policy is None:
         reason = (
-            f"no PropagationPolicy in namespace {inp.namespace} selects "
-            f"{inp.kind} {inp.namespace}/{inp.name}"
+            f"no PropagationPolicy in namespace {inp.namespace} (nor any "
+            f"ClusterPropagationPolicy) selects {inp.kind} {inp.namespace}/{inp.name}"
         )
         return Resolution(
             policy_reason=reason,
             tree_workflow_id=tree_id,
             priority_classes=dict(state.priority_classes),
         )
-    key = f"{policy.metadata.namespace}/{policy.metadata.name}"
     return Resolution(
-        policy=state.policies[key],
-        policy_reason=f"PropagationPolicy {key}",
+        policy=state.policies[policy.registry_key],
+        policy_reason=policy.ref,
         tree_workflow_id=tree_id,
         priority_classes=dict(state.priority_classes),
     )

@@ -1,5 +1,5 @@
-"""The fleet's durable registry of applied PropagationPolicies, PriorityClasses and the
-ElasticQuotaTree's name.
+"""The fleet's durable registry of applied PropagationPolicies (and
+ClusterPropagationPolicies), PriorityClasses and the ElasticQuotaTree's name.
 
 A job started with only its manifest (e.g. by the plain ``temporal`` CLI) resolves its
 policy here, through a query from the ``resolve_policy`` activity. One small workflow
@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.fleet_config import RequeueSettings, requeue_settings
     from fleetq.messages import DeleteRequest, Resolution, ResolveInput
     from fleetq.models import (
+        ClusterPropagationPolicy,
         ManifestError,
         ManifestErrors,
         PriorityClass,
@@ -54,8 +55,13 @@ class FleetRegistryWorkflow:
     @workflow.update
     def apply(self, manifest: dict[str, Any]) -> str:
         obj = parse_object(manifest)
-        if isinstance(obj, PropagationPolicy):
-            key = f"{obj.metadata.namespace}/{obj.metadata.name}"
+        if isinstance(obj, ClusterPropagationPolicy) and "namespace" in (
+                manifest.get("metadata") or {}):
+            # cluster-scoped: kept without the namespace the API server would clear
+            manifest = dict(manifest, metadata={
+                k: v for k, v in manifest["metadata"].items() if k != "namespace"})
+        if isinstance(obj, PropagationPolicy):  # either kind: the same spec
+            key = obj.registry_key
             before = self._s.policies.get(key)
             self._s.policies[key] = manifest
             self._policies[key] = obj
@@ -86,7 +92,8 @@ class FleetRegistryWorkflow:
         except ManifestErrors as exc:
             raise ValueError(str(exc)) from None
         kind = manifest.get("kind")
-        if kind not in ("PropagationPolicy", "PriorityClass", "ElasticQuotaTree"):
+        if kind not in ("PropagationPolicy", "ClusterPropagationPolicy", "PriorityClass",
+                        "ElasticQuotaTree"):
             raise ValueError(f"{kind} objects are not kept in the fleet registry")
         if kind == "ElasticQuotaTree":
             try:  # fleetq.io/preemption, reclaim and fair-share-weight, as the quota workflow
@@ -112,6 +119,9 @@ class FleetRegistryWorkflow:
             key = f"{req.namespace}/{req.name}"
             self._policies.pop(key, None)
             return self._s.policies.pop(key, None) is not None
+        if req.kind == "ClusterPropagationPolicy":
+            self._policies.pop(req.name, None)
+            return self._s.policies.pop(req.name, None) is not None
         if req.kind == "PriorityClass":
             return self._s.priority_classes.pop(req.name, None) is not None
         if req.kind == "ElasticQuotaTree" and self._s.tree == f"{req.namespace}/{req.name}":

@@ -44,6 +44,8 @@ ALIASES = {
     "queue": "queue", "queues": "queue",
     "propagationpolicy": "propagationpolicy", "propagationpolicies": "propagationpolicy",
     "pp": "propagationpolicy",
+    "clusterpropagationpolicy": "clusterpropagationpolicy",
+    "clusterpropagationpolicies": "clusterpropagationpolicy", "cpp": "clusterpropagationpolicy",
     "elasticquotatree": "elasticquotatree", "elasticquotatrees": "elasticquotatree",
     "eqt": "elasticquotatree",
     "priorityclass": "priorityclass", "priorityclasses": "priorityclass", "pc": "priorityclass",
@@ -56,7 +58,8 @@ def resource_kind(name: str) -> str:
     if kind is None:
         raise CliError(
             f'error: the server doesn\'t have a resource type "{name}" (fleetq knows: '
-            "pytorchjob, pod, queue, propagationpolicy, elasticquotatree, priorityclass, cluster)"
+            "pytorchjob, pod, queue, propagationpolicy, clusterpropagationpolicy, "
+            "elasticquotatree, priorityclass, cluster)"
         )
     return kind
 
@@ -291,18 +294,23 @@ async def _get_queues(client: Client, args: GetArgs) -> None:
     print_table(headers, rows)
 
 
-async def _get_policies(client: Client, args: GetArgs) -> None:
+async def _get_policies(client: Client, args: GetArgs, cluster: bool = False) -> None:
+    """``get propagationpolicy`` (registry keys ``ns/name``) or, with ``cluster``, ``get
+    clusterpropagationpolicy`` (bare names: cluster-scoped, no NAMESPACE column)."""
     from fleetq.client.registry import PLURALS, get_registry
 
     reg = await get_registry(client)
-    ns, name = args.ns, args.name
+    ns, name = (None if cluster else args.ns), args.name
     items = []
     for key, doc in sorted((reg.policies if reg else {}).items()):
-        p_ns, p_name = key.split("/", 1)
+        if ("/" not in key) != cluster:
+            continue
+        p_ns, p_name = ("", key) if cluster else key.split("/", 1)
         if (ns is None or p_ns == ns) and (name is None or p_name == name):
             items.append((p_ns, p_name, doc))
     if name is not None and not items:
-        raise NotFound(PLURALS["PropagationPolicy"], name)
+        raise NotFound(PLURALS["ClusterPropagationPolicy" if cluster else "PropagationPolicy"],
+                       name)
     if args.output in ("yaml", "json"):
         docs = [d for _, _, d in items]
         print_object(docs[0] if name is not None else as_list(docs), args.output)
@@ -312,18 +320,23 @@ async def _get_policies(client: Client, args: GetArgs) -> None:
         return
     headers = ["NAME", "SCHEDULING", "QUEUED", "AGE"]
     rows = []
+    with_ns = args.all_namespaces and not cluster
     for p_ns, p_name, doc in items:
         spec = doc.get("spec") or {}
         sched = ((spec.get("placement") or {}).get("replicaScheduling") or {}).get(
             "customSchedulingType") or "-"
         queued = bool((spec.get("suspension") or {}).get("scheduling"))
         row: list[Any] = [p_name, sched, str(queued).lower(), age(reg.started if reg else None)]
-        if args.all_namespaces:
+        if with_ns:
             row.insert(0, p_ns)
         rows.append(row)
-    if args.all_namespaces:
+    if with_ns:
         headers.insert(0, "NAMESPACE")
     print_table(headers, rows)
+
+
+async def _get_cluster_policies(client: Client, args: GetArgs) -> None:
+    await _get_policies(client, args, cluster=True)
 
 
 async def _get_priority_classes(client: Client, args: GetArgs) -> None:
@@ -378,6 +391,7 @@ GETTERS = {
     "pod": _get_pods,
     "queue": _get_queues,
     "propagationpolicy": _get_policies,
+    "clusterpropagationpolicy": _get_cluster_policies,
     "priorityclass": _get_priority_classes,
     "elasticquotatree": _get_tree,
 }
@@ -426,6 +440,7 @@ def register(app: typer.Typer) -> None:
     @guarded
     def get(
         resource: str = typer.Argument(..., help="pytorchjob | pod | queue | propagationpolicy "
+                                                 "| clusterpropagationpolicy "
                                                  "| elasticquotatree | priorityclass | cluster"),
         name: str | None = typer.Argument(None, help="Object name (all when omitted)"),
         namespace: str | None = typer.Option(None, "-n", "--namespace",

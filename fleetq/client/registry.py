@@ -34,6 +34,7 @@ T = TypeVar("T")
 #: kubectl's resource names of the registry's kinds (as in NotFound lines)
 PLURALS = {
     "PropagationPolicy": "propagationpolicies.policy.one.alibabacloud.com",
+    "ClusterPropagationPolicy": "clusterpropagationpolicies.policy.one.alibabacloud.com",
     "PriorityClass": "priorityclasses.scheduling.k8s.io",
     "ElasticQuotaTree": "elasticquotatrees.scheduling.sigs.k8s.io",
 }
@@ -118,7 +119,7 @@ async def quota_view(client: Client) -> QuotaTreeView | None:
 
 async def delete_registry_object(client: Client, kind: str, namespace: str,
                                  name: str) -> None:
-    """Remove a PropagationPolicy, PriorityClass or the ElasticQuotaTree from the
+    """Remove a (Cluster)PropagationPolicy, PriorityClass or the ElasticQuotaTree from the
     registry; the tree is refused while any job holds or waits for its quota, and its
     quota workflow is stopped once it is gone. :class:`NotFound` when it is not there."""
     from fleetq.messages import DeleteRequest
