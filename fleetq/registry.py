@@ -7,6 +7,7 @@ worker's cached snapshot of it (``activities/scheduling.py``) both answer with
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
@@ -30,7 +31,19 @@ class RegistryState(BaseModel):
     #: the tree's metadata.annotations (its fleetq.io/... settings, e.g. the requeue
     #: overrides of fleetq.fleet_config.requeue_settings)
     tree_annotations: dict[str, str] = Field(default_factory=dict)
+    #: when each object was first applied (:func:`created_key` -> time), kept when it is
+    #: re-applied as Kubernetes keeps metadata.creationTimestamp, dropped on delete: the
+    #: AGE ``fleetq get`` shows (an object applied before this was kept has none:
+    #: ``<unknown>``)
+    created: dict[str, datetime] = Field(default_factory=dict)
     max_history_events: int = 2000
+
+
+def created_key(kind: str, key: str) -> str:
+    """``RegistryState.created``'s key: ``Kind/`` and the object's key in its own map
+    (``PropagationPolicy/ns/name``, ``ClusterPropagationPolicy/name``, ``PriorityClass/name``,
+    ``ElasticQuotaTree/kube-system/name``)."""
+    return f"{kind}/{key}"
 
 
 def resolve_from_state(

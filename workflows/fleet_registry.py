@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
         parse_tree,
     )
     from fleetq.preemption import tree_policy
-    from fleetq.registry import RegistryState, resolve_from_state
+    from fleetq.registry import RegistryState, created_key, resolve_from_state
 
 __all__ = ["DeleteRequest", "FleetRegistryWorkflow", "RegistryState"]
 
@@ -65,6 +65,7 @@ class FleetRegistryWorkflow:
             before = self._s.policies.get(key)
             self._s.policies[key] = manifest
             self._policies[key] = obj
+            self._created(obj.kind, key, new=before is None)
             return (
                 "created"
                 if before is None
@@ -73,6 +74,7 @@ class FleetRegistryWorkflow:
         if isinstance(obj, PriorityClass):
             before_v = self._s.priority_classes.get(obj.metadata.name)
             self._s.priority_classes[obj.metadata.name] = obj.value
+            self._created("PriorityClass", obj.metadata.name, new=before_v is None)
             return (
                 "created"
                 if before_v is None
@@ -83,7 +85,15 @@ class FleetRegistryWorkflow:
         before_t = self._s.tree
         self._s.tree = name
         self._s.tree_annotations = dict(tree.metadata.annotations)
+        self._created("ElasticQuotaTree", name, new=before_t is None)
         return "created" if before_t is None else "unchanged"
+
+    def _created(self, kind: str, key: str, *, new: bool) -> None:
+        """Record when ``key`` was first applied (kept on re-apply, as Kubernetes keeps
+        metadata.creationTimestamp; an object the state holds from before this was kept
+        gets none rather than a wrong one)."""
+        if new:
+            self._s.created[created_key(kind, key)] = workflow.now()
 
     @apply.validator
     def _validate_apply(self, manifest: dict[str, Any]) -> None:
@@ -115,16 +125,17 @@ class FleetRegistryWorkflow:
 
     @workflow.update
     def delete(self, req: DeleteRequest) -> bool:
-        if req.kind == "PropagationPolicy":
-            key = f"{req.namespace}/{req.name}"
+        if req.kind in ("PropagationPolicy", "ClusterPropagationPolicy"):
+            key = req.name if req.kind == "ClusterPropagationPolicy" else (
+                f"{req.namespace}/{req.name}")
             self._policies.pop(key, None)
+            self._s.created.pop(created_key(req.kind, key), None)
             return self._s.policies.pop(key, None) is not None
-        if req.kind == "ClusterPropagationPolicy":
-            self._policies.pop(req.name, None)
-            return self._s.policies.pop(req.name, None) is not None
         if req.kind == "PriorityClass":
+            self._s.created.pop(created_key(req.kind, req.name), None)
             return self._s.priority_classes.pop(req.name, None) is not None
         if req.kind == "ElasticQuotaTree" and self._s.tree == f"{req.namespace}/{req.name}":
+            self._s.created.pop(created_key(req.kind, self._s.tree), None)
             self._s.tree = None
             self._s.tree_annotations = {}
             return True

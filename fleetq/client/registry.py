@@ -9,7 +9,7 @@ holds its queues and who holds or waits for quota. The registry's state and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -48,15 +48,25 @@ class Registry:
     priority_classes: dict[str, int]
     tree: str | None
     started: datetime | None
+    #: when each object was first applied (``fleetq.registry.created_key`` -> time)
+    created: dict[str, datetime] = field(default_factory=dict)
+
+    def created_at(self, kind: str, key: str) -> datetime | None:
+        """When the object (its key in its own map) was first applied, or None."""
+        from fleetq.registry import created_key
+
+        return self.created.get(created_key(kind, key))
 
 
 @dataclass
 class QuotaTreeView:
-    """The fleet's quota tree (``ns/name``), its quota workflow's view and start time."""
+    """The fleet's quota tree (``ns/name``), its quota workflow's view and start time,
+    and when the tree was first applied (its queues' AGE too)."""
 
     tree: str
     view: QuotaView
     started: datetime | None
+    created: datetime | None = None
 
 
 async def registry(client: Client) -> WorkflowHandle[Any, Any]:
@@ -99,7 +109,8 @@ async def get_registry(client: Client) -> Registry | None:
     if found is None:
         return None
     state, started = found
-    return Registry(dict(state.policies), dict(state.priority_classes), state.tree, started)
+    return Registry(dict(state.policies), dict(state.priority_classes), state.tree, started,
+                    dict(state.created))
 
 
 async def quota_view(client: Client) -> QuotaTreeView | None:
@@ -114,7 +125,7 @@ async def quota_view(client: Client) -> QuotaTreeView | None:
     if found is None:
         return None
     view, started = found
-    return QuotaTreeView(reg.tree, view, started)
+    return QuotaTreeView(reg.tree, view, started, reg.created_at("ElasticQuotaTree", reg.tree))
 
 
 async def delete_registry_object(client: Client, kind: str, namespace: str,
