@@ -35,6 +35,18 @@ def cpp_yaml(name: str, toleration: int = 30) -> str:
     })
 
 
+async def test_validate_names_it_without_a_namespace(cli_fleet: CliFleet) -> None:
+    bad = json.loads(cpp_yaml("bad"))
+    bad["spec"]["preemption"] = "Always"  # validateResourceSelectorsIfPreemptionEnabled
+    r = await cli_fleet.run("validate", "-f", "-",
+                            stdin=cpp_yaml("fleet-gang") + "\n---\n" + json.dumps(bad))
+    assert r.exit_code == 1
+    assert "OK ClusterPropagationPolicy fleet-gang" in r.stdout.splitlines()
+    assert ("ClusterPropagationPolicy bad: spec.resourceSelectors[0].name cannot be empty if "
+            "preemption is Always, the empty name may cause unexpected resources preemption"
+            ) in r.output
+
+
 async def test_cluster_policy_apply_get_delete(cli_fleet: CliFleet, tmp_path: Path) -> None:
     r = await cli_fleet.run("apply", "-f", "-", stdin=cpp_yaml("fleet-gang"))
     assert r.exit_code == 0, r.output
