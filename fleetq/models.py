@@ -2,7 +2,8 @@
 
 Three kinds are accepted verbatim from the walkthrough: ``ElasticQuotaTree``
 (scheduling.sigs.k8s.io/v1beta1), ``PropagationPolicy`` (policy.one.alibabacloud.com
-and policy.karmada.io, v1alpha1) and ``PyTorchJob`` (kubeflow.org/v1); ``PriorityClass``
+and policy.karmada.io, v1alpha1; its cluster-scoped twin ``ClusterPropagationPolicy``
+too) and ``PyTorchJob`` (kubeflow.org/v1); ``PriorityClass``
 (scheduling.k8s.io/v1) is accepted so that ``priorityClassName`` has a value.
 
 Our own scheduling fields are strict (an unknown field is an error); pod templates and
@@ -897,8 +898,18 @@ class PropagationPolicy(Strict):
     spec: PropagationPolicySpec
     status: dict[str, Any] | None = None
 
-    @model_validator(mode="after")
-    def _policy_rules(self) -> PropagationPolicy:
+    @property
+    def registry_key(self) -> str:
+        """Its key in the fleet registry: ``ns/name`` (a ClusterPropagationPolicy: its
+        bare name, which can never collide, a namespace holding no ``/``)."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    @property
+    def ref(self) -> str:
+        """``PropagationPolicy ns/name``, as messages name it."""
+        return f"{self.kind} {self.metadata.namespace}/{self.metadata.name}"
+
+    def _check_selector_namespaces(self) -> None:
         # Karmada validateResourceSelectors: a selector's namespace (the mutating webhook
         # fills an empty one with the policy's) must be the policy's namespace
         for i, sel in enumerate(self.spec.resourceSelectors):
@@ -908,6 +919,10 @@ class PropagationPolicy(Strict):
                     "of resource selector must be the same as the namespace of the policy "
                     f"({self.metadata.namespace})"
                 )
+
+    @model_validator(mode="after")
+    def _policy_rules(self) -> PropagationPolicy:
+        self._check_selector_namespaces()
         value = self.metadata.annotations.get(FENCING_ANNOTATION)
         if value is not None and value not in FENCING_MODES:
             raise ValueError(
@@ -942,6 +957,56 @@ class PropagationPolicy(Strict):
         """``failover.cluster``: how the job leaves a failed cluster (None: as its
         application failover says)."""
         return self.spec.failover.cluster if self.spec.failover else None
+
+
+class ClusterObjectMeta(ObjectMeta):
+    """A cluster-scoped object's metadata: it has no namespace. One written anyway is
+    cleared, as kube-apiserver clears it (``rest.BeforeCreate`` ->
+    ``EnsureObjectNamespaceMatchesRequestNamespace``: "cluster-scoped, clear namespace");
+    :func:`upstream_warnings` names it."""
+
+    namespace: str = ""
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        return v  # cleared by the object's own validator, never checked (upstream)
+
+
+class ClusterPropagationPolicy(PropagationPolicy):
+    """Karmada's cluster-wide policy (``policy.karmada.io/v1alpha1``, scope Cluster; ACK
+    One serves it as ``policy.one.alibabacloud.com``): the same ``spec`` as a
+    PropagationPolicy, validated by the same ``ValidatePropagationSpec`` with an empty
+    policy namespace, so its resourceSelectors may name any namespace (or none: every
+    namespace). A namespaced PropagationPolicy that matches a job always wins over it
+    (Karmada ``propagateResource``: the namespace's policies first, then the cluster's)."""
+
+    kind: Literal["ClusterPropagationPolicy"]  # type: ignore[assignment]
+    metadata: ClusterObjectMeta
+    _cleared_namespace: str = PrivateAttr(default="")
+
+    @model_validator(mode="after")
+    def _cluster_scope(self) -> ClusterPropagationPolicy:
+        if self.metadata.namespace:
+            self._cleared_namespace = self.metadata.namespace
+            self.metadata.namespace = ""
+        return self
+
+    def _check_selector_namespaces(self) -> None:
+        return None  # validateResourceSelectors returns early for an empty policy namespace
+
+    @property
+    def registry_key(self) -> str:
+        return self.metadata.name
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.metadata.name}"
+
+    @property
+    def cleared_namespace(self) -> str:
+        """The ``metadata.namespace`` written on it (cleared), or ``""``."""
+        return self._cleared_namespace
 
 
 # --------------------------------------------------------------------------- PyTorchJob
@@ -1326,9 +1391,14 @@ FleetObject = ElasticQuotaTree | PropagationPolicy | PyTorchJob | PriorityClass
 KINDS: dict[str, type[BaseModel]] = {
     "ElasticQuotaTree": ElasticQuotaTree,
     "PropagationPolicy": PropagationPolicy,
+    "ClusterPropagationPolicy": ClusterPropagationPolicy,
     "PyTorchJob": PyTorchJob,
     "PriorityClass": PriorityClass,
 }
+
+
+#: the kinds that have no namespace (their messages name them by name alone)
+CLUSTER_SCOPED = frozenset({"PriorityClass", "ClusterPropagationPolicy"})
 
 
 def object_ref(doc: Any) -> str:
@@ -1344,7 +1414,7 @@ def object_ref(doc: Any) -> str:
     if not isinstance(meta, Mapping):
         meta = {}
     name = text(meta.get("name"), 80) or "<unnamed>"
-    if kind == "PriorityClass":
+    if kind in CLUSTER_SCOPED:
         return f"{kind} {name}"
     return f"{kind} {text(meta.get('namespace'), 63) or 'default'}/{name}"
 
@@ -1382,9 +1452,11 @@ def parse_job(doc: Any) -> PyTorchJob:
 
 
 def parse_policy(doc: Any) -> PropagationPolicy:
+    """A PropagationPolicy or a ClusterPropagationPolicy (a subclass: the same spec)."""
     obj = parse_object(doc)
     if not isinstance(obj, PropagationPolicy):
-        raise ManifestErrors([ManifestError(object_ref(doc), "kind", "must be PropagationPolicy")])
+        raise ManifestErrors([ManifestError(
+            object_ref(doc), "kind", "must be PropagationPolicy or ClusterPropagationPolicy")])
     return obj
 
 
@@ -1485,6 +1557,13 @@ def upstream_warnings(obj: FleetObject) -> list[str]:
     (``PropagationPolicy default/p: spec.placement.spreadConstraints accepted, not used
     by fleetq (a gang goes to one cluster)``), in field order. Fields fleetq honours and
     fields left unwritten give none."""
+    if isinstance(obj, ClusterPropagationPolicy):
+        found = _policy_warnings(obj)
+        if obj.cleared_namespace:
+            found.insert(0, ("metadata.namespace", f"{obj.cleared_namespace[:63]!r} ignored: "
+                                                   "ClusterPropagationPolicy is cluster-scoped "
+                                                   "(the API server clears it)"))
+        return [str(ManifestError(obj.ref, path, message)) for path, message in found]
     if isinstance(obj, PropagationPolicy):
         found = _policy_warnings(obj)
     elif isinstance(obj, ElasticQuotaTree):

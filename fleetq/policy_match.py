@@ -4,13 +4,19 @@ A user may have several policies in a namespace whose selectors all match a job;
 fleet must pick exactly one, the same one every time, and be able to say why. Rules
 (Karmada ``GetHigherPriorityPropagationPolicy`` / ``ResourceMatchSelectorsPriority``):
 
-1. A policy only applies to resources in its own namespace.
+1. A PropagationPolicy only applies to resources in its own namespace; a
+   ClusterPropagationPolicy to resources in any namespace its selectors allow.
 2. A resourceSelector matches when apiVersion and kind are equal, ``namespace`` (if set)
    equals, and ``name`` (if set) equals — when ``name`` is set the labelSelector is
    ignored; otherwise the labelSelector (if set) must match the resource's labels.
 3. Among matching policies: higher ``spec.priority`` wins; then the policy whose best
    selector match is more specific (name > labelSelector > kind only); then the
    alphabetically lower policy name.
+4. A matching PropagationPolicy always wins over every ClusterPropagationPolicy, whatever
+   their priorities (Karmada ``propagateResource``: ``LookForMatchedPolicy`` in the
+   resource's namespace first, ``LookForMatchedClusterPolicy`` only when none matched);
+   among ClusterPropagationPolicies rule 3 decides
+   (``getHighestPriorityClusterPropagationPolicy``).
 
 Pure functions, no I/O.
 """
@@ -21,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from fleetq.models import PropagationPolicy, ResourceSelector
+from fleetq.models import ClusterPropagationPolicy, PropagationPolicy, ResourceSelector
 
 __all__ = [
     "MatchKind",
@@ -86,7 +92,7 @@ class PolicyMatch:
             else ""
         )
         return (
-            f"PropagationPolicy {p.metadata.namespace}/{p.metadata.name} "
+            f"{p.ref} "
             f"(priority {p.spec.priority}, {self.how.text} by "
             f"resourceSelectors[{self.selector_index}]){tail}"
         )
@@ -119,20 +125,25 @@ def best_match(
     name: str,
     labels: Mapping[str, str],
 ) -> PolicyMatch | None:
-    """The winning policy with how and why it matched, or None."""
-    found: list[tuple[int, int, str, PropagationPolicy, MatchKind, int]] = []
+    """The winning policy with how and why it matched, or None: the resource's
+    namespace's PropagationPolicies first, the ClusterPropagationPolicies only when none
+    of those matches (rule 4); ``candidates`` counts the matching policies of both."""
+    tiers: tuple[list[tuple[int, int, str, PropagationPolicy, MatchKind, int]], ...] = ([], [])
     for policy in policies:
-        if policy.metadata.namespace != namespace:
+        cluster = isinstance(policy, ClusterPropagationPolicy)
+        if not cluster and policy.metadata.namespace != namespace:
             continue
         how, index = _best_selector(policy, api_version, kind, namespace, name, labels)
         if how is MatchKind.NONE:
             continue
-        found.append((-policy.spec.priority, -int(how), policy.metadata.name, policy, how, index))
+        tiers[int(cluster)].append(
+            (-policy.spec.priority, -int(how), policy.metadata.name, policy, how, index))
+    found = tiers[0] or tiers[1]
     if not found:
         return None
     found.sort(key=lambda t: (t[0], t[1], t[2]))
     _p, _h, _n, policy, how, index = found[0]
-    return PolicyMatch(policy, how, index, len(found))
+    return PolicyMatch(policy, how, index, len(tiers[0]) + len(tiers[1]))
 
 
 def match_policy(
@@ -166,9 +177,12 @@ def explain_match(
     )
     if m is not None:
         return m.reason
-    in_ns = sum(1 for p in policies if p.metadata.namespace == namespace)
+    cluster = sum(1 for p in policies if isinstance(p, ClusterPropagationPolicy))
+    in_ns = sum(1 for p in policies if p.metadata.namespace == namespace
+                and not isinstance(p, ClusterPropagationPolicy))
+    tail = f", {cluster} ClusterPropagationPolic{'y' if cluster == 1 else 'ies'}" if cluster else ""
     return (
         f"no PropagationPolicy in namespace {namespace} selects {kind} {namespace}/{name} "
         f"({in_ns} polic{'y' if in_ns == 1 else 'ies'} in that namespace, "
-        f"{len(policies) - in_ns} elsewhere)"
+        f"{len(policies) - in_ns - cluster} elsewhere{tail})"
     )

@@ -7,6 +7,7 @@ worker's cached snapshot of it (``activities/scheduling.py``) both answer with
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
@@ -21,13 +22,28 @@ if TYPE_CHECKING:  # the contracts only where a job resolves: a client that read
 
 
 class RegistryState(BaseModel):
-    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)  # "ns/name" -> manifest
+    #: "ns/name" -> a PropagationPolicy's manifest; "name" -> a ClusterPropagationPolicy's
+    #: (a namespace has no "/", so the two never collide; both kinds parse with
+    #: fleetq.models.parse_policy, so a reader of the policies needs no second list)
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     priority_classes: dict[str, int] = Field(default_factory=dict)
     tree: str | None = None  # "kube-system/<name>"
     #: the tree's metadata.annotations (its fleetq.io/... settings, e.g. the requeue
     #: overrides of fleetq.fleet_config.requeue_settings)
     tree_annotations: dict[str, str] = Field(default_factory=dict)
+    #: when each object was first applied (:func:`created_key` -> time), kept when it is
+    #: re-applied as Kubernetes keeps metadata.creationTimestamp, dropped on delete: the
+    #: AGE ``fleetq get`` shows (an object applied before this was kept has none:
+    #: ``<unknown>``)
+    created: dict[str, datetime] = Field(default_factory=dict)
     max_history_events: int = 2000
+
+
+def created_key(kind: str, key: str) -> str:
+    """``RegistryState.created``'s key: ``Kind/`` and the object's key in its own map
+    (``PropagationPolicy/ns/name``, ``ClusterPropagationPolicy/name``, ``PriorityClass/name``,
+    ``ElasticQuotaTree/kube-system/name``)."""
+    return f"{kind}/{key}"
 
 
 def resolve_from_state(
@@ -48,18 +64,17 @@ def resolve_from_state(
     tree_id = tree_workflow_id(state.tree) if state.tree else None
     if policy is None:
         reason = (
-            f"no PropagationPolicy in namespace {inp.namespace} selects "
-            f"{inp.kind} {inp.namespace}/{inp.name}"
+            f"no PropagationPolicy in namespace {inp.namespace} (nor any "
+            f"ClusterPropagationPolicy) selects {inp.kind} {inp.namespace}/{inp.name}"
         )
         return Resolution(
             policy_reason=reason,
             tree_workflow_id=tree_id,
             priority_classes=dict(state.priority_classes),
         )
-    key = f"{policy.metadata.namespace}/{policy.metadata.name}"
     return Resolution(
-        policy=state.policies[key],
-        policy_reason=f"PropagationPolicy {key}",
+        policy=state.policies[policy.registry_key],
+        policy_reason=policy.ref,
         tree_workflow_id=tree_id,
         priority_classes=dict(state.priority_classes),
     )

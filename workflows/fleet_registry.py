@@ -1,5 +1,5 @@
-"""The fleet's durable registry of applied PropagationPolicies, PriorityClasses and the
-ElasticQuotaTree's name.
+"""The fleet's durable registry of applied PropagationPolicies (and
+ClusterPropagationPolicies), PriorityClasses and the ElasticQuotaTree's name.
 
 A job started with only its manifest (e.g. by the plain ``temporal`` CLI) resolves its
 policy here, through a query from the ``resolve_policy`` activity. One small workflow
@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.fleet_config import RequeueSettings, requeue_settings
     from fleetq.messages import DeleteRequest, Resolution, ResolveInput
     from fleetq.models import (
+        ClusterPropagationPolicy,
         ManifestError,
         ManifestErrors,
         PriorityClass,
@@ -25,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
         parse_tree,
     )
     from fleetq.preemption import tree_policy
-    from fleetq.registry import RegistryState, resolve_from_state
+    from fleetq.registry import RegistryState, created_key, resolve_from_state
 
 __all__ = ["DeleteRequest", "FleetRegistryWorkflow", "RegistryState"]
 
@@ -54,11 +55,17 @@ class FleetRegistryWorkflow:
     @workflow.update
     def apply(self, manifest: dict[str, Any]) -> str:
         obj = parse_object(manifest)
-        if isinstance(obj, PropagationPolicy):
-            key = f"{obj.metadata.namespace}/{obj.metadata.name}"
+        if isinstance(obj, ClusterPropagationPolicy) and "namespace" in (
+                manifest.get("metadata") or {}):
+            # cluster-scoped: kept without the namespace the API server would clear
+            manifest = dict(manifest, metadata={
+                k: v for k, v in manifest["metadata"].items() if k != "namespace"})
+        if isinstance(obj, PropagationPolicy):  # either kind: the same spec
+            key = obj.registry_key
             before = self._s.policies.get(key)
             self._s.policies[key] = manifest
             self._policies[key] = obj
+            self._created(obj.kind, key, new=before is None)
             return (
                 "created"
                 if before is None
@@ -67,6 +74,7 @@ class FleetRegistryWorkflow:
         if isinstance(obj, PriorityClass):
             before_v = self._s.priority_classes.get(obj.metadata.name)
             self._s.priority_classes[obj.metadata.name] = obj.value
+            self._created("PriorityClass", obj.metadata.name, new=before_v is None)
             return (
                 "created"
                 if before_v is None
@@ -77,7 +85,15 @@ class FleetRegistryWorkflow:
         before_t = self._s.tree
         self._s.tree = name
         self._s.tree_annotations = dict(tree.metadata.annotations)
+        self._created("ElasticQuotaTree", name, new=before_t is None)
         return "created" if before_t is None else "unchanged"
+
+    def _created(self, kind: str, key: str, *, new: bool) -> None:
+        """Record when ``key`` was first applied (kept on re-apply, as Kubernetes keeps
+        metadata.creationTimestamp; an object the state holds from before this was kept
+        gets none rather than a wrong one)."""
+        if new:
+            self._s.created[created_key(kind, key)] = workflow.now()
 
     @apply.validator
     def _validate_apply(self, manifest: dict[str, Any]) -> None:
@@ -86,7 +102,8 @@ class FleetRegistryWorkflow:
         except ManifestErrors as exc:
             raise ValueError(str(exc)) from None
         kind = manifest.get("kind")
-        if kind not in ("PropagationPolicy", "PriorityClass", "ElasticQuotaTree"):
+        if kind not in ("PropagationPolicy", "ClusterPropagationPolicy", "PriorityClass",
+                        "ElasticQuotaTree"):
             raise ValueError(f"{kind} objects are not kept in the fleet registry")
         if kind == "ElasticQuotaTree":
             try:  # fleetq.io/preemption, reclaim and fair-share-weight, as the quota workflow
@@ -108,13 +125,17 @@ class FleetRegistryWorkflow:
 
     @workflow.update
     def delete(self, req: DeleteRequest) -> bool:
-        if req.kind == "PropagationPolicy":
-            key = f"{req.namespace}/{req.name}"
+        if req.kind in ("PropagationPolicy", "ClusterPropagationPolicy"):
+            key = req.name if req.kind == "ClusterPropagationPolicy" else (
+                f"{req.namespace}/{req.name}")
             self._policies.pop(key, None)
+            self._s.created.pop(created_key(req.kind, key), None)
             return self._s.policies.pop(key, None) is not None
         if req.kind == "PriorityClass":
+            self._s.created.pop(created_key(req.kind, req.name), None)
             return self._s.priority_classes.pop(req.name, None) is not None
         if req.kind == "ElasticQuotaTree" and self._s.tree == f"{req.namespace}/{req.name}":
+            self._s.created.pop(created_key(req.kind, self._s.tree), None)
             self._s.tree = None
             self._s.tree_annotations = {}
             return True

@@ -20,6 +20,7 @@ from fleetq.client.errors import ClientError
 KINDS = {
     "pytorchjob": "PyTorchJob",
     "propagationpolicy": "PropagationPolicy",
+    "clusterpropagationpolicy": "ClusterPropagationPolicy",
     "priorityclass": "PriorityClass",
     "elasticquotatree": "ElasticQuotaTree",
 }
@@ -45,6 +46,7 @@ def register(app: typer.Typer) -> None:
     @guarded
     def delete(
         resource: str | None = typer.Argument(None, help="pytorchjob | propagationpolicy | "
+                                                         "clusterpropagationpolicy | "
                                                          "priorityclass | elasticquotatree"),
         names: list[str] | None = typer.Argument(None, help="Object names"),
         files: list[str] | None = typer.Option(None, "-f", "--filename",

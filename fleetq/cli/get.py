@@ -44,6 +44,8 @@ ALIASES = {
     "queue": "queue", "queues": "queue",
     "propagationpolicy": "propagationpolicy", "propagationpolicies": "propagationpolicy",
     "pp": "propagationpolicy",
+    "clusterpropagationpolicy": "clusterpropagationpolicy",
+    "clusterpropagationpolicies": "clusterpropagationpolicy", "cpp": "clusterpropagationpolicy",
     "elasticquotatree": "elasticquotatree", "elasticquotatrees": "elasticquotatree",
     "eqt": "elasticquotatree",
     "priorityclass": "priorityclass", "priorityclasses": "priorityclass", "pc": "priorityclass",
@@ -56,7 +58,8 @@ def resource_kind(name: str) -> str:
     if kind is None:
         raise CliError(
             f'error: the server doesn\'t have a resource type "{name}" (fleetq knows: '
-            "pytorchjob, pod, queue, propagationpolicy, elasticquotatree, priorityclass, cluster)"
+            "pytorchjob, pod, queue, propagationpolicy, clusterpropagationpolicy, "
+            "elasticquotatree, priorityclass, cluster)"
         )
     return kind
 
@@ -164,6 +167,7 @@ def pod_rows(views: list[JobView], all_namespaces: bool, wide: bool = False,
 
 def queue_rows(view: QuotaView, started: datetime | None,
                wide: bool) -> tuple[list[str], list[list[Any]]]:
+    """``get queue`` rows; AGE from ``started``: when the queues' tree was applied."""
     from fleetq.resources import format_quantity
 
     headers = ["NAME", "AGE"]
@@ -274,7 +278,7 @@ async def _get_queues(client: Client, args: GetArgs) -> None:
         else:
             _no_resources(qns)
         return
-    view, started = found.view, found.started
+    view, started = found.view, found.created  # the tree's applied time
     if args.name is not None:
         view.queues = [q for q in view.queues if q.name == args.name]
         if not view.queues:
@@ -282,7 +286,9 @@ async def _get_queues(client: Client, args: GetArgs) -> None:
     if args.output in ("yaml", "json"):
         print_object(as_list([
             {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "Queue",
-             "metadata": {"name": q.name, "namespace": "kube-queue"},
+             "metadata": _with_creation({"metadata": {"name": q.name,
+                                                      "namespace": "kube-queue"}},
+                                        started)["metadata"],
              "spec": {"quota": q.node, "queuePolicy": q.policy},
              "status": q.model_dump(mode="json", exclude={"name"})}
             for q in view.queues]), args.output)
@@ -291,20 +297,30 @@ async def _get_queues(client: Client, args: GetArgs) -> None:
     print_table(headers, rows)
 
 
-async def _get_policies(client: Client, args: GetArgs) -> None:
+async def _get_policies(client: Client, args: GetArgs, cluster: bool = False) -> None:
+    """``get propagationpolicy`` (registry keys ``ns/name``) or, with ``cluster``, ``get
+    clusterpropagationpolicy`` (bare names: cluster-scoped, no NAMESPACE column)."""
     from fleetq.client.registry import PLURALS, get_registry
 
     reg = await get_registry(client)
-    ns, name = args.ns, args.name
+    ns, name = (None if cluster else args.ns), args.name
     items = []
     for key, doc in sorted((reg.policies if reg else {}).items()):
-        p_ns, p_name = key.split("/", 1)
+        if ("/" not in key) != cluster:
+            continue
+        p_ns, p_name = ("", key) if cluster else key.split("/", 1)
         if (ns is None or p_ns == ns) and (name is None or p_name == name):
             items.append((p_ns, p_name, doc))
     if name is not None and not items:
-        raise NotFound(PLURALS["PropagationPolicy"], name)
+        raise NotFound(PLURALS["ClusterPropagationPolicy" if cluster else "PropagationPolicy"],
+                       name)
+    kind = "ClusterPropagationPolicy" if cluster else "PropagationPolicy"
+
+    def created(p_ns: str, p_name: str) -> datetime | None:  # when it was first applied
+        return reg.created_at(kind, p_name if cluster else f"{p_ns}/{p_name}") if reg else None
+
     if args.output in ("yaml", "json"):
-        docs = [d for _, _, d in items]
+        docs = [_with_creation(d, created(p_ns, p_name)) for p_ns, p_name, d in items]
         print_object(docs[0] if name is not None else as_list(docs), args.output)
         return
     if not items:
@@ -312,18 +328,33 @@ async def _get_policies(client: Client, args: GetArgs) -> None:
         return
     headers = ["NAME", "SCHEDULING", "QUEUED", "AGE"]
     rows = []
+    with_ns = args.all_namespaces and not cluster
     for p_ns, p_name, doc in items:
         spec = doc.get("spec") or {}
         sched = ((spec.get("placement") or {}).get("replicaScheduling") or {}).get(
             "customSchedulingType") or "-"
         queued = bool((spec.get("suspension") or {}).get("scheduling"))
-        row: list[Any] = [p_name, sched, str(queued).lower(), age(reg.started if reg else None)]
-        if args.all_namespaces:
+        row: list[Any] = [p_name, sched, str(queued).lower(), age(created(p_ns, p_name))]
+        if with_ns:
             row.insert(0, p_ns)
         rows.append(row)
-    if args.all_namespaces:
+    if with_ns:
         headers.insert(0, "NAMESPACE")
     print_table(headers, rows)
+
+
+def _with_creation(doc: dict[str, Any], created: datetime | None) -> dict[str, Any]:
+    """The manifest as applied, with the ``metadata.creationTimestamp`` the registry
+    recorded (as the API server adds it)."""
+    if created is None:
+        return doc
+    meta = dict(doc.get("metadata") or {})
+    meta["creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dict(doc, metadata=meta)
+
+
+async def _get_cluster_policies(client: Client, args: GetArgs) -> None:
+    await _get_policies(client, args, cluster=True)
 
 
 async def _get_priority_classes(client: Client, args: GetArgs) -> None:
@@ -361,15 +392,18 @@ async def _get_tree(client: Client, args: GetArgs) -> None:
         status = found.view.model_dump(mode="json") if found else {}
         print_object({"apiVersion": "scheduling.sigs.k8s.io/v1beta1",
                       "kind": "ElasticQuotaTree",
-                      "metadata": {"name": t_name, "namespace": t_ns},
+                      "metadata": _with_creation({"metadata": {"name": t_name,
+                                                               "namespace": t_ns}},
+                                                 found.created if found else None)["metadata"],
                       "status": status}, args.output)
         return
     headers = ["NAME", "QUEUES", "ADMITTED", "WAITING", "AGE"]
     if found:
         qv = found.view
-        row = [t_name, len(qv.queues), qv.holders, qv.waiting, age(found.started)]
+        row = [t_name, len(qv.queues), qv.holders, qv.waiting, age(found.created)]
     else:
-        row = [t_name, "-", "-", "-", "<unknown>"]
+        row = [t_name, "-", "-", "-", age(reg.created_at("ElasticQuotaTree", tree)
+                                          if reg else None)]
     print_table(headers, [row])
 
 
@@ -378,6 +412,7 @@ GETTERS = {
     "pod": _get_pods,
     "queue": _get_queues,
     "propagationpolicy": _get_policies,
+    "clusterpropagationpolicy": _get_cluster_policies,
     "priorityclass": _get_priority_classes,
     "elasticquotatree": _get_tree,
 }
@@ -426,6 +461,7 @@ def register(app: typer.Typer) -> None:
     @guarded
     def get(
         resource: str = typer.Argument(..., help="pytorchjob | pod | queue | propagationpolicy "
+                                                 "| clusterpropagationpolicy "
                                                  "| elasticquotatree | priorityclass | cluster"),
         name: str | None = typer.Argument(None, help="Object name (all when omitted)"),
         namespace: str | None = typer.Option(None, "-n", "--namespace",

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def _ref(obj: FleetObject) -> str:
-    if obj.kind == "PriorityClass":
+    if obj.kind in ("PriorityClass", "ClusterPropagationPolicy"):  # cluster-scoped
         return f"{obj.kind} {obj.metadata.name}"
     return f"{obj.kind} {obj.metadata.namespace}/{obj.metadata.name}"
 

@@ -25,11 +25,13 @@ from fleetq.client.jobs import delete_job, start_job
 from fleetq.client.registry import delete_registry_object, registry
 from fleetq.manifests import STDIN, STDIN_NAME, load_manifests, preemption_annotation_error
 from fleetq.models import (
+    CLUSTER_SCOPED,
     ElasticQuotaTree,
     FleetObject,
     PriorityClass,
     PropagationPolicy,
     PyTorchJob,
+    object_ref,
 )
 from fleetq.naming import CONTROL_TASK_QUEUE, quota_workflow_id
 
@@ -39,11 +41,13 @@ MAX_APPLY_BYTES = 1_500_000
 RESOURCE_NAMES = {
     "ElasticQuotaTree": "elasticquotatree.scheduling.sigs.k8s.io",
     "PropagationPolicy": "propagationpolicy.policy.one.alibabacloud.com",
+    "ClusterPropagationPolicy": "clusterpropagationpolicy.policy.one.alibabacloud.com",
     "PriorityClass": "priorityclass.scheduling.k8s.io",
     "PyTorchJob": "pytorchjob.kubeflow.org",
 }
 #: Apply order: what jobs depend on comes first.
-KIND_ORDER = {"ElasticQuotaTree": 0, "PriorityClass": 1, "PropagationPolicy": 2, "PyTorchJob": 3}
+KIND_ORDER = {"ElasticQuotaTree": 0, "PriorityClass": 1, "PropagationPolicy": 2,
+              "ClusterPropagationPolicy": 2, "PyTorchJob": 3}
 
 
 def object_line(kind: str, name: str, verb: str) -> str:
@@ -86,7 +90,8 @@ def update_error(exc: WorkflowUpdateFailedError) -> str:
 
 
 async def apply_registry_object(client: Client, manifest: dict[str, Any]) -> str:
-    """Apply a PropagationPolicy, PriorityClass or ElasticQuotaTree to the registry."""
+    """Apply a (Cluster)PropagationPolicy, PriorityClass or ElasticQuotaTree to the
+    registry."""
     handle = await registry(client)
     result: str = await handle.execute_update("apply", manifest, result_type=str)
     return result
@@ -152,8 +157,8 @@ async def apply_objects(
 
 
 #: Delete order (``delete -f``): jobs first, then policies and classes, the tree last.
-DELETE_ORDER = {"PyTorchJob": 0, "PropagationPolicy": 1, "PriorityClass": 2,
-                "ElasticQuotaTree": 3}
+DELETE_ORDER = {"PyTorchJob": 0, "PropagationPolicy": 1, "ClusterPropagationPolicy": 1,
+                "PriorityClass": 2, "ElasticQuotaTree": 3}
 
 
 async def delete_object(client: Client, kind: str, namespace: str, name: str, *,
@@ -210,7 +215,7 @@ def load_for_apply(
         size = len(json.dumps(manifest, separators=(",", ":")).encode())
         if size > MAX_APPLY_BYTES:
             too_big.append(
-                f"{obj.kind} {obj.metadata.namespace}/{obj.metadata.name}: is "
+                f"{object_ref(manifest)}: is "
                 f"{size / 1e6:.1f} MB as JSON; fleetq accepts at most 1.5 MB per object "
                 "(Temporal payloads are limited to 2 MB)"
             )
@@ -274,12 +279,14 @@ class _RawDocs:
         for d in docs:
             meta = d.get("metadata") or {}
             if (d.get("kind") == obj.kind and meta.get("name") == obj.metadata.name
-                    and (obj.kind == "PriorityClass"
+                    and (obj.kind in CLUSTER_SCOPED
                          or (meta.get("namespace") or "default") == ns)):
                 found = d  # the last copy wins, as in the loader
         if found is None:
             return None
         doc = json.loads(json.dumps(found, default=str))
-        if obj.kind != "PriorityClass":
+        if obj.kind == "ClusterPropagationPolicy":  # cluster-scoped: no namespace, as the
+            (doc.get("metadata") or {}).pop("namespace", None)  # API server clears it
+        elif obj.kind != "PriorityClass":
             doc.setdefault("metadata", {}).setdefault("namespace", ns)
         return doc  # type: ignore[no-any-return]

@@ -9,7 +9,7 @@ holds its queues and who holds or waits for quota. The registry's state and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,6 +34,7 @@ T = TypeVar("T")
 #: kubectl's resource names of the registry's kinds (as in NotFound lines)
 PLURALS = {
     "PropagationPolicy": "propagationpolicies.policy.one.alibabacloud.com",
+    "ClusterPropagationPolicy": "clusterpropagationpolicies.policy.one.alibabacloud.com",
     "PriorityClass": "priorityclasses.scheduling.k8s.io",
     "ElasticQuotaTree": "elasticquotatrees.scheduling.sigs.k8s.io",
 }
@@ -47,15 +48,25 @@ class Registry:
     priority_classes: dict[str, int]
     tree: str | None
     started: datetime | None
+    #: when each object was first applied (``fleetq.registry.created_key`` -> time)
+    created: dict[str, datetime] = field(default_factory=dict)
+
+    def created_at(self, kind: str, key: str) -> datetime | None:
+        """When the object (its key in its own map) was first applied, or None."""
+        from fleetq.registry import created_key
+
+        return self.created.get(created_key(kind, key))
 
 
 @dataclass
 class QuotaTreeView:
-    """The fleet's quota tree (``ns/name``), its quota workflow's view and start time."""
+    """The fleet's quota tree (``ns/name``), its quota workflow's view and start time,
+    and when the tree was first applied (its queues' AGE too)."""
 
     tree: str
     view: QuotaView
     started: datetime | None
+    created: datetime | None = None
 
 
 async def registry(client: Client) -> WorkflowHandle[Any, Any]:
@@ -98,7 +109,8 @@ async def get_registry(client: Client) -> Registry | None:
     if found is None:
         return None
     state, started = found
-    return Registry(dict(state.policies), dict(state.priority_classes), state.tree, started)
+    return Registry(dict(state.policies), dict(state.priority_classes), state.tree, started,
+                    dict(state.created))
 
 
 async def quota_view(client: Client) -> QuotaTreeView | None:
@@ -113,12 +125,12 @@ async def quota_view(client: Client) -> QuotaTreeView | None:
     if found is None:
         return None
     view, started = found
-    return QuotaTreeView(reg.tree, view, started)
+    return QuotaTreeView(reg.tree, view, started, reg.created_at("ElasticQuotaTree", reg.tree))
 
 
 async def delete_registry_object(client: Client, kind: str, namespace: str,
                                  name: str) -> None:
-    """Remove a PropagationPolicy, PriorityClass or the ElasticQuotaTree from the
+    """Remove a (Cluster)PropagationPolicy, PriorityClass or the ElasticQuotaTree from the
     registry; the tree is refused while any job holds or waits for its quota, and its
     quota workflow is stopped once it is gone. :class:`NotFound` when it is not there."""
     from fleetq.messages import DeleteRequest

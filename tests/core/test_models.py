@@ -315,7 +315,7 @@ def test_unknown_top_level_field_is_an_error() -> None:
 def test_unsupported_kind_and_api_version() -> None:
     assert errors_of({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}) == [
         "Pod default/p: kind 'Pod' is not supported (one of ElasticQuotaTree, "
-        "PropagationPolicy, PyTorchJob, PriorityClass)"
+        "PropagationPolicy, ClusterPropagationPolicy, PyTorchJob, PriorityClass)"
     ]
     doc = job()
     doc["apiVersion"] = "kubeflow.org/v2"
