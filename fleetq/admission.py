@@ -212,10 +212,13 @@ class AdmissionState(BaseModel):
 #: (node, resource, quantity): a request is short of that resource at that node, and
 #: cannot fit until that quantity of it is free there
 _Short = tuple[str, str, int]
+#: a candidate's :data:`_Short` and the candidate's key
+_Blocker = tuple[_Short, Key]
 
 
 #: queues blocked at one node for one resource, by how much of it they need free there:
-#: each a min-heap of ``(best rank, generation, queue)``, lazily pruned
+#: each a min-heap of ``(best rank, generation, queue)`` (the best rank of the queue's
+#: candidates short of that need there), lazily pruned
 #: (``Admission._gen``); the distinct needs are the few distinct request quantities
 _Waits = dict[int, list[tuple[Any, int, str]]]
 
@@ -321,7 +324,7 @@ class Admission:
         self._waits: dict[str, dict[str, _Waits]] = {}
         #: while a pass runs: queues to block once it is over (a queue blocked during a
         #: pass must not be taken up again by the same pass)
-        self._deferred: list[tuple[str, list[_Short]]] | None = None
+        self._deferred: list[tuple[str, list[_Blocker]]] | None = None
         self._gen: dict[str, int] = {}
         self._gens = 0
         self._entries = 0  # heap entries, stale ones included
@@ -415,10 +418,16 @@ class Admission:
             if self._rows is not None:
                 self._rows[n.name] = None
 
-    def _block(self, node: str, blockers: list[_Short]) -> None:
+    def _block(self, node: str, blockers: list[_Blocker]) -> None:
         """Index the queue of ``node``, which has no pick, under each (node, resource,
         need) one of its candidates is short of (re-examined at the next pass if none
-        is known), with the best rank it could have (its first job's)."""
+        is known), with the best rank of the candidates short of it: when that need is
+        free, what the queue can pick ranks no better (admissions only raise usage, a
+        job joining or leaving touches the queue). Not the queue's first job's rank: a
+        queue whose high-priority head waits for its own leaf would otherwise rank, for
+        the small job waiting for the root, ahead of every queue whose pick it is, and
+        a pass would examine each of those before admitting one (``bench.sim_scale``:
+        18 queue checks per pass, most of them blocked again)."""
         if self._deferred is not None:
             self._deferred.append((node, blockers))
             return
@@ -430,15 +439,21 @@ class Admission:
             return
         self._gens += 1
         gen = self._gen[node] = self._gens
-        entry = (self._rank(q, q.order[0]), gen, node)
-        for at, res, need in dict.fromkeys(blockers):
+        best: dict[_Short, Key] = {}
+        for short, key in blockers:
+            known = best.get(short)
+            if known is None or key < known:
+                best[short] = key
+        first = self._rank(q, q.order[0])
+        for (at, res, need), key in best.items():
+            entry = (first if key == q.order[0] else (*first[:-1], key), gen, node)
             by_need = self._waits.setdefault(at, {}).setdefault(res, {})
             bucket = by_need.get(need)
             if bucket is None:
                 by_need[need] = [entry]
             else:
                 heapq.heappush(bucket, entry)
-        self._entries += len(blockers)
+        self._entries += len(best)
         if self._entries > 4 * len(self._gen) + 1024:
             self._compact()
 
@@ -515,18 +530,25 @@ class Admission:
         self,
         q: JobQueue,
         nofit: dict[tuple[str, int], _Short],
-        blockers: list[_Short] | None = None,
+        blockers: list[_Blocker] | None = None,
     ) -> tuple[Key, int] | None:
         """The job this queue would admit next, given current usage, or None; then
         ``blockers`` gets, for its candidates, a (node, resource, need) each is short of
-        (``nofit`` remembers them for one pass per (queue, shape): usage only rises in
-        a pass)."""
+        with the candidate's key (``nofit`` remembers them for one pass per (queue,
+        shape): usage only rises in a pass)."""
         if not q.order:
             return None
         short = self._short(q.node, q.lower_bound())
         if short is not None:  # nothing of this queue fits until that is free
             if blockers is not None:
-                blockers.append(short)
+                # every candidate is short there of that resource, each by its own
+                # request: indexed by it, a small job ranks as itself, not as the head
+                at, res, _ = short
+                shapes = self._shapes
+                blockers.extend(
+                    ((at, res, shapes[shape][res]), key)
+                    for key, shape in self._strategy.candidates(q)
+                )
             return None
         for key, shape in self._strategy.candidates(q):
             short = nofit.get((q.node, shape))
@@ -536,7 +558,7 @@ class Admission:
                     return key, shape
                 nofit[(q.node, shape)] = short
             if blockers is not None:
-                blockers.append(short)
+                blockers.append((short, key))
         return None
 
     def _rank(self, q: JobQueue, key: Key) -> tuple[Any, ...]:
@@ -767,7 +789,7 @@ class Admission:
         heap: list[tuple[Any, int, str, str, int]] = []
         queues = self._queues
         examine, freed = self._candidates()
-        deferred: list[tuple[str, list[_Short]]] = []
+        deferred: list[tuple[str, list[_Blocker]]] = []
         self._deferred = deferred
         grants: list[Grant] = []
         try:
@@ -793,7 +815,7 @@ class Admission:
                     self._source(heap, node, res, need)
                     continue
                 q = queues[node]
-                blockers: list[_Short] = []
+                blockers: list[_Blocker] = []
                 pick = self._pick(q, nofit, blockers)
                 if pick is None:
                     self._block(node, blockers)
@@ -828,7 +850,7 @@ class Admission:
         if not q.order:
             return
         q.promote(now, self.starvation_seconds)
-        blockers: list[_Short] = []
+        blockers: list[_Blocker] = []
         pick = self._pick(q, nofit, blockers)
         if pick is not None:
             heapq.heappush(heap, (self._rank(q, pick[0]), 0, node, "", 0))
@@ -1134,7 +1156,9 @@ class Admission:
             if (j.preemptible, j.grace_seconds) != _DEFAULT_HOLDER[1:]
         }
         tree = self.quota.tree
-        return AdmissionState(
+        # (built from this instance's own, already valid, fields: validating every job's
+        # tuple again was a third of this method at 21,209 waiting jobs)
+        return AdmissionState.model_construct(
             tree=tree.model_dump(mode="json", exclude_none=True) if tree is not None else None,
             policy=QueuePolicy(self.policy),
             starve=self.starvation_seconds,

@@ -248,6 +248,47 @@ def test_a_release_examines_the_queues_it_can_unblock_not_the_tree() -> None:
     assert isinstance(grants[0], Grant)
 
 
+def test_a_small_job_waiting_for_the_root_ranks_as_itself_not_as_its_head() -> None:
+    """20 leaves under a full root, each with a high-priority 4-cpu head and a 1-cpu job
+    behind it: a 1-cpu release admits the earliest small job (as a full pass does) and
+    checks a couple of queues, not every queue whose head outranks it (each head
+    indexed the queue's wait for 1 cpu at the root under its own rank: ``bench.sim_scale``
+    checked 18 queues a pass that way)."""
+    leaves = [{"name": f"l{i}", "namespaces": [f"l{i}"]} for i in range(20)]
+    doc = {
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+        "kind": "ElasticQuotaTree",
+        "metadata": {"name": "t", "namespace": "kube-system"},
+        "spec": {"root": {"name": "root", "max": {"cpu": 20}, "children": leaves}},
+    }
+    inc = Admission(parse_tree(doc), QueuePolicy.PRIORITY, 300)
+    full = Admission(parse_tree(doc), QueuePolicy.PRIORITY, 300)
+    full.incremental = False
+    n = 0
+    for prio, cpu in ((0, 1000), (10, 4000), (0, 1000)):  # holders, heads, small jobs
+        for i in range(20):
+            n += 1
+            req = AdmissionRequest(job_id=f"pytorchjob/l{i}/j{n}", namespace=f"l{i}",
+                                   priority=prio, request={"cpu": cpu}, submitted_at=float(n))
+            assert inc.enqueue(req, float(n)) == full.enqueue(req, float(n))
+    assert inc.schedule(100.0) == full.schedule(100.0) == []
+    examined: list[str] = []
+    original = inc._pick
+
+    def counting(q: Any, *args: Any) -> Any:
+        examined.append(q.node)
+        return original(q, *args)
+
+    inc._pick = counting  # type: ignore[method-assign,assignment]
+    for a in (inc, full):
+        assert a.release("pytorchjob/l7/j8")
+    grants = inc.schedule(101.0)
+    assert grants == full.schedule(101.0)
+    assert [g.job_id for g in grants] == ["pytorchjob/l0/j41"]  # the earliest small job
+    assert set(examined) == {"l0", "l7"}, examined  # the freed leaf, the winner
+    assert inc.to_state() == full.to_state()
+
+
 def test_releases_wake_queues_blocked_at_parents_and_the_root() -> None:
     """Seeded random enqueues, releases and passes on root-bound trees (every leaf
     limited only by its parent and the root, so a release in one leaf lets queues of
