@@ -396,10 +396,12 @@ async def _get_tree(client: Client, args: GetArgs) -> None:
 def _read_over_http(args: GetArgs) -> bool:
     """Print ``get pytorchjob`` read over HTTP when an HTTP API serves this fleet (True),
     else print nothing (False: read through the SDK)."""
+    from fleetq.cli.context import read_info
     from fleetq.client.http_api import Unsupported, web_api
 
     try:
-        api = web_api()
+        info = read_info()
+        api = web_api(info.http_api if info else None)
         if api is None:
             return False
         try:

@@ -90,8 +90,9 @@ def _config_file() -> Path:
     return Path(base) / "temporalio" / "temporal.toml"
 
 
-def web_api() -> WebApi | None:
-    """The HTTP API to read jobs through, or None (use the SDK)."""
+def web_api(fleet_http_api: str | None) -> WebApi | None:
+    """The HTTP API to read jobs through, or None (use the SDK); ``fleet_http_api`` is
+    what the running ``fleetq up``'s fleetq.json names (the CLI reads it)."""
     setting = os.environ.get(HTTP_API_ENV, "").strip()
     if setting.lower() in OFF:
         return None
@@ -100,12 +101,7 @@ def web_api() -> WebApi | None:
         return WebApi(setting, namespace)
     if any(os.environ.get(k) for k in SDK_SETTINGS) or _config_file().exists():
         return None
-    from fleetq.runtime.fleet_info import read_info
-
-    info = read_info()
-    if info is None or not info.http_api:
-        return None
-    return WebApi(info.http_api, namespace)
+    return WebApi(fleet_http_api, namespace) if fleet_http_api else None
 
 
 def _payload(p: Any) -> Any:

@@ -191,6 +191,7 @@ def test_the_frontend_http_port_routes_no_id_with_a_slash(tmp_path: Path) -> Non
     answers a query for ``a-b`` (NotFound: a workflow lookup) but not for ``a/b``, plain
     or escaped (the gateway's own 404: no route)."""
     import http.client
+    import time
 
     port, http_port = free_port(), free_port()
     proc = subprocess.Popen(
@@ -205,13 +206,17 @@ def test_the_frontend_http_port_routes_no_id_with_a_slash(tmp_path: Path) -> Non
                     conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=5)
                     conn.request("POST", path, body=b"{}")
                     return dict(json.loads(conn.getresponse().read()))
-                except OSError:
-                    import time
+                except (OSError, ValueError):  # not listening yet, or not JSON yet
                     time.sleep(0.1)
             raise AssertionError("the dev server's HTTP API never answered")
 
         base = "/api/v1/namespaces/default/workflows/"
-        assert "workflow not found for ID: a-b" in str(post(base + "a-b/query/status"))
+        for _ in range(300):  # until the frontend looks workflows up (namespace ready)
+            answer = post(base + "a-b/query/status")
+            if "workflow not found for ID: a-b" in str(answer):
+                break
+            time.sleep(0.1)
+        assert "workflow not found for ID: a-b" in str(answer), answer
         for wid in ("a/b", "a%2Fb"):
             answer = post(base + wid + "/query/status")
             assert answer == {"code": 5, "message": "Not Found"}, answer
