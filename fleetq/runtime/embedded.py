@@ -158,6 +158,9 @@ class EmbeddedFleet:
             pid=os.getpid(), address=self.address, ui_url=self.ui_url,
             kubeconfig=self.kubeconfig, fleet_config=self.fleet_config,
             state_dir=str(self.state_dir),
+            # the dev server's Web UI serves Temporal's HTTP API for every workflow id
+            # (the production-shaped cluster runs no UI: its readers use the SDK)
+            http_api=self.ui_url if self.cluster is None else "",
             children={c.name: c.proc.pid for c in self.children},
         )
         write_info(info, self.state_dir)

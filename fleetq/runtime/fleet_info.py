@@ -1,7 +1,8 @@
 """``<state-dir>/fleetq.json``: how a running ``fleetq up`` tells every other command where
-its fleet is (its pid, the Temporal address, the Web UI, the members' kubeconfig and the
-fleet config). Standard library only, so a CLI command that merely looks the fleet up
-does not import the embedded runtime (:mod:`fleetq.runtime.embedded` writes the file).
+its fleet is (its pid, the Temporal address, the Web UI and its HTTP API, the members'
+kubeconfig and the fleet config). Standard library only, so a CLI command that merely
+looks the fleet up does not import the embedded runtime (:mod:`fleetq.runtime.embedded`
+writes the file).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class FleetInfo:
     kubeconfig: str = ""
     fleet_config: str = ""
     state_dir: str = ""
+    #: the Web UI server whose HTTP API (``/api/v1``) read-only commands may use instead
+    #: of the Temporal SDK (:mod:`fleetq.client.http_api`); empty: none
+    http_api: str = ""
     children: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:

@@ -20,7 +20,9 @@ import pytest
 import pytest_asyncio
 
 from fleetq.cli import LAZY_GROUPS, app
+from fleetq.runtime.fleet_info import FleetInfo, write_info
 from tests.cli.conftest import CliFleet
+from tests.cli.test_http_transport import web_fleet  # noqa: F401 - the fixture
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -126,6 +128,42 @@ async def test_get_pytorchjob_loads_the_temporal_client_and_the_job_view(
     assert heavy(modules, ("yaml", "fleetq.messages", "fleetq.models", "fleetq.admission",
                            "fleetq.registry", "fleetq.manifests", "fleetq.fleet_config",
                            "fleetq.client.members", "fleetq.cli.member_views")) == []
+
+
+async def test_get_pytorchjob_over_http_loads_no_temporal_sdk(
+        web_fleet: tuple[CliFleet, str], tmp_path: Path) -> None:  # noqa: F811
+    """``fleetq get pytorchjob`` (and ``NAME``, ``-o wide|json``) against a ``fleetq up``
+    whose fleetq.json names its Web UI's HTTP API (no TEMPORAL_ADDRESS): the standard
+    library's HTTP client and the job view, no temporalio at all (nor its Rust bridge,
+    protobuf or grpc), and nothing else heavy."""
+    cli, ui = web_fleet
+    r = await cli.run("apply", "-f", str(EXAMPLES / "pytorch-test.yaml"))
+    assert r.exit_code == 0, r.output
+    import os
+
+    state = tmp_path / "state"
+    state.mkdir()
+    write_info(FleetInfo(pid=os.getpid(), address=cli.env["TEMPORAL_ADDRESS"], ui_url=ui,
+                         http_api=ui, state_dir=str(state)), state)
+    env = {"FLEETQ_STATE_DIR": str(state), "XDG_CONFIG_HOME": str(tmp_path)}
+    try:
+        for argv, expect in ((["get", "pytorchjob"], "NAME"),
+                             (["get", "pytorchjob", "pytorch-test", "-o", "wide"], "NAME"),
+                             (["get", "pytorchjob", "-o", "json"], "{")):
+            modules, out = await asyncio.to_thread(loaded, argv, env)
+            assert out.startswith(expect) and "pytorch-test" in out, out
+            assert {"fleetq.client.http_api", "fleetq.job_view", "http.client"} <= modules
+            assert heavy(modules, ("temporalio", "google", "grpc", "fleetq.client.connection",
+                                   "fleetq.client.jobs", "fleetq.client.registry")) == []
+            assert heavy(modules, NEVER) == []
+            assert heavy(modules, NO_NUMPY_NO_KUBE) == []
+            assert heavy(modules, ("yaml", "fleetq.messages", "fleetq.models")) == []
+        # FLEETQ_HTTP_API=off: the SDK, as before
+        modules, out = await asyncio.to_thread(
+            loaded, ["get", "pytorchjob"], {**env, "FLEETQ_HTTP_API": "off"})
+        assert "pytorch-test" in out and "temporalio.client" in modules, out
+    finally:
+        await cli.run("delete", "pytorchjob", "pytorch-test")
 
 
 async def test_apply_of_a_job_loads_no_numpy_and_no_kubernetes_client(

@@ -1,0 +1,412 @@
+"""Reading jobs over Temporal's HTTP/JSON API with the standard library: ``fleetq get
+pytorchjob`` without importing the Temporal SDK (and its Rust bridge), whose import alone
+costs several times a whole ``temporal workflow list`` (BENCHMARKS.md section 9).
+
+The routes are the ``google.api.http`` annotations of temporalio/api's
+``workflowservice/v1/service.proto`` (``GET /api/v1/namespaces/{ns}/workflows``,
+``POST .../workflows/{id}/query/{type}``, ``GET .../workflows/{id}``, ``GET
+.../workflows/{id}/history``), served by the Web UI's server (temporalio/ui
+``server/server/api/handler.go``). Not by the frontend's own HTTP port: its grpc-gateway
+routes in ``UnescapingModeLegacy`` (go.temporal.io/server ``service/frontend/
+http_api_server.go``), so a workflow id with a ``/`` -- every fleetq id,
+``pytorchjob/<ns>/<name>`` -- matches no route, even as ``%2F``; the UI server's mux uses
+``UnescapingModeAllExceptReserved`` and answers them. State-changing methods (a query is
+a POST) pass the UI server's CSRF check by the double-submit pattern its own pages use:
+the ``_csrf`` cookie echoed in ``X-CSRF-Token`` (``server/server/csrf/cookie.go``).
+
+Where this is used (:func:`web_api`): the Web UI of the running ``fleetq up``
+(``fleetq.json``'s ``http_api``), or the one ``FLEETQ_HTTP_API`` names; never when
+``TEMPORAL_ADDRESS``, an API key, TLS or a client config file chooses the connection
+(those keep the SDK), nor with ``FLEETQ_HTTP_API=off``. Anything this module does not
+understand (an error, a rejected query, an encoding other than JSON, a failure with
+encoded attributes) raises :class:`Unsupported`, and the caller reads through the SDK
+instead, which reports every error its own way -- so both paths print the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from fleetq.naming import JOB_PURGE_WORKFLOW, JOB_WORKFLOW
+
+if TYPE_CHECKING:
+    from fleetq.job_view import JobView
+
+T = TypeVar("T")
+
+HTTP_API_ENV = "FLEETQ_HTTP_API"
+#: ``FLEETQ_HTTP_API`` values that turn the HTTP transport off
+OFF = frozenset({"off", "0", "false", "no", "grpc"})
+#: Temporal client settings that choose TLS, credentials or a profile: the SDK path
+SDK_SETTINGS = ("TEMPORAL_ADDRESS", "TEMPORAL_API_KEY", "TEMPORAL_PROFILE",
+                "TEMPORAL_CONFIG_FILE", "TEMPORAL_TLS", "TEMPORAL_TLS_CLIENT_CERT_PATH",
+                "TEMPORAL_TLS_CLIENT_KEY_PATH", "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+                "TEMPORAL_TLS_CLIENT_CERT_DATA", "TEMPORAL_TLS_CLIENT_KEY_DATA",
+                "TEMPORAL_TLS_SERVER_CA_CERT_DATA", "TEMPORAL_TLS_SERVER_NAME",
+                "TEMPORAL_CODEC_ENDPOINT", "TEMPORAL_GRPC_META")
+#: as :data:`fleetq.client.connection.REFUSAL_TYPES` (a test pins the two equal)
+REFUSAL_TYPES = frozenset({"InvalidManifest"})
+#: as :data:`fleetq.client.jobs.JOB_RESOURCE`
+JOB_RESOURCE = "pytorchjobs.kubeflow.org"
+#: as :data:`fleetq.client.jobs.MAX_CONCURRENT_QUERIES`
+MAX_CONCURRENT_QUERIES = 16
+#: seconds for one HTTP call; a query no worker answers in time goes to the SDK path
+#: (whose bounded waits say what to run)
+TIMEOUT = 5.0
+STATUS = "WORKFLOW_EXECUTION_STATUS_"
+CLOSE_EVENT = "HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT"
+
+
+class Unsupported(Exception):
+    """This read cannot be done (or trusted) over HTTP: read through the SDK instead."""
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One row of ListWorkflowExecutions / DescribeWorkflowExecution, as JSON gave it."""
+
+    id: str
+    status: str  # "RUNNING", "COMPLETED", ... (the enum name without its prefix)
+    start_time: datetime | None
+    workflow_type: str
+    search_attributes: dict[str, Any]
+
+
+def _config_file() -> Path:
+    """Temporal's client config file (``temporal.toml`` in the user config dir), which
+    may give the default profile TLS or an API key."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "temporalio" / "temporal.toml"
+
+
+def web_api(fleet_http_api: str | None) -> WebApi | None:
+    """The HTTP API to read jobs through, or None (use the SDK); ``fleet_http_api`` is
+    what the running ``fleetq up``'s fleetq.json names (the CLI reads it)."""
+    setting = os.environ.get(HTTP_API_ENV, "").strip()
+    if setting.lower() in OFF:
+        return None
+    namespace = os.environ.get("TEMPORAL_NAMESPACE") or "default"
+    if setting and setting.lower() != "auto":
+        return WebApi(setting, namespace)
+    if any(os.environ.get(k) for k in SDK_SETTINGS) or _config_file().exists():
+        return None
+    return WebApi(fleet_http_api, namespace) if fleet_http_api else None
+
+
+def _payload(p: Any) -> Any:
+    """The value of one JSON-encoded payload (``json/plain``; ``binary/null`` is None)."""
+    if not isinstance(p, dict) or not isinstance(p.get("metadata"), dict):
+        raise Unsupported("payload shape")
+    encoding = base64.b64decode(p["metadata"].get("encoding", "")).decode()
+    if encoding == "binary/null":
+        return None
+    if encoding != "json/plain":
+        raise Unsupported(f"payload encoding {encoding}")
+    return base64.b64decode(p.get("data", ""))
+
+
+def _json_payload(value: Any) -> dict[str, Any]:
+    return {"metadata": {"encoding": base64.b64encode(b"json/plain").decode()},
+            "data": base64.b64encode(json.dumps(value).encode()).decode()}
+
+
+def _time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as the SDK gives it (microseconds, UTC)."""
+    if not value:
+        return None
+    text = str(value).removesuffix("Z")
+    head, dot, frac = text.partition(".")
+    return datetime.fromisoformat(head + (dot + frac[:6] if dot else "") + "+00:00")
+
+
+def _search_attributes(raw: Any) -> dict[str, Any]:
+    fields = (raw or {}).get("indexedFields") or {}
+    out = {}
+    for key, p in fields.items():
+        data = _payload(p)
+        out[key] = None if data is None else json.loads(data)
+    return out
+
+
+def _execution(info: dict[str, Any]) -> Execution:
+    return Execution(
+        id=(info.get("execution") or {}).get("workflowId", ""),
+        status=str(info.get("status", "")).removeprefix(STATUS),
+        start_time=_time(info.get("startTime")),
+        workflow_type=(info.get("type") or {}).get("name", ""),
+        search_attributes=_search_attributes(info.get("searchAttributes")),
+    )
+
+
+class WebApi:
+    """Temporal's HTTP API at ``base`` (``http://host:port``) for one namespace; one
+    keep-alive connection per thread."""
+
+    def __init__(self, base: str, namespace: str, timeout: float = TIMEOUT) -> None:
+        url = urllib.parse.urlsplit(base if "://" in base else f"http://{base}")
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise Unsupported(f"{HTTP_API_ENV}={base}: not an http(s) URL")
+        self.scheme, self.host, self.port = url.scheme, url.hostname, url.port
+        self.prefix = url.path.rstrip("/")
+        self.namespace = namespace
+        self.timeout = timeout
+        self.token = os.urandom(16).hex()
+        self._local = threading.local()
+
+    def _conn(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            cls = (http.client.HTTPSConnection if self.scheme == "https"
+                   else http.client.HTTPConnection)
+            conn = cls(self.host, self.port, timeout=self.timeout)
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+
+    def call(self, method: str, path: str, params: dict[str, str] | None = None,
+             body: Any = None) -> tuple[int, dict[str, Any]]:
+        """``(HTTP status, JSON body)``; :class:`Unsupported` when nothing (or not JSON)
+        answers."""
+        url = f"{self.prefix}/api/v1/namespaces/{urllib.parse.quote(self.namespace, safe='')}"
+        url += path + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        headers = {"Accept": "application/json", "Cookie": f"_csrf={self.token}",
+                   "X-CSRF-Token": self.token}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        conn = self._conn()
+        try:
+            conn.request(method, url, body=data, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            self._local.conn = None
+            raise Unsupported(f"{self.host}:{self.port}: {exc}") from None
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            raise Unsupported(f"HTTP {resp.status}: not JSON") from None
+        if not isinstance(answer, dict):
+            raise Unsupported(f"HTTP {resp.status}: not a JSON object")
+        return resp.status, answer
+
+    def ok(self, method: str, path: str, params: dict[str, str] | None = None,
+           body: Any = None) -> dict[str, Any] | None:
+        """The answer of a call that succeeded; None when the workflow does not exist
+        (gRPC NotFound with its NotFoundFailure detail); else :class:`Unsupported`."""
+        status, answer = self.call(method, path, params, body)
+        if status == 200:
+            return answer
+        details = [d.get("@type", "") for d in answer.get("details") or []
+                   if isinstance(d, dict)]
+        if answer.get("code") == 5 and any(t.endswith(".NotFoundFailure") for t in details):
+            return None
+        raise Unsupported(f"HTTP {status}: {answer.get('message', '')}")
+
+    @staticmethod
+    def _wf(workflow_id: str) -> str:
+        return "/workflows/" + urllib.parse.quote(workflow_id, safe="")
+
+    # ------------------------------------------------------------------ the calls
+
+    def list_workflows(self, query: str) -> list[Execution]:
+        out: list[Execution] = []
+        token = ""
+        while True:
+            params = {"query": query, **({"nextPageToken": token} if token else {})}
+            answer = self.ok("GET", "/workflows", params)
+            if answer is None:
+                raise Unsupported("namespace not found")
+            out += [_execution(e) for e in answer.get("executions") or []]
+            token = answer.get("nextPageToken") or ""
+            if not token:
+                return out
+
+    def describe(self, workflow_id: str) -> Execution | None:
+        answer = self.ok("GET", self._wf(workflow_id))
+        return None if answer is None else _execution(answer.get("workflowExecutionInfo") or {})
+
+    def query(self, workflow_id: str, name: str, *args: Any) -> bytes | None:
+        """The JSON bytes of a query's answer (None: it answered null)."""
+        query: dict[str, Any] = {"queryType": name}
+        if args:
+            query["queryArgs"] = {"payloads": [_json_payload(a) for a in args]}
+        answer = self.ok("POST", f"{self._wf(workflow_id)}/query/{name}",
+                         body={"query": query})
+        if answer is None:
+            raise Unsupported("workflow vanished")
+        if answer.get("queryRejected"):
+            raise Unsupported("query rejected")
+        payloads = (answer.get("queryResult") or {}).get("payloads") or []
+        if len(payloads) != 1:
+            raise Unsupported("query answer shape")
+        data: bytes | None = _payload(payloads[0])
+        return data
+
+    def close_event(self, workflow_id: str) -> dict[str, Any]:
+        """The latest run's closing history event."""
+        answer = self.ok("GET", f"{self._wf(workflow_id)}/history",
+                         {"historyEventFilterType": CLOSE_EVENT})
+        events = ((answer or {}).get("history") or {}).get("events") or []
+        if not events:
+            raise Unsupported("no close event")
+        event: dict[str, Any] = events[-1]
+        return event
+
+
+# --------------------------------------------------------------------------- jobs
+# Mirrors fleetq.client.jobs (view_of, _failed_view, list_jobs, get_job, waiting_queues);
+# tests/cli/test_http_transport.py compares the two transports' output byte for byte.
+
+
+def _fallback(ns: str, name: str, state: str, reason: str, started: datetime | None,
+              cluster: str | None = None) -> JobView:
+    from fleetq.job_view import JobView
+
+    return JobView(namespace=ns, name=name, state=state,  # type: ignore[arg-type]
+                   reason=reason, created_at=started, cluster=cluster or None)
+
+
+def _decode_view(data: bytes | None) -> JobView | None:
+    from fleetq.job_view import JobView
+
+    if data is None:
+        return None
+    try:
+        return JobView.model_validate_json(data)
+    except ValueError:
+        raise Unsupported("view does not validate") from None
+
+
+def view_of(api: WebApi, ex: Execution) -> JobView | None:
+    """:func:`fleetq.client.jobs.view_of` over HTTP."""
+    from fleetq.naming import parse_job_workflow_id
+
+    parsed = parse_job_workflow_id(ex.id)
+    if parsed is None or ex.workflow_type == JOB_PURGE_WORKFLOW:
+        return None
+    ns, name = parsed
+    if ex.status == "CANCELED":
+        return None
+    if ex.status == "RUNNING":
+        view = _decode_view(api.query(ex.id, "status"))
+        return view if view is not None else _fallback(ns, name, "Validating", "starting",
+                                                       ex.start_time)
+    if ex.status == "COMPLETED":
+        attrs = api.close_event(ex.id).get("workflowExecutionCompletedEventAttributes")
+        payloads = ((attrs or {}).get("result") or {}).get("payloads") or []
+        view = _decode_view(_payload(payloads[0])) if len(payloads) == 1 else None
+        if view is None:
+            raise Unsupported("completed without a view")
+        return view
+    if ex.status == "FAILED":
+        attrs = api.close_event(ex.id).get("workflowExecutionFailedEventAttributes")
+        failure = (attrs or {}).get("failure")
+        if not isinstance(failure, dict) or failure.get("encodedAttributes"):
+            raise Unsupported("failure shape")
+        reason = failure.get("message") or ""
+        kind = (failure.get("applicationFailureInfo") or {}).get("type")
+        state = "Refused" if kind in REFUSAL_TYPES else "Failed"
+        reason = (reason.strip().splitlines() or ["failed"])[0]
+        return _fallback(ns, name, state, reason, ex.start_time)
+    if ex.status == "TERMINATED":
+        return _fallback(ns, name, "Failed", "workflow terminated", ex.start_time)
+    if ex.status == "TIMED_OUT":
+        return _fallback(ns, name, "Failed", "workflow timed out", ex.start_time)
+    return None
+
+
+def _bounded(fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
+    """``fn`` of each item, at most MAX_CONCURRENT_QUERIES at a time (threads: each its
+    own connection); in order."""
+    items = list(items)
+    if len(items) <= 1:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(min(MAX_CONCURRENT_QUERIES, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def list_jobs(api: WebApi, namespace: str | None) -> list[JobView]:
+    """:func:`fleetq.client.jobs.list_jobs` over HTTP."""
+    from fleetq.naming import parse_job_workflow_id
+
+    latest: dict[str, Execution] = {}
+    query = f'WorkflowType = "{JOB_WORKFLOW}" OR WorkflowType = "{JOB_PURGE_WORKFLOW}"'
+    floor = datetime.min.replace(tzinfo=UTC)
+    for ex in api.list_workflows(query):
+        parsed = parse_job_workflow_id(ex.id)
+        if parsed is None or (namespace is not None and parsed[0] != namespace):
+            continue
+        seen = latest.get(ex.id)
+        if seen is None or (ex.start_time or floor) > (seen.start_time or floor):
+            latest[ex.id] = ex
+    views = _bounded(lambda ex: view_of(api, ex), latest.values())
+    return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
+
+
+def get_job(api: WebApi, namespace: str, name: str) -> JobView | None:
+    """:func:`fleetq.client.jobs.get_job` over HTTP."""
+    from fleetq.naming import job_workflow_id
+
+    ex = api.describe(job_workflow_id(namespace, name))
+    return None if ex is None else view_of(api, ex)
+
+
+def _running_query(api: WebApi, workflow_id: str, name: str, *args: Any) -> Any:
+    """As ``fleetq.client.registry._query_running``: the JSON answer of a running
+    workflow's query, None when it is not running or does not exist."""
+    ex = api.describe(workflow_id)
+    if ex is None or ex.status != "RUNNING":
+        return None
+    data = api.query(workflow_id, name, *args)
+    return None if data is None else json.loads(data)
+
+
+def waiting_queues(api: WebApi, views: list[JobView]) -> dict[tuple[str, str], str]:
+    """:func:`fleetq.client.jobs.waiting_queues` over HTTP."""
+    from fleetq.naming import REGISTRY_WORKFLOW_ID, job_workflow_id, tree_workflow_id
+
+    waiting = [v for v in views if v.state in ("Queued", "Inadmissible") or (
+        v.queued and not v.admitted and v.state in ("Validating", "Scheduling"))]
+    if not waiting:
+        return {}
+    state = _running_query(api, REGISTRY_WORKFLOW_ID, "state")
+    tree = state.get("tree") if isinstance(state, dict) else None
+    if not tree:
+        return {}
+    wid = tree_workflow_id(tree)
+
+    def one(v: JobView) -> tuple[tuple[str, str], str] | None:
+        try:
+            data = api.query(wid, "wait_info", job_workflow_id(v.namespace, v.name))
+        except Unsupported:  # as wait_info: an unanswered query shows no queue
+            return None
+        info = None if data is None else json.loads(data)
+        if not isinstance(info, dict):
+            return None
+        if info.get("inadmissible") is not None:
+            return (v.namespace, v.name), f"{info.get('queue')} (inadmissible)"
+        return (v.namespace, v.name), f"{info.get('queue')} (#{info.get('position')})"
+
+    return dict(f for f in _bounded(one, waiting) if f is not None)
+
+
+__all__ = ["JOB_RESOURCE", "Execution", "Unsupported", "WebApi", "get_job",
+           "list_jobs", "view_of", "waiting_queues", "web_api"]
