@@ -256,9 +256,12 @@ def schedule(request: SchedulingRequest, index: PlacementIndex | None = None) ->
     ranked: list[ClusterChoice] = []
     rejected: dict[str, Rejection] = {}
     for snap in snaps:
-        got = _cluster_reason(
+        got: ClusterChoice | Rejection | None = _cluster_reason(
             snap, request.affinity, request.cluster_tolerations, request.exclude
-        ) or decide(gang, groups, snap, index.columns_of(snap) if index else ClusterColumns(snap))
+        )
+        if got is None:  # past the cluster filters: look at its nodes
+            cols = index.columns_of(snap) if index is not None else ClusterColumns(snap)
+            got = decide(gang, groups, snap, cols)
         if isinstance(got, Rejection):
             rejected[snap.name] = got
         else:
