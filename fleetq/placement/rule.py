@@ -92,11 +92,6 @@ def pod_groups(gang: Gang) -> list[PodGroup]:
     return list(out.values())
 
 
-def _selector_text(selector: tuple[tuple[str, str], ...]) -> str:
-    return ",".join(f"{k}={v}" for k, v in selector)
-
-
-
 def plan_order(groups: Sequence[PodGroup], cols: ClusterColumns) -> tuple[int, ...]:
     """The order groups are placed in on ``cols``: largest dominant share (of the
     cluster's largest node per resource) first, ties in gang order. A cluster lacking a
