@@ -115,71 +115,110 @@ def _distinct(x: IntArray) -> IntArray:
     return s[keep]
 
 
+def _rows(g: PodGroup, fleet: Fleet) -> list[tuple[int, int]] | None:
+    """``g``'s requests as ``(union resource row, quantity)``; None when no node anywhere
+    has one of them (free is clipped at _INT_CAP)."""
+    rq: list[tuple[int, int]] = []
+    for name, q in g.requests:
+        r = fleet.res_index.get(name)
+        if r is None or q > _INT_CAP:
+            return None
+        rq.append((r, q))
+    return rq
+
+
+def _place_one(
+    el: _Eligible,
+    rq: Sequence[tuple[int, int]],
+    fresh: tuple[IntArray, IntArray] | None,
+    alive: BoolArray,
+) -> tuple[BoolArray, IntArray, IntArray] | None:
+    """A one-pod group: the first node (in fill order) of each alive cluster with room
+    for the pod. Returns the clusters still alive (mask and positions) and their nodes."""
+    lo = el.bounds[:-1]
+    hi = el.bounds[1:]
+    ok = _fits_once(el, rq)
+    if fresh is not None:
+        ok[fresh[0]] = fresh[1] > 0
+    nz = np.flatnonzero(ok)
+    if not len(nz):
+        return None
+    at = np.searchsorted(nz, lo)
+    first = nz[np.minimum(at, len(nz) - 1)]
+    alive = alive & (first >= lo) & (first < hi)
+    cl = np.flatnonzero(alive)
+    if not len(cl):
+        return None
+    return alive, cl, el.idx[first[cl]]
+
+
+def _place_many(
+    el: _Eligible,
+    rq: Sequence[tuple[int, int]],
+    need: int,
+    fresh: tuple[IntArray, IntArray] | None,
+    alive: BoolArray,
+) -> tuple[BoolArray, IntArray, IntArray, IntArray] | None:
+    """A group of ``need`` pods, on every alive cluster at once. Returns the clusters
+    still alive (mask and positions), the nodes used there and the copies on each."""
+    lo = el.bounds[:-1]
+    hi = el.bounds[1:]
+    k = _copies(el, rq, need)
+    if fresh is not None:
+        k[fresh[0]] = fresh[1]
+    # Per-cluster prefix sums from one global cumsum: fill each cluster's nodes in
+    # order (most-allocated first) until `need` copies are placed.
+    cs = np.cumsum(k)
+    base = np.where(lo > 0, cs[lo - 1], 0)
+    pos = np.searchsorted(cs, base + need)
+    alive = alive & (pos < hi)
+    cl = np.flatnonzero(alive)
+    if not len(cl):
+        return None
+    start = lo[cl]
+    stop = pos[cl]
+    length = stop - start + 1
+    ends = np.cumsum(length)
+    span = np.arange(int(ends[-1]), dtype=np.int64)
+    span += np.repeat(start - (ends - length), length)
+    kk = k[span]
+    kk[ends - 1] -= cs[stop] - base[cl] - need
+    nz = np.flatnonzero(kk)
+    return alive, cl, el.idx[span[nz]], kk[nz]
+
+
 def _pack_class(
     plan: Sequence[PodGroup], fleet: Fleet, alive: BoolArray
 ) -> tuple[IntArray, IntArray, IntArray]:
-    """_pack for every cluster where ``alive``, groups in ``plan`` order. Returns the
-    clusters where the whole gang fits (ascending), per such cluster the global node
-    index of each pod in plan order, and the distinct nodes those clusters use."""
+    """The rule's greedy for every cluster where ``alive``, groups in ``plan`` order.
+    Returns the clusters where the whole gang fits (ascending), per such cluster the
+    global node index of each pod in plan order, and the distinct nodes those clusters
+    use."""
     taken: list[_Taken] = []
     picks: list[tuple[IntArray, IntArray]] = []
     none = (_EMPTY, _EMPTY.reshape(0, 0), _EMPTY)
     for g in plan:
         need = len(g.names)
-        rq: list[tuple[int, int]] = []
-        for name, q in g.requests:
-            r = fleet.res_index.get(name)
-            if r is None or q > _INT_CAP:  # no node anywhere has it (free is clipped)
-                return none
-            rq.append((r, q))
+        rq = _rows(g, fleet)
+        if rq is None:
+            return none
         el = fleet.eligible(g)
         if not len(el.idx):
             return none
-        lo = el.bounds[:-1]
-        hi = el.bounds[1:]
         fresh = _refresh(el, rq, need, taken)
         if need == 1:
-            # First node (in fill order) of each cluster with room for the pod.
-            ok = _fits_once(el, rq)
-            if fresh is not None:
-                ok[fresh[0]] = fresh[1] > 0
-            nz = np.flatnonzero(ok)
-            if not len(nz):
+            one = _place_one(el, rq, fresh, alive)
+            if one is None:
                 return none
-            at = np.searchsorted(nz, lo)
-            first = nz[np.minimum(at, len(nz) - 1)]
-            alive = alive & (first >= lo) & (first < hi)
-            cl = np.flatnonzero(alive)
-            if not len(cl):
-                return none
-            nodes = el.idx[first[cl]]
+            alive, cl, nodes = one
+            takes = np.ones(len(cl), dtype=np.int64)
             picks.append((cl, nodes.reshape(len(cl), 1)))
-            taken.append(_Taken(nodes, np.ones(len(cl), dtype=np.int64), dict(rq)))
-            continue
-        k = _copies(el, rq, need)
-        if fresh is not None:
-            k[fresh[0]] = fresh[1]
-        # Per-cluster prefix sums from one global cumsum: fill each cluster's nodes in
-        # order (most-allocated first) until `need` copies are placed.
-        cs = np.cumsum(k)
-        base = np.where(lo > 0, cs[lo - 1], 0)
-        pos = np.searchsorted(cs, base + need)
-        alive = alive & (pos < hi)
-        cl = np.flatnonzero(alive)
-        if not len(cl):
-            return none
-        start = lo[cl]
-        stop = pos[cl]
-        length = stop - start + 1
-        ends = np.cumsum(length)
-        span = np.arange(int(ends[-1]), dtype=np.int64)
-        span += np.repeat(start - (ends - length), length)
-        kk = k[span]
-        kk[ends - 1] -= cs[stop] - base[cl] - need
-        nz = np.flatnonzero(kk)
-        nodes = el.idx[span[nz]]
-        takes = kk[nz]
-        picks.append((cl, np.repeat(nodes, takes).reshape(len(cl), need)))
+        else:
+            many = _place_many(el, rq, need, fresh, alive)
+            if many is None:
+                return none
+            alive, cl, nodes, takes = many
+            picks.append((cl, np.repeat(nodes, takes).reshape(len(cl), need)))
         taken.append(_Taken(nodes, takes, dict(rq)))
     final = np.flatnonzero(alive)
     mats = [m if len(cl) == len(final) else m[np.searchsorted(cl, final)] for cl, m in picks]
