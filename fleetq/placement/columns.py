@@ -500,9 +500,46 @@ def _derived(prev: ClusterColumns, nodes: Sequence[NodeCapacity]) -> ClusterColu
         return prev
     if len(diff) > max(_PATCH_MIN, n // 16):
         return None
-    res_index = prev.res_index
-    names = list(res_index)
     new = [nodes[j] for j in diff]
+    values = _new_values(prev, diff, new)
+    if values is None:
+        return None
+    cols_a, cols_r, keys, pods = values
+    res_index = prev.res_index
+    at = np.array(diff, dtype=np.int64)
+    nres = len(res_index)
+    raw_a = raw.alloc.copy()
+    raw_r = raw.requested.copy()
+    raw_p = raw.pods.copy()
+    share = raw.share.copy()
+    sched = raw.schedulable.copy()
+    raw_a[:, at] = np.array(cols_a, dtype=np.int64).reshape(len(diff), nres).T
+    raw_r[:, at] = np.array(cols_r, dtype=np.int64).reshape(len(diff), nres).T
+    raw_p[:, at] = np.array(pods, dtype=np.int64).T
+    shapes = {kt: s for s, kt in enumerate(dict.fromkeys(keys))}
+    share[at] = _shares(raw_a[:, at], raw_r[:, at], keys, shapes, res_index)
+    sched[at] = [not node.unschedulable for node in new]
+    patched = _Raw(raw_a, raw_r, raw_p, share, sched)
+    parts = _columns_from(res_index, patched, _adjusted_totals(prev, raw, patched, at))
+    codes, index = _patched_taints(prev, diff, new)
+    labels = list(prev.labels_snap)
+    for j, node in zip(diff, new, strict=True):
+        labels[j] = node.labels
+    out = object.__new__(ClusterColumns)
+    out._fill(tuple(nodes), parts, prev.names_snap, labels, codes, index)
+    out.memo = _carried_masks(prev, out, diff)
+    return out
+
+
+def _new_values(
+    prev: ClusterColumns, diff: Sequence[int], new: Sequence[NodeCapacity]
+) -> tuple[list[list[int]], list[list[int]], list[tuple[str, ...]], list[tuple[int, int]]] | None:
+    """The new node objects' allocatable and requested per resource of ``prev`` (requests
+    only where offered), resource orders and pod counts; None unless each has the name
+    and the resource order of the object it replaces and only plain integers below
+    2**53."""
+    old = prev.nodes
+    names = list(prev.res_index)
     cols_a: list[list[int]] = []
     cols_r: list[list[int]] = []
     keys: list[tuple[str, ...]] = []
@@ -525,41 +562,36 @@ def _derived(prev: ClusterColumns, nodes: Sequence[NodeCapacity]) -> ClusterColu
     pods = [(node.pods_allocatable, node.pods_used) for node in new]
     if not all(_plain_int(a) and _plain_int(u) for a, u in pods):
         return None
-    at = np.array(diff, dtype=np.int64)
-    nres = len(names)
-    raw_a = raw.alloc.copy()
-    raw_r = raw.requested.copy()
-    raw_p = raw.pods.copy()
-    share = raw.share.copy()
-    sched = raw.schedulable.copy()
-    raw_a[:, at] = np.array(cols_a, dtype=np.int64).reshape(len(diff), nres).T
-    raw_r[:, at] = np.array(cols_r, dtype=np.int64).reshape(len(diff), nres).T
-    raw_p[:, at] = np.array(pods, dtype=np.int64).T
-    shapes = {kt: s for s, kt in enumerate(dict.fromkeys(keys))}
-    share[at] = _shares(raw_a[:, at], raw_r[:, at], keys, shapes, res_index)
-    sched[at] = [not node.unschedulable for node in new]
-    # exact sums over schedulable nodes: the old nodes' shares out, the new ones' in
+    return cols_a, cols_r, keys, pods
+
+
+def _adjusted_totals(
+    prev: ClusterColumns, raw: _Raw, patched: _Raw, at: IntArray
+) -> tuple[list[int], list[int], int]:
+    """``prev``'s exact sums over schedulable nodes with the nodes at ``at`` taken out as
+    ``raw`` had them and put in as ``patched`` has them."""
     total_free = list(prev.total_free)
     total_alloc = list(prev.total_alloc)
     total_slots = prev.total_slots
-    for sign, (a_, r_, p_, ok) in (
-        (-1, (raw.alloc, raw.requested, raw.pods, raw.schedulable)),
-        (1, (raw_a, raw_r, raw_p, sched)),
-    ):
-        on = at[ok[at]]
+    for sign, values in ((-1, raw), (1, patched)):
+        on = at[values.schedulable[at]]
         if not len(on):
             continue
-        a_on = a_[:, on]
-        free_sums = _row_sums(np.maximum(a_on - r_[:, on], 0))
+        a_on = values.alloc[:, on]
+        free_sums = _row_sums(np.maximum(a_on - values.requested[:, on], 0))
         total_free = [t + sign * v for t, v in zip(total_free, free_sums, strict=True)]
         alloc_sums = _row_sums(np.maximum(a_on, 0))
         total_alloc = [t + sign * v for t, v in zip(total_alloc, alloc_sums, strict=True)]
+        p_ = values.pods
         total_slots += sign * _row_sums(np.maximum(p_[0:1, on] - p_[1:2, on], 0))[0]
-    parts = _columns_from(
-        res_index,
-        _Raw(raw_a, raw_r, raw_p, share, sched),
-        (total_free, total_alloc, total_slots),
-    )
+    return total_free, total_alloc, total_slots
+
+
+def _patched_taints(
+    prev: ClusterColumns, diff: Sequence[int], new: Sequence[NodeCapacity]
+) -> tuple[IntArray, dict[tuple[Taint, ...], int]]:
+    """``prev``'s taint codes with the new objects' (the index extended, as a copy, by
+    taint sets it did not have)."""
     codes = prev.taint_code.copy()
     index = prev.taint_index
     for j, node in zip(diff, new, strict=True):
@@ -570,13 +602,7 @@ def _derived(prev: ClusterColumns, nodes: Sequence[NodeCapacity]) -> ClusterColu
                 index = dict(index)
             code = index[hard] = len(index)
         codes[j] = code
-    labels = list(prev.labels_snap)
-    for j, node in zip(diff, new, strict=True):
-        labels[j] = node.labels
-    out = object.__new__(ClusterColumns)
-    out._fill(tuple(nodes), parts, prev.names_snap, labels, codes, index)
-    out.memo = _carried_masks(prev, out, diff)
-    return out
+    return codes, index
 
 
 def _carried_masks(prev: ClusterColumns, new: ClusterColumns, diff: list[int]) -> dict[Any, Any]:
