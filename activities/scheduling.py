@@ -68,7 +68,7 @@ from fleetq.models import (
     parse_policy,
 )
 from fleetq.naming import JOB_PURGE_WORKFLOW, REGISTRY_WORKFLOW_ID
-from fleetq.placement import ClusterChoice, RejectionCode, place_gang
+from fleetq.placement import ClusterChoice, PlacementIndex, RejectionCode, place_gang
 from fleetq.preemption import PreemptionMode, RunningGang, plan_capacity_preemption
 from fleetq.registry import RegistryState, resolve_from_state
 
@@ -191,6 +191,10 @@ class SchedulingActivities:
         #: room capacity preemptions made, by preemptor (job workflow id)
         self._claims: dict[str, RoomClaim] = {}
         self._claims_lock = threading.Lock()
+        #: placement's views of the members' snapshots (the capacity caches hand over
+        #: the same snapshot objects until something changes), shared by the activity
+        #: threads, hence the locks
+        self._placement_index = PlacementIndex(threading.Lock)
         #: quota tree workflow id -> (monotonic time read, its fleetq.io/preemption)
         self._tree_modes: dict[str, tuple[float, str]] = {}
         #: the worker's event loop (the placement activity's thread queries through it)
@@ -436,6 +440,7 @@ class SchedulingActivities:
             cluster_tolerations=tolerations,
             exclude=set(inp.exclude),
             judge_never=True,
+            index=self._placement_index,
         )
         rejections = dict(decision.rejections)
         codes = {name: why.code for name, why in decision.reasons.items()}
@@ -518,6 +523,7 @@ class SchedulingActivities:
             affinity=affinity,
             cluster_tolerations=tolerations,
             exclude=set(inp.exclude),
+            index=self._placement_index,
         )
         if plan is None:
             return

@@ -73,7 +73,7 @@ from fleetq.models import ClusterAffinity, ElasticQuotaTree, Gang, ManifestError
 
 if TYPE_CHECKING:  # placement (numpy) only where capacity preemption places a gang, so
     # that reading a manifest's preemption annotations (fleetq validate/apply) loads none
-    from fleetq.placement import ClusterChoice, TolerationLike
+    from fleetq.placement import ClusterChoice, PlacementIndex, TolerationLike
 
 __all__ = [
     "EXACT_POOL",
@@ -918,11 +918,14 @@ def plan_capacity_preemption(
     affinity: ClusterAffinity | None = None,
     cluster_tolerations: Sequence[TolerationLike] = (),
     exclude: Collection[str] = (),
+    index: PlacementIndex | None = None,
 ) -> CapacityPlan | None:
     """Exactly one cluster where evicting lower-priority, preemptible gangs lets
     ``gang`` (the job ``preemptor``) fit node by node, with those victims; or None when
     the gang fits somewhere without preemption (place it normally) or nowhere even with
     every candidate gone.
+    ``index`` (the caller's :class:`~fleetq.placement.PlacementIndex`) keeps the
+    snapshots' views warm across the placements this search makes.
 
     On each cluster the placement filters apply as in :func:`~fleetq.placement.
     place_gang` (same ``affinity``, ``cluster_tolerations``, ``exclude``). Candidates are
@@ -947,6 +950,7 @@ def plan_capacity_preemption(
             affinity=affinity,
             cluster_tolerations=cluster_tolerations,
             exclude=exclude,
+            index=index,
         ).best
 
     if place(clusters) is not None:

@@ -46,8 +46,8 @@ from fleetq.models import quota_request
 from fleetq.placement import (
     ClusterChoice,
     PlacementDecision,
+    PlacementIndex,
     PodGroup,
-    columns_of,
     never_fits,
     place_gang,
     pod_groups,
@@ -179,8 +179,11 @@ class Simulation:
              for s in self.snapshots]
             for g in groups
         ]
+        #: placement's views of the snapshots, kept warm across decisions
+        self.placement_index = PlacementIndex()
         self.shapes = [
-            [_shapes(pod_groups(gang), snap) for snap in self.snapshots] for gang in self.gangs
+            [_shapes(pod_groups(gang), snap, self.placement_index) for snap in self.snapshots]
+            for gang in self.gangs
         ]
         starts = [g.start for g in groups if g.count > 0]
         self.t0 = min(starts) if starts else 0.0
@@ -375,6 +378,7 @@ class Simulation:
         plan = plan_capacity_preemption(
             job.id, self.gangs[job.gid], snaps, running, t,
             affinity=self.trace.spec.jobs[job.gid].clusterAffinity,
+            index=self.placement_index,
         )
         if plan is None:
             return False
@@ -563,7 +567,10 @@ class Simulation:
         if not candidates:
             return None
         decision = place_gang(
-            self.gangs[gid], candidates, affinity=self.trace.spec.jobs[gid].clusterAffinity
+            self.gangs[gid],
+            candidates,
+            affinity=self.trace.spec.jobs[gid].clusterAffinity,
+            index=self.placement_index,
         )
         if decision.best is None:
             self._remember(gid, decision)
@@ -583,7 +590,10 @@ class Simulation:
         ]
         if stale:
             decision = place_gang(
-                self.gangs[gid], stale, affinity=self.trace.spec.jobs[gid].clusterAffinity
+                self.gangs[gid],
+                stale,
+                affinity=self.trace.spec.jobs[gid].clusterAffinity,
+                index=self.placement_index,
             )
             self._remember(gid, decision)
         return [
@@ -675,7 +685,9 @@ class Simulation:
         got = self.never.get(gid)
         if got is None:
             snaps = [s for ci, s in enumerate(self.snapshots) if self.allowed[gid][ci]]
-            got = self.never[gid] = bool(snaps) and never_fits(self.gangs[gid], snaps) is not None
+            got = self.never[gid] = bool(snaps) and (
+                never_fits(self.gangs[gid], snaps, index=self.placement_index) is not None
+            )
         return got
 
     # ------------------------------------------------------------------ recording
@@ -735,11 +747,13 @@ class Simulation:
 _Shape = tuple[tuple[tuple[str, int], ...], int, list[NodeCapacity]]
 
 
-def _shapes(groups: list[PodGroup], snap: ClusterSnapshot) -> list[_Shape]:
+def _shapes(
+    groups: list[PodGroup], snap: ClusterSnapshot, index: PlacementIndex
+) -> list[_Shape]:
     """Per pod group of a gang (placement's grouping): its positive requests, its pod
     count and the nodes of ``snap`` it may use (schedulable, nodeSelector matched, hard
     taints tolerated), for :meth:`Simulation._may_fit`."""
-    cols = columns_of(snap)
+    cols = index.columns_of(snap)
     by_name = {n.name: n for n in snap.nodes}
     out: list[_Shape] = []
     for g in groups:

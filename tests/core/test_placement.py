@@ -14,6 +14,7 @@ from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
 from fleetq.models import ClusterAffinity, Gang, GangPod, Toleration, gang_of, parse_job
 from fleetq.placement import (
     ClusterColumns,
+    PlacementIndex,
     columns_of,
     estimate_sum_of_free,
     fits_node_by_node,
@@ -300,16 +301,18 @@ def test_sum_of_free_estimate_rejects_on_totals() -> None:
 
 
 def test_columns_cached_per_resource_version_and_forgettable() -> None:
+    index = PlacementIndex()
     snap = cluster("c", node("n1", 4), resource_version="1")
-    first = columns_of(snap)
-    assert columns_of(snap) is first
+    first = columns_of(snap, index)
+    assert columns_of(snap, index) is first
+    assert columns_of(snap) is not first  # without an index: built afresh
     snap.nodes[0].requested = {"cpu": 4000}
     snap.resource_version = "2"  # whoever mutates in place changes the version
-    second = columns_of(snap)
+    second = columns_of(snap, index)
     assert second is not first
-    assert isinstance(fits_node_by_node(gang(0), snap), str)
-    forget(snap)
-    assert columns_of(snap) is not second
+    assert isinstance(fits_node_by_node(gang(0), snap, index), str)
+    forget(snap, index)
+    assert columns_of(snap, index) is not second
 
 
 def test_snapshots_without_resource_version_are_never_stale() -> None:
@@ -323,19 +326,20 @@ def test_a_new_snapshot_of_a_cluster_reuses_what_did_not_change() -> None:
     """The capacity cache hands over a new snapshot whose unchanged nodes are the same
     objects: the view of those nodes is reused, a renewed node is seen as it is now, and
     a node changed in place (then forgotten) is never mistaken for an unchanged one."""
+    index = PlacementIndex()
     a, b, c = node("a", 8), node("b", 4, requested={"cpu": 1000}), node("c", 16)
     first = cluster("cluster-r", a, b, c, resource_version="1")
-    view = columns_of(first)
-    assert columns_of(cluster("cluster-r", a, b, c, resource_version="2")) is view
-    assert fits_node_by_node(gang(0, master_cpu=3), first) == {"master-0": "b"}
+    view = columns_of(first, index)
+    assert columns_of(cluster("cluster-r", a, b, c, resource_version="2"), index) is view
+    assert fits_node_by_node(gang(0, master_cpu=3), first, index) == {"master-0": "b"}
     full = node("b", 4, requested={"cpu": 4000})  # a pod started on b: a new object
     second = cluster("cluster-r", a, full, c, resource_version="3")
-    assert fits_node_by_node(gang(0, master_cpu=3), second) == {"master-0": "a"}
+    assert fits_node_by_node(gang(0, master_cpu=3), second, index) == {"master-0": "a"}
     a.requested = {"cpu": 8000}  # changed in place (against the rules), then forgotten
-    forget(second)
+    forget(second, index)
     third = cluster("cluster-r", a, full, c, resource_version="5")
-    assert fits_node_by_node(gang(0, master_cpu=3), third) == {"master-0": "c"}
-    assert fits_node_by_node(gang(0, master_cpu=3), second) == {"master-0": "c"}
+    assert fits_node_by_node(gang(0, master_cpu=3), third, index) == {"master-0": "c"}
+    assert fits_node_by_node(gang(0, master_cpu=3), second, index) == {"master-0": "c"}
 
 
 def test_columns_hold_free_resources_and_slots() -> None:
@@ -351,18 +355,20 @@ def test_columns_hold_free_resources_and_slots() -> None:
 
 def test_fleet_cache_goes_stale_with_its_snapshots() -> None:
     g = gang(1)
+    index = PlacementIndex()
     a = cluster("cluster-a", node("a1", 8), resource_version="1")
     b = cluster("cluster-b", node("b1", 64), resource_version="1")
-    assert place_gang(g, [a, b]).best is not None
-    assert [c.cluster for c in place_gang(g, [a, b]).ranked] == ["cluster-a", "cluster-b"]
+    assert place_gang(g, [a, b], index=index).best is not None
+    ranked = place_gang(g, [a, b], index=index).ranked
+    assert [c.cluster for c in ranked] == ["cluster-a", "cluster-b"]
     a.nodes[0].requested = {"cpu": 8000}
     a.resource_version = "2"
-    after = place_gang(g, [a, b])
+    after = place_gang(g, [a, b], index=index)
     assert [c.cluster for c in after.ranked] == ["cluster-b"]
     assert after.rejections["cluster-a"].startswith("needs cpu 3 in total")
     b.nodes[0].requested = {"cpu": 64000}  # mutated in place, version kept: forget() it
-    forget(b)
-    assert place_gang(g, [a, b]).best is None
+    forget(b, index)
+    assert place_gang(g, [a, b], index=index).best is None
 
 
 def test_decisions_in_parallel_while_clusters_change_equal_cold_decisions() -> None:
@@ -380,6 +386,7 @@ def test_decisions_in_parallel_while_clusters_change_equal_cold_decisions() -> N
         return cluster(f"cluster-{c}", *nodes, resource_version=f"v{version}")
 
     fleet = [snapshot(c, 0) for c in range(8)]
+    index = PlacementIndex(threading.Lock)  # one index, as the scheduling activities own
     lock = threading.Lock()
     gangs = [gang(2), gang(5, cpu=1), gang(3, cpu=4)]
     mismatches: list[tuple[int, int]] = []
@@ -393,7 +400,7 @@ def test_decisions_in_parallel_while_clusters_change_equal_cold_decisions() -> N
                 snaps = list(fleet)
                 g = gangs[rng.randrange(len(gangs))]
             cold = [cluster(s.name, *s.nodes) for s in snaps]  # no version: built afresh
-            if place_gang(g, snaps) != place_gang(g, cold):
+            if place_gang(g, snaps, index=index) != place_gang(g, cold):
                 mismatches.append((seed, step))
 
     threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]

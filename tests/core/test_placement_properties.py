@@ -1,4 +1,6 @@
-"""Property tests: placement never offers a cluster where the gang does not really fit."""
+"""Property tests: placement never offers a cluster where the gang does not really fit,
+and the engine (the whole fleet at once, with a warm index) decides exactly what the rule
+(cluster by cluster, the specification) decides."""
 
 from __future__ import annotations
 
@@ -12,7 +14,16 @@ from hypothesis import strategies as st
 from fleetq import placement
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
 from fleetq.models import Gang, GangPod
-from fleetq.placement import estimate_sum_of_free, fits_node_by_node, place_gang
+from fleetq.placement import (
+    PlacementIndex,
+    SchedulingRequest,
+    engine,
+    estimate_sum_of_free,
+    fits_node_by_node,
+    place_gang,
+    rule,
+)
+from fleetq.placement.columns import _derived, _node_columns, _node_columns_exact
 
 RES = ("cpu", "memory", "nvidia.com/gpu")
 LABELS = {"pool": ("a", "b"), "zone": ("1", "2")}
@@ -153,18 +164,24 @@ def documented_score(gang: Gang, snap: ClusterSnapshot, assignment: Mapping[str,
     gang=gangs(),
     snaps=st.lists(snapshots(), min_size=1, max_size=5),
     versioned=st.lists(st.booleans(), min_size=5, max_size=5),
+    judge_never=st.booleans(),
 )
-def test_fleet_decision_equals_cluster_by_cluster_decision(
-    gang: Gang, snaps: list[ClusterSnapshot], versioned: list[bool]
+def test_the_engine_decides_what_the_rule_decides(
+    gang: Gang, snaps: list[ClusterSnapshot], versioned: list[bool], judge_never: bool
 ) -> None:
-    """The whole fleet is packed at once; every cluster must get exactly what the
-    one-cluster check gives it (same assignment, same reason) whatever else is in the
-    fleet, with the documented score, cold or with warm caches."""
+    """The engine packs the whole fleet at once; it must decide exactly what the rule
+    decides cluster by cluster (ranking, assignments, scores, reasons, "never"), cold or
+    with a warm index, and every cluster gets what it gets alone, with the documented
+    score."""
     for i, s in enumerate(snaps):
         s.name = f"cluster-{i}"
         s.resource_version = "v1" if versioned[i] else ""
-    decision = place_gang(gang, snaps)
-    assert place_gang(gang, snaps) == decision  # warm caches
+    request = SchedulingRequest(gang, snaps, judge_never=judge_never)
+    decision = rule.schedule(request)
+    index = PlacementIndex()
+    assert engine.place(request, index) == decision
+    assert engine.place(request, index) == decision  # warm index
+    assert place_gang(gang, snaps, judge_never=judge_never) == decision
     estimate = estimate_sum_of_free(gang, snaps)
     for s in snaps:
         alone = place_gang(gang, [s])
@@ -277,8 +294,8 @@ def unordered_nodes(draw: st.DrawFn, i: int) -> NodeCapacity:
 def test_vectorised_node_columns_equal_the_exact_ones(data: st.DataObject) -> None:
     n = data.draw(st.integers(1, 10))
     snap_nodes = [data.draw(unordered_nodes(i)) for i in range(n)]
-    fast = placement._node_columns(snap_nodes)
-    exact = placement._node_columns_exact(snap_nodes)
+    fast = _node_columns(snap_nodes)
+    exact = _node_columns_exact(snap_nodes)
     quantities = [
         abs(v)
         for node in snap_nodes
@@ -424,31 +441,6 @@ def cold(snaps: list[ClusterSnapshot]) -> list[ClusterSnapshot]:
     ]
 
 
-def assert_fleet_is_current(gang: Gang, snaps: list[ClusterSnapshot]) -> None:
-    """The cached stacked view of the clusters the gang may use equals a fresh one."""
-    views = tuple(
-        placement.columns_of(s) for s in sorted(snaps, key=lambda s: s.name) if s.reachable
-    )
-    if not views:
-        return
-    fleet = placement._fleet_of(views, True)
-    try:
-        fresh = placement._Fleet(views)
-        assert fleet.res_index == fresh.res_index
-        assert (fleet.starts == fresh.starts).all()
-        assert (fleet.fas == fresh.fas).all() and fleet.fas.shape == fresh.fas.shape
-        assert fleet.names_arr.tolist() == fresh.names_arr.tolist()
-        for g in placement.pod_groups(gang):
-            a, b = fleet.eligible(g), fresh.eligible(g)
-            for name in ("idx", "bounds", "free", "slots", "fslots"):
-                x, y = getattr(a, name), getattr(b, name)
-                assert x.shape == y.shape and (x == y).all(), name
-            assert (a.ffree is None) == (b.ffree is None)
-            assert a.ffree is None or b.ffree is None or (a.ffree == b.ffree).all()
-    finally:
-        placement._release(fleet)
-
-
 @settings(max_examples=120, deadline=None)
 @given(
     gang_list=st.lists(gangs(), min_size=1, max_size=2),
@@ -459,7 +451,13 @@ def test_decisions_after_clusters_change_equal_cold_decisions(
     gang_list: list[Gang], first: list[ClusterSnapshot], data: st.DataObject
 ) -> None:
     """Random sequences of cluster changes (one or several clusters per step, sometimes
-    while another decision holds the fleet view): each decision equals the cold one."""
+    while another decision holds the fleet view): each decision with the warm index equals
+    the rule's on the same snapshots built afresh."""
+    index = PlacementIndex()
+
+    def spec(gang: Gang, snaps: list[ClusterSnapshot]) -> placement.PlacementDecision:
+        return rule.schedule(SchedulingRequest(gang, cold(snaps)))
+
     snaps = [
         ClusterSnapshot(f"cluster-{i}", nodes=s.nodes, resource_version="v0")
         for i, s in enumerate(first)
@@ -468,22 +466,21 @@ def test_decisions_after_clusters_change_equal_cold_decisions(
         gang = data.draw(st.sampled_from(gang_list))
         busy = None
         if data.draw(st.integers(0, 3)) == 0:  # another decision is using the fleet view
-            views = tuple(placement.columns_of(s) for s in snaps if s.reachable)
-            busy = placement._fleet_of(views, True) if views else None
+            views = tuple(index.columns_of(s) for s in snaps if s.reachable)
+            busy = index.fleet_of(views, True) if views else None
         try:
-            assert place_gang(gang, snaps) == place_gang(gang, cold(snaps))
+            assert place_gang(gang, snaps, index=index) == spec(gang, snaps)
         finally:
             if busy is not None:
-                placement._release(busy)
+                index.release(busy)
         which = data.draw(
             st.lists(st.integers(0, len(snaps) - 1), min_size=1, max_size=2, unique=True)
         )
         for c in which:
             snaps[c] = data.draw(changed(snaps[c], step))
-        assert place_gang(gang, snaps) == place_gang(gang, cold(snaps))
-        assert_fleet_is_current(gang, snaps)
+        assert place_gang(gang, snaps, index=index) == spec(gang, snaps)
         for s in snaps:
-            assert_same_columns(placement.columns_of(s), placement.ClusterColumns(s))
+            assert_same_columns(index.columns_of(s), placement.ClusterColumns(s))
 
 
 @settings(max_examples=150, deadline=None)
@@ -500,14 +497,15 @@ def test_views_derived_after_node_changes_equal_full_builds(
     snap = ClusterSnapshot(
         "derived", nodes=[data.draw(unordered_nodes(i)) for i in range(n)], resource_version="v0"
     )
-    prev = placement.columns_of(snap)
+    index = PlacementIndex()
+    prev = index.columns_of(snap)
     assert_same_columns(prev, placement.ClusterColumns(snap))
     for step in range(1, data.draw(st.integers(1, 6)) + 1):
         new_nodes = list(snap.nodes)
         kinds = {data.draw(change(new_nodes)) for _ in range(data.draw(st.integers(1, 3)))}
         snap = ClusterSnapshot("derived", nodes=new_nodes, resource_version=f"v{step}")
         full = placement.ClusterColumns(snap)
-        derived = placement._derived(prev, new_nodes)
+        derived = _derived(prev, new_nodes)
         renewed_nodes = [b for a, b in zip(prev.nodes, new_nodes, strict=False) if a is not b]
         ordinary = all(
             abs(v) < 1 << 53
@@ -519,7 +517,7 @@ def test_views_derived_after_node_changes_equal_full_builds(
             assert derived is not None, kinds
         if derived is not None:
             assert_same_columns(derived, full)
-        view = placement.columns_of(snap)
+        view = index.columns_of(snap)
         assert_same_columns(view, full)
-        assert place_gang(gang, [snap]) == place_gang(gang, cold([snap]))
+        assert place_gang(gang, [snap], index=index) == place_gang(gang, cold([snap]))
         prev = view
