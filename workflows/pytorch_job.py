@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import timedelta
-from enum import Enum
 from typing import Any, Literal
 
 from temporalio import workflow
@@ -56,16 +55,15 @@ with workflow.unsafe.imports_passed_through():
     import jsonpath_ng.lexer  # noqa: F401
 
     from activities.scheduling import SchedulingActivities
-    from fleetq import lifecycle, state_preservation
+    from fleetq import job_machine, lifecycle, state_preservation
     from fleetq.admission import AdmissionRequest, Grant
     from fleetq.fleet_config import RequeueSettings
     from fleetq.job_input import InvalidJobInput, JobInput
+    from fleetq.job_machine import Supervision
     from fleetq.lifecycle import (
         PLACEMENT_BACKOFF,
         RESOLVE_BACKOFF,
         Announce,
-        Deadline,
-        Due,
         JobProgress,
         Notice,
         OldCopy,
@@ -148,17 +146,6 @@ MEMBER_RETRY = RetryPolicy(
 )
 
 
-class Supervision(Enum):
-    """How watching the bound copy ended."""
-
-    DONE = "done"  # the job ended (its state says how)
-    FAILOVER = "failover"  # it left its member; placed again (or not) already
-    SUSPEND = "suspend"  # a suspension was asked for
-    CONTINUE = "continue"  # the history is long: continue-as-new
-    PREEMPT = "preempt"  # preempted: its grace period ended
-    REQUEUE = "requeue"  # its pods did not all run within podsReadyTimeoutSeconds
-
-
 @workflow.defn(name="PyTorchJobWorkflow")
 class PyTorchJobWorkflow:
     def __init__(self) -> None:
@@ -185,6 +172,9 @@ class PyTorchJobWorkflow:
         #: admission wait sends no ``enqueue`` there (which, crossing the grant of the
         #: pass that follows the requeue, would make the quota workflow re-send it)
         self._requeued_in: str | None = None
+        #: the bound copy's watch running now, and whether it is the settle window's
+        self._watch: ActivityHandle[JobStatus] | None = None
+        self._watch_settling = False
 
     # ================================================================== run
     @workflow.run
@@ -243,7 +233,7 @@ class PyTorchJobWorkflow:
                 ),
                 resolution=Resolution(),
             )
-        self._copies = MemberCopies(self._ref, self._p.view, self._event, self._set_state)
+        self._copies = MemberCopies(self._ref, lambda: self._p.view, self._event, self._set_state)
         self._publish()
 
         try:
@@ -267,19 +257,18 @@ class PyTorchJobWorkflow:
     async def _lifecycle(self) -> JobView:
         """The seed's scheduling flow: queue → admit → place → reserve → bind → watch →
         fail over / purge → finish (and suspend / resume, continue-as-new)."""
-        view = self._p.view
-        for cluster in view.pending_purges:  # carried over by continue-as-new
+        for cluster in self._p.view.pending_purges:  # carried over by continue-as-new
             self._copies.start_purger(cluster)
         if self._input.progress is None and self._job.suspend:
             self._suspension.wanted = True
-        while view.state not in TERMINAL_STATES:
+        while self._p.view.state not in TERMINAL_STATES:
             if self._suspension.wanted:
                 await self._suspend()
                 continue
             if lifecycle.preemption_due(self._p, workflow.now()):
                 await self._preempted()
                 continue
-            if view.state == "Unschedulable":
+            if self._p.view.state == "Unschedulable":
                 await self._wait_unschedulable()
                 continue
             if self._pol.queued and self._grant is None:
@@ -288,14 +277,14 @@ class PyTorchJobWorkflow:
                     continue
                 if lifecycle.preemption_due(self._p, workflow.now()):  # before placing
                     continue
-            if view.cluster is None:
+            if self._p.view.cluster is None:
                 placed = await self._schedule()
                 if not placed:
                     break
                 if (
                     self._suspension.wanted
                     or lifecycle.preemption_due(self._p, workflow.now())
-                    or view.cluster is None  # Unschedulable, or re-queued after a timeout
+                    or self._p.view.cluster is None  # Unschedulable, or re-queued after a timeout
                 ):
                     continue
             outcome = await self._supervise()
@@ -307,7 +296,7 @@ class PyTorchJobWorkflow:
             if outcome == Supervision.CONTINUE:
                 await self._continue_as_new()
         await self._finish()
-        return view
+        return self._p.view
 
     async def _continue_as_new(self) -> None:
         """Hand the run's progress to a new run (bounded history)."""
@@ -768,116 +757,123 @@ class PyTorchJobWorkflow:
         )
 
     async def _supervise(self) -> Supervision:
-        """Watch the bound copy until the job ends, fails over or history asks for
-        continue-as-new."""
-        view = self._p.view
-        fo = self._pol.application_failover
-        tolerance = fo.decisionConditions.tolerationSeconds if fo else None
-        watch: ActivityHandle[JobStatus] | None = None
-        settling = False
+        """Watch the bound copy until the job ends, fails over, is suspended or preempted,
+        or history asks for continue-as-new: wait for the next event, take the step
+        (``job_machine.step``), carry its commands out."""
+        watching = job_machine.Watching(
+            tolerance=self._tolerance,
+            failover=self._pol.application_failover is not None,
+            pods=len(self._gang.pods),
+            active_deadline_seconds=self._job.active_deadline_seconds,
+            rewatch_seconds=self._input.rewatch_seconds,
+        )
+        self._watch = None
         while True:
-            cluster = view.cluster
-            assert cluster is not None
-            deadline = self._next_deadline(tolerance)
-            # A near deadline is slept out on a timer alone: a watch answering at once
-            # would cancel a timer the server is firing (temporalio/sdk-java#2606).
-            if deadline is not None and deadline.near:
-                if deadline.seconds > 0:  # a timer alone: nothing cancels it as it fires
-                    await workflow.sleep(deadline.seconds, summary=deadline.summary)
-                if self._suspension.wanted:
-                    return Supervision.SUSPEND
-                outcome = await self._on_deadline(deadline.due, cluster, tolerance)
-                if outcome:
+            event = await self._next_watch_event(watching)
+            self._progress, commands = job_machine.step(self._p, event, workflow.now(), watching)
+            for command in commands:
+                outcome = await self._carry_out(command, watching)
+                if outcome is not None:
                     return outcome
-                continue
-            if watch is None:  # else a deadline fired mid-window: keep waiting on it
-                settling = self._sa_settling
-                watch = self._start_watch(cluster, settling)
-            current = watch
-            try:
-                await workflow.wait_condition(
-                    lambda w=current: (  # type: ignore[misc]
-                        w.done()
-                        or self._copies.purger_finished()
-                        or self._suspension.wanted
-                        or self._preempt_wake
-                    ),
-                    timeout=None if deadline is None else deadline.timer_seconds,
-                    timeout_summary=None if deadline is None else deadline.summary,
-                )
-            except TimeoutError:
-                assert deadline is not None
-                outcome = await self._on_deadline(deadline.due, cluster, tolerance)
-                if outcome:
-                    return outcome
-                continue
+
+    async def _next_watch_event(self, watching: job_machine.Watching) -> job_machine.Event:
+        """Wait for what happens next to the bound job: a watch returns, its next deadline
+        fires, a signal asks for a suspension or preempts, a deferred purge ends."""
+        cluster = self._p.view.cluster
+        assert cluster is not None
+        deadline = job_machine.next_deadline(self._p, watching, workflow.now())
+        # A near deadline is slept out on a timer alone: a watch answering at once
+        # would cancel a timer the server is firing (temporalio/sdk-java#2606).
+        if deadline is not None and deadline.near:
+            if deadline.seconds > 0:  # a timer alone: nothing cancels it as it fires
+                await workflow.sleep(deadline.seconds, summary=deadline.summary)
             if self._suspension.wanted:
-                return Supervision.SUSPEND
-            if self._preempt_wake:  # preempted: wait for its grace period from now on
-                self._preempt_wake = False
-                continue
-            if not current.done():  # a copy left on a returning member was purged
-                self._copies.collect_purgers()
-                continue
-            finished, watch = watch, None
-            try:
-                status = finished.result()
-            except ActivityError as exc:
-                status = lifecycle.unknown_status(cluster, str(exc.cause or exc))
-            changed = lifecycle.watch_changed(self._p, status)
-            lifecycle.sync_status(self._p, status)
-            self._announce(
-                lifecycle.observe(self._p, status, workflow.now(), tolerance=tolerance)
+                return job_machine.Suspend()
+            return job_machine.Timer(deadline.due)
+        if self._watch is None:  # else a deadline fired mid-window: keep waiting on it
+            self._watch_settling = self._sa_settling
+            self._watch = self._start_watch(cluster, self._watch_settling)
+        current = self._watch
+        try:
+            await workflow.wait_condition(
+                lambda: (
+                    current.done()
+                    or self._copies.purger_finished()
+                    or self._suspension.wanted
+                    or self._preempt_wake
+                ),
+                timeout=None if deadline is None else deadline.timer_seconds,
+                timeout_summary=None if deadline is None else deadline.summary,
             )
-            lifecycle.pods_ready_seen(self._p, status, len(self._gang.pods))
-            if settling and self._sa_settling:  # still Created after the settle window
-                self._publish(flush=True)
-            verdict = lifecycle.judge(self._p, status, tolerance=tolerance, failover=fo is not None)
-            if verdict.ending is not None:
-                self._set_state(verdict.ending.state, verdict.ending.reason)
-                return Supervision.DONE
-            if verdict.purge_graceful_old:
-                await self._purge_graceful_old(f"new copy on {cluster} is healthy")
-            if self._copies.pending_unwatched():
-                await self._copies.retry_pending()
-            if verdict.fail_over_now:
-                await self._failover(cluster, f"unhealthy on {cluster} for 0s")
-                return Supervision.FAILOVER
-            if not changed:
-                # The watch window ended quietly: pause on a durable timer before the next
-                # one (bounded by the next failover/grace deadline).
-                deadline = self._next_deadline(tolerance)
-                await self._sleep_or_retry(
-                    lifecycle.rewatch_pause(self._input.rewatch_seconds, deadline),
-                    deadline.summary if deadline else f"re-watch {view.name} on {cluster}",
-                )
+        except TimeoutError:
+            assert deadline is not None
+            return job_machine.Timer(deadline.due)
+        if self._suspension.wanted:
+            return job_machine.Suspend()
+        if self._preempt_wake:  # preempted: wait for its grace period from now on
+            self._preempt_wake = False
+            return job_machine.Preempt()
+        if not current.done():  # a copy left on a returning member was purged
+            return job_machine.PurgerDone()
+        self._watch = None
+        return job_machine.Status(self._watch_result(current, cluster), self._watch_settling)
+
+    @staticmethod
+    def _watch_result(watch: ActivityHandle[JobStatus], cluster: str) -> JobStatus:
+        try:
+            return watch.result()
+        except ActivityError as exc:
+            return lifecycle.unknown_status(cluster, str(exc.cause or exc))
+
+    async def _carry_out(
+        self, command: job_machine.Command, watching: job_machine.Watching
+    ) -> Supervision | None:
+        """Carry out one of ``step``'s commands; the watch's outcome when it ends it."""
+        if isinstance(command, job_machine.End):
+            return command.outcome
+        if isinstance(command, job_machine.ContinueIfLong):
             info = workflow.info()
             if lifecycle.continue_as_new_due(
                 info.get_current_history_length(), info.is_continue_as_new_suggested()
             ):
                 return Supervision.CONTINUE
-
-    async def _on_deadline(
-        self, due: Due, cluster: str, tolerance: int | None
-    ) -> Supervision | None:
-        """Act on the deadline ``due``: FAILOVER or DONE when the job leaves ``cluster``,
-        else None. At a failover the old copy's watch is left running: the failover purges
-        that copy (now or once the new one is healthy) and the watch ends then."""
-        if due in (Due.FAILOVER, Due.EVICT):
-            why = lifecycle.failover_reason(due, cluster, tolerance, self._p.evict_reason)
-            await self._failover(cluster, why, cluster_failure=due == Due.EVICT)
-            return Supervision.FAILOVER
-        if due == Due.DEADLINE:
-            await self._deadline_exceeded()
-            return Supervision.DONE
-        if due == Due.PREEMPT:
-            return Supervision.PREEMPT
-        if due == Due.PODS_READY:
-            if lifecycle.pods_ready_met(self._p, len(self._gang.pods)):
-                return None
-            return Supervision.REQUEUE
-        await self._purge_graceful_old("grace period ended")
+            return None
+        if isinstance(command, job_machine.Show):
+            self._announce(list(command.notices))
+        elif isinstance(command, job_machine.FlushSettled):
+            if self._sa_settling:  # still Created after the settle window
+                self._publish(flush=True)
+        elif isinstance(command, job_machine.CollectPurgers):
+            self._copies.collect_purgers()
+        else:
+            await self._carry_out_write(command, watching)
         return None
+
+    async def _carry_out_write(
+        self, command: job_machine.Command, watching: job_machine.Watching
+    ) -> None:
+        """The commands that write to members or wait on a timer."""
+        if isinstance(command, job_machine.PurgeGracefulOld):
+            await self._purge_graceful_old(command.why)
+        elif isinstance(command, job_machine.RetryPending):
+            if self._copies.pending_unwatched():
+                await self._copies.retry_pending()
+        elif isinstance(command, job_machine.Failover):
+            await self._failover(
+                command.cluster, command.why, cluster_failure=command.cluster_failure
+            )
+        elif isinstance(command, job_machine.DeadlineExceeded):
+            await self._deadline_exceeded()
+        elif isinstance(command, job_machine.Rewatch):
+            # the watch window ended quietly: pause on a durable timer before the next
+            # one (bounded by the next failover/grace deadline)
+            pause = job_machine.rewatch_pause(self._p, watching, workflow.now())
+            await self._sleep_or_retry(pause.seconds, pause.summary)
+
+    @property
+    def _tolerance(self) -> int | None:
+        fo = self._pol.application_failover
+        return fo.decisionConditions.tolerationSeconds if fo else None
 
     def _start_watch(self, cluster: str, settling: bool) -> ActivityHandle[JobStatus]:
         watch = workflow.start_activity_method(
@@ -902,14 +898,6 @@ class PyTorchJobWorkflow:
         )
         self._watches = [w for w in self._watches if not w.done()] + [watch]
         return watch
-
-    def _next_deadline(self, tolerance: int | None) -> Deadline | None:
-        return lifecycle.next_deadline(
-            self._p,
-            tolerance=tolerance,
-            active_deadline_seconds=self._job.active_deadline_seconds,
-            now=workflow.now(),
-        )
 
     # ================================================================== failover
     async def _failover(self, old: str, why: str, *, cluster_failure: bool = False) -> None:
