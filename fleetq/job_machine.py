@@ -1,5 +1,6 @@
-"""A bound job's watch as a transition function: ``step(progress, event, now, watching)
--> (progress, commands)``.
+"""A job's life as pure decisions: which phase comes next (``next_phase``), and the bound
+job's watch as a transition function, ``step(progress, event, now, watching) ->
+(progress, commands)``.
 
 While a job is bound, everything that happens to it is one ``Event`` (a watch's
 ``Status``, a deadline's ``Timer``, a ``Suspend``, a ``Preempt`` signal, a deferred
@@ -19,7 +20,7 @@ from enum import Enum
 
 from fleetq import lifecycle
 from fleetq.lifecycle import Deadline, Due, JobProgress, Notice
-from fleetq.messages import JobStatus
+from fleetq.messages import TERMINAL_STATES, JobStatus
 
 
 class Supervision(Enum):
@@ -245,3 +246,38 @@ def _on_timer(progress: JobProgress, due: Due, watching: Watching) -> list[Comma
             return []
         return [End(Supervision.REQUEUE)]
     return [PurgeGracefulOld("grace period ended")]
+
+
+# ---------------------------------------------------------------------- the phases
+
+
+class Phase(Enum):
+    """What the job's life does next (``next_phase``)."""
+
+    FINISH = "finish"  # it ended: purge what is left, give the quota back
+    SUSPEND = "suspend"  # a suspension was asked for
+    PREEMPTED = "preempted"  # preempted, and its grace period is over (or nothing bound)
+    UNSCHEDULABLE = "unschedulable"  # no member could ever hold it: wait for node changes
+    ADMIT = "admit"  # queued: wait for its quota workflow's grant
+    PLACE = "place"  # admitted (or not queued) and not bound: place, reserve, bind
+    WATCH = "watch"  # bound: watch it (``step``)
+
+
+def next_phase(
+    progress: JobProgress, *, suspend_wanted: bool, queued: bool, granted: bool, now: datetime
+) -> Phase:
+    """The phase the job's life goes to next, from its progress and what it was asked."""
+    view = progress.view
+    if view.state in TERMINAL_STATES:
+        return Phase.FINISH
+    if suspend_wanted:
+        return Phase.SUSPEND
+    if lifecycle.preemption_due(progress, now):
+        return Phase.PREEMPTED
+    if view.state == "Unschedulable":
+        return Phase.UNSCHEDULABLE
+    if queued and not granted:
+        return Phase.ADMIT
+    if view.cluster is None:
+        return Phase.PLACE
+    return Phase.WATCH

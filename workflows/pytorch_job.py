@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -59,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.admission import AdmissionRequest, Grant
     from fleetq.fleet_config import RequeueSettings
     from fleetq.job_input import InvalidJobInput, JobInput
-    from fleetq.job_machine import Supervision
+    from fleetq.job_machine import Phase, Supervision
     from fleetq.lifecycle import (
         PLACEMENT_BACKOFF,
         RESOLVE_BACKOFF,
@@ -72,7 +73,6 @@ with workflow.unsafe.imports_passed_through():
         Transition,
     )
     from fleetq.messages import (
-        TERMINAL_STATES,
         AdmissibilitySignal,
         BindInput,
         BindRequest,
@@ -261,42 +261,39 @@ class PyTorchJobWorkflow:
             self._copies.start_purger(cluster)
         if self._input.progress is None and self._job.suspend:
             self._suspension.wanted = True
-        while self._p.view.state not in TERMINAL_STATES:
-            if self._suspension.wanted:
-                await self._suspend()
-                continue
-            if lifecycle.preemption_due(self._p, workflow.now()):
-                await self._preempted()
-                continue
-            if self._p.view.state == "Unschedulable":
-                await self._wait_unschedulable()
-                continue
-            if self._pol.queued and self._grant is None:
-                await self._wait_for_admission()
-                if self._grant is None:  # a suspension came first
-                    continue
-                if lifecycle.preemption_due(self._p, workflow.now()):  # before placing
-                    continue
-            if self._p.view.cluster is None:
-                placed = await self._schedule()
-                if not placed:
-                    break
-                if (
-                    self._suspension.wanted
-                    or lifecycle.preemption_due(self._p, workflow.now())
-                    or self._p.view.cluster is None  # Unschedulable, or re-queued after a timeout
-                ):
-                    continue
-            outcome = await self._supervise()
-            if outcome in (Supervision.SUSPEND, Supervision.PREEMPT):
-                continue
-            if outcome == Supervision.REQUEUE:
-                await self._requeue(RequeueCause.PODS_READY_TIMEOUT)
-                continue
-            if outcome == Supervision.CONTINUE:
-                await self._continue_as_new()
+        while (phase := self._next_phase()) != Phase.FINISH:
+            await self._phases[phase]()
         await self._finish()
         return self._p.view
+
+    def _next_phase(self) -> Phase:
+        return job_machine.next_phase(
+            self._p,
+            suspend_wanted=self._suspension.wanted,
+            queued=self._pol.queued,
+            granted=self._grant is not None,
+            now=workflow.now(),
+        )
+
+    @property
+    def _phases(self) -> dict[Phase, Callable[[], Awaitable[Any]]]:
+        return {
+            Phase.SUSPEND: self._suspend,
+            Phase.PREEMPTED: self._preempted,
+            Phase.UNSCHEDULABLE: self._wait_unschedulable,
+            Phase.ADMIT: self._wait_for_admission,
+            Phase.PLACE: self._schedule,
+            Phase.WATCH: self._watch_phase,
+        }
+
+    async def _watch_phase(self) -> None:
+        """Watch the bound job; a pods-ready timeout re-queues it, a long history
+        continues as new (else the next phase follows from its progress)."""
+        outcome = await self._supervise()
+        if outcome == Supervision.REQUEUE:
+            await self._requeue(RequeueCause.PODS_READY_TIMEOUT)
+        elif outcome == Supervision.CONTINUE:
+            await self._continue_as_new()
 
     async def _continue_as_new(self) -> None:
         """Hand the run's progress to a new run (bounded history)."""

@@ -34,7 +34,14 @@ from fleetq.job_machine import (
     Watching,
 )
 from fleetq.lifecycle import Announce, Due, JobProgress, Reason, Transition
-from fleetq.messages import TERMINAL_STATES, JobStatus, JobView, PodStatus, Resolution
+from fleetq.messages import (
+    TERMINAL_STATES,
+    JobStatus,
+    JobView,
+    PodStatus,
+    PreemptSignal,
+    Resolution,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 WATCHING = Watching(tolerance=30, failover=True, pods=2, rewatch_seconds=60.0)
@@ -262,3 +269,39 @@ class RandomLife(RuleBasedStateMachine):
 
 TestRandomLife = RandomLife.TestCase
 TestRandomLife.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+
+
+# ---------------------------------------------------------------------- phases
+
+
+def phase_of(progress: JobProgress, *, suspend: bool = False, queued: bool = True,
+             granted: bool = True) -> job_machine.Phase:
+    return job_machine.next_phase(
+        progress, suspend_wanted=suspend, queued=queued, granted=granted, now=at(0)
+    )
+
+
+def test_phases_of_a_queued_job_from_submit_to_its_end() -> None:
+    Phase = job_machine.Phase
+    p = bound()
+    p.view.cluster, p.view.state = None, "Queued"
+    assert phase_of(p, granted=False) == Phase.ADMIT
+    assert phase_of(p) == Phase.PLACE  # admitted, not bound
+    assert phase_of(p, queued=False, granted=False) == Phase.PLACE  # a policy without quota
+    p.view.cluster, p.view.state = "a", "Running"
+    assert phase_of(p) == Phase.WATCH
+    p.view.state = "Succeeded"
+    assert phase_of(p, suspend=True) == Phase.FINISH  # an ended job is never suspended
+
+
+def test_a_suspension_comes_before_anything_else_and_preemption_before_placing() -> None:
+    Phase = job_machine.Phase
+    p = bound(preempt=PreemptSignal(preemptor="pytorchjob/default/big", reason="priority",
+                                    message="priority 1000 > 10", grace_seconds=60),
+              preempt_at=at(60))
+    assert phase_of(p, suspend=True) == Phase.SUSPEND
+    assert phase_of(p) == Phase.WATCH  # bound: it runs through its grace period
+    p.view.cluster = None
+    assert phase_of(p) == Phase.PREEMPTED  # nothing bound: carried out at once
+    p.preempt, p.view.state = None, "Unschedulable"
+    assert phase_of(p, granted=False) == Phase.UNSCHEDULABLE
