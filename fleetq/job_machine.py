@@ -19,6 +19,7 @@ from datetime import datetime
 from enum import Enum
 
 from fleetq import lifecycle
+from fleetq.fleet_config import RequeueSettings
 from fleetq.lifecycle import Deadline, Due, JobProgress, Notice
 from fleetq.messages import TERMINAL_STATES, JobStatus
 
@@ -281,3 +282,47 @@ def next_phase(
     if view.cluster is None:
         return Phase.PLACE
     return Phase.WATCH
+
+
+# ---------------------------------------------------------------------- placing
+
+
+class Gate(Enum):
+    """What the next placement round of an unbound job does (``placement_gate``)."""
+
+    PLACE = "place"  # run it
+    DEADLINE = "deadline"  # runPolicy.activeDeadlineSeconds passed: fail the job
+    PREEMPTED = "preempted"  # the life carries the preemption out (nothing is bound)
+    TIMED_OUT = "timed-out"  # admitted, not placed within placementTimeoutSeconds
+
+
+def placement_gate(
+    progress: JobProgress, *, granted: bool, settings: RequeueSettings, now: datetime
+) -> Gate:
+    """Whether the next placement round runs, and why not."""
+    if lifecycle.deadline_passed(progress.view, now):
+        return Gate.DEADLINE
+    if progress.preempt is not None:
+        return Gate.PREEMPTED
+    if granted and lifecycle.placement_timed_out(progress, settings, now):
+        return Gate.TIMED_OUT
+    return Gate.PLACE
+
+
+def retry_pause(
+    progress: JobProgress,
+    delay: float,
+    *,
+    capacity: bool,
+    granted: bool,
+    settings: RequeueSettings,
+    now: datetime,
+) -> float:
+    """The pause before the next placement round: the backoff ``delay``, cut short by the
+    active deadline, a capacity plan's bound and the placement timeout."""
+    pause = lifecycle.placement_pause(delay, progress.view.deadline_at, now)
+    if capacity:
+        pause = lifecycle.capacity_pause(pause, progress, now)
+    if granted:
+        pause = lifecycle.placement_timeout_pause(pause, progress, settings, now)
+    return pause

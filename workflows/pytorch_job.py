@@ -60,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.admission import AdmissionRequest, Grant
     from fleetq.fleet_config import RequeueSettings
     from fleetq.job_input import InvalidJobInput, JobInput
-    from fleetq.job_machine import Phase, Supervision
+    from fleetq.job_machine import Gate, Phase, Supervision
     from fleetq.lifecycle import (
         PLACEMENT_BACKOFF,
         RESOLVE_BACKOFF,
@@ -541,7 +541,6 @@ class PyTorchJobWorkflow:
     async def _schedule(self) -> bool:
         """Place, reserve and bind; retries with backoff while nothing fits. Returns False
         when the job can never be placed (every cluster excluded)."""
-        view = self._p.view
         delay = PLACEMENT_BACKOFF.initial
         #: capacity preemption may be asked for in this placement (the placement activity
         #: reads whether the tree allows it); decided once a round found no room, at the
@@ -551,62 +550,86 @@ class PyTorchJobWorkflow:
         capacity: bool | None = None
         no_room = False
         while True:
-            if lifecycle.deadline_passed(view, workflow.now()):
-                await self._deadline_exceeded()
-                return False
-            if self._p.preempt is not None:
-                return True  # the lifecycle carries the preemption out (nothing is bound)
-            if self._grant is not None and lifecycle.placement_timed_out(
-                self._p, self._requeue_settings, workflow.now()
-            ):
-                await self._requeue(RequeueCause.PLACEMENT_TIMEOUT)
-                return True  # queued again after a backoff, or Failed past the limit
+            gate = job_machine.placement_gate(
+                self._p, granted=self._grant is not None, settings=self._requeue_settings,
+                now=workflow.now(),
+            )
+            if gate != Gate.PLACE:
+                return await self._stop_placing(gate)
             self._set_state("Scheduling", "evaluating member clusters")
             round_input = self._placement_input()
             if capacity is None and no_room:
                 capacity = self._capacity_asked()
             verdict = await self._plan_placement(round_input, capacity=bool(capacity))
             no_room = lifecycle.no_room(verdict)
-            if capacity:
-                self._announce(lifecycle.observe_capacity(self._p, verdict, workflow.now()))
-            rejections = dict(verdict.rejections)
-            codes = dict(verdict.codes)
-            for cand in lifecycle.candidates(verdict, self._p if capacity else None):
-                if await self._bind(cand, rejections, codes):
-                    return True
-            view.rejections = rejections
-            never = lifecycle.unplaceable_reason(verdict)
-            if never is not None:
-                self._event("Warning", Reason.BINDING_FAILED, never)
-                self._set_state("Failed", never)
-                return False
-            if await self._unschedulable(verdict):
-                return True  # holds no quota; the lifecycle waits for node changes
-            reason = lifecycle.pending_reason(rejections)
-            for cluster in rejections:
-                if cluster in codes:  # (histories from before codes: metrics are off)
-                    metrics.placement_failure(codes[cluster])
-            # every round, aggregated: "FailedScheduling (x7 over 21m)"
-            self._event("Warning", Reason.FAILED_SCHEDULING, reason)
-            if capacity and verdict.capacity_plan is not None and lifecycle.may_plan_capacity(
-                self._p
-            ):
-                await self._preempt_for_room(verdict.capacity_plan)
-            hold = self._p.capacity if capacity else None
-            if hold is not None and hold.outstanding:
-                reason = lifecycle.capacity_waiting_reason(hold)
-            self._set_state("Pending", reason)
-            pause = lifecycle.placement_pause(delay, view.deadline_at, workflow.now())
-            if capacity:
-                pause = lifecycle.capacity_pause(pause, self._p, workflow.now())
-            if self._grant is not None:
-                pause = lifecycle.placement_timeout_pause(
-                    pause, self._p, self._requeue_settings, workflow.now()
-                )
+            placed = await self._place_round(verdict, capacity=bool(capacity))
+            if placed is not None:
+                return placed
+            pause = job_machine.retry_pause(
+                self._p, delay, capacity=bool(capacity), granted=self._grant is not None,
+                settings=self._requeue_settings, now=workflow.now(),
+            )
             await self._sleep_or_retry(pause, f"retry placement in {int(pause)}s")
             if self._suspension.wanted or self._p.preempt is not None:
                 return True  # the lifecycle suspends, or is preempted (nothing was bound)
             delay = PLACEMENT_BACKOFF.after(delay)
+
+    async def _stop_placing(self, gate: Gate) -> bool:
+        """A placement round that does not run: False when the job failed."""
+        if gate == Gate.DEADLINE:
+            await self._deadline_exceeded()
+            return False
+        if gate == Gate.TIMED_OUT:
+            await self._requeue(RequeueCause.PLACEMENT_TIMEOUT)
+        # queued again after a backoff, or Failed past the limit; or preempted: the
+        # lifecycle carries the preemption out (nothing is bound)
+        return True
+
+    async def _place_round(self, verdict: PlacementVerdict, *, capacity: bool) -> bool | None:
+        """Bind on the first candidate that takes the job (True); False when no member
+        ever could; None when the job waits Pending for the next round."""
+        if capacity:
+            self._announce(lifecycle.observe_capacity(self._p, verdict, workflow.now()))
+        rejections = dict(verdict.rejections)
+        codes = dict(verdict.codes)
+        for cand in lifecycle.candidates(verdict, self._p if capacity else None):
+            if await self._bind(cand, rejections, codes):
+                return True
+        self._p.view.rejections = rejections
+        never = lifecycle.unplaceable_reason(verdict)
+        if never is not None:
+            self._event("Warning", Reason.BINDING_FAILED, never)
+            self._set_state("Failed", never)
+            return False
+        if await self._unschedulable(verdict):
+            return True  # holds no quota; the lifecycle waits for node changes
+        await self._no_room(verdict, rejections, codes, capacity=capacity)
+        return None
+
+    async def _no_room(
+        self,
+        verdict: PlacementVerdict,
+        rejections: dict[str, str],
+        codes: dict[str, RejectionCode],
+        *,
+        capacity: bool,
+    ) -> None:
+        """Nothing fits now: say why (``FailedScheduling``), make room by capacity
+        preemption when the tree allows it, and wait Pending."""
+        reason = lifecycle.pending_reason(rejections)
+        for cluster in rejections:
+            if cluster in codes:  # (histories from before codes: metrics are off)
+                metrics.placement_failure(codes[cluster])
+        # every round, aggregated: "FailedScheduling (x7 over 21m)"
+        self._event("Warning", Reason.FAILED_SCHEDULING, reason)
+        if capacity and verdict.capacity_plan is not None and lifecycle.may_plan_capacity(
+            self._p
+        ):
+            await self._preempt_for_room(verdict.capacity_plan)
+        hold = self._p.capacity if capacity else None
+        if hold is not None and hold.outstanding:
+            reason = lifecycle.capacity_waiting_reason(hold)
+        self._set_state("Pending", reason)
 
     async def _plan_placement(
         self, placement: PlacementInput, *, capacity: bool

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from fleetq import job_machine
+from fleetq.fleet_config import RequeueSettings
 from fleetq.job_machine import (
     CollectPurgers,
     Command,
@@ -305,3 +306,37 @@ def test_a_suspension_comes_before_anything_else_and_preemption_before_placing()
     assert phase_of(p) == Phase.PREEMPTED  # nothing bound: carried out at once
     p.preempt, p.view.state = None, "Unschedulable"
     assert phase_of(p, granted=False) == Phase.UNSCHEDULABLE
+
+
+# ---------------------------------------------------------------------- placing
+
+
+def unbound(**more: Any) -> JobProgress:
+    p = bound(**more)
+    p.view.cluster, p.view.state = None, "Scheduling"
+    return p
+
+
+def test_placement_rounds_stop_at_the_deadline_a_preemption_and_the_timeout() -> None:
+    """Kueue's waitForPodsReady-style placement timeout counts from the admission; the
+    active deadline fails the job before anything else."""
+    Gate = job_machine.Gate
+    settings_ = RequeueSettings(placementTimeoutSeconds=120)
+    p = unbound(admitted_at=at(0))
+    gate = job_machine.placement_gate
+    assert gate(p, granted=True, settings=settings_, now=at(60)) == Gate.PLACE
+    assert gate(p, granted=True, settings=settings_, now=at(120)) == Gate.TIMED_OUT
+    assert gate(p, granted=False, settings=settings_, now=at(120)) == Gate.PLACE
+    p.view.deadline_at = at(100)
+    assert gate(p, granted=True, settings=settings_, now=at(120)) == Gate.DEADLINE
+
+
+def test_the_retry_pause_is_the_backoff_cut_short_by_the_placement_timeout() -> None:
+    settings_ = RequeueSettings(placementTimeoutSeconds=120)
+    p = unbound(admitted_at=at(0))
+    pause = job_machine.retry_pause
+    assert pause(p, 60, capacity=False, granted=True, settings=settings_, now=at(10)) == 60
+    assert pause(p, 60, capacity=False, granted=True, settings=settings_, now=at(100)) == 20
+    assert pause(p, 60, capacity=False, granted=False, settings=settings_, now=at(100)) == 60
+    p.view.deadline_at = at(105)
+    assert pause(p, 60, capacity=False, granted=False, settings=settings_, now=at(100)) == 5
