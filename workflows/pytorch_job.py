@@ -102,6 +102,7 @@ with workflow.unsafe.imports_passed_through():
         ManifestErrors,
         PropagationPolicy,
         PurgeMode,
+        PyTorchJob,
         binding_result,
         gang_of,
         parse_job,
@@ -179,41 +180,35 @@ class PyTorchJobWorkflow:
     # ================================================================== run
     @workflow.run
     async def run(self, arg: RawValue) -> JobView:
-        try:
-            decoded = workflow.payload_converter().from_payload(arg.payload)
-        except Exception as exc:  # not JSON, nested too deep, ...
-            raise invalid_input(
-                f"workflow input is not a JSON object ({type(exc).__name__})"
-            ) from None
-        try:
-            inp = JobInput.from_arg(decoded)
-        except InvalidJobInput as exc:
-            raise invalid_input(str(exc)) from None
-        try:
-            job = parse_job(inp.manifest)
-        except ManifestErrors as exc:
-            raise invalid_input(str(exc)) from None
+        inp, job = _read_input(arg)
         ns, name = job.metadata.namespace, job.metadata.name
-        expected = job_workflow_id(ns, name)
-        if workflow.info().workflow_id != expected:
-            raise invalid_input(
-                f"PyTorchJob {ns}/{name}: workflow id must be {expected!r} "
-                f"(got {workflow.info().workflow_id!r})"
-            )
-        notes = job.metadata.annotations
-        if inp.progress is None and (PREEMPTIBLE_ANNOTATION in notes or GRACE_ANNOTATION in notes):
-            try:
-                job_policy(job)
-            except ManifestError as exc:
-                raise invalid_input(str(exc)) from None
         self._job = job
         self._input = inp
         # the submission (survives continue-as-new): its copies carry it, so a later
         # apply of this name never adopts them (fleetq.io/run-id)
-        self._ref = JobRef(namespace=ns, name=name, workflow_id=expected,
+        self._ref = JobRef(namespace=ns, name=name, workflow_id=job_workflow_id(ns, name),
                            run_id=workflow.info().first_execution_run_id)
         self._sa_last = _search_attributes_at_start()
 
+        self._begin(inp)
+        self._copies = MemberCopies(self._ref, lambda: self._p.view, self._event, self._set_state)
+        self._publish()
+
+        try:
+            if self._policy is None:
+                await self._resolve_job(inp)
+            return await self._lifecycle()
+        except (asyncio.CancelledError, ActivityError) as exc:
+            if isinstance(exc, ActivityError) and not cancelled_by_delete(exc):
+                raise
+            await self._on_deleted()
+            raise asyncio.CancelledError() from None
+
+    # ================================================================== phases
+    def _begin(self, inp: JobInput) -> None:
+        """The run's progress: carried over by continue-as-new, or a new job's."""
+        ns, name = self._ref.namespace, self._ref.name
+        job = self._job
         if inp.progress is not None:
             self._progress = inp.progress
             self._grant = inp.progress.grant
@@ -233,27 +228,18 @@ class PyTorchJobWorkflow:
                 ),
                 resolution=Resolution(),
             )
-        self._copies = MemberCopies(self._ref, lambda: self._p.view, self._event, self._set_state)
+
+    async def _resolve_job(self, inp: JobInput) -> None:
+        """Resolve the job's policy and quota tree, and show what it asks for."""
+        self._policy = await self._resolve_policy(inp)
+        self._gang = gang_of(self._job, self._p.resolution.priority_classes)
+        view = self._p.view
+        view.priority = self._gang.priority
+        view.queued = self._pol.queued
+        view.summary = self._summary_line()
+        view.gang = self._gang.minimum_line()
         self._publish()
 
-        try:
-            if self._policy is None:
-                self._policy = await self._resolve_policy(inp)
-                self._gang = gang_of(job, self._p.resolution.priority_classes)
-                view = self._p.view
-                view.priority = self._gang.priority
-                view.queued = self._pol.queued
-                view.summary = self._summary_line()
-                view.gang = self._gang.minimum_line()
-                self._publish()
-            return await self._lifecycle()
-        except (asyncio.CancelledError, ActivityError) as exc:
-            if isinstance(exc, ActivityError) and not cancelled_by_delete(exc):
-                raise
-            await self._on_deleted()
-            raise asyncio.CancelledError() from None
-
-    # ================================================================== phases
     async def _lifecycle(self) -> JobView:
         """The seed's scheduling flow: queue → admit → place → reserve → bind → watch →
         fail over / purge → finish (and suspend / resume, continue-as-new)."""
@@ -348,7 +334,6 @@ class PyTorchJobWorkflow:
         )
 
     async def _wait_for_admission(self) -> None:
-        view = self._p.view
         request = self._admission_request()
         if not await self._back_off():
             return  # suspended while backing off
@@ -357,46 +342,64 @@ class PyTorchJobWorkflow:
             if self._suspension.wanted:  # suspended before the quota workflow took it
                 return
             tree_id = self._p.resolution.tree_workflow_id
-            if tree_id is None:
-                self._set_state("Queued", "no ElasticQuotaTree is applied to the fleet")
-                await self._sleep_or_retry(delay, "wait for an ElasticQuotaTree")
+            waiting = await self._enqueue(tree_id, request)
+            if waiting is not None:  # no tree, or its workflow is gone: resolve again later
+                reason, summary = waiting
+                self._set_state("Queued", reason)
+                await self._sleep_or_retry(delay, summary)
                 delay = RESOLVE_BACKOFF.after(delay)
                 self._p.resolution = await self._refresh_resolution()
                 continue
-            if self._requeued_in == tree_id:  # already back in its queue there
-                self._requeued_in, sent = None, True
-            else:
-                try:
-                    sent = await self._signal_quota(
-                        QuotaSignal(tree_workflow_id=tree_id, signal="enqueue", request=request),
-                        f"enqueue in {tree_id}",
-                    )
-                except ActivityError as exc:
-                    if cancelled_by_delete(exc):
-                        raise
-                    sent = False
-            if not sent:  # the tree workflow is gone (or unreachable); resolve again later
-                self._set_state("Queued", f"quota workflow {tree_id} is not running")
-                await self._sleep_or_retry(delay, "wait for the quota workflow")
-                delay = RESOLVE_BACKOFF.after(delay)
-                self._p.resolution = await self._refresh_resolution()
-                continue
-            self._set_state("Queued", "waiting for quota")
-            self._event("Normal", Reason.QUEUED, f"enqueued in quota tree {tree_id}")
-            self._show_admissibility()  # (told while the enqueue was being sent)
-            while True:
-                await workflow.wait_condition(
-                    lambda: self._grant is not None
-                    or self._suspension.wanted
-                    or self._admissibility_news
-                )
-                self._show_admissibility()
-                if self._grant is not None or self._suspension.wanted:
-                    break
-            if self._grant is None:  # suspended while waiting: leave the queue
-                await self._release_quota()
-                return
-        grant = self._grant
+            if not await self._await_grant(str(tree_id)):
+                return  # suspended while waiting: it left the queue
+        self._admit(self._grant)
+
+    async def _enqueue(
+        self, tree_id: str | None, request: AdmissionRequest
+    ) -> tuple[str, str] | None:
+        """Put the job in its quota workflow's queue; else why not (the reason shown,
+        the summary of the wait before resolving again)."""
+        if tree_id is None:
+            return "no ElasticQuotaTree is applied to the fleet", "wait for an ElasticQuotaTree"
+        if self._requeued_in == tree_id:  # already back in its queue there
+            self._requeued_in = None
+            return None
+        try:
+            sent = await self._signal_quota(
+                QuotaSignal(tree_workflow_id=tree_id, signal="enqueue", request=request),
+                f"enqueue in {tree_id}",
+            )
+        except ActivityError as exc:
+            if cancelled_by_delete(exc):
+                raise
+            sent = False
+        if not sent:  # the tree workflow is gone (or unreachable)
+            return f"quota workflow {tree_id} is not running", "wait for the quota workflow"
+        return None
+
+    async def _await_grant(self, tree_id: str) -> bool:
+        """Wait Queued (or Inadmissible) for the grant; False when a suspension came
+        first (the job then leaves the queue)."""
+        self._set_state("Queued", "waiting for quota")
+        self._event("Normal", Reason.QUEUED, f"enqueued in quota tree {tree_id}")
+        self._show_admissibility()  # (told while the enqueue was being sent)
+        while True:
+            await workflow.wait_condition(
+                lambda: self._grant is not None
+                or self._suspension.wanted
+                or self._admissibility_news
+            )
+            self._show_admissibility()
+            if self._grant is not None or self._suspension.wanted:
+                break
+        if self._grant is None:  # suspended while waiting: leave the queue
+            await self._release_quota()
+            return False
+        return True
+
+    def _admit(self, grant: Grant) -> None:
+        """The quota workflow admitted the job: Scheduling, and when it was admitted."""
+        view = self._p.view
         if view.created_at is not None:
             metrics.admission_latency(
                 (workflow.now() - view.created_at).total_seconds(), grant.queue
@@ -1295,6 +1298,38 @@ class PyTorchJobWorkflow:
     @property
     def gang(self) -> Gang:
         return self._gang
+
+
+def _read_input(arg: RawValue) -> tuple[JobInput, PyTorchJob]:
+    """The workflow's input and its manifest, or one line naming what is wrong."""
+    try:
+        decoded = workflow.payload_converter().from_payload(arg.payload)
+    except Exception as exc:  # not JSON, nested too deep, ...
+        raise invalid_input(
+            f"workflow input is not a JSON object ({type(exc).__name__})"
+        ) from None
+    try:
+        inp = JobInput.from_arg(decoded)
+    except InvalidJobInput as exc:
+        raise invalid_input(str(exc)) from None
+    try:
+        job = parse_job(inp.manifest)
+    except ManifestErrors as exc:
+        raise invalid_input(str(exc)) from None
+    ns, name = job.metadata.namespace, job.metadata.name
+    expected = job_workflow_id(ns, name)
+    if workflow.info().workflow_id != expected:
+        raise invalid_input(
+            f"PyTorchJob {ns}/{name}: workflow id must be {expected!r} "
+            f"(got {workflow.info().workflow_id!r})"
+        )
+    notes = job.metadata.annotations
+    if inp.progress is None and (PREEMPTIBLE_ANNOTATION in notes or GRACE_ANNOTATION in notes):
+        try:
+            job_policy(job)
+        except ManifestError as exc:
+            raise invalid_input(str(exc)) from None
+    return inp, job
 
 
 def _search_attributes_at_start() -> dict[str, Any]:
