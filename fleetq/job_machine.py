@@ -264,14 +264,13 @@ class Phase(Enum):
     WATCH = "watch"  # bound: watch it (``step``)
 
 
-def next_phase(
-    progress: JobProgress, *, suspend_wanted: bool, queued: bool, granted: bool, now: datetime
-) -> Phase:
-    """The phase the job's life goes to next, from its progress and what it was asked."""
+def next_phase(progress: JobProgress, *, queued: bool, granted: bool, now: datetime) -> Phase:
+    """The phase the job's life goes to next, from its progress (with what its signals
+    asked for) and whether it queues for quota and holds a grant."""
     view = progress.view
     if view.state in TERMINAL_STATES:
         return Phase.FINISH
-    if suspend_wanted:
+    if progress.suspension.wanted:
         return Phase.SUSPEND
     if lifecycle.preemption_due(progress, now):
         return Phase.PREEMPTED

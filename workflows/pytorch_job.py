@@ -162,17 +162,8 @@ class PyTorchJobWorkflow:
         #: watches started and possibly still running (one left behind by a failover,
         #: the current one of a deleted job), waited for before the workflow closes
         self._watches: list[asyncio.Future[Any]] = []
-        #: runPolicy.suspend at start, the suspend and resume signals
-        self._suspension = lifecycle.Suspension()
         #: a ``preempt`` signal arrived: recompute the deadline being waited for
         self._preempt_wake = False
-        #: the quota workflow's last ``admissibility`` signal, and whether it is shown
-        self._admissibility: AdmissibilitySignal | None = None
-        self._admissibility_news = False
-        #: the quota workflow whose queue a ``requeue`` just put the job back in: the next
-        #: admission wait sends no ``enqueue`` there (which, crossing the grant of the
-        #: pass that follows the requeue, would make the quota workflow re-send it)
-        self._requeued_in: str | None = None
         #: the bound copy's watch running now, and whether it is the settle window's
         self._watch: ActivityHandle[JobStatus] | None = None
         self._watch_settling = False
@@ -255,7 +246,6 @@ class PyTorchJobWorkflow:
     def _next_phase(self) -> Phase:
         return job_machine.next_phase(
             self._p,
-            suspend_wanted=self._suspension.wanted,
             queued=self._pol.queued,
             granted=self._grant is not None,
             now=workflow.now(),
@@ -361,8 +351,8 @@ class PyTorchJobWorkflow:
         the summary of the wait before resolving again)."""
         if tree_id is None:
             return "no ElasticQuotaTree is applied to the fleet", "wait for an ElasticQuotaTree"
-        if self._requeued_in == tree_id:  # already back in its queue there
-            self._requeued_in = None
+        if self._p.requeued_in == tree_id:  # already back in its queue there
+            self._p.requeued_in = None
             return None
         try:
             sent = await self._signal_quota(
@@ -387,7 +377,7 @@ class PyTorchJobWorkflow:
             await workflow.wait_condition(
                 lambda: self._grant is not None
                 or self._suspension.wanted
-                or self._admissibility_news
+                or self._p.admissibility_news
             )
             self._show_admissibility()
             if self._grant is not None or self._suspension.wanted:
@@ -510,10 +500,11 @@ class PyTorchJobWorkflow:
     def _show_admissibility(self) -> None:
         """Inadmissible (never admitted under the current tree, and why) or queued
         again, as the quota workflow's last ``admissibility`` signal says."""
-        news, self._admissibility_news = self._admissibility_news, False
-        if not news or self._admissibility is None:
+        p = self._p
+        news, p.admissibility_news = p.admissibility_news, False
+        if not news or p.admissibility is None:
             return
-        why = self._admissibility.inadmissible
+        why = p.admissibility.inadmissible
         if why is not None:
             if self._p.view.reason != why.message:
                 self._set_state("Inadmissible", why.message)
@@ -1042,7 +1033,7 @@ class PyTorchJobWorkflow:
         """Give the quota back and queue again with the original submit time in one
         message (``requeue``), so the job is in its queue before the pass that hands out
         what it freed: no later job of its priority takes that room (issue 24). The
-        next admission wait then sends no ``enqueue`` (``_requeued_in``)."""
+        next admission wait then sends no ``enqueue`` (``JobProgress.requeued_in``)."""
         tree_id = self._p.resolution.tree_workflow_id
         if self._policy is None or not self._policy.queued or tree_id is None:
             return
@@ -1063,7 +1054,7 @@ class PyTorchJobWorkflow:
             workflow.logger.warning("could not requeue in %s: %s", tree_id, exc)
         else:
             if sent:
-                self._requeued_in = tree_id
+                self._p.requeued_in = tree_id
             else:
                 workflow.logger.info("requeue: quota workflow %s is not running", tree_id)
 
@@ -1174,6 +1165,10 @@ class PyTorchJobWorkflow:
         return self._sa_enabled and lifecycle.settling(self._p.view, self._sa_last)
 
     @property
+    def _suspension(self) -> lifecycle.Suspension:
+        return self._p.suspension
+
+    @property
     def _p(self) -> JobProgress:
         assert self._progress is not None, "the run's progress exists once the run starts"
         return self._progress
@@ -1249,8 +1244,9 @@ class PyTorchJobWorkflow:
     def admissibility(self, signal: AdmissibilitySignal) -> None:
         """The quota workflow: the job can never be admitted under the current tree
         (with why), or it is queued again."""
-        self._admissibility = signal
-        self._admissibility_news = True
+        if self._progress is not None:
+            self._progress.admissibility = signal
+            self._progress.admissibility_news = True
 
     @workflow.signal
     def suspend(self) -> None:
@@ -1262,7 +1258,8 @@ class PyTorchJobWorkflow:
     @workflow.signal
     def resume(self) -> None:
         """Resume a suspended job: it queues again (keeping its submit time)."""
-        self._suspension.ask_resume()
+        if self._progress is not None:
+            self._progress.suspension.ask_resume()
 
     @workflow.signal
     def preempt(self, signal: PreemptSignal) -> None:

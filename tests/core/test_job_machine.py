@@ -12,7 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fleetq import job_machine
+from fleetq import job_machine, lifecycle
 from fleetq.fleet_config import RequeueSettings
 from fleetq.job_machine import (
     CollectPurgers,
@@ -69,7 +69,8 @@ def status(health: str = "Healthy", phase: str = "Running", token: str = "",
 
 class Life:
     """Drives one job life through ``step`` as the workflow's watch loop does: each event
-    at its time, the commands collected, the progress replaced by the step's."""
+    at its time, the commands collected, the progress replaced by the step's (with the
+    transitions it shows carried out, as the workflow's ``_set_state`` does)."""
 
     def __init__(self, progress: JobProgress, watching: Watching = WATCHING) -> None:
         self.progress = progress
@@ -84,6 +85,11 @@ class Life:
         assert self.progress.model_dump() == before, "step changed the progress it was given"
         self.progress = new
         self.commands += commands
+        for command in commands:  # the workflow shows a transition on the job's view
+            if isinstance(command, Show):
+                for notice in command.notices:
+                    if isinstance(notice, Transition):
+                        new.view.state, new.view.reason = notice.state, notice.reason
         ends = [c for c in commands if isinstance(c, End)]
         assert len(ends) <= 1 and (not ends or commands[-1] == ends[0])
         self.outcome = ends[0].outcome if ends else None
@@ -277,9 +283,10 @@ TestRandomLife.settings = settings(max_examples=60, stateful_step_count=25, dead
 
 def phase_of(progress: JobProgress, *, suspend: bool = False, queued: bool = True,
              granted: bool = True) -> job_machine.Phase:
-    return job_machine.next_phase(
-        progress, suspend_wanted=suspend, queued=queued, granted=granted, now=at(0)
-    )
+    progress = progress.model_copy(deep=True)
+    if suspend:
+        progress.suspension.wanted = True
+    return job_machine.next_phase(progress, queued=queued, granted=granted, now=at(0))
 
 
 def test_phases_of_a_queued_job_from_submit_to_its_end() -> None:
@@ -340,3 +347,44 @@ def test_the_retry_pause_is_the_backoff_cut_short_by_the_placement_timeout() -> 
     assert pause(p, 60, capacity=False, granted=False, settings=settings_, now=at(100)) == 60
     p.view.deadline_at = at(105)
     assert pause(p, 60, capacity=False, granted=False, settings=settings_, now=at(100)) == 5
+
+
+# ---------------------------------------------------------------------- whole lives
+
+
+def test_a_queued_job_from_submit_to_succeeded_through_the_pure_core_alone() -> None:
+    """Submit → admitted → bound → Created → Running → Succeeded, each phase chosen by
+    ``next_phase`` and the watch by ``step``, as the workflow's loops drive them."""
+    Phase = job_machine.Phase
+    p = JobProgress(view=JobView(namespace="default", name="train", state="Queued"),
+                    resolution=Resolution())
+    assert phase_of(p, granted=False) == Phase.ADMIT
+    lifecycle.admitted_now(p, at(1))
+    assert phase_of(p) == Phase.PLACE
+    assert job_machine.placement_gate(p, granted=True, settings=RequeueSettings(),
+                                      now=at(2)) == job_machine.Gate.PLACE
+    lifecycle.record_bind(p, "a", {}, at(3))
+    lifecycle.arm_pods_ready(p, RequeueSettings(), at(3))
+    p.view.state = "Created"
+    assert phase_of(p) == Phase.WATCH
+    life = Life(p)
+    deadline = life.deadline(3)
+    assert deadline is not None and deadline.due == Due.PODS_READY  # 600 s by default
+    life(4, Status(status(phase="Created", running=0), settling=True))
+    life(10, Status(status()))
+    assert life.progress.ready_by is None  # the gang runs: the bound is met
+    life(500, Status(status(phase="Succeeded", running=0)))
+    assert life.outcome == Supervision.DONE
+    assert life.states == ["Created", "Running", "Succeeded"]
+    assert phase_of(life.progress) == Phase.FINISH
+
+
+def test_a_suspension_asked_just_before_continue_as_new_is_carried_to_the_next_run() -> None:
+    """The whole run's state is one value: what a suspend / requeue / admissibility
+    signal left is in ``JobProgress``, so continue-as-new hands it over."""
+    p = bound()
+    p.suspension.ask_suspend(p.view.state)
+    p.requeued_in = "quota/kube-system/tree"
+    carried = JobProgress.model_validate_json(p.model_dump_json())
+    assert carried.suspension.wanted and carried.requeued_in == "quota/kube-system/tree"
+    assert phase_of(carried) == job_machine.Phase.SUSPEND
