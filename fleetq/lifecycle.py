@@ -45,6 +45,7 @@ from fleetq.fleet_config import RequeueSettings
 from fleetq.messages import (
     MISSING_PHASE,
     TERMINAL_STATES,
+    AdmissibilitySignal,
     Candidate,
     CapacityPlanned,
     JobEvent,
@@ -120,6 +121,15 @@ class JobProgress(BaseModel):
     #: copies bound after the last failover carry (``fleetq.state_preservation``)
     synced_status: dict[str, Any] = Field(default_factory=dict)
     preserved_labels: dict[str, str] = Field(default_factory=dict)
+    #: runPolicy.suspend and the suspend / resume signals (``Suspension``)
+    suspension: Suspension = Field(default_factory=lambda: Suspension())
+    #: the quota workflow whose queue a ``requeue`` just put the job back in: the next
+    #: admission wait sends no ``enqueue`` there (which, crossing the grant of the pass
+    #: that follows the requeue, would make the quota workflow re-send it)
+    requeued_in: str | None = None
+    #: the quota workflow's last ``admissibility`` signal, and whether it is yet to be shown
+    admissibility: AdmissibilitySignal | None = None
+    admissibility_news: bool = False
 
 
 class Reason(StrEnum):
@@ -698,8 +708,7 @@ def suspended_message(had_copy: bool) -> str:
     return "suspended: copies purged, quota released" if had_copy else "suspended"
 
 
-@dataclass
-class Suspension:
+class Suspension(BaseModel):
     """runPolicy.suspend and the suspend / resume signals: what was asked for and not yet
     carried out. A resume before the suspension was carried out cancels it; a resume of a
     job that is not suspended, or a suspension of a finished one, changes nothing."""

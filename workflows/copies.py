@@ -38,19 +38,25 @@ StateSink = Callable[[JobState, str], None]
 
 
 class MemberCopies:
-    """Writes to and purges of one job's copies; ``view`` is the job's (its ``copies``,
-    ``pending_purges`` and ``unreachable`` are kept here), ``event`` and ``set_state``
-    are the workflow's."""
+    """Writes to and purges of one job's copies; ``view`` gives the job's current view
+    (its ``copies``, ``pending_purges`` and ``unreachable`` are kept here; the workflow
+    replaces its progress at each step), ``event`` and ``set_state`` are the workflow's."""
 
-    def __init__(self, ref: JobRef, view: JobView, event: EventSink, set_state: StateSink) -> None:
+    def __init__(
+        self, ref: JobRef, view: Callable[[], JobView], event: EventSink, set_state: StateSink
+    ) -> None:
         self._ref = ref
-        self._view = view
+        self._current_view = view
         self._event = event
         self._set_state = set_state
         #: cluster -> running purge_when_reachable activity for a copy left there
         self._purgers: dict[str, ActivityHandle[PurgeResult]] = {}
         #: the member write running now, and its cluster
         self._in_flight: tuple[str, asyncio.Future[Any]] | None = None
+
+    @property
+    def _view(self) -> JobView:
+        return self._current_view()
 
     # ------------------------------------------------------------------ writes
     async def write(self, cluster: str, call: Awaitable[T]) -> T:

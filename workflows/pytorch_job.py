@@ -4,32 +4,35 @@ reserve, bind, watch, fail over, finish.
 The workflow only orchestrates: every decision of the job's life (health and the
 failover timer, purge modes, candidates and backoff, runPolicy deadlines, what the job
 shows) is taken by the pure ``fleetq.lifecycle`` on the run's one ``JobProgress``, and
-this class carries it out. Placement runs in the pure core behind the
-``plan_placement`` activity (node lists never enter history), member-cluster writes are
-idempotent activities, and failover tolerance is a durable Temporal timer, so a worker
-restart neither loses nor resets it. The two reads before the first write (policy
-resolution and placement, both from this worker's caches) are *local* activities: they
-run inside the workflow task that asked for them, one marker event each instead of a
-task round trip through the server. So do the job's messages to its quota workflow
-(enqueue, release): a client signal from a local activity, where a workflow-to-workflow
-signal would add two events and an acknowledgement workflow task each. Member-cluster
-writes stay regular activities, so the placement decision is durable (recorded with the
-scheduling of the reserve/bind) before anything is written: a worker that crashes after
-placing re-places from scratch with nothing written, never writes to a second cluster.
-Status is change-driven (a heartbeating watch activity returns only when something
-changed) and the workflow continues-as-new with its progress, so a job that runs for a
-week keeps a bounded history. A job its quota workflow preempts (the ``preempt`` signal)
-keeps running through its grace period, then is purged like a suspension, gives its quota
-back and queues again with its original submit time. A job its quota admitted that fits on
-no member may, under a tree with ``fleetq.io/preemption: LowerPriority``, preempt
-lower-priority gangs on exactly one member (the placement activity decides, from the
-tree's policy and the member caches): it signals those victims itself, waits for them to
-leave (each wakes it with ``retry_placement`` once purged), then places there first; one
-plan at a time, dropped if it does not make room in time. A job no member could ever
-hold, even empty (``PlacementVerdict.never``), gives its quota back at once and waits
-``Unschedulable`` until a member's nodes change (the worker's capacity caches wake it
-with ``retry_placement``; a long timer is the backstop), then queues again. An admitted
-job not placed within ``placementTimeoutSeconds``, or whose pods do not all run within
+this class carries it out. Its loops are ``fleetq.job_machine``'s: the next phase is
+``next_phase``, and watching the bound job waits for the next event, takes
+``job_machine.step`` and carries out the commands it returns. Placement runs in the pure
+core behind the ``plan_placement`` activity (node lists never enter history),
+member-cluster writes are idempotent activities, and failover tolerance is a durable
+Temporal timer, so a worker restart neither loses nor resets it. The two reads before
+the first write (policy resolution and placement, both from this worker's caches) are
+*local* activities: they run inside the workflow task that asked for them, one marker
+event each instead of a task round trip through the server. So do the job's messages to
+its quota workflow (enqueue, release): a client signal from a local activity, where a
+workflow-to-workflow signal would add two events and an acknowledgement workflow task
+each. Member-cluster writes stay regular activities, so the placement decision is
+durable (recorded with the scheduling of the reserve/bind) before anything is written: a
+worker that crashes after placing re-places from scratch with nothing written, never
+writes to a second cluster. Status is change-driven (a heartbeating watch activity
+returns only when something changed) and the workflow continues-as-new with its
+progress, so a job that runs for a week keeps a bounded history. A job its quota
+workflow preempts (the ``preempt`` signal) keeps running through its grace period, then
+is purged like a suspension, gives its quota back and queues again with its original
+submit time. A job its quota admitted that fits on no member may, under a tree with
+``fleetq.io/preemption: LowerPriority``, preempt lower-priority gangs on exactly one
+member (the placement activity decides, from the tree's policy and the member caches):
+it signals those victims itself, waits for them to leave (each wakes it with
+``retry_placement`` once purged), then places there first; one plan at a time, dropped
+if it does not make room in time. A job no member could ever hold, even empty
+(``PlacementVerdict.never``), gives its quota back at once and waits ``Unschedulable``
+until a member's nodes change (the worker's capacity caches wake it with
+``retry_placement``; a long timer is the backstop), then queues again. An admitted job
+not placed within ``placementTimeoutSeconds``, or whose pods do not all run within
 ``podsReadyTimeoutSeconds``, is purged, gives its quota back and queues again after a
 backoff, until ``requeueLimit`` (``fleetq.lifecycle.requeue_after_timeout``).
 """
@@ -38,8 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from enum import Enum
 from typing import Any, Literal
 
 from temporalio import workflow
@@ -56,16 +59,15 @@ with workflow.unsafe.imports_passed_through():
     import jsonpath_ng.lexer  # noqa: F401
 
     from activities.scheduling import SchedulingActivities
-    from fleetq import lifecycle, state_preservation
+    from fleetq import job_machine, lifecycle, state_preservation
     from fleetq.admission import AdmissionRequest, Grant
     from fleetq.fleet_config import RequeueSettings
     from fleetq.job_input import InvalidJobInput, JobInput
+    from fleetq.job_machine import Gate, Phase, Supervision
     from fleetq.lifecycle import (
         PLACEMENT_BACKOFF,
         RESOLVE_BACKOFF,
         Announce,
-        Deadline,
-        Due,
         JobProgress,
         Notice,
         OldCopy,
@@ -74,7 +76,6 @@ with workflow.unsafe.imports_passed_through():
         Transition,
     )
     from fleetq.messages import (
-        TERMINAL_STATES,
         AdmissibilitySignal,
         BindInput,
         BindRequest,
@@ -104,6 +105,7 @@ with workflow.unsafe.imports_passed_through():
         ManifestErrors,
         PropagationPolicy,
         PurgeMode,
+        PyTorchJob,
         binding_result,
         gang_of,
         parse_job,
@@ -148,17 +150,6 @@ MEMBER_RETRY = RetryPolicy(
 )
 
 
-class Supervision(Enum):
-    """How watching the bound copy ended."""
-
-    DONE = "done"  # the job ended (its state says how)
-    FAILOVER = "failover"  # it left its member; placed again (or not) already
-    SUSPEND = "suspend"  # a suspension was asked for
-    CONTINUE = "continue"  # the history is long: continue-as-new
-    PREEMPT = "preempt"  # preempted: its grace period ended
-    REQUEUE = "requeue"  # its pods did not all run within podsReadyTimeoutSeconds
-
-
 @workflow.defn(name="PyTorchJobWorkflow")
 class PyTorchJobWorkflow:
     def __init__(self) -> None:
@@ -174,56 +165,44 @@ class PyTorchJobWorkflow:
         #: watches started and possibly still running (one left behind by a failover,
         #: the current one of a deleted job), waited for before the workflow closes
         self._watches: list[asyncio.Future[Any]] = []
-        #: runPolicy.suspend at start, the suspend and resume signals
-        self._suspension = lifecycle.Suspension()
         #: a ``preempt`` signal arrived: recompute the deadline being waited for
         self._preempt_wake = False
-        #: the quota workflow's last ``admissibility`` signal, and whether it is shown
-        self._admissibility: AdmissibilitySignal | None = None
-        self._admissibility_news = False
-        #: the quota workflow whose queue a ``requeue`` just put the job back in: the next
-        #: admission wait sends no ``enqueue`` there (which, crossing the grant of the
-        #: pass that follows the requeue, would make the quota workflow re-send it)
-        self._requeued_in: str | None = None
+        #: the bound copy's watch running now, and whether it is the settle window's
+        self._watch: ActivityHandle[JobStatus] | None = None
+        self._watch_settling = False
 
     # ================================================================== run
     @workflow.run
     async def run(self, arg: RawValue) -> JobView:
-        try:
-            decoded = workflow.payload_converter().from_payload(arg.payload)
-        except Exception as exc:  # not JSON, nested too deep, ...
-            raise invalid_input(
-                f"workflow input is not a JSON object ({type(exc).__name__})"
-            ) from None
-        try:
-            inp = JobInput.from_arg(decoded)
-        except InvalidJobInput as exc:
-            raise invalid_input(str(exc)) from None
-        try:
-            job = parse_job(inp.manifest)
-        except ManifestErrors as exc:
-            raise invalid_input(str(exc)) from None
+        inp, job = _read_input(arg)
         ns, name = job.metadata.namespace, job.metadata.name
-        expected = job_workflow_id(ns, name)
-        if workflow.info().workflow_id != expected:
-            raise invalid_input(
-                f"PyTorchJob {ns}/{name}: workflow id must be {expected!r} "
-                f"(got {workflow.info().workflow_id!r})"
-            )
-        notes = job.metadata.annotations
-        if inp.progress is None and (PREEMPTIBLE_ANNOTATION in notes or GRACE_ANNOTATION in notes):
-            try:
-                job_policy(job)
-            except ManifestError as exc:
-                raise invalid_input(str(exc)) from None
         self._job = job
         self._input = inp
         # the submission (survives continue-as-new): its copies carry it, so a later
         # apply of this name never adopts them (fleetq.io/run-id)
-        self._ref = JobRef(namespace=ns, name=name, workflow_id=expected,
+        self._ref = JobRef(namespace=ns, name=name, workflow_id=job_workflow_id(ns, name),
                            run_id=workflow.info().first_execution_run_id)
         self._sa_last = _search_attributes_at_start()
 
+        self._begin(inp)
+        self._copies = MemberCopies(self._ref, lambda: self._p.view, self._event, self._set_state)
+        self._publish()
+
+        try:
+            if self._policy is None:
+                await self._resolve_job(inp)
+            return await self._lifecycle()
+        except (asyncio.CancelledError, ActivityError) as exc:
+            if isinstance(exc, ActivityError) and not cancelled_by_delete(exc):
+                raise
+            await self._on_deleted()
+            raise asyncio.CancelledError() from None
+
+    # ================================================================== phases
+    def _begin(self, inp: JobInput) -> None:
+        """The run's progress: carried over by continue-as-new, or a new job's."""
+        ns, name = self._ref.namespace, self._ref.name
+        job = self._job
         if inp.progress is not None:
             self._progress = inp.progress
             self._grant = inp.progress.grant
@@ -243,71 +222,57 @@ class PyTorchJobWorkflow:
                 ),
                 resolution=Resolution(),
             )
-        self._copies = MemberCopies(self._ref, self._p.view, self._event, self._set_state)
+
+    async def _resolve_job(self, inp: JobInput) -> None:
+        """Resolve the job's policy and quota tree, and show what it asks for."""
+        self._policy = await self._resolve_policy(inp)
+        self._gang = gang_of(self._job, self._p.resolution.priority_classes)
+        view = self._p.view
+        view.priority = self._gang.priority
+        view.queued = self._pol.queued
+        view.summary = self._summary_line()
+        view.gang = self._gang.minimum_line()
         self._publish()
 
-        try:
-            if self._policy is None:
-                self._policy = await self._resolve_policy(inp)
-                self._gang = gang_of(job, self._p.resolution.priority_classes)
-                view = self._p.view
-                view.priority = self._gang.priority
-                view.queued = self._pol.queued
-                view.summary = self._summary_line()
-                view.gang = self._gang.minimum_line()
-                self._publish()
-            return await self._lifecycle()
-        except (asyncio.CancelledError, ActivityError) as exc:
-            if isinstance(exc, ActivityError) and not cancelled_by_delete(exc):
-                raise
-            await self._on_deleted()
-            raise asyncio.CancelledError() from None
-
-    # ================================================================== phases
     async def _lifecycle(self) -> JobView:
         """The seed's scheduling flow: queue → admit → place → reserve → bind → watch →
         fail over / purge → finish (and suspend / resume, continue-as-new)."""
-        view = self._p.view
-        for cluster in view.pending_purges:  # carried over by continue-as-new
+        for cluster in self._p.view.pending_purges:  # carried over by continue-as-new
             self._copies.start_purger(cluster)
         if self._input.progress is None and self._job.suspend:
             self._suspension.wanted = True
-        while view.state not in TERMINAL_STATES:
-            if self._suspension.wanted:
-                await self._suspend()
-                continue
-            if lifecycle.preemption_due(self._p, workflow.now()):
-                await self._preempted()
-                continue
-            if view.state == "Unschedulable":
-                await self._wait_unschedulable()
-                continue
-            if self._pol.queued and self._grant is None:
-                await self._wait_for_admission()
-                if self._grant is None:  # a suspension came first
-                    continue
-                if lifecycle.preemption_due(self._p, workflow.now()):  # before placing
-                    continue
-            if view.cluster is None:
-                placed = await self._schedule()
-                if not placed:
-                    break
-                if (
-                    self._suspension.wanted
-                    or lifecycle.preemption_due(self._p, workflow.now())
-                    or view.cluster is None  # Unschedulable, or re-queued after a timeout
-                ):
-                    continue
-            outcome = await self._supervise()
-            if outcome in (Supervision.SUSPEND, Supervision.PREEMPT):
-                continue
-            if outcome == Supervision.REQUEUE:
-                await self._requeue(RequeueCause.PODS_READY_TIMEOUT)
-                continue
-            if outcome == Supervision.CONTINUE:
-                await self._continue_as_new()
+        while (phase := self._next_phase()) != Phase.FINISH:
+            await self._phases[phase]()
         await self._finish()
-        return view
+        return self._p.view
+
+    def _next_phase(self) -> Phase:
+        return job_machine.next_phase(
+            self._p,
+            queued=self._pol.queued,
+            granted=self._grant is not None,
+            now=workflow.now(),
+        )
+
+    @property
+    def _phases(self) -> dict[Phase, Callable[[], Awaitable[Any]]]:
+        return {
+            Phase.SUSPEND: self._suspend,
+            Phase.PREEMPTED: self._preempted,
+            Phase.UNSCHEDULABLE: self._wait_unschedulable,
+            Phase.ADMIT: self._wait_for_admission,
+            Phase.PLACE: self._schedule,
+            Phase.WATCH: self._watch_phase,
+        }
+
+    async def _watch_phase(self) -> None:
+        """Watch the bound job; a pods-ready timeout re-queues it, a long history
+        continues as new (else the next phase follows from its progress)."""
+        outcome = await self._supervise()
+        if outcome == Supervision.REQUEUE:
+            await self._requeue(RequeueCause.PODS_READY_TIMEOUT)
+        elif outcome == Supervision.CONTINUE:
+            await self._continue_as_new()
 
     async def _continue_as_new(self) -> None:
         """Hand the run's progress to a new run (bounded history)."""
@@ -362,7 +327,6 @@ class PyTorchJobWorkflow:
         )
 
     async def _wait_for_admission(self) -> None:
-        view = self._p.view
         request = self._admission_request()
         if not await self._back_off():
             return  # suspended while backing off
@@ -371,46 +335,64 @@ class PyTorchJobWorkflow:
             if self._suspension.wanted:  # suspended before the quota workflow took it
                 return
             tree_id = self._p.resolution.tree_workflow_id
-            if tree_id is None:
-                self._set_state("Queued", "no ElasticQuotaTree is applied to the fleet")
-                await self._sleep_or_retry(delay, "wait for an ElasticQuotaTree")
+            waiting = await self._enqueue(tree_id, request)
+            if waiting is not None:  # no tree, or its workflow is gone: resolve again later
+                reason, summary = waiting
+                self._set_state("Queued", reason)
+                await self._sleep_or_retry(delay, summary)
                 delay = RESOLVE_BACKOFF.after(delay)
                 self._p.resolution = await self._refresh_resolution()
                 continue
-            if self._requeued_in == tree_id:  # already back in its queue there
-                self._requeued_in, sent = None, True
-            else:
-                try:
-                    sent = await self._signal_quota(
-                        QuotaSignal(tree_workflow_id=tree_id, signal="enqueue", request=request),
-                        f"enqueue in {tree_id}",
-                    )
-                except ActivityError as exc:
-                    if cancelled_by_delete(exc):
-                        raise
-                    sent = False
-            if not sent:  # the tree workflow is gone (or unreachable); resolve again later
-                self._set_state("Queued", f"quota workflow {tree_id} is not running")
-                await self._sleep_or_retry(delay, "wait for the quota workflow")
-                delay = RESOLVE_BACKOFF.after(delay)
-                self._p.resolution = await self._refresh_resolution()
-                continue
-            self._set_state("Queued", "waiting for quota")
-            self._event("Normal", Reason.QUEUED, f"enqueued in quota tree {tree_id}")
-            self._show_admissibility()  # (told while the enqueue was being sent)
-            while True:
-                await workflow.wait_condition(
-                    lambda: self._grant is not None
-                    or self._suspension.wanted
-                    or self._admissibility_news
-                )
-                self._show_admissibility()
-                if self._grant is not None or self._suspension.wanted:
-                    break
-            if self._grant is None:  # suspended while waiting: leave the queue
-                await self._release_quota()
-                return
-        grant = self._grant
+            if not await self._await_grant(str(tree_id)):
+                return  # suspended while waiting: it left the queue
+        self._admit(self._grant)
+
+    async def _enqueue(
+        self, tree_id: str | None, request: AdmissionRequest
+    ) -> tuple[str, str] | None:
+        """Put the job in its quota workflow's queue; else why not (the reason shown,
+        the summary of the wait before resolving again)."""
+        if tree_id is None:
+            return "no ElasticQuotaTree is applied to the fleet", "wait for an ElasticQuotaTree"
+        if self._p.requeued_in == tree_id:  # already back in its queue there
+            self._p.requeued_in = None
+            return None
+        try:
+            sent = await self._signal_quota(
+                QuotaSignal(tree_workflow_id=tree_id, signal="enqueue", request=request),
+                f"enqueue in {tree_id}",
+            )
+        except ActivityError as exc:
+            if cancelled_by_delete(exc):
+                raise
+            sent = False
+        if not sent:  # the tree workflow is gone (or unreachable)
+            return f"quota workflow {tree_id} is not running", "wait for the quota workflow"
+        return None
+
+    async def _await_grant(self, tree_id: str) -> bool:
+        """Wait Queued (or Inadmissible) for the grant; False when a suspension came
+        first (the job then leaves the queue)."""
+        self._set_state("Queued", "waiting for quota")
+        self._event("Normal", Reason.QUEUED, f"enqueued in quota tree {tree_id}")
+        self._show_admissibility()  # (told while the enqueue was being sent)
+        while True:
+            await workflow.wait_condition(
+                lambda: self._grant is not None
+                or self._suspension.wanted
+                or self._p.admissibility_news
+            )
+            self._show_admissibility()
+            if self._grant is not None or self._suspension.wanted:
+                break
+        if self._grant is None:  # suspended while waiting: leave the queue
+            await self._release_quota()
+            return False
+        return True
+
+    def _admit(self, grant: Grant) -> None:
+        """The quota workflow admitted the job: Scheduling, and when it was admitted."""
+        view = self._p.view
         if view.created_at is not None:
             metrics.admission_latency(
                 (workflow.now() - view.created_at).total_seconds(), grant.queue
@@ -521,10 +503,11 @@ class PyTorchJobWorkflow:
     def _show_admissibility(self) -> None:
         """Inadmissible (never admitted under the current tree, and why) or queued
         again, as the quota workflow's last ``admissibility`` signal says."""
-        news, self._admissibility_news = self._admissibility_news, False
-        if not news or self._admissibility is None:
+        p = self._p
+        news, p.admissibility_news = p.admissibility_news, False
+        if not news or p.admissibility is None:
             return
-        why = self._admissibility.inadmissible
+        why = p.admissibility.inadmissible
         if why is not None:
             if self._p.view.reason != why.message:
                 self._set_state("Inadmissible", why.message)
@@ -555,7 +538,6 @@ class PyTorchJobWorkflow:
     async def _schedule(self) -> bool:
         """Place, reserve and bind; retries with backoff while nothing fits. Returns False
         when the job can never be placed (every cluster excluded)."""
-        view = self._p.view
         delay = PLACEMENT_BACKOFF.initial
         #: capacity preemption may be asked for in this placement (the placement activity
         #: reads whether the tree allows it); decided once a round found no room, at the
@@ -565,62 +547,86 @@ class PyTorchJobWorkflow:
         capacity: bool | None = None
         no_room = False
         while True:
-            if lifecycle.deadline_passed(view, workflow.now()):
-                await self._deadline_exceeded()
-                return False
-            if self._p.preempt is not None:
-                return True  # the lifecycle carries the preemption out (nothing is bound)
-            if self._grant is not None and lifecycle.placement_timed_out(
-                self._p, self._requeue_settings, workflow.now()
-            ):
-                await self._requeue(RequeueCause.PLACEMENT_TIMEOUT)
-                return True  # queued again after a backoff, or Failed past the limit
+            gate = job_machine.placement_gate(
+                self._p, granted=self._grant is not None, settings=self._requeue_settings,
+                now=workflow.now(),
+            )
+            if gate != Gate.PLACE:
+                return await self._stop_placing(gate)
             self._set_state("Scheduling", "evaluating member clusters")
             round_input = self._placement_input()
             if capacity is None and no_room:
                 capacity = self._capacity_asked()
             verdict = await self._plan_placement(round_input, capacity=bool(capacity))
             no_room = lifecycle.no_room(verdict)
-            if capacity:
-                self._announce(lifecycle.observe_capacity(self._p, verdict, workflow.now()))
-            rejections = dict(verdict.rejections)
-            codes = dict(verdict.codes)
-            for cand in lifecycle.candidates(verdict, self._p if capacity else None):
-                if await self._bind(cand, rejections, codes):
-                    return True
-            view.rejections = rejections
-            never = lifecycle.unplaceable_reason(verdict)
-            if never is not None:
-                self._event("Warning", Reason.BINDING_FAILED, never)
-                self._set_state("Failed", never)
-                return False
-            if await self._unschedulable(verdict):
-                return True  # holds no quota; the lifecycle waits for node changes
-            reason = lifecycle.pending_reason(rejections)
-            for cluster in rejections:
-                if cluster in codes:  # (histories from before codes: metrics are off)
-                    metrics.placement_failure(codes[cluster])
-            # every round, aggregated: "FailedScheduling (x7 over 21m)"
-            self._event("Warning", Reason.FAILED_SCHEDULING, reason)
-            if capacity and verdict.capacity_plan is not None and lifecycle.may_plan_capacity(
-                self._p
-            ):
-                await self._preempt_for_room(verdict.capacity_plan)
-            hold = self._p.capacity if capacity else None
-            if hold is not None and hold.outstanding:
-                reason = lifecycle.capacity_waiting_reason(hold)
-            self._set_state("Pending", reason)
-            pause = lifecycle.placement_pause(delay, view.deadline_at, workflow.now())
-            if capacity:
-                pause = lifecycle.capacity_pause(pause, self._p, workflow.now())
-            if self._grant is not None:
-                pause = lifecycle.placement_timeout_pause(
-                    pause, self._p, self._requeue_settings, workflow.now()
-                )
+            placed = await self._place_round(verdict, capacity=bool(capacity))
+            if placed is not None:
+                return placed
+            pause = job_machine.retry_pause(
+                self._p, delay, capacity=bool(capacity), granted=self._grant is not None,
+                settings=self._requeue_settings, now=workflow.now(),
+            )
             await self._sleep_or_retry(pause, f"retry placement in {int(pause)}s")
             if self._suspension.wanted or self._p.preempt is not None:
                 return True  # the lifecycle suspends, or is preempted (nothing was bound)
             delay = PLACEMENT_BACKOFF.after(delay)
+
+    async def _stop_placing(self, gate: Gate) -> bool:
+        """A placement round that does not run: False when the job failed."""
+        if gate == Gate.DEADLINE:
+            await self._deadline_exceeded()
+            return False
+        if gate == Gate.TIMED_OUT:
+            await self._requeue(RequeueCause.PLACEMENT_TIMEOUT)
+        # queued again after a backoff, or Failed past the limit; or preempted: the
+        # lifecycle carries the preemption out (nothing is bound)
+        return True
+
+    async def _place_round(self, verdict: PlacementVerdict, *, capacity: bool) -> bool | None:
+        """Bind on the first candidate that takes the job (True); False when no member
+        ever could; None when the job waits Pending for the next round."""
+        if capacity:
+            self._announce(lifecycle.observe_capacity(self._p, verdict, workflow.now()))
+        rejections = dict(verdict.rejections)
+        codes = dict(verdict.codes)
+        for cand in lifecycle.candidates(verdict, self._p if capacity else None):
+            if await self._bind(cand, rejections, codes):
+                return True
+        self._p.view.rejections = rejections
+        never = lifecycle.unplaceable_reason(verdict)
+        if never is not None:
+            self._event("Warning", Reason.BINDING_FAILED, never)
+            self._set_state("Failed", never)
+            return False
+        if await self._unschedulable(verdict):
+            return True  # holds no quota; the lifecycle waits for node changes
+        await self._no_room(verdict, rejections, codes, capacity=capacity)
+        return None
+
+    async def _no_room(
+        self,
+        verdict: PlacementVerdict,
+        rejections: dict[str, str],
+        codes: dict[str, RejectionCode],
+        *,
+        capacity: bool,
+    ) -> None:
+        """Nothing fits now: say why (``FailedScheduling``), make room by capacity
+        preemption when the tree allows it, and wait Pending."""
+        reason = lifecycle.pending_reason(rejections)
+        for cluster in rejections:
+            if cluster in codes:  # (histories from before codes: metrics are off)
+                metrics.placement_failure(codes[cluster])
+        # every round, aggregated: "FailedScheduling (x7 over 21m)"
+        self._event("Warning", Reason.FAILED_SCHEDULING, reason)
+        if capacity and verdict.capacity_plan is not None and lifecycle.may_plan_capacity(
+            self._p
+        ):
+            await self._preempt_for_room(verdict.capacity_plan)
+        hold = self._p.capacity if capacity else None
+        if hold is not None and hold.outstanding:
+            reason = lifecycle.capacity_waiting_reason(hold)
+        self._set_state("Pending", reason)
 
     async def _plan_placement(
         self, placement: PlacementInput, *, capacity: bool
@@ -768,116 +774,123 @@ class PyTorchJobWorkflow:
         )
 
     async def _supervise(self) -> Supervision:
-        """Watch the bound copy until the job ends, fails over or history asks for
-        continue-as-new."""
-        view = self._p.view
-        fo = self._pol.application_failover
-        tolerance = fo.decisionConditions.tolerationSeconds if fo else None
-        watch: ActivityHandle[JobStatus] | None = None
-        settling = False
+        """Watch the bound copy until the job ends, fails over, is suspended or preempted,
+        or history asks for continue-as-new: wait for the next event, take the step
+        (``job_machine.step``), carry its commands out."""
+        watching = job_machine.Watching(
+            tolerance=self._tolerance,
+            failover=self._pol.application_failover is not None,
+            pods=len(self._gang.pods),
+            active_deadline_seconds=self._job.active_deadline_seconds,
+            rewatch_seconds=self._input.rewatch_seconds,
+        )
+        self._watch = None
         while True:
-            cluster = view.cluster
-            assert cluster is not None
-            deadline = self._next_deadline(tolerance)
-            # A near deadline is slept out on a timer alone: a watch answering at once
-            # would cancel a timer the server is firing (temporalio/sdk-java#2606).
-            if deadline is not None and deadline.near:
-                if deadline.seconds > 0:  # a timer alone: nothing cancels it as it fires
-                    await workflow.sleep(deadline.seconds, summary=deadline.summary)
-                if self._suspension.wanted:
-                    return Supervision.SUSPEND
-                outcome = await self._on_deadline(deadline.due, cluster, tolerance)
-                if outcome:
+            event = await self._next_watch_event(watching)
+            self._progress, commands = job_machine.step(self._p, event, workflow.now(), watching)
+            for command in commands:
+                outcome = await self._carry_out(command, watching)
+                if outcome is not None:
                     return outcome
-                continue
-            if watch is None:  # else a deadline fired mid-window: keep waiting on it
-                settling = self._sa_settling
-                watch = self._start_watch(cluster, settling)
-            current = watch
-            try:
-                await workflow.wait_condition(
-                    lambda w=current: (  # type: ignore[misc]
-                        w.done()
-                        or self._copies.purger_finished()
-                        or self._suspension.wanted
-                        or self._preempt_wake
-                    ),
-                    timeout=None if deadline is None else deadline.timer_seconds,
-                    timeout_summary=None if deadline is None else deadline.summary,
-                )
-            except TimeoutError:
-                assert deadline is not None
-                outcome = await self._on_deadline(deadline.due, cluster, tolerance)
-                if outcome:
-                    return outcome
-                continue
+
+    async def _next_watch_event(self, watching: job_machine.Watching) -> job_machine.Event:
+        """Wait for what happens next to the bound job: a watch returns, its next deadline
+        fires, a signal asks for a suspension or preempts, a deferred purge ends."""
+        cluster = self._p.view.cluster
+        assert cluster is not None
+        deadline = job_machine.next_deadline(self._p, watching, workflow.now())
+        # A near deadline is slept out on a timer alone: a watch answering at once
+        # would cancel a timer the server is firing (temporalio/sdk-java#2606).
+        if deadline is not None and deadline.near:
+            if deadline.seconds > 0:  # a timer alone: nothing cancels it as it fires
+                await workflow.sleep(deadline.seconds, summary=deadline.summary)
             if self._suspension.wanted:
-                return Supervision.SUSPEND
-            if self._preempt_wake:  # preempted: wait for its grace period from now on
-                self._preempt_wake = False
-                continue
-            if not current.done():  # a copy left on a returning member was purged
-                self._copies.collect_purgers()
-                continue
-            finished, watch = watch, None
-            try:
-                status = finished.result()
-            except ActivityError as exc:
-                status = lifecycle.unknown_status(cluster, str(exc.cause or exc))
-            changed = lifecycle.watch_changed(self._p, status)
-            lifecycle.sync_status(self._p, status)
-            self._announce(
-                lifecycle.observe(self._p, status, workflow.now(), tolerance=tolerance)
+                return job_machine.Suspend()
+            return job_machine.Timer(deadline.due)
+        if self._watch is None:  # else a deadline fired mid-window: keep waiting on it
+            self._watch_settling = self._sa_settling
+            self._watch = self._start_watch(cluster, self._watch_settling)
+        current = self._watch
+        try:
+            await workflow.wait_condition(
+                lambda: (
+                    current.done()
+                    or self._copies.purger_finished()
+                    or self._suspension.wanted
+                    or self._preempt_wake
+                ),
+                timeout=None if deadline is None else deadline.timer_seconds,
+                timeout_summary=None if deadline is None else deadline.summary,
             )
-            lifecycle.pods_ready_seen(self._p, status, len(self._gang.pods))
-            if settling and self._sa_settling:  # still Created after the settle window
-                self._publish(flush=True)
-            verdict = lifecycle.judge(self._p, status, tolerance=tolerance, failover=fo is not None)
-            if verdict.ending is not None:
-                self._set_state(verdict.ending.state, verdict.ending.reason)
-                return Supervision.DONE
-            if verdict.purge_graceful_old:
-                await self._purge_graceful_old(f"new copy on {cluster} is healthy")
-            if self._copies.pending_unwatched():
-                await self._copies.retry_pending()
-            if verdict.fail_over_now:
-                await self._failover(cluster, f"unhealthy on {cluster} for 0s")
-                return Supervision.FAILOVER
-            if not changed:
-                # The watch window ended quietly: pause on a durable timer before the next
-                # one (bounded by the next failover/grace deadline).
-                deadline = self._next_deadline(tolerance)
-                await self._sleep_or_retry(
-                    lifecycle.rewatch_pause(self._input.rewatch_seconds, deadline),
-                    deadline.summary if deadline else f"re-watch {view.name} on {cluster}",
-                )
+        except TimeoutError:
+            assert deadline is not None
+            return job_machine.Timer(deadline.due)
+        if self._suspension.wanted:
+            return job_machine.Suspend()
+        if self._preempt_wake:  # preempted: wait for its grace period from now on
+            self._preempt_wake = False
+            return job_machine.Preempt()
+        if not current.done():  # a copy left on a returning member was purged
+            return job_machine.PurgerDone()
+        self._watch = None
+        return job_machine.Status(self._watch_result(current, cluster), self._watch_settling)
+
+    @staticmethod
+    def _watch_result(watch: ActivityHandle[JobStatus], cluster: str) -> JobStatus:
+        try:
+            return watch.result()
+        except ActivityError as exc:
+            return lifecycle.unknown_status(cluster, str(exc.cause or exc))
+
+    async def _carry_out(
+        self, command: job_machine.Command, watching: job_machine.Watching
+    ) -> Supervision | None:
+        """Carry out one of ``step``'s commands; the watch's outcome when it ends it."""
+        if isinstance(command, job_machine.End):
+            return command.outcome
+        if isinstance(command, job_machine.ContinueIfLong):
             info = workflow.info()
             if lifecycle.continue_as_new_due(
                 info.get_current_history_length(), info.is_continue_as_new_suggested()
             ):
                 return Supervision.CONTINUE
-
-    async def _on_deadline(
-        self, due: Due, cluster: str, tolerance: int | None
-    ) -> Supervision | None:
-        """Act on the deadline ``due``: FAILOVER or DONE when the job leaves ``cluster``,
-        else None. At a failover the old copy's watch is left running: the failover purges
-        that copy (now or once the new one is healthy) and the watch ends then."""
-        if due in (Due.FAILOVER, Due.EVICT):
-            why = lifecycle.failover_reason(due, cluster, tolerance, self._p.evict_reason)
-            await self._failover(cluster, why, cluster_failure=due == Due.EVICT)
-            return Supervision.FAILOVER
-        if due == Due.DEADLINE:
-            await self._deadline_exceeded()
-            return Supervision.DONE
-        if due == Due.PREEMPT:
-            return Supervision.PREEMPT
-        if due == Due.PODS_READY:
-            if lifecycle.pods_ready_met(self._p, len(self._gang.pods)):
-                return None
-            return Supervision.REQUEUE
-        await self._purge_graceful_old("grace period ended")
+            return None
+        if isinstance(command, job_machine.Show):
+            self._announce(list(command.notices))
+        elif isinstance(command, job_machine.FlushSettled):
+            if self._sa_settling:  # still Created after the settle window
+                self._publish(flush=True)
+        elif isinstance(command, job_machine.CollectPurgers):
+            self._copies.collect_purgers()
+        else:
+            await self._carry_out_write(command, watching)
         return None
+
+    async def _carry_out_write(
+        self, command: job_machine.Command, watching: job_machine.Watching
+    ) -> None:
+        """The commands that write to members or wait on a timer."""
+        if isinstance(command, job_machine.PurgeGracefulOld):
+            await self._purge_graceful_old(command.why)
+        elif isinstance(command, job_machine.RetryPending):
+            if self._copies.pending_unwatched():
+                await self._copies.retry_pending()
+        elif isinstance(command, job_machine.Failover):
+            await self._failover(
+                command.cluster, command.why, cluster_failure=command.cluster_failure
+            )
+        elif isinstance(command, job_machine.DeadlineExceeded):
+            await self._deadline_exceeded()
+        elif isinstance(command, job_machine.Rewatch):
+            # the watch window ended quietly: pause on a durable timer before the next
+            # one (bounded by the next failover/grace deadline)
+            pause = job_machine.rewatch_pause(self._p, watching, workflow.now())
+            await self._sleep_or_retry(pause.seconds, pause.summary)
+
+    @property
+    def _tolerance(self) -> int | None:
+        fo = self._pol.application_failover
+        return fo.decisionConditions.tolerationSeconds if fo else None
 
     def _start_watch(self, cluster: str, settling: bool) -> ActivityHandle[JobStatus]:
         watch = workflow.start_activity_method(
@@ -902,14 +915,6 @@ class PyTorchJobWorkflow:
         )
         self._watches = [w for w in self._watches if not w.done()] + [watch]
         return watch
-
-    def _next_deadline(self, tolerance: int | None) -> Deadline | None:
-        return lifecycle.next_deadline(
-            self._p,
-            tolerance=tolerance,
-            active_deadline_seconds=self._job.active_deadline_seconds,
-            now=workflow.now(),
-        )
 
     # ================================================================== failover
     async def _failover(self, old: str, why: str, *, cluster_failure: bool = False) -> None:
@@ -1031,7 +1036,7 @@ class PyTorchJobWorkflow:
         """Give the quota back and queue again with the original submit time in one
         message (``requeue``), so the job is in its queue before the pass that hands out
         what it freed: no later job of its priority takes that room (issue 24). The
-        next admission wait then sends no ``enqueue`` (``_requeued_in``)."""
+        next admission wait then sends no ``enqueue`` (``JobProgress.requeued_in``)."""
         tree_id = self._p.resolution.tree_workflow_id
         if self._policy is None or not self._policy.queued or tree_id is None:
             return
@@ -1052,7 +1057,7 @@ class PyTorchJobWorkflow:
             workflow.logger.warning("could not requeue in %s: %s", tree_id, exc)
         else:
             if sent:
-                self._requeued_in = tree_id
+                self._p.requeued_in = tree_id
             else:
                 workflow.logger.info("requeue: quota workflow %s is not running", tree_id)
 
@@ -1163,6 +1168,10 @@ class PyTorchJobWorkflow:
         return self._sa_enabled and lifecycle.settling(self._p.view, self._sa_last)
 
     @property
+    def _suspension(self) -> lifecycle.Suspension:
+        return self._p.suspension
+
+    @property
     def _p(self) -> JobProgress:
         assert self._progress is not None, "the run's progress exists once the run starts"
         return self._progress
@@ -1238,8 +1247,9 @@ class PyTorchJobWorkflow:
     def admissibility(self, signal: AdmissibilitySignal) -> None:
         """The quota workflow: the job can never be admitted under the current tree
         (with why), or it is queued again."""
-        self._admissibility = signal
-        self._admissibility_news = True
+        if self._progress is not None:
+            self._progress.admissibility = signal
+            self._progress.admissibility_news = True
 
     @workflow.signal
     def suspend(self) -> None:
@@ -1251,7 +1261,8 @@ class PyTorchJobWorkflow:
     @workflow.signal
     def resume(self) -> None:
         """Resume a suspended job: it queues again (keeping its submit time)."""
-        self._suspension.ask_resume()
+        if self._progress is not None:
+            self._progress.suspension.ask_resume()
 
     @workflow.signal
     def preempt(self, signal: PreemptSignal) -> None:
@@ -1287,6 +1298,38 @@ class PyTorchJobWorkflow:
     @property
     def gang(self) -> Gang:
         return self._gang
+
+
+def _read_input(arg: RawValue) -> tuple[JobInput, PyTorchJob]:
+    """The workflow's input and its manifest, or one line naming what is wrong."""
+    try:
+        decoded = workflow.payload_converter().from_payload(arg.payload)
+    except Exception as exc:  # not JSON, nested too deep, ...
+        raise invalid_input(
+            f"workflow input is not a JSON object ({type(exc).__name__})"
+        ) from None
+    try:
+        inp = JobInput.from_arg(decoded)
+    except InvalidJobInput as exc:
+        raise invalid_input(str(exc)) from None
+    try:
+        job = parse_job(inp.manifest)
+    except ManifestErrors as exc:
+        raise invalid_input(str(exc)) from None
+    ns, name = job.metadata.namespace, job.metadata.name
+    expected = job_workflow_id(ns, name)
+    if workflow.info().workflow_id != expected:
+        raise invalid_input(
+            f"PyTorchJob {ns}/{name}: workflow id must be {expected!r} "
+            f"(got {workflow.info().workflow_id!r})"
+        )
+    notes = job.metadata.annotations
+    if inp.progress is None and (PREEMPTIBLE_ANNOTATION in notes or GRACE_ANNOTATION in notes):
+        try:
+            job_policy(job)
+        except ManifestError as exc:
+            raise invalid_input(str(exc)) from None
+    return inp, job
 
 
 def _search_attributes_at_start() -> dict[str, Any]:

@@ -1,0 +1,327 @@
+"""A job's life as pure decisions: which phase comes next (``next_phase``), and the bound
+job's watch as a transition function, ``step(progress, event, now, watching) ->
+(progress, commands)``.
+
+While a job is bound, everything that happens to it is one ``Event`` (a watch's
+``Status``, a deadline's ``Timer``, a ``Suspend``, a ``Preempt`` signal, a deferred
+purge ``PurgerDone``); ``step`` decides, on a copy of the run's ``JobProgress`` (the
+one it is given is never changed), what the workflow must carry out, as ``Command``
+values in order. The workflow's watch loop only waits for the next event and carries
+the commands out, so whole job lives run through ``step`` in plain tests (no server).
+The rules themselves are ``fleetq.lifecycle``'s (``observe``, ``judge``,
+``next_deadline``, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+from fleetq import lifecycle
+from fleetq.fleet_config import RequeueSettings
+from fleetq.lifecycle import Deadline, Due, JobProgress, Notice
+from fleetq.messages import TERMINAL_STATES, JobStatus
+
+
+class Supervision(Enum):
+    """How watching the bound copy ended."""
+
+    DONE = "done"  # the job ended (its state says how)
+    FAILOVER = "failover"  # it left its member; placed again (or not) already
+    SUSPEND = "suspend"  # a suspension was asked for
+    CONTINUE = "continue"  # the history is long: continue-as-new
+    PREEMPT = "preempt"  # preempted: its grace period ended
+    REQUEUE = "requeue"  # its pods did not all run within podsReadyTimeoutSeconds
+
+
+@dataclass(frozen=True)
+class Watching:
+    """What the bound job is watched under: its policy's failover and its manifest."""
+
+    #: applicationFailover tolerationSeconds (None: no tolerance, or no failover)
+    tolerance: int | None
+    #: the policy has an applicationFailover (a Failed copy fails over, not the job)
+    failover: bool
+    #: the gang's pod count (pods-ready bound)
+    pods: int
+    active_deadline_seconds: int | None = None
+    #: the pause after a watch window that ended quietly
+    rewatch_seconds: float = 0.0
+
+
+# ---------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class Status:
+    """A watch returned (``settling``: it was the short window after the bind)."""
+
+    status: JobStatus
+    settling: bool = False
+
+
+@dataclass(frozen=True)
+class Timer:
+    """The deadline ``due`` (``next_deadline``) fired."""
+
+    due: Due
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """A suspension was asked for (runPolicy.suspend, the ``suspend`` signal)."""
+
+
+@dataclass(frozen=True)
+class Preempt:
+    """A ``preempt`` signal was taken: the deadline waited for may be nearer now."""
+
+
+@dataclass(frozen=True)
+class PurgerDone:
+    """A copy left on a member that came back was purged."""
+
+
+Event = Status | Timer | Suspend | Preempt | PurgerDone
+
+
+# ---------------------------------------------------------------------- commands
+
+
+@dataclass(frozen=True)
+class Show:
+    """Announce these notices (events, state transitions, a refresh), in order."""
+
+    notices: tuple[Notice, ...]
+
+
+@dataclass(frozen=True)
+class FlushSettled:
+    """Publish the search attributes held back while the bind settled, if still held."""
+
+
+@dataclass(frozen=True)
+class PurgeGracefulOld:
+    """purgeMode Gracefully: purge the old copy now."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class RetryPending:
+    """Start purgers for copies waiting to be purged that have none."""
+
+
+@dataclass(frozen=True)
+class Failover:
+    """Leave ``cluster`` (``why``) and place elsewhere; ``cluster_failure``: a NoExecute
+    taint outlasted its toleration (clusterFailover)."""
+
+    cluster: str
+    why: str
+    cluster_failure: bool = False
+
+
+@dataclass(frozen=True)
+class DeadlineExceeded:
+    """runPolicy.activeDeadlineSeconds passed: purge every copy, end Failed."""
+
+
+@dataclass(frozen=True)
+class Rewatch:
+    """Pause on a durable timer before the next watch window (``rewatch_pause``)."""
+
+
+@dataclass(frozen=True)
+class CollectPurgers:
+    """Take in the purgers that finished."""
+
+
+@dataclass(frozen=True)
+class ContinueIfLong:
+    """End the watch with ``Supervision.CONTINUE`` when the history is long."""
+
+
+@dataclass(frozen=True)
+class End:
+    """Watching ends: ``outcome`` says how."""
+
+    outcome: Supervision
+
+
+Command = (
+    Show
+    | FlushSettled
+    | PurgeGracefulOld
+    | RetryPending
+    | Failover
+    | DeadlineExceeded
+    | Rewatch
+    | CollectPurgers
+    | ContinueIfLong
+    | End
+)
+
+
+# ---------------------------------------------------------------------- the function
+
+
+def next_deadline(progress: JobProgress, watching: Watching, now: datetime) -> Deadline | None:
+    """The deadline the watch waits for (a ``Timer`` event when it fires)."""
+    return lifecycle.next_deadline(
+        progress,
+        tolerance=watching.tolerance,
+        active_deadline_seconds=watching.active_deadline_seconds,
+        now=now,
+    )
+
+
+def rewatch_pause(progress: JobProgress, watching: Watching, now: datetime) -> Deadline:
+    """How long ``Rewatch`` pauses, and what its timer says (cut short by a deadline)."""
+    deadline = next_deadline(progress, watching, now)
+    seconds = lifecycle.rewatch_pause(watching.rewatch_seconds, deadline)
+    summary = deadline.summary if deadline else (
+        f"re-watch {progress.view.name} on {progress.view.cluster}"
+    )
+    return Deadline(deadline.due if deadline else Due.FAILOVER, seconds, summary)
+
+
+def step(
+    progress: JobProgress, event: Event, now: datetime, watching: Watching
+) -> tuple[JobProgress, list[Command]]:
+    """The bound job's next progress and what to carry out for ``event`` at ``now``."""
+    progress = progress.model_copy(deep=True)
+    if isinstance(event, Status):
+        return progress, _on_status(progress, event, now, watching)
+    if isinstance(event, Timer):
+        return progress, _on_timer(progress, event.due, watching)
+    if isinstance(event, Suspend):
+        return progress, [End(Supervision.SUSPEND)]
+    if isinstance(event, PurgerDone):
+        return progress, [CollectPurgers()]
+    return progress, []  # Preempt: the next wait looks at the deadlines again
+
+
+def _on_status(
+    progress: JobProgress, event: Status, now: datetime, watching: Watching
+) -> list[Command]:
+    status = event.status
+    changed = lifecycle.watch_changed(progress, status)
+    lifecycle.sync_status(progress, status)
+    commands: list[Command] = [
+        Show(tuple(lifecycle.observe(progress, status, now, tolerance=watching.tolerance)))
+    ]
+    lifecycle.pods_ready_seen(progress, status, watching.pods)
+    if event.settling:
+        commands.append(FlushSettled())
+    verdict = lifecycle.judge(
+        progress, status, tolerance=watching.tolerance, failover=watching.failover
+    )
+    if verdict.ending is not None:
+        return [*commands, Show((verdict.ending,)), End(Supervision.DONE)]
+    if verdict.purge_graceful_old:
+        commands.append(PurgeGracefulOld(f"new copy on {progress.view.cluster} is healthy"))
+    commands.append(RetryPending())
+    if verdict.fail_over_now:
+        cluster = progress.view.cluster or status.cluster
+        return [*commands, Failover(cluster, f"unhealthy on {cluster} for 0s"),
+                End(Supervision.FAILOVER)]
+    if not changed:
+        commands.append(Rewatch())
+    return [*commands, ContinueIfLong()]
+
+
+def _on_timer(progress: JobProgress, due: Due, watching: Watching) -> list[Command]:
+    cluster = progress.view.cluster or ""
+    if due in (Due.FAILOVER, Due.EVICT):
+        why = lifecycle.failover_reason(due, cluster, watching.tolerance, progress.evict_reason)
+        return [Failover(cluster, why, cluster_failure=due == Due.EVICT),
+                End(Supervision.FAILOVER)]
+    if due == Due.DEADLINE:
+        return [DeadlineExceeded(), End(Supervision.DONE)]
+    if due == Due.PREEMPT:
+        return [End(Supervision.PREEMPT)]
+    if due == Due.PODS_READY:
+        if lifecycle.pods_ready_met(progress, watching.pods):
+            return []
+        return [End(Supervision.REQUEUE)]
+    return [PurgeGracefulOld("grace period ended")]
+
+
+# ---------------------------------------------------------------------- the phases
+
+
+class Phase(Enum):
+    """What the job's life does next (``next_phase``)."""
+
+    FINISH = "finish"  # it ended: purge what is left, give the quota back
+    SUSPEND = "suspend"  # a suspension was asked for
+    PREEMPTED = "preempted"  # preempted, and its grace period is over (or nothing bound)
+    UNSCHEDULABLE = "unschedulable"  # no member could ever hold it: wait for node changes
+    ADMIT = "admit"  # queued: wait for its quota workflow's grant
+    PLACE = "place"  # admitted (or not queued) and not bound: place, reserve, bind
+    WATCH = "watch"  # bound: watch it (``step``)
+
+
+def next_phase(progress: JobProgress, *, queued: bool, granted: bool, now: datetime) -> Phase:
+    """The phase the job's life goes to next, from its progress (with what its signals
+    asked for) and whether it queues for quota and holds a grant."""
+    view = progress.view
+    if view.state in TERMINAL_STATES:
+        return Phase.FINISH
+    if progress.suspension.wanted:
+        return Phase.SUSPEND
+    if lifecycle.preemption_due(progress, now):
+        return Phase.PREEMPTED
+    if view.state == "Unschedulable":
+        return Phase.UNSCHEDULABLE
+    if queued and not granted:
+        return Phase.ADMIT
+    if view.cluster is None:
+        return Phase.PLACE
+    return Phase.WATCH
+
+
+# ---------------------------------------------------------------------- placing
+
+
+class Gate(Enum):
+    """What the next placement round of an unbound job does (``placement_gate``)."""
+
+    PLACE = "place"  # run it
+    DEADLINE = "deadline"  # runPolicy.activeDeadlineSeconds passed: fail the job
+    PREEMPTED = "preempted"  # the life carries the preemption out (nothing is bound)
+    TIMED_OUT = "timed-out"  # admitted, not placed within placementTimeoutSeconds
+
+
+def placement_gate(
+    progress: JobProgress, *, granted: bool, settings: RequeueSettings, now: datetime
+) -> Gate:
+    """Whether the next placement round runs, and why not."""
+    if lifecycle.deadline_passed(progress.view, now):
+        return Gate.DEADLINE
+    if progress.preempt is not None:
+        return Gate.PREEMPTED
+    if granted and lifecycle.placement_timed_out(progress, settings, now):
+        return Gate.TIMED_OUT
+    return Gate.PLACE
+
+
+def retry_pause(
+    progress: JobProgress,
+    delay: float,
+    *,
+    capacity: bool,
+    granted: bool,
+    settings: RequeueSettings,
+    now: datetime,
+) -> float:
+    """The pause before the next placement round: the backoff ``delay``, cut short by the
+    active deadline, a capacity plan's bound and the placement timeout."""
+    pause = lifecycle.placement_pause(delay, progress.view.deadline_at, now)
+    if capacity:
+        pause = lifecycle.capacity_pause(pause, progress, now)
+    if granted:
+        pause = lifecycle.placement_timeout_pause(pause, progress, settings, now)
+    return pause
