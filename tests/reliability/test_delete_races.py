@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bench.chaos import (
+from fleetq.testing.chaos import (
     activity_scheduled,
     history_events,
     job_reservations,

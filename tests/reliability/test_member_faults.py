@@ -24,9 +24,9 @@ import pytest
 from activities.capacity_cache import CapacityCache
 from activities.kube_api import ClusterUnreachable
 from activities.member_cluster import KubernetesMemberCluster
-from bench.chaos import job_manifest, job_reservations, member_copies, policy_manifest
 from fleetq.messages import BindRequest, JobRef, JobView, PodReservation, ReserveRequest
 from fleetq.naming import job_workflow_id
+from fleetq.testing.chaos import job_manifest, job_reservations, member_copies, policy_manifest
 from tests.reliability.conftest import READ_S, Stack
 
 NS = "faults"

@@ -23,12 +23,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from activities.scheduling import SchedulingActivities
-from bench.chaos import job_manifest, policy_manifest
 from fleetq.cluster_health import TAINT_UNREACHABLE
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.lifecycle import SA_SETTLE_SECONDS
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
+from fleetq.testing.chaos import job_manifest, policy_manifest
 from tests.reliability.conftest import Stack
 from worker import build_worker
 

@@ -12,9 +12,9 @@ import time
 import uuid
 from typing import Any
 
-from bench.chaos import job_manifest, member_copies, policy_manifest
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
+from fleetq.testing.chaos import job_manifest, member_copies, policy_manifest
 from tests.reliability.conftest import Stack
 
 NS = "runpolicy"

@@ -29,7 +29,9 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowHandle
 
-from bench.chaos import (
+from fleetq.models import gang_of, parse_job, quota_request
+from fleetq.resources import MAX_JOBS
+from fleetq.testing.chaos import (
     code_task_failures,
     history_events,
     job_manifest,
@@ -38,8 +40,6 @@ from bench.chaos import (
     quota_leaks,
     tree_manifest,
 )
-from fleetq.models import gang_of, parse_job, quota_request
-from fleetq.resources import MAX_JOBS
 from tests.reliability.conftest import LEAVES, REL_TREE, Stack
 from workflows.quota_tree import QuotaView
 
