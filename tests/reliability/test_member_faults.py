@@ -75,6 +75,8 @@ async def test_http_500_is_retried_with_backoff_and_the_job_binds_once_it_clears
     try:
         t0 = time.monotonic()
         handle = await stack.job(NS, "e500", policy=policy(["cluster-c"]), run_seconds=2)
+        # The observation window the request rate is measured over (the behaviour: backoff
+        # keeps retrying without hammering), not a wait for a condition.
         await asyncio.sleep(6.0)
         t1 = time.monotonic()
         view = await stack.view(handle)
@@ -162,6 +164,8 @@ async def test_unreachable_less_and_more_than_toleration_does_not_fail_a_healthy
     stack.emulated.set_reachable("cluster-a", False)
     stack.emulated.set_reachable("cluster-b", False)
     try:
+        # Both waits are the behaviour under test (an outage shorter, then one longer,
+        # than the toleration), not stand-ins for a condition.
         await asyncio.sleep(TOLERATION - 1.5)
         stack.emulated.set_reachable("cluster-a", True)
         await asyncio.sleep(TOLERATION + 2.5)  # cluster-b: well past the toleration
@@ -224,7 +228,10 @@ async def test_cordoned_cluster_is_not_chosen(stack: Stack) -> None:
     for n in nodes:
         stack.emulated.cordon("cluster-a", n, True)
     try:
-        await asyncio.sleep(1.0)  # the capacity cache sees the change through its watch
+        # The capacity cache has seen the cordon through its watch (what placement reads).
+        cache = member(stack, "cluster-a").cache
+        await eventually(lambda: set(nodes) <= {
+            n.name for n in cache.snapshot(wait_s=0).nodes if n.unschedulable})
         handle = await stack.job(NS, "cordon", policy=policy(["cluster-a", "cluster-b"]),
                                  run_seconds=1)
         view = await stack.wait_end(handle, timeout=40)
@@ -258,7 +265,21 @@ def test_a_reservation_whose_ttl_expired_is_never_used(stack: Stack) -> None:
                        if o["metadata"]["name"] == ok.reservations[0]]
         # Binding against the expired reservation: the pods must not consume it.
         m.bind(BindRequest(job=job, manifest=manifest, reserved=True))
-        time.sleep(1.0)
+
+        def scheduler_decided() -> list[dict[str, object]]:
+            pods = [p for p in stack.emulated.objects("cluster-a", "pods")
+                    if p["metadata"].get("namespace") == NS
+                    and p["metadata"]["name"].startswith(name)]
+            decided = all(any(c.get("type") == "PodScheduled"
+                              for c in (p.get("status") or {}).get("conditions") or [])
+                          for p in pods)
+            return pods if pods and decided else []
+
+        # The scheduler has had its say on every pod (PodScheduled set, either way).
+        deadline = time.monotonic() + 10
+        while not scheduler_decided():
+            assert time.monotonic() < deadline, "the scheduler never looked at the pods"
+            time.sleep(0.1)
         (res,) = [o for o in stack.emulated.objects("cluster-a", "reservations")
                   if o["metadata"]["name"] == ok.reservations[0]]
         assert res["status"]["phase"] == "Failed"
