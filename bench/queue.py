@@ -46,7 +46,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from bench.chaos import code_task_failures
 from bench.command import bench_app, help_text, run_command
 from bench.common import (
     HISTORY_WARN_EVENTS,
@@ -58,9 +57,10 @@ from bench.common import (
     run_chain,
     run_main,
 )
-from bench.holder import HolderInput, QuotaHolder
 from fleetq.client.connection import temporal_cli_path
 from fleetq.runtime.embedded import TemporalKind
+from fleetq.testing.chaos import code_task_failures
+from fleetq.testing.holder import HolderInput, QuotaHolder
 from worker import build_worker
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
 

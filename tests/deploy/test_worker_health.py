@@ -30,13 +30,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import WorkerDeploymentConfig
 
-from bench.chaos import job_manifest, policy_manifest, tree_manifest
 from fleetq.client.apply import apply_tree
 from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id
 from fleetq.runtime.worker_health import LIVE_PATH, READY_PATH, WorkerHealth
+from fleetq.testing.chaos import job_manifest, policy_manifest, tree_manifest
 from tests.deploy.running_worker import free_port, get, poll
 from worker import run_worker
 

@@ -30,13 +30,13 @@ from temporalio.testing import WorkflowEnvironment
 from activities.fleet import Fleet
 from activities.kube_api import KubeApi
 from activities.scheduling import SchedulingActivities
-from bench.chaos import job_manifest, job_view, tree_manifest
 from fleetq.client.apply import apply_registry_object, apply_tree
 from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id
+from fleetq.testing.chaos import job_manifest, job_view, tree_manifest
 from worker import build_worker
 
 #: quota leaves (and their namespaces) every reliability test may use

@@ -35,10 +35,10 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 from typer.testing import CliRunner
 
-from bench.chaos import history_events, job_manifest, member_copies, workflow_task_failures
 from fleetq.cli import app
 from fleetq.client.connection import temporal_cli_path
 from fleetq.naming import TASK_QUEUE, job_workflow_id
+from fleetq.testing.chaos import history_events, job_manifest, member_copies, workflow_task_failures
 from tests.reliability.conftest import REL_TREE, Stack
 
 NS = "bad"

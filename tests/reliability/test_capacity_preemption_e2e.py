@@ -24,12 +24,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
-from bench.chaos import job_manifest, member_copies, policy_manifest
 from fleetq.cli.describe import describe_lines
 from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
+from fleetq.testing.chaos import job_manifest, member_copies, policy_manifest
 from fleetq.topology import parse_topology
 from tests.reliability.conftest import CONNECT_S, READ_S, LogCapture, RequestLog, Stack
 from tests.workflows.test_e2e import record

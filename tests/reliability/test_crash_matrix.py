@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from bench.chaos import KILL_POINTS, RESTARTS, MatrixResult, run_matrix
+from fleetq.testing.chaos import KILL_POINTS, RESTARTS, MatrixResult, run_matrix
 
 #: the whole matrix, fleet start to teardown, on this project's 2-core machines
 BUDGET_SECONDS = 360

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bench.chaos import (
+from fleetq.testing.chaos import (
     activity_scheduled,
     history_events,
     job_reservations,
@@ -37,7 +37,11 @@ async def delete_during(stack: Stack, activity: str) -> tuple[str, str]:
             await asyncio.sleep(0.02)
         await handle.cancel()
         view = await stack.wait_end(handle, timeout=60)
-        await asyncio.sleep(2.0)  # let an abandoned in-flight activity finish its writes
+        # An abandoned in-flight activity (cancel abandons it) may still write: give it the
+        # time its remaining requests take at the injected 0.4 s latency, so a late
+        # reservation or copy shows below. Nothing of the worker tells the test when an
+        # abandoned activity returns, so this window stays (a pause, not a condition).
+        await asyncio.sleep(2.0)
     finally:
         stack.emulated.clear_faults(CLUSTER)
     desc = await handle.describe()

@@ -20,13 +20,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
-from bench.chaos import job_manifest, policy_manifest
 from fleetq.client.errors import NotFound
 from fleetq.client.jobs import delete_job, get_job, list_jobs, start_job
 from fleetq.member_contract import OWNER_LABEL, RUN_LABEL
 from fleetq.messages import JobView
 from fleetq.models import parse_job
 from fleetq.naming import KF_JOB_NAME, job_workflow_id, owner_id
+from fleetq.testing.chaos import job_manifest, policy_manifest
 from tests.reliability.conftest import Stack
 
 NS = "rerun"

@@ -19,9 +19,9 @@ import pytest
 import pytest_asyncio
 from temporalio.client import WorkflowHandle
 
-from bench.chaos import job_manifest, member_copies, policy_manifest, tree_manifest
 from fleetq.messages import QuotaView
 from fleetq.naming import job_workflow_id, quota_workflow_id
+from fleetq.testing.chaos import job_manifest, member_copies, policy_manifest, tree_manifest
 from tests.reliability.conftest import LEAVES, REL_TREE, Stack
 
 pytestmark = [pytest.mark.timeout(180)]

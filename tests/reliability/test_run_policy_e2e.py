@@ -12,9 +12,18 @@ import time
 import uuid
 from typing import Any
 
-from bench.chaos import job_manifest, member_copies, policy_manifest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowExecutionStatus
+
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
+from fleetq.testing.chaos import (
+    activity_scheduled,
+    history_events,
+    job_manifest,
+    member_copies,
+    policy_manifest,
+)
 from tests.reliability.conftest import Stack
 
 NS = "runpolicy"
@@ -103,7 +112,13 @@ async def test_a_job_its_member_deletes_after_success_is_never_dispatched_again(
     while member_copies(stack.emulated, NS, name):
         assert time.monotonic() < deadline, "the member never applied the TTL"
         await asyncio.sleep(0.1)
-    await asyncio.sleep(2.0)
+    # "Nobody made another one", asserted on what could make one: the workflow is closed
+    # (it schedules nothing more) and its history bound exactly once.
+    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
+    binds = [e for e in await history_events(handle)
+             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+             and e.activity_task_scheduled_event_attributes.activity_type.name == "bind"]
+    assert len(binds) == 1
     assert member_copies(stack.emulated, NS, name) == {}
 
 
@@ -132,7 +147,10 @@ async def test_suspended_at_submission_creates_nothing_until_resumed(stack: Stac
     name = doc["metadata"]["name"]
     handle = await start(stack, copy.deepcopy(doc), run_seconds=2)
     view = await stack.wait_state(handle, "Suspended")
-    await asyncio.sleep(1.0)
+    # Nothing created while suspended, asserted on the events, not over a pause: no
+    # reserve or bind was ever scheduled, and no copy exists.
+    events = await history_events(handle)
+    assert not activity_scheduled(events, "reserve") and not activity_scheduled(events, "bind")
     assert member_copies(stack.emulated, NS, name) == {} and view.cluster is None
     await handle.signal("resume")
     view = await stack.wait_end(handle, timeout=60)

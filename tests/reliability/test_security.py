@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from bench.chaos import job_manifest, member_copies, policy_manifest
 from fleetq.resources import MAX_JOBS
 from fleetq.runtime.embedded import EmbeddedFleet
 from fleetq.runtime.supervisor import free_port
+from fleetq.testing.chaos import job_manifest, member_copies, policy_manifest
 from tests.reliability.conftest import REL_TREE, Stack
 from workflows.quota_tree import QuotaView
 

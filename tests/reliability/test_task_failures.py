@@ -7,7 +7,7 @@ from __future__ import annotations
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
 
-from bench.chaos import code_task_failures
+from fleetq.testing.chaos import code_task_failures
 
 E = EventType
 C = WorkflowTaskFailedCause

@@ -108,7 +108,7 @@ def test_a_pytorchjob_runs_to_succeeded_on_the_cluster(fleet: EmbeddedFleet) -> 
 def test_a_killed_history_process_costs_the_running_job_nothing(
     binaries: Build, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    from bench.chaos import run_matrix
+    from fleetq.testing.chaos import run_matrix
 
     result = asyncio.run(run_matrix((), ("history-kill",), temporal="cluster",
                                     workdir=tmp_path_factory.mktemp("history-kill")))

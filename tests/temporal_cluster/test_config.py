@@ -46,7 +46,7 @@ def test_postgres_has_room_for_every_pool() -> None:
 
 
 async def test_history_kill_is_refused_on_the_dev_server() -> None:
-    from bench.chaos import run_matrix
+    from fleetq.testing.chaos import run_matrix
 
     with pytest.raises(ValueError, match="history-kill needs temporal='cluster'"):
         await run_matrix((), ("history-kill",))

@@ -16,10 +16,10 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from bench.common import RunStats, run_chain
-from bench.holder import HolderInput, QuotaHolder
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
+from fleetq.testing.history import RunStats, run_chain
+from fleetq.testing.holder import HolderInput, QuotaHolder
 from tests.workflows.fakes import ClusterScript, FakeFleet, load, policy, walkthrough_job
 from workflows import ALL_WORKFLOWS
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
