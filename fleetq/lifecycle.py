@@ -746,9 +746,10 @@ def continue_as_new_due(history_length: int, suggested: bool) -> bool:
     return history_length > MAX_HISTORY_EVENTS or suggested
 
 
-def policy_refusal(policy_namespace: str, policy_name: str, job_namespace: str) -> str | None:
+def policy_refusal(policy_namespace: str, policy_name: str, job_namespace: str,
+                   *, cluster_scoped: bool = False) -> str | None:
     """Why a PropagationPolicy given with the job can never apply to it, else None."""
-    if policy_namespace == job_namespace:
+    if cluster_scoped or policy_namespace == job_namespace:
         return None
     return (
         f"PropagationPolicy {policy_namespace}/{policy_name}: metadata.namespace must be "

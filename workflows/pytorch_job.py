@@ -100,6 +100,7 @@ with workflow.unsafe.imports_passed_through():
         WatchInput,
     )
     from fleetq.models import (
+        ClusterPropagationPolicy,
         Gang,
         ManifestError,
         ManifestErrors,
@@ -218,7 +219,8 @@ class PyTorchJobWorkflow:
         else:
             self._progress = JobProgress(
                 view=JobView(
-                    namespace=ns, name=name, state="Validating", created_at=workflow.now()
+                    namespace=ns, name=name, state="Validating",
+                    created_at=workflow.info().workflow_start_time,
                 ),
                 resolution=Resolution(),
             )
@@ -302,13 +304,14 @@ class PyTorchJobWorkflow:
                 except ManifestErrors as exc:
                     raise invalid_input(str(exc)) from None
                 refusal = lifecycle.policy_refusal(
-                    policy.metadata.namespace, policy.metadata.name, self._job.metadata.namespace
+                    policy.metadata.namespace, policy.metadata.name, self._job.metadata.namespace,
+                    cluster_scoped=isinstance(policy, ClusterPropagationPolicy),
                 )
                 if refusal is not None:
                     raise invalid_input(refusal)
                 if inp.policy is not None:
                     self._p.resolution.policy = doc
-                self._p.view.policy = f"{policy.metadata.namespace}/{policy.metadata.name}"
+                self._p.view.policy = policy.registry_key
                 return policy
             self._set_state("Pending", self._p.resolution.policy_reason)
             await self._sleep_or_retry(delay, "wait for a matching PropagationPolicy")

@@ -11,7 +11,6 @@ import asyncio
 import copy
 from typing import Any
 
-import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from fleetq.client.registry import get_registry
@@ -45,11 +44,6 @@ async def running_or_closed(handle: WorkflowHandle[Any, Any]) -> JobView:
         await asyncio.sleep(0.2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the job workflow refuses any policy whose metadata.namespace is not the job's "
-    "(workflows/pytorch_job.py _resolve_policy -> fleetq/lifecycle.py policy_refusal), "
-    "which a cluster-scoped policy never has; policy_refusal must return None for a "
-    "fleetq.models.ClusterPropagationPolicy"))
 async def test_a_job_no_namespaced_policy_selects_runs_under_a_cluster_policy(
     stack: Stack,
 ) -> None:
