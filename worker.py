@@ -2,29 +2,13 @@
 the control plane (quota semaphore, fleet registry) on ``fleetq-control``.
 
 ``python worker.py`` (or ``fleetq worker``) connects with Temporal's standard client
-configuration (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TLS / API-key variables or a
-profile), reads member clusters from ``FLEETQ_CONFIG``, and shuts down gracefully on
-SIGTERM/SIGINT. Any number of workers on any number of machines can share the queues.
-
-Why two queues and a thread: all admissions go through one quota workflow, whose
-workflow tasks are serial. On the jobs' queue they would wait in the task queue behind
-thousands of job workflow tasks (measured: 79 s in a 10,000-job burst). The control plane
-therefore has its own task queue and a worker with its own pollers, thread, event loop
-and client. It still shares the GIL with the job side, so its task latency under load is
-no lower (BENCHMARKS.md); what it removes is the queueing.
-
-Worker Versioning (``--versioning`` / ``FLEETQ_WORKER_VERSIONING=1``): both workers poll
-as one version of the Worker Deployment ``fleetq`` (``--deployment-name`` /
-``FLEETQ_DEPLOYMENT_NAME``) with a build id made of the package version and the source
-revision (``FLEETQ_BUILD_ID`` overrides). Job workflows are Pinned to the version that
-started them, the quota and registry workflows Auto-Upgrade (docs/deploy.md), set as
-each worker's default behaviour: the job worker's Pinned, the control plane's
-Auto-Upgrade. (Not on ``@workflow.defn``: a workflow that declares a behaviour fails every
-workflow task on an unversioned worker, "versioning behavior cannot be specified without
-deployment options being set with versioned mode".) Off by default, so the embedded
-fleet and the tests keep unversioned workers. A versioned worker is ready only once its
-deployment has a current version, and makes its own build current when there is none
-(``watch_deployment``; docs/deploy.md "First deploy").
+configuration, reads member clusters from ``FLEETQ_CONFIG`` and shuts down gracefully on
+SIGTERM/SIGINT; any number of workers can share the queues. The control plane has its own
+task queue and thread so the serial quota workflow never queues behind job tasks
+(docs/decisions/007; figures: BENCHMARKS.md). With ``--versioning`` both poll as one
+version of the Worker Deployment ``fleetq``, job workflows Pinned and control workflows
+Auto-Upgrade as each worker's default behaviour (docs/deploy.md "Versioned workers",
+"First deploy").
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """Watch-fed capacity cache of one member cluster, so placement never LISTs a cluster.
 
-Strategy: LIST+WATCH, like a client-go informer, with plain dicts. Three background
-threads keep nodes, pods and reservations current (all pods are watched and terminated
-ones filtered here, so a pod that finishes is seen as a MODIFIED event whatever the
-server does with field selectors); each event updates per-node aggregates incrementally
-(``requested`` = non-terminated pods bound to the node + ``Available`` reservations
-pinned to it; pod counts). A fourth thread watches PyTorchJobs only to wake
-``wait_for_change`` callers, and a probe thread checks reachability (``GET /version``)
-every ``max(1s, cacheTTLSeconds)``. Watches reconnect with exponential backoff and re-LIST
-after ``410 Gone`` or any error.
-
-:meth:`CapacityCache.snapshot` returns a prepared :class:`ClusterSnapshot`; it is rebuilt
-(O(nodes), never O(pods)) only when something changed since the last read, and the very
-same object is returned while nothing changes, so callers may cache derived views per
-snapshot object. Treat it as read-only.
-
-Reservations: every ``Available`` reservation counts against its node, including those
-of the job being placed (a job re-placed after a partial failure must release its own
-reservations first; ``reserve`` replaces its own stale ones by name).
-
-Staleness bound: while the watches are connected the snapshot trails the API server by
-the watch delivery latency (milliseconds). When a watch breaks or the probe fails the
-last snapshot is still served for at most ``cacheTTLSeconds``; after that, until a fresh
-LIST succeeds, :meth:`snapshot` answers ``reachable=False``. A silently hung connection
-is noticed by the probe within ``max(1, TTL) + connect + read`` seconds.
-
-:meth:`CapacityCache.snapshot_by_list` is the cold path (a fresh LIST of everything).
+LIST+WATCH like a client-go informer, with plain dicts: watches on nodes, pods and
+Reservations update per-node aggregates per event, a PyTorchJob watch wakes
+``wait_for_change`` callers, and a ``GET /version`` probe checks reachability.
+:meth:`CapacityCache.snapshot` returns the same read-only :class:`ClusterSnapshot` object
+until something changes (rebuilt in O(nodes), never O(pods)), so callers may cache views
+per snapshot; :meth:`CapacityCache.snapshot_by_list` is the cold path. A broken watch or
+probe serves the last snapshot for at most ``cacheTTLSeconds``, then ``reachable=False``.
+Staleness bound and what is counted: docs/member-contract.md "The capacity cache".
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """The transport to one Kubernetes API server: raw JSON requests, retries, watch streams,
 and typed errors.
 
-Every member-cluster adapter (``activities.member_cluster``, the capacity cache, the
-control-plane tools and the CLI's direct member reads) talks through :class:`KubeApi`, so
-the rules below hold everywhere:
-
-* every request has ``(connect, read)`` timeouts;
-* 429/5xx answers and dropped connections are retried with jittered exponential backoff
-  (honouring ``Retry-After``), bounded in attempts *and* in total time; after that the
-  call raises :class:`ClusterUnreachable` (retryable), as does a timeout at once;
-* any other answer outside 2xx raises an :class:`ApiError` subclass chosen by its HTTP
-  status (:func:`api_error`, as kopf's ``clients/errors.py`` does): callers catch
-  :class:`NotFound`, :class:`AlreadyExists`, :class:`Gone`... and never compare status
-  codes or parse messages.
-
-Why a hand-written retry loop rather than urllib3's ``Retry`` (tenacity is not a
-dependency): the loop keeps a *total time budget* (a call never retries past
-``budget_s``, so an activity's heartbeat and a CLI read stay bounded), caps the wait a
-server's ``Retry-After`` may impose (``retry_after_cap_s``; urllib3 sleeps whatever the
-server asks), and treats failures differently (a timeout is never retried, a refused
-connection once, 429/5xx and resets up to ``attempts``). urllib3's ``Retry`` has no
-budget and no cap, and sits in the connection pool shared by every call, so it could
-not be turned off for one probe (``retry=False``) either.
+Every member-cluster adapter (member cluster, capacity cache, control-plane tools, the
+CLI's direct reads) talks through :class:`KubeApi`, so everywhere every request has
+``(connect, read)`` timeouts; 429/5xx and dropped connections are retried with jittered
+backoff (honouring ``Retry-After``), bounded in attempts and total time, then raise
+:class:`ClusterUnreachable` (retryable), as a timeout does at once; any other non-2xx
+raises an :class:`ApiError` subclass by status (:func:`api_error`, as kopf's
+``clients/errors.py``), so callers never compare codes or parse messages. Why not
+urllib3's ``Retry``: docs/decisions/011.
 """
 
 from __future__ import annotations

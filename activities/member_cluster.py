@@ -1,30 +1,14 @@
 """The Kubernetes member-cluster adapter: everything fleetq does to one member cluster.
 
-Activities (``activities/scheduling.py``) call a :class:`MemberCluster` from a thread
-pool; this module is plain synchronous code and is safe to call from many threads at
-once. It speaks only the standard Kubernetes REST API plus PyTorchJob and Reservation
-custom resources (``docs/member-contract.md``), so the same code drives real clusters and
-the emulator. It is the adapter only: requests, retries and typed errors are the
-transport's (``activities.kube_api``); what to write and how to read the answers is the
-pure member contract's (``fleetq.member_contract``); the values exchanged with workflows
-are ``fleetq.messages`` models: names, phases and counts — never node lists, secret data
-or kubeconfigs.
-
-Robustness rules every call follows (beyond the transport's timeouts and retries):
-
-* writes are idempotent: names derive from the job and its workflow id, ``AlreadyExists``
-  is answered by reading the object back, and an object with our name but another
-  ``fleetq.io/owner`` raises :class:`ConflictError` (non-retryable); one of an earlier
-  submission of the same job (another ``fleetq.io/run-id``) is replaced, never reused;
-* ``status`` and ``capacity`` never raise for an unreachable cluster: they answer
-  ``Unknown`` / ``reachable=False``;
-* a bind without Reservations never over-commits the member, whatever the number of
-  workers: it holds the member's bind Lease (``activities.member_lease``), re-reads the
-  member (nodes, pods, and fleetq's PyTorchJobs whose pods are not all bound yet, whose
-  room is *assumed* as kube-scheduler assumes a pod it is binding) and creates the
-  PyTorchJob only if the gang still fits; otherwise it raises :class:`MemberFull`, a
-  non-retryable ``MemberFull`` activity failure that the job workflow records as a
-  failed bind, so it simply places the job again.
+Activities call a :class:`MemberCluster` from a thread pool; this is plain synchronous,
+thread-safe code speaking only the standard Kubernetes REST API plus PyTorchJob and
+Reservation resources (docs/member-contract.md), so one code drives real clusters and the
+emulator. Adapter only: transport, retries and typed errors are ``activities.kube_api``'s,
+what to write and how to read answers the pure ``fleetq.member_contract``'s, and values
+exchanged with workflows are ``fleetq.messages`` models. Its rules (idempotent writes,
+:class:`ConflictError`, no raise when unreachable, a bind under the member's Lease that
+never over-commits, else :class:`MemberFull`): docs/member-contract.md "Rules every
+adapter call follows".
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """A lock per member cluster, held on that member as a ``coordination.k8s.io/v1`` Lease.
 
-Why: several fleetq workers each place gangs from their own capacity cache. On a member
-without Reservations nothing on the member holds the room a placement chose until the
-member's scheduler binds the pods, so two workers (or two threads of one) could both
-bind a gang onto the same free capacity. The bind therefore re-checks the fit against
-the member's own state while holding this Lease (``activities.member_cluster``).
-
-Why a Lease rather than a lock in fleetq: the workers share nothing but Temporal and the
-members, and a Lease is the member's own primitive for exactly this (kube-scheduler and
-controller-manager elect their leaders with one). Every update names the
-``resourceVersion`` it read, so of two workers racing for the Lease one gets a 409
-Conflict; Leases refuse updates without one. A holder that dies is replaced once
-``leaseDurationSeconds`` passed without the Lease changing, measured on the waiter's own
-monotonic clock as client-go's leader election does (no clock comparison between
-machines). Threads of one process queue on a local lock first, so one worker never
-races itself over the member.
+Why: workers place gangs from their own caches, and on a member without Reservations
+nothing holds the chosen room until the member's scheduler binds, so two workers could
+bind onto the same capacity; the bind re-checks the fit while holding this Lease. A Lease
+because workers share nothing but Temporal and the members, and it is the member's own
+primitive for this (kube-scheduler's leader election). Every update names the
+``resourceVersion`` it read, so of two racers one gets 409 Conflict; a dead holder is
+replaced after ``leaseDurationSeconds`` without change on the waiter's monotonic clock, as
+client-go's leader election does. Threads of one process queue on a local lock first.
+Contract: docs/member-contract.md "The bind Lease".
 """
 
 from __future__ import annotations

@@ -1,36 +1,13 @@
 """Jobs' messages to their quota workflow, coalesced per worker into workflow updates.
 
-Why not one signal per message: a signal is a history event that arrives whenever it
-likes, and Temporal refuses to let a workflow continue-as-new while new events arrive
-during the task that asks for it. Under a burst of thousands of submissions the quota
-workflow's continue-as-new was refused again and again; each refusal cost a full replay
-of its history, so the run grew past Temporal's 10,240-event warning (BENCHMARKS.md,
-deep queue). An update is different: the server holds it until the worker takes it, and
-one that arrives while the workflow continues-as-new is handed to the next run. It also
-answers, so the sender knows the message was applied.
-
-A Temporal server also caps the updates in flight per workflow
-(``history.maxInFlightUpdates``, 10 by default), so this worker never has more than one
-update in flight per quota workflow: messages that come in meanwhile wait in the outbox
-and go out together in the next batch (group commit). The busier the queue, the bigger
-the batches; a burst of 10,000 enqueues costs the quota workflow a few hundred updates,
-two history events each, instead of 10,000 signals. The cap on updates per run
-(``history.maxTotalUpdates``, 2,000) is far above what a quota run takes before it
-continues-as-new (2,500 events, two per update), and the server's suggestion to
-continue-as-new near that cap is honoured too.
-
-That cap is per workflow, not per worker: with more than ten workers bursting at once
-the server refuses the eleventh update in flight with ``RESOURCE_EXHAUSTED``. The outbox
-then waits (jittered exponential backoff, 50 ms doubling to 1 s) and sends the same batch
-again, together with what arrived meanwhile, for up to ``UPDATE_TIMEOUT_SECONDS``; a
-refusal is a delay, never a failed message (``bench/workers.py`` bursts 12 workers).
-Retries and failures are counted (``fleetq_quota_update_retries``,
-``fleetq_quota_delivery_failures`` on the worker's metrics endpoint).
-
-Every message is idempotent in the quota workflow, so any failure is reported to the
-sender (a local activity, which retries) and a resend is harmless. A quota workflow that
-has no ``submit`` update (started by an earlier fleetq, during a rolling upgrade) gets
-its messages as the old single signals.
+One ``submit`` update in flight per quota workflow per worker; messages arriving
+meanwhile go out together in the next batch (group commit), so a burst of 10,000
+enqueues costs a few hundred updates. Updates, not signals, because Temporal refuses a
+continue-as-new while signals arrive during its task; the server holds an update and
+hands it to the next run. A ``RESOURCE_EXHAUSTED`` refusal (``history.maxInFlightUpdates``
+across workers) is a delay with jittered backoff, never a lost message; every message is
+idempotent, so a resend is harmless. A quota workflow with no ``submit`` update gets the
+old single signals. Why and figures: docs/decisions/005, BENCHMARKS.md §2 (deep queue).
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """A new run leaves no copy of an earlier run behind, on any member (issue 24 item 4).
 
-Bind replaces an earlier submission's copy on the member it binds to
-(:meth:`KubernetesMemberCluster.bind`); a new run placed on *another* member than its
-finished predecessor must not leave that old copy (PyTorchJob, pods, Reservations) there
-until the job is deleted. Once a bind succeeds, :func:`purge_earlier_runs` asks every
-other member to delete what earlier runs of the job left (same ``fleetq.io/owner``,
-another ``fleetq.io/run-id``), all members at once and best-effort: one GET of the job's
-copy each (no retries, a short read timeout: a member that does not answer is skipped;
-nothing more is asked where no earlier copy is), and the whole pass is bounded by
-``bound_s`` so that an unreachable member never holds the bind (``fleetq delete`` still
-purges every member by owner). Deletes are idempotent, so an activity retry repeats the
-pass harmlessly.
+Bind replaces an earlier run's copy on its own member; a new run placed on *another*
+member must not leave the old copy (PyTorchJob, pods, Reservations) there until the job
+is deleted. Once a bind succeeds, :func:`purge_earlier_runs` asks every other member at
+once, best-effort, to delete what earlier runs left (same ``fleetq.io/owner``, another
+``fleetq.io/run-id``): one GET each with no retries and a short timeout, the whole pass
+bounded by ``bound_s``, so an unreachable member never holds the bind (``fleetq delete``
+still purges by owner). Deletes are idempotent, so a retried activity is harmless.
 """
 
 from __future__ import annotations

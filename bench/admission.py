@@ -1,33 +1,11 @@
 """Benchmark: does the quota workflow's admission cost grow with the quota tree, and how
 many bytes does a waiting job add to the state it carries across continue-as-new?
 
-Pure core only (no Temporal): :class:`fleetq.admission.Admission` on trees of Kueue's
-large-scale shape (10 parents x 100 leaves), 10 x 20 (200 leaves) and 2 x 3 (6 leaves),
-each leaf guaranteeing 64 cpu and 8 GPUs and allowed to borrow up to 4x that, the root
-exactly the sum of the guarantees, so the fleet is full and every leaf has a backlog
-(``--waiting-per-leaf`` jobs of four shapes, four priorities). One measured **task** is
-what one quota-workflow task does for one ``release`` message
-(``workflows/quota_tree.py``): ``release`` + ``schedule``, then the listing its details
-table is built from after every task (``counts``, ``queues``, ``preemptors``, the table
-lines, ``holders``), plus the continue-as-new ``pack_state(to_state())`` amortised over
-the tasks of one run (``max_history_events`` / 7 events per single-release task). The
-three sizes run interleaved, each task after a random holder's release, then the freed
-queue gets a new job (untimed) so the backlog stays; thread CPU medians over --repeats
-tasks. Queue checks per release (``Admission._pick`` calls, on separate instances) are
-counted too. Target: a task at 1,000 leaves costs at most 2x one at 6 leaves.
-
-Bytes: --bytes-jobs waiting jobs (100 per leaf by default) in the 1,000-leaf tree with
-realistic job ids (``pytorchjob/<team>/llama-finetune-7b-lr3e-4-20261130-1234``), after
-some scheduling so that some carry skip times; the packed state's size per waiting job
-(what the jobs add over the same state with none waiting) and the whole continue-as-new
-input (its payloads as the data converter writes them) against Temporal's payload limits
-(2 MiB error, 512 KiB warning in the server's dynamic config; the docs say 256 KB), in
-the compact format (``pack_state``: settings as JSON, then the state and the tree's
-manifest as one ``binary/plain`` payload) and in the text format before it
-(zlib-compressed JSON, base64 text: ``json_baseline``). The jobs
-are enqueued round-robin over the leaves, which makes each job's namespace nearly free to
-pack; the same jobs with their namespaces in random order are packed too. Target:
-100,000 waiting jobs within the warning, i.e. at most 512 KiB / 100,000 bytes per job.
+Pure core only (no Temporal): one quota-workflow task for one ``release`` message on trees
+of 1,000, 200 and 6 leaves (target: at 1,000 leaves at most 2x the cost at 6), and the
+packed continue-as-new state per waiting job against Temporal's 512 KiB payload warning
+(target: 100,000 waiting jobs within it). Method: BENCHMARKS.md "Bench methods";
+figures: §6.
 
 Run: ``python -m bench.admission [--parents 10] [--leaves 100] [--waiting-per-leaf 20]
 [--repeats 300] [--bytes-jobs 100000]``. Last two lines: ``RESULT admission1000 <ratio>

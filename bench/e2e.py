@@ -1,20 +1,10 @@
 """Benchmark: end-to-end job throughput against the engine's own ceiling.
 
-N small PyTorchJobs (1 master + 1 worker, pods run 1 s) go through the whole pipeline on
-the embedded stack — a real Temporal dev server and the member-cluster emulator (3 member
-clusters, one with Reservations) as child processes, and the fleetq worker in this
-process: apply → queue (every job goes through the quota workflow; the leaf's max-jobs is
-high enough never to be the limit) → admit → capacity → reserve (on the reservation
-cluster) → bind → Succeeded → release.
-
-Baseline, same run, same server, same worker, run right after the jobs: N plain
-workflows that each run as many no-op activities as one measured job ran, regular and
-local alike (the mean over 50 sampled job histories, rounded). The ratio is jobs/s ÷
-baseline workflows/s; 1.0 would mean fleetq costs no more than the bare engine running
-the same number of activities. Target 0.7. Two more baselines are printed beside it:
-"same mix" runs as many local and as many regular no-op activities as a job (a local
-activity is cheaper than the regular no-op activity that stands for it above), and
-"strict" runs only the job's regular activities, as if its local ones cost nothing.
+N small PyTorchJobs through the whole pipeline on the embedded stack (apply → queue →
+admit → reserve → bind → Succeeded → release), against N plain workflows running as many
+no-op activities as one job ran, in the same run. The ratio is jobs/s ÷ baseline
+workflows/s (target 0.7); "same mix" and "strict" baselines are printed beside it.
+Method: BENCHMARKS.md "Bench methods"; figures: §1.
 
 Run: ``fleetq bench e2e [--jobs 500] [--concurrency 50]``.
 Last line: ``RESULT e2e <ratio> (target 0.7)``.

@@ -1,19 +1,9 @@
 """Benchmark: how much workflow history one job costs.
 
-1. The walkthrough (``examples/``: the ElasticQuotaTree, the queued PropagationPolicy and
-   PyTorchJob ``default/pytorch-test``, pods running a few seconds) on the real stack —
-   Temporal dev server and member-cluster emulator as child processes, the fleetq worker
-   in this process: the job workflow's history events from submit to Succeeded, by type.
-2. A job that runs for 7 simulated days, on Temporal's time-skipping test server with
-   scripted activities (a member cluster that reports Running after 5 s and Succeeded
-   after 7 days; every watch window ends quietly and the workflow pauses
-   ``--rewatch-seconds`` on a durable timer before the next one). The workflow continues
-   as new with its progress, so every run stays below a constant; each run's length is
-   printed.
-
-The RESULT ratio is Temporal's history warning (10,240 events) ÷ the longest run of the
-7-day job: how many times over the longest run fits under the warning. Target 1.0 (no
-run may reach the warning); the continue-as-new threshold keeps it near 10.
+The walkthrough job's history events on the real stack, by type; then a job running 7
+simulated days on Temporal's time-skipping test server, continuing as new so every run
+stays below a constant. The ratio is Temporal's history warning (10,240 events) ÷ the
+7-day job's longest run (target 1.0). Method: BENCHMARKS.md "Bench methods"; figures: §4.
 
 Run: ``fleetq bench history [--days 7] [--run-seconds 3]``.
 Last line: ``RESULT history <ratio> (target 1.0)``.

@@ -1,28 +1,15 @@
 """Benchmark: Kueue beside fleetq on this machine, on the same workloads (issue 28 item 1).
 
-Kueue's own scheduler performance harness (``test/performance/scheduler`` of
-sigs.k8s.io/kueue, built by ``fleetq controlplane build``) runs a Kueue generator config
-as ``make run-performance-scheduler`` does: the ``runner`` starts an envtest control
-plane (our etcd and kube-apiserver), ``minimalkueue`` (Kueue's core controllers and
-scheduler) against it, creates the config's ClusterQueues, LocalQueues and Workloads at
-their creation intervals, finishes each admitted Workload after its ``runtimeMs`` and
-writes ``summary.yaml`` and ``wlStates.csv``. Then the same config, converted to a trace
-(:func:`fleetq.simulator.kueue.trace_from_generator`: a cohort is a tree node, a
-ClusterQueue a leaf, its policies the tree's), runs through fleetq's real stack as
-``fleetq bench trace`` replays one (Temporal dev server, emulator, in-process worker),
-each job submitted at the time the generator creates its Workload and running its
-``runtimeMs``, with no preemption grace (Kueue's runner ends an evicted Workload at once).
+Kueue's own scheduler performance harness (sigs.k8s.io/kueue ``test/performance/scheduler``,
+built by ``fleetq controlplane build``) runs a generator config as
+``make run-performance-scheduler`` does; the same config, converted to a trace
+(:func:`fleetq.simulator.kueue.trace_from_generator`), runs through fleetq's real stack.
+Both are measured as Kueue's harness defines it (time to admission per class, usage,
+admissions/s), scaled to fit this machine. Method: BENCHMARKS.md "Bench methods";
+figures: §10.
 
-Both sides are measured as Kueue's harness defines it: time to admission per class
-(mean and p99), usage (time-averaged cpu in use over the ClusterQueues' nominal quota,
-from the first event to the last) and admissions/s (workloads over that span). Printed
-side by side with fleetq ÷ kueue. The config is scaled to fit this machine: ``--cohorts``
-and ``--queues`` keep that many cohorts and ClusterQueues per queue set, ``--workloads``
-keeps that share of each workload set, ``--stretch`` multiplies every creation interval
-and run time (the load per ClusterQueue stays Kueue's).
-
-Run: ``fleetq bench kueue`` (Kueue's baseline config, scaled by the defaults). Last line:
-``RESULT kueueusage <fleetq usage / kueue usage> (target 0.9)``.
+Run: ``fleetq bench kueue``. Last line: ``RESULT kueueusage <fleetq usage / kueue usage>
+(target 0.9)``.
 """
 
 from __future__ import annotations

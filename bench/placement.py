@@ -1,22 +1,10 @@
 """Benchmark: how expensive is a node-by-node gang placement over a large fleet?
 
-100 member clusters x 1,000 nodes (cpu nodes and 8-GPU nodes carrying a GPU taint, a few
-cordoned, label pools, 20-95% already used) and a gang of 1 master + 63 GPU workers.
-We time the full :func:`fleetq.placement.place_gang` decision over all clusters with a warm
-PlacementIndex (per-snapshot columnar views and the stacked fleet view, kept warm by handing
-the same snapshot objects to every placement, as the adapter's capacity cache does) and
-compare it with one linear numpy pass over the same node arrays (``free = allocatable -
-requested``, compared with the worker's request on every node of every cluster) measured
-in the same run, best of N for both. Target: the decision costs at most 5x that pass.
-The fleet is generated from a fixed seed.
-
-In a busy fleet some cluster's snapshot changes between any two decisions. The second
-case replaces one random cluster's snapshot before each decision, as the capacity cache
-does after a pod started or finished there (a new snapshot object with a new node list
-in which only the changed node is a new object, its requests and pod count moved; every
-other node is the previous snapshot's object; a new resource version), and times the
-decision that follows against a warm decision right after it (median of --changes
-pairs each, wall clock and this thread's CPU). Target: at most 2x the warm decision.
+A warm :func:`fleetq.placement.place_gang` decision for 1 master + 63 GPU workers over
+100 clusters x 1,000 generated nodes (fixed seed), against one linear numpy pass over the
+same nodes in the same run (target: at most 5x), and the decision right after one
+cluster's snapshot changed, against a warm one (target: at most 2x). Method:
+BENCHMARKS.md "Bench methods"; figures: §3.
 
 Run: ``python -m bench.placement [--clusters 100] [--nodes 1000] [--workers 63]
 [--changes 100]``. Last two lines: ``RESULT placementchanged <ratio> (target 2.0)`` and

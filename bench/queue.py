@@ -1,22 +1,11 @@
 """Benchmark: a deep queue behind one quota leaf (``kube-queue/max-jobs: 100``).
 
-What is measured is the semaphore itself: the real ``QuotaTreeWorkflow`` against light
-"holder" workflows that stand in for jobs (``enqueue`` → wait for ``admitted`` →
-``release``, sent as a job sends them: the ``signal_quota`` local activity and the
-worker's ``QuotaOutbox``, i.e. batched ``submit`` updates). 100 "plug" holders first
-fill the leaf; then N holders with mixed priorities are started in a burst and all wait;
-then the plugs release and the quota workflow drains the queue 100 at a time. Because
-everything waits before the first grant, the grant order is fully determined: it must be
-priority-then-FIFO (the order of ``(-priority, submitted_at, job_id)``). It is read back
-from the quota workflow's own history (the ``admitted`` signals it sent, across every
-continue-as-new run, against the requests in its ``submit`` updates), which also shows
-that every holder got exactly one grant.
-
-Baseline, same run, same server, same worker: N light workflows each sending one signal
-into one counting workflow, started the same way — the rate of plain signals into one
-workflow. The ratio is admissions/s (burst start → last grant, so it includes starting
-the holders) ÷ that signal rate. Target 0.5; also, no run of the quota workflow may
-exceed 10,240 history events.
+The real ``QuotaTreeWorkflow`` against light holder workflows messaging as jobs do: a
+burst of N holders waits behind 100 plugs, then drains; the grant order, read back from
+the quota workflow's history, must be priority-then-FIFO with one grant each, and no run
+may exceed 10,240 events. The ratio is admissions/s over the rate of plain signals into
+one workflow in the same run (target 0.5). Method: BENCHMARKS.md "Bench methods";
+figures: §2.
 
 Run: ``fleetq bench queue [--jobs 10000] [--concurrency 200]``.
 Last line: ``RESULT queue <ratio> (target 0.5)``.

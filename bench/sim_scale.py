@@ -1,24 +1,15 @@
 """Benchmark: the simulator on Kueue's large-scale shape (issue 19, item 3): 10 parent
 quota nodes x 100 leaves, 50,000 jobs, and how much of its CPU the scheduling passes
-take when each examines only the queues a change can have unblocked (the incremental
-pass) against a full pass over every queue (``Admission.incremental = False``, what every
-pass did before), in the same run.
+take, incremental pass against a full pass over every queue, in the same run.
 
-The trace is generated (``--write`` saves it for ``fleetq sim replay``): each leaf
-guarantees 12 cpu and may borrow up to 48, each parent guarantees 1,200 and may use
-1,800, the root has 12,000; four member clusters of 16 x 256-cpu nodes (16,384 cpu, so
-quota is what jobs wait for). Every leaf submits ``--jobs`` / 1,000 jobs over 4 hours in
-Kueue's three classes: small (1 pod x 2 cpu, 5-15 min, priority 10, 80 %), medium
-(2 pods x 4 cpu, 20-40 min, priority 100, 16 %), large (4 pods x 4 cpu, 30-60 min,
-priority 1000, 4 %); leaves offer 0.3 to 2.4 times their share of the demand, so busy
-leaves borrow and quiet ones stay below ``min`` (about 1.4x the root over the 4 hours).
+The trace is generated (``--write`` saves it for ``fleetq sim replay``) in Kueue's three
+classes over 4 hours; ``--kueue-generator FILE`` replays a Kueue generator config instead
+(issue 24), without and with preemption. Method: BENCHMARKS.md "Bench methods"; figures:
+§6 and "Kueue baseline".
 
 Run: ``python -m bench.sim_scale [--parents 10] [--leaves 100] [--jobs 50000]
-[--full-jobs 10000] [--write FILE]``; ``--kueue-generator FILE`` replays a Kueue
-generator config instead (issue 24), without and with preemption. The full-pass
-reference replays the first ``--full-jobs`` jobs' worth of the same shape (0 skips
-it); last line ``RESULT simlarge <process CPU seconds of the incremental replay>
-(target 30)``.
+[--full-jobs 10000] [--write FILE]``. Last line: ``RESULT simlarge <process CPU seconds of
+the incremental replay> (target 30)``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """Benchmark: one quota tree under sustained load on production persistence (issue 28).
 
-For each database latency (the production-shaped Temporal, :mod:`fleetq.temporal_cluster`,
-with PostgreSQL behind :mod:`fleetq.temporal_cluster.latency_proxy`, which adds the
-latency to every chunk each way, so a query round trip costs twice it) and each offered
-rate of a ladder, job-shaped "holder" workflows (``fleetq.testing.holder.QuotaHolder``: enqueue →
-wait for ``admitted`` → release at once, their messages sent as a job sends them, by the
-``signal_quota`` local activity through the worker's ``QuotaOutbox``, i.e. batched
-``submit`` updates) are started at that steady rate for ``--seconds`` against one real
-``QuotaTreeWorkflow`` whose leaf has room for all of them. What is measured is the tree:
-
-* admissions/s achieved (grants ÷ first request to last grant);
-* queueing delay, request → grant: from the bench's start of the holder to the grant
-  the quota workflow sent (the ``admitted`` signal's initiated event in its history),
-  p50/p99 per window of ``--window`` seconds (by request time); and the part of it
-  from the job's enqueue (the holder's first task, its request's ``submitted_at``) to the
-  grant, i.e. the outbox and the quota workflow without the start of the holder;
-* continue-as-new runs of the quota workflow per second and events per run.
-
-A point is *bounded* when every holder was granted exactly once, admissions/s reached
-90% of the offered rate, and the p99 did not grow over the run: the p99 of the last third
-of the windows is at most twice that of the first third, or under one second. The
-ladder stops climbing at a latency's first unbounded point. Result: the highest bounded
-rate at the reference latency (5 ms when measured).
+Job-shaped holder workflows, messaging as jobs do (batched ``submit`` updates), are
+started at each rate of a ladder against one real ``QuotaTreeWorkflow`` on the
+production-shaped Temporal, PostgreSQL at each added latency; measured: admissions/s,
+request → grant p50/p99 per window, continue-as-new runs. A point is *bounded* when every
+holder was granted once, 90 % of the rate was reached and the p99 did not grow. Method:
+BENCHMARKS.md "Bench methods"; figures: §11.
 
 Run: ``fleetq bench sustained [--latencies 0,5,20] [--rates 10,20,40,80,160]
 [--seconds 600]``. Last line: ``RESULT sustained <admissions/s> (target 100)``.

@@ -1,35 +1,15 @@
 """Benchmark: the real stack against its own ideal schedule on a workload trace (issue 19).
 
-A trace of ``fleetq sim replay`` (``examples/traces/``) runs twice in one command, with
-every time in it (starts, intervals, run seconds, the starvation bound, preemption grace
-periods) divided by ``--time-scale`` so hours of trace run in minutes here:
-
-* through the **real** stack: a Temporal dev server and the member-cluster emulator (with
-  the trace's topology) as child processes, the fleetq worker (``worker.build_worker``)
-  in this process; the trace's quota tree (with its queue policy and starvation bound as
-  the tree's annotations) and one PropagationPolicy per namespace applied through the
-  client library as ``fleetq apply`` does; each job started with ``start_job`` at its
-  trace time, its pods running its run time (``fleetq.io/run-seconds``, which the
-  emulator honours);
-* through the **simulator** (``fleetq sim replay``'s engine) on the same scaled trace,
-  whose run times (drawn from ``runSeconds: {min, max}``) the real jobs take over one
-  for one.
-
-Each job's time to admission is read from the job workflow's own record (its
-``Admitted`` event) less the time the trace says it was submitted; quota usage from the
-quota workflow's history (each grant signal it sent, each release it took), as Kueue's
-performance tests define it: admitted cpu, time-averaged from the first submission to
-the last release, over the sum of the leaves' ``min`` cpu. The simulator's figures are the same
-quantities of its virtual run. Printed per class: mean and p99 time to admission, then
-usage, makespan and jobs/s of both, and what the stack cost (CPU of this process, of
-Temporal and of the emulator; the quota workflow's task latency; how late jobs were
-submitted).
+A ``fleetq sim replay`` trace runs, time-scaled, through the real stack (Temporal dev
+server, emulator, in-process worker) and through the simulator on the same run times;
+time to admission per class, quota usage (as Kueue's performance tests define it),
+makespan and the stack's cost are printed side by side. Method: BENCHMARKS.md "Bench
+methods"; figures: §8.
 
 Run: ``fleetq bench trace --trace examples/traces/kueue-like-3k.yaml --time-scale 10``.
 Last lines: ``RESULT traceusage <real / simulated usage> (target 0.8)``, ``RESULT
-tracemakespan <simulated / real makespan> (target 0.67)`` (real at most 1.5x the
-simulated) and ``RESULT traceorder <1.00 when the classes' order by mean time to
-admission is the simulator's, else 0.00> (target 1.0)``.
+tracemakespan <simulated / real makespan> (target 0.67)`` and ``RESULT traceorder <1.00
+when the classes' order by mean time to admission is the simulator's> (target 1.0)``.
 """
 
 from __future__ import annotations

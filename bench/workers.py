@@ -1,27 +1,15 @@
 """Benchmark: many fleetq worker processes on one fleet (issue 19, item 4).
 
-The embedded stack (Temporal dev server and the member-cluster emulator, child
-processes) and ``--workers`` worker processes (``python -m worker``, each with its own
-capacity caches, quota outbox and Prometheus endpoint; every one also runs the control
-plane, as a deployment of identical workers does). ``--jobs`` small PyTorchJobs (1
-master + 1 worker, 100m cpu, pods run 1 s) are submitted at once and run to the end on
-two members without Reservations, so every bind takes the member's bind Lease.
+The embedded stack and ``--workers`` worker processes (each also running the control
+plane); small jobs on two members without Reservations, so every bind takes the bind
+Lease. Burst: 12 workers, well above the server's 10 updates in flight per workflow;
+nothing may be lost. ``--compare 1,2``: a second worker must not make the fleet slower.
+Method: BENCHMARKS.md "Bench methods"; figures: "Many workers".
 
-Burst (the default: 12 workers, 2,000 jobs): every job's enqueue reaches the one quota
-workflow from whichever worker runs it, well above the server's 10 updates in flight per
-workflow. Reported: jobs lost (never finished) and failed, failed ``signal_quota``
-local activities and quota batches, update retries, admission latency (the workers'
-``fleetq_admission_latency_seconds``), and the bind Lease's cost. RESULT line:
-``RESULT workersburst <jobs succeeded / jobs> (target 1.0)``.
-
-``--compare 1,2``: the same with 1 worker, then 2 (a fresh stack each), ``--jobs`` each;
-jobs/s of each and the CPU seconds of the workers and of the Temporal server. RESULT
-line: ``RESULT workers2v1 <jobs/s with 2 / jobs/s with 1> (target 1.0)`` (a second
-worker must not make the fleet slower; on 2 cores it cannot be twice as fast).
-
-Run: ``fleetq bench workers [--workers 12] [--jobs 2000]`` or
-``fleetq bench workers --compare 1,2 --jobs 300``;
-``fleetq bench workers --bind-cost 200 --workers 4`` times the bind Lease alone.
+Run: ``fleetq bench workers [--workers 12] [--jobs 2000]``, ``--compare 1,2 --jobs 300``,
+or ``--bind-cost 200 --workers 4`` (the bind Lease alone). RESULT lines: ``RESULT
+workersburst <jobs succeeded / jobs> (target 1.0)``, ``RESULT workers2v1 <jobs/s with 2 /
+jobs/s with 1> (target 1.0)``.
 """
 
 from __future__ import annotations

@@ -1,58 +1,15 @@
 """Pure admission core: which waiting jobs may take quota now, in which order, and why the
 others wait.
 
-The quota-queue workflow calls exactly this API on every signal (enqueue, cancel, release,
-tree change), so it is deterministic (time is an argument; no clock, no randomness, no
-salted hashes) and cheap: ``schedule()`` and ``enqueue()`` cost about
-O(log n + admitted + examined). Its whole state fits one compact :class:`AdmissionState`
-for continue-as-new.
+The quota workflow calls this API on every message, so it is deterministic (time is an
+argument; no clock, randomness or salted hashes), cheap (a pass costs what changed, not
+the tree; ``incremental = False`` examines every queue, same decisions) and its whole
+state fits one :class:`AdmissionState` for continue-as-new. Kube Queue's semantics
+(DOMAIN.md); the queue order, inadmissible jobs, pending preemption plans and the
+calling pattern are in docs/queues.md "Admission".
 
-Semantics (Kube Queue, see DOMAIN.md):
-
-* one queue per quota node (:func:`fleetq.quota.queue_name`); a job waits in the queue of
-  its namespace's leaf, or of the root if its namespace is attached to no leaf;
-* a job is admitted when its request fits under ``max`` at its node and every ancestor;
-* within a queue: priority desc, submit time asc, job id asc (a total order);
-* which of a queue's jobs may go first, and what a waiting job is told, is its policy's
-  :class:`fleetq.queue_strategies.QueueStrategy` (``Priority``: a head that does not fit
-  is skipped, up to ``starvation_seconds``; ``Block``: the head blocks its whole queue);
-* across queues, each pass admits in this order: candidates whose node is below its
-  ``min`` (see :meth:`fleetq.quota.QuotaNode.below_min`) before borrowers, then priority,
-  then submit time, then job id;
-* replacing the tree keeps held quota (usage may exceed the new ``max``) and moves every
-  waiting job to the queue its namespace maps to now;
-* a job whose request exceeds the ``max`` of its node or of an ancestor can never be
-  admitted under the current tree: it is *inadmissible*, kept beside its queue with an
-  :class:`fleetq.quota.Inadmissible` reason (never a head, never starving, never counted
-  in positions), and every tree change re-evaluates it; back in its queue, it keeps its
-  original submit time. Derived from the tree, it needs no state of its own.
-
-Preemption (issue 18; decided by :mod:`fleetq.preemption`, which the quota workflow calls):
-a waiting job may be given a :class:`PendingPlan` (``add_plan``): its victims are told to
-stop, and the preemptor is admitted by the first ``schedule`` after every victim has
-released its quota (or earlier, should quota freed elsewhere make it fit with its victims
-still holding). Until then the quota it is promised is held for it: each pass counts
-every pending preemptor's request as already charged, so nothing else takes what the
-victims free, and usage never exceeds ``max`` because of a preemption (the preemptor
-is admitted only once it fits for real). Holders keep their priority and preemption
-policy (``HolderPolicy``) so the planner can rank them; both survive continue-as-new.
-
-A plan given a ``now`` expires at its longest victim grace + :data:`PLAN_MARGIN_SECONDS`
-(:meth:`Admission.expire_plans`): a victim that never releases does not keep its
-preemptor waiting, nor the quota held, forever.
-
-Fair sharing (``Admission.fair_weights``, off by default): borrowers get idle quota
-lowest weighted dominant resource share first (see ``Admission._rank``).
-
-A pass costs what changed, not the tree (issue 19): it examines the queues touched since
-the last pass and, best-ranked first, those blocked at a node that freed what they need
-(``Admission._pass``); ``incremental = False`` examines every queue (same decisions,
-property-tested).
-
-Usage pattern for callers: after ``release``, ``cancel`` or ``replace_tree``, call
-``schedule(now)`` and start every returned grant. ``enqueue`` admits the new job at once
-only when nothing else is pending a pass (it then cannot overtake anybody); otherwise it
-returns the job's :class:`WaitInfo` and the next ``schedule`` decides.
+Callers: after ``release``, ``cancel`` or ``replace_tree``, call ``schedule(now)`` and
+start every returned grant; ``enqueue`` admits at once only when no pass is pending.
 """
 
 from __future__ import annotations

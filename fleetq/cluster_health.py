@@ -1,18 +1,14 @@
 """Member-cluster health in Karmada's vocabulary: a Ready condition, the taints it puts
 on the member, and when a workload there must be evicted.
 
-Karmada taints a cluster whose Ready condition is ``Unknown`` (unreachable) with
-``cluster.karmada.io/unreachable`` and one whose Ready is ``False`` with
-``cluster.karmada.io/not-ready``; ``NoSchedule`` keeps new work away, ``NoExecute``
-evicts what runs there once the taint outlasts the ``tolerationSeconds`` of the matching
-``placement.clusterTolerations`` entry (no ``tolerationSeconds``: tolerated for ever; no
-matching toleration: evicted at once). Like Kubernetes' ``DefaultTolerationSeconds``
-admission plugin (and Karmada's ``--default-unreachable-toleration-seconds`` webhook
-default), a policy that does not tolerate those two taints gets a default toleration
-(300 s), so a job leaves a dead member after five minutes instead of at once or never.
-
-Pure functions on plain values: the worker's capacity cache computes the condition, the
-watch activity asks :func:`eviction_due` and the workflow only sets the timer it returns.
+Karmada taints a cluster whose Ready is ``Unknown`` with ``cluster.karmada.io/unreachable``
+and one whose Ready is ``False`` with ``cluster.karmada.io/not-ready``; ``NoExecute``
+evicts once the taint outlasts the matching ``placement.clusterTolerations`` entry's
+``tolerationSeconds`` (none: for ever; no match: at once). Like Kubernetes'
+``DefaultTolerationSeconds`` plugin (Karmada's ``--default-unreachable-toleration-seconds``),
+a policy tolerating neither taint gets 300 s, so a job leaves a dead member after five
+minutes. Pure: the capacity cache computes the condition, the watch activity asks
+:func:`eviction_due`, the workflow sets the timer (docs/member-contract.md).
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """The fleet config file: which member clusters exist and how to reach them.
 
-``FLEETQ_CONFIG`` names a small YAML file that the worker's activities read once per
-process (see ``activities/fleet.py``)::
-
-    kubeconfig: /abs/path/kubeconfig        # default for clusters without their own
-    source: {context: hub}                  # optional: where propagateDeps copies from
-    clusters:
-    - {name: cluster-a, context: cluster-a, labels: {region: east}, reservation: true}
-    timeouts: {connectSeconds: 3, readSeconds: 10}
-    cacheTTLSeconds: 2
-    clusterFailover: {noExecute: true, defaultUnreachableTolerationSeconds: 300}
-    unschedulableGraceSeconds: 60
-    requeue: {podsReadyTimeoutSeconds: 600, backoffBaseSeconds: 60, requeueLimit: 5}
-
-``requeue`` (:class:`RequeueSettings`; each field overridable per quota tree by its
-``fleetq.io/...`` annotation, :func:`requeue_settings`) is what an admitted job that does
-not start does with its quota. Relative paths resolve against the config file's
-directory. Every problem ends in one :class:`FleetConfigError` line naming the file and
-the field, never a traceback.
+``FLEETQ_CONFIG`` names a small YAML file the worker's activities read once per process
+(``activities/fleet.py``): ``kubeconfig`` (the default), ``source`` (where propagateDeps
+copies from), ``clusters`` (name, context, labels, reservation), ``timeouts``,
+``cacheTTLSeconds``, ``clusterFailover``, ``unschedulableGraceSeconds`` and ``requeue``
+(:class:`RequeueSettings`, each field overridable per tree by its ``fleetq.io/...``
+annotation, :func:`requeue_settings`; docs/requeue.md "Settings"); an example is in the
+README ("Real Temporal and real clusters"). Relative paths resolve against its directory.
+Every problem is one :class:`FleetConfigError` line naming the file and the field, never
+a traceback.
 """
 
 from __future__ import annotations

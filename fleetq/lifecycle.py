@@ -1,34 +1,14 @@
 """The decisions of one PyTorchJob's life, apart from the workflow that carries them out.
 
-``workflows/pytorch_job.py`` orchestrates (activities, timers, signals, continue-as-new);
-every *decision* it takes lives here, as plain functions of the run's state (one
-``JobProgress``, carried whole across continue-as-new) and of the time, which the caller
-passes in (the workflow passes ``workflow.now()``). Nothing here does I/O or knows
-Temporal, so each rule is unit- and property-tested on its own:
-
-- health and the failover timer: ``observe`` (a watch's status) and ``next_deadline``
-  (failover tolerance, taint eviction, ``activeDeadlineSeconds``, grace period);
-- what a watch's status ends: ``judge``;
-- purge-mode semantics: ``failover_plan`` and ``leave_cluster``;
-- candidate and backoff policy: ``candidates``, ``Backoff``, ``placement_pause``;
-- runPolicy: ``deadline_to_arm``, ``deadline_passed``, ``deadline_exceeded_reason``, and
-  suspend / resume (``Suspension``);
-- the run: ``continue_as_new_due``, ``policy_refusal``, ``quota_return``;
-- quota preemption (issue 18): ``take_preemption`` (the quota workflow's ``preempt``
-  signal), ``preemption_due`` (at once when nothing is bound, else once the grace
-  period ends: the job may finish meanwhile) and ``requeue_after_preemption``;
-- capacity preemption (issue 18): a job admitted by quota with no room on any member
-  carries out at most one plan at a time (``CapacityHold``): ``start_capacity_preemption``,
-  ``observe_capacity`` (victims left, the plan's time bound), ``placement_order`` (the
-  planned cluster first) and ``capacity_pause``;
-- never versus not now (issue 24): ``unschedulable`` (no member could ever hold the
-  gang: quota back, parked until a member's nodes change) and ``unparked``;
-- re-queue with backoff (issue 24): ``placement_timeout_at``, ``arm_pods_ready`` /
-  ``pods_ready_seen`` (a ``Due.PODS_READY`` deadline), ``requeue_after_timeout``;
-- what a job shows: ``record_event``, ``details_markdown``, ``search_attribute_changes``.
-
-Functions that change the run's state change the ``JobProgress`` (or ``JobView``) they
-are given and return what the workflow must announce, in order (``Notice``).
+``workflows/pytorch_job.py`` orchestrates; every *decision* lives here as a plain
+function of the run's ``JobProgress`` (carried whole across continue-as-new) and of the
+time the caller passes in, so each rule is unit- and property-tested without Temporal:
+health and the failover timer (``observe``, ``next_deadline``, ``judge``), purge modes
+(``failover_plan``, ``leave_cluster``), candidates and backoff, runPolicy deadlines and
+suspension, quota and capacity preemption (docs/preemption.md), never versus not now and
+re-queue with backoff (docs/requeue.md), and what a job shows (``record_event``,
+``details_markdown``). Functions that change state change the ``JobProgress`` (or
+``JobView``) given and return what the workflow must announce, in order (``Notice``).
 """
 
 from __future__ import annotations

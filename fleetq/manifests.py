@@ -1,42 +1,14 @@
 """Reading the manifests users keep in files into validated models, safely.
 
-Users hand us YAML or JSON from files, directories and stdin, like ``kubectl apply -f``.
-This module turns that into :mod:`fleetq.models` objects or into one clear line per
-problem, and never raises for user input. It guards against input that would hurt the
-scheduler later: duplicate mapping keys (silently "last wins" in plain YAML), alias bombs
-(billion laughs), absurd nesting, and objects too large for a Temporal payload.
-
-Messages read ``<Kind> <ns>/<name>: <field> <message>`` once a document is an object,
-and ``<file>: <message>`` before that (syntax errors, empty files, non-UTF-8 bytes).
-
-Same object in several places. ``kubectl apply -f dir/`` applies every document in
-order, so a later copy of an object replaces an earlier one. We do the same *across
-files*: the later file wins and a note says so (an identical copy, such as the YAML and
-JSON forms of one job, only gets a note). Within *one* file (or stdin) two objects with
-the same kind, namespace and name are an error: that is a copy-paste slip, not a
-deliberate override. A second ElasticQuotaTree with a *different* name is always an
-error, because only one tree is supported.
-
-Directories are read recursively in lexical order (like ``kubectl apply -R``), taking
-``*.yaml``, ``*.yml`` and ``*.json`` and skipping hidden files and directories; a file
-named explicitly is read whatever its extension. Inside a directory, a file none of whose
-documents has ``apiVersion`` or ``kind`` (a kustomization, Helm values, a ``fleetq sim``
-trace) is skipped with a note rather than failing the whole directory; named explicitly,
-the same file is an error. A directory with no manifest at all is an error.
-
-Fields upstream defines that fleetq accepts without acting on them (Karmada's
-spreadConstraints, a quota node's attributes, ...) give one warning line each in
-``LoadResult.warnings``; they never fail a load.
-
-Preemption annotations. The models check a tree's queue-policy annotations, but the
-preemption ones (``fleetq.io/preemption``, ``reclaim`` and ``fair-share-weight`` on the
-tree, ``fleetq.io/preemptible`` and ``preemption-grace-seconds`` on a job) are read by
-:mod:`fleetq.preemption`, which imports the models. The loader checks them with the very
-functions the quota and job workflows use (:func:`preemption_annotation_error`), so
-``fleetq validate`` and ``fleetq apply`` refuse a bad value before anything is created,
-with the workflows' own line. The models do not: objects already stored in the registry,
-the quota workflow's state and job histories are parsed with the models and must still
-parse (the workflows keep refusing such values when they meet them).
+Users hand us YAML or JSON from files, directories and stdin, like ``kubectl apply -f``;
+this turns it into :mod:`fleetq.models` objects or one clear line per problem, never an
+exception. It refuses input that would hurt the scheduler later: duplicate mapping keys
+(silently "last wins" in plain YAML), alias bombs, absurd nesting, objects too large for
+a Temporal payload. Lines read ``<Kind> <ns>/<name>: <field> <message>``, or
+``<file>: <message>`` before a document is an object. Upstream fields fleetq accepts
+without acting on them give one warning each (``LoadResult.warnings``). Duplicates across
+files, directories, and why preemption annotations are checked here and not in the
+models: docs/decisions/010.
 """
 
 from __future__ import annotations

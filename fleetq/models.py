@@ -1,16 +1,12 @@
 """The manifests users write, as pydantic v2 models, and what we derive from them.
 
-Three kinds are accepted verbatim from the walkthrough: ``ElasticQuotaTree``
-(scheduling.sigs.k8s.io/v1beta1), ``PropagationPolicy`` (policy.one.alibabacloud.com
-and policy.karmada.io, v1alpha1; its cluster-scoped twin ``ClusterPropagationPolicy``
-too) and ``PyTorchJob`` (kubeflow.org/v1); ``PriorityClass``
-(scheduling.k8s.io/v1) is accepted so that ``priorityClassName`` has a value.
-
-Our own scheduling fields are strict (an unknown field is an error); pod templates and
-the rest of a PyTorchJob spec are kept verbatim because we forward them to members.
-Every validation problem becomes a :class:`ManifestError` whose text names the object
-and the field, e.g. ``PyTorchJob default/x: spec.pytorchReplicaSpecs.Worker.replicas
-must be >= 0``.
+Accepted verbatim from the walkthrough: ``ElasticQuotaTree`` (scheduling.sigs.k8s.io/v1beta1),
+``PropagationPolicy`` and ``ClusterPropagationPolicy`` (policy.one.alibabacloud.com and
+policy.karmada.io, v1alpha1) and ``PyTorchJob`` (kubeflow.org/v1); ``PriorityClass``
+(scheduling.k8s.io/v1) so that ``priorityClassName`` has a value. Our scheduling fields
+are strict (an unknown field is an error); pod templates and the rest of a PyTorchJob spec
+are kept verbatim for the members. A problem is a :class:`ManifestError` naming object and
+field, e.g. ``PyTorchJob default/x: spec.pytorchReplicaSpecs.Worker.replicas must be >= 0``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """Which PropagationPolicy governs a resource, by Karmada's precedence rules.
 
-A user may have several policies in a namespace whose selectors all match a job; the
-fleet must pick exactly one, the same one every time, and be able to say why. Rules
-(Karmada ``GetHigherPriorityPropagationPolicy`` / ``ResourceMatchSelectorsPriority``):
-
-1. A PropagationPolicy only applies to resources in its own namespace; a
-   ClusterPropagationPolicy to resources in any namespace its selectors allow.
-2. A resourceSelector matches when apiVersion and kind are equal, ``namespace`` (if set)
-   equals, and ``name`` (if set) equals — when ``name`` is set the labelSelector is
-   ignored; otherwise the labelSelector (if set) must match the resource's labels.
-3. Among matching policies: higher ``spec.priority`` wins; then the policy whose best
-   selector match is more specific (name > labelSelector > kind only); then the
-   alphabetically lower policy name.
-4. A matching PropagationPolicy always wins over every ClusterPropagationPolicy, whatever
-   their priorities (Karmada ``propagateResource``: ``LookForMatchedPolicy`` in the
-   resource's namespace first, ``LookForMatchedClusterPolicy`` only when none matched);
-   among ClusterPropagationPolicies rule 3 decides
-   (``getHighestPriorityClusterPropagationPolicy``).
-
-Pure functions, no I/O.
+The fleet must pick exactly one of the policies matching a job, the same every time, and
+say why (Karmada ``GetHigherPriorityPropagationPolicy`` / ``ResourceMatchSelectorsPriority``):
+1. a PropagationPolicy applies in its own namespace, a ClusterPropagationPolicy anywhere;
+2. a selector matches on apiVersion and kind, ``namespace`` and ``name`` if set, else the
+   labelSelector if set (``name`` set: labelSelector ignored);
+3. higher ``spec.priority`` wins, then the more specific best match (name > labelSelector
+   > kind only), then the lower policy name;
+4. a PropagationPolicy beats every ClusterPropagationPolicy (``propagateResource``:
+   ``LookForMatchedPolicy`` before ``LookForMatchedClusterPolicy``); among cluster ones
+   rule 3 (``getHighestPriorityClusterPropagationPolicy``). Pure functions, no I/O.
 """
 
 from __future__ import annotations

@@ -1,59 +1,15 @@
 """Preemption decisions: which admitted gangs give way, for whom, and why (issue 18).
 
-Today a waiting job can only wait; this module decides, once and deterministically, when
-it may instead take quota or capacity from running jobs. It only *decides*: the quota
-workflow signals the victims, waits for them to release, then admits the preemptor; the
-simulator replays the same decisions in virtual time. Pure: no Temporal, no I/O, no clock
-(time is an argument), no randomness.
+A waiting job may take quota (priority preemption within its node, reclaim across the
+tree) or member capacity (:func:`plan_capacity_preemption`) from running gangs; this
+module only *decides*, once and deterministically. The quota workflow carries the plans
+out and the simulator replays the same decisions in virtual time, so the rules live in
+one pure place: no Temporal, no I/O, no clock (time is an argument), no randomness.
 
-Policy (annotations, both on the ElasticQuotaTree, both default ``Never``):
-
-* ``fleetq.io/preemption: Never | LowerPriority`` -- *priority preemption* within a node:
-  a waiting job whose quota does not fit may evict admitted jobs of strictly lower
-  priority charged to the same quota node (which includes its ``kube-queue/max-jobs``);
-* ``fleetq.io/reclaim: Never | LowerPriority | Any`` -- *reclaim* across the tree: a job
-  whose node is below its ``min`` takes quota back from nodes borrowing above their own
-  ``min`` (``LowerPriority``: only from lower-priority jobs; ``Any``: any priority);
-* ``fleetq.io/fair-share-weight: "child-1=2,child-2=0.5"`` -- per-node weights for fair
-  sharing (default 1, positive numbers). The tree's nodes carry no annotations of their
-  own (``QuotaNodeSpec`` is strict), so the weights sit on the tree, one ``node=weight``
-  pair per node.
-
-Per job (PyTorchJob annotations): ``fleetq.io/preemptible: "false"`` opts out of ever
-being a victim; ``fleetq.io/preemption-grace-seconds`` (default 30) is how long a victim
-gets to stop before its member copy is purged.
-
-Rules every decision keeps (the property tests in ``tests/core`` check them):
-
-* victims are whole gangs (one admitted job is one unit), never opted-out jobs, and with
-  a ``LowerPriority`` rule never of priority >= the preemptor's;
-* candidates are taken in a deterministic order -- reclaim candidates before the
-  preemptor's own node, the borrower with the highest weighted fair share first, then
-  lowest priority, then the most recently admitted (least work lost), then job id -- until
-  the preemptor fits, and the set is then made *minimal*: no victim can be dropped with
-  the preemptor still fitting;
-* nothing is preempted for a job that would not fit even with every candidate gone, and
-  once the victims have released, admitting the preemptor keeps usage under ``max`` at
-  its node and every ancestor;
-* reclaim only serves a node below its ``min`` that stays within its ``min`` once the
-  preemptor is admitted, and only takes from a node whose path up to the common ancestor
-  with the preemptor's node borrows above ``min`` in a resource the preemptor asks for
-  (every node on that path); so admitting the preemptor never makes its node a borrower
-  that could be reclaimed from in turn. Resources are those a node's quota names (in
-  ``min`` or ``max``; named only in ``max`` means guaranteed 0): a resource a node does
-  not name is neither guaranteed nor limited there and plays no part.
-
-Fair sharing (as Kueue's): a node's *dominant resource share* (DRS) is the largest, over
-resources, of its quota borrowed above ``min`` divided by what its parent can share (the
-parent's ``max``, else its ``min``); the *weighted share* is DRS / weight.
-:func:`fair_share_order` orders nodes wanting the same idle quota lowest weighted share
-first; reclaim takes from the borrower with the highest weighted share first,
-recomputed after every victim.
-
-Capacity preemption (:func:`plan_capacity_preemption`): quota admitted the job but no
-member has room. Exactly one cluster is chosen where evicting lower-priority preemptible
-gangs makes the whole gang fit node by node (:func:`fleetq.placement.place_gang` on the
-snapshot with the victims' pods given back), the cheapest such cluster.
+Policy: the tree's ``fleetq.io/preemption``, ``fleetq.io/reclaim`` and
+``fleetq.io/fair-share-weight``, the job's ``fleetq.io/preemptible`` and
+``preemption-grace-seconds``. Victim order, minimality and fair share follow Kueue's
+(docs/preemption.md "What is decided"; property tests in tests/core).
 """
 
 from __future__ import annotations

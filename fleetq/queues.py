@@ -1,26 +1,12 @@
 """The ordered queue of waiting jobs of one quota node.
 
-Scheduling runs inside a Temporal workflow on every signal, with queues up to ten thousand
-jobs deep, so a queue must answer "which is the first job that fits?" without rescanning
-everything. Jobs are kept three ways, all as sorted Python lists (``bisect``):
-
-* ``order``: every waiting job by :data:`Key` ``(-priority, submitted_at, job_id)``, a
-  total order; gives positions and the head;
-* per interned request *shape*, that shape's jobs in order, and ``heads`` (each shape's
-  first job, in order): whether a job fits depends only on its shape, so the first
-  fitting job is the first head whose shape fits, found in O(shapes) fit checks;
-* a component-wise lower bound of all shapes: if it does not fit, nothing does (O(1)).
-
-It also keeps the starvation bookkeeping of the ``Priority`` policy: when a job is
-admitted past others (they did not fit), those others are *skipped* at that time; a job
-skipped for longer than the starvation bound is *starving* and nothing behind it may be
-admitted before it. Skip times are part of the persisted state; starving is derived.
-
-Beside the queue, its *inadmissible* jobs (Kueue's ``inadmissibleWorkloads`` beside each
-ClusterQueue, kueue pkg/queue/cluster_queue.go): jobs that can never be admitted under the
-current tree (:meth:`fleetq.quota.QuotaTree.never_fits`), each with its reason. They are
-kept apart from all of the above: never a head, never skipped or starving, never counted
-in positions or lengths, until a tree change puts them back (by their original key).
+Scheduling runs in a workflow on every message with queues ten thousand jobs deep, so a
+queue answers "which is the first job that fits?" without a rescan: jobs are kept by
+``(-priority, submitted_at, job_id)``, per interned request shape (the first fitting job
+is the first shape head that fits), and under a lower bound of all shapes (nothing fits
+when it does not). It also keeps the ``Priority`` policy's skip times (starving is
+derived) and, apart, its *inadmissible* jobs, as Kueue keeps ``inadmissibleWorkloads``
+beside each ClusterQueue (kueue pkg/queue/cluster_queue.go). Details: docs/queues.md.
 """
 
 from __future__ import annotations

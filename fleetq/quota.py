@@ -1,21 +1,12 @@
 """Quota accounting for Kube Queue's ElasticQuotaTree, with no queues and no time.
 
-Admission must fit a job's quota request under ``max`` at the job's leaf and at every
-ancestor; usage is charged to the leaf and all its ancestors. This module is that
-bookkeeping and nothing else: which node a namespace charges, what each node uses, whether
-(and why not) a request fits, and the deterministic queue name of each node. Queue order
-and scheduling live in :mod:`fleetq.queues` and :mod:`fleetq.admission`.
-
-Rules implemented here:
-
-* a resource absent from a node's ``max`` is unlimited at that node;
-* a namespace attached to no leaf charges the root node only;
-* without a tree (``None``) there is a single unlimited ``root`` node;
-* replacing the tree keeps every held request: holders are re-charged to the leaf their
-  namespace maps to in the new tree (or root), even if that takes usage over the new
-  ``max`` (nothing is evicted); new limits apply to new admissions only;
-* a request larger than the ``max`` of its node or of an ancestor, on any resource, can
-  never fit under this tree, whatever is released (:meth:`QuotaTree.never_fits`).
+Admission must fit a job's request under ``max`` at its leaf and every ancestor, and
+usage is charged to all of them. This module is that bookkeeping only: which node a
+namespace charges (no leaf: the root; no tree: one unlimited root), what each node uses,
+whether and why not a request fits (a resource absent from ``max`` is unlimited), and
+each node's queue name. A tree replaced keeps every held request, even over the new
+``max``; a request over some ``max`` can never fit (:meth:`QuotaTree.never_fits`).
+Queue order and scheduling: :mod:`fleetq.queues`, :mod:`fleetq.admission`.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Why a member cluster was turned down for a gang, as a value rather than a sentence.
 
-Placement (:mod:`fleetq.placement`) and the job workflow turn clusters down for a dozen
-distinct reasons. Each :class:`Rejection` carries a :class:`RejectionCode` saying which
-check failed, the parameters that check found (pod, resource, quantities, ...), a
-:class:`Severity` and the one-line message users read in events, ``fleetq describe`` and
-the job's status. Metrics count by code, the simulator groups its failure report by
-:attr:`Rejection.summary`; nothing parses the message back.
-
-Severity follows kube-scheduler's filter statuses (``Unschedulable`` vs
-``UnschedulableAndUnresolvable``): an *unschedulable* cluster may take the gang once
-capacity is freed, a member comes back or a reservation is retried; an *unresolvable*
-one will not until the fleet's or the job's configuration changes (affinity, node
-labels or taints, node sizes). Unresolvable is only claimed when certain.
+Each :class:`Rejection` carries a :class:`RejectionCode` (which check failed), the
+parameters it found, a :class:`Severity` and the one-line message users read in events,
+``fleetq describe`` and the job's status; metrics count by code, the simulator groups by
+:attr:`Rejection.summary`, and nothing parses the message back. Severity follows
+kube-scheduler's filter statuses (``Unschedulable`` vs ``UnschedulableAndUnresolvable``):
+*unschedulable* may pass once capacity frees, a member returns or a reservation is
+retried; *unresolvable* not until the fleet's or job's configuration changes. Unresolvable
+is only claimed when certain.
 """
 
 from __future__ import annotations

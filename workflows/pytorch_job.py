@@ -1,40 +1,14 @@
 """One workflow per PyTorchJob (id ``pytorchjob/<namespace>/<name>``): queue, place,
 reserve, bind, watch, fail over, finish.
 
-The workflow only orchestrates: every decision of the job's life (health and the
-failover timer, purge modes, candidates and backoff, runPolicy deadlines, what the job
-shows) is taken by the pure ``fleetq.lifecycle`` on the run's one ``JobProgress``, and
-this class carries it out. Its loops are ``fleetq.job_machine``'s: the next phase is
-``next_phase``, and watching the bound job waits for the next event, takes
-``job_machine.step`` and carries out the commands it returns. Placement runs in the pure
-core behind the ``plan_placement`` activity (node lists never enter history),
-member-cluster writes are idempotent activities, and failover tolerance is a durable
-Temporal timer, so a worker restart neither loses nor resets it. The two reads before
-the first write (policy resolution and placement, both from this worker's caches) are
-*local* activities: they run inside the workflow task that asked for them, one marker
-event each instead of a task round trip through the server. So do the job's messages to
-its quota workflow (enqueue, release): a client signal from a local activity, where a
-workflow-to-workflow signal would add two events and an acknowledgement workflow task
-each. Member-cluster writes stay regular activities, so the placement decision is
-durable (recorded with the scheduling of the reserve/bind) before anything is written: a
-worker that crashes after placing re-places from scratch with nothing written, never
-writes to a second cluster. Status is change-driven (a heartbeating watch activity
-returns only when something changed) and the workflow continues-as-new with its
-progress, so a job that runs for a week keeps a bounded history. A job its quota
-workflow preempts (the ``preempt`` signal) keeps running through its grace period, then
-is purged like a suspension, gives its quota back and queues again with its original
-submit time. A job its quota admitted that fits on no member may, under a tree with
-``fleetq.io/preemption: LowerPriority``, preempt lower-priority gangs on exactly one
-member (the placement activity decides, from the tree's policy and the member caches):
-it signals those victims itself, waits for them to leave (each wakes it with
-``retry_placement`` once purged), then places there first; one plan at a time, dropped
-if it does not make room in time. A job no member could ever hold, even empty
-(``PlacementVerdict.never``), gives its quota back at once and waits ``Unschedulable``
-until a member's nodes change (the worker's capacity caches wake it with
-``retry_placement``; a long timer is the backstop), then queues again. An admitted job
-not placed within ``placementTimeoutSeconds``, or whose pods do not all run within
-``podsReadyTimeoutSeconds``, is purged, gives its quota back and queues again after a
-backoff, until ``requeueLimit`` (``fleetq.lifecycle.requeue_after_timeout``).
+It only orchestrates: every decision is the pure ``fleetq.lifecycle``'s on the run's one
+``JobProgress``, and its loops are ``fleetq.job_machine``'s (``next_phase``, ``step``).
+Reads before the first write and quota messages are local activities, member writes
+regular ones, so a crash after placing never writes to a second cluster
+(docs/decisions/008). Failover tolerance is a durable timer, status is change-driven and
+the run continues-as-new, so a week-long job keeps a bounded history. Preemption,
+capacity preemption, Unschedulable and re-queue with backoff: docs/preemption.md,
+docs/requeue.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,15 @@
 """The quota semaphore: one long-lived workflow per ElasticQuotaTree.
 
-It holds the tree, the usage and one priority queue per tree node (all in the pure
-``fleetq.admission.Admission``), takes jobs' ``enqueue``/``release``/``cancel`` messages
-in batches through its ``submit`` update (sent by each worker's
-``activities.quota_outbox.QuotaOutbox``; the single signals of the same names are still
-taken), and grants admission back by signal. Grants are batched: every workflow task
-runs one scheduling pass and sends all resulting signals concurrently, so a burst of
-thousands of submissions costs a handful of workflow tasks, not one round-trip each.
-Grants are workflow-to-workflow signals, sent without waiting: a workflow task of this
-workflow must stay short (measured: delivering grants from a local activity, which holds
-the task open, let events pile up until Temporal force-failed the tasks under a
-10,000-job burst).
-History stays bounded by continuing-as-new with the whole admission state. Messages come
-as updates because Temporal refuses a continue-as-new while new events (signals) arrive
-during its task, and the SDK's retry is a full replay: under a sustained burst of enqueue
-signals one run grew past the 10,240-event warning (BENCHMARKS.md, deep queue). An
-update that arrives then is handed to the next run instead. A periodic check against
-Temporal's own view of the holders returns quota held by jobs that no longer run
-(terminated, timed out, deleted).
-
-Preemption and reclaim (issue 18, off unless the tree's ``fleetq.io/preemption`` or
-``fleetq.io/reclaim`` annotation turns them on): after each scheduling pass, the pure
-``fleetq.preemption.plan_preemptions`` decides which admitted jobs give way to which
-waiting ones; the plans are kept in the admission state (so they survive
-continue-as-new) and each victim gets a ``preempt`` signal, sent like a grant. A victim
-releases its quota once it has stopped; the preemptor is admitted by the first pass after
-its last victim released (a victim whose workflow is gone is released by the holder
-check, or at once when the signal cannot be delivered).
+It holds the tree, the usage and one queue per node (the pure
+``fleetq.admission.Admission``), takes jobs' ``enqueue``/``release``/``cancel`` in
+batches through its ``submit`` update (docs/decisions/005; the single signals are still
+taken) and grants by signal, one pass per task, sent without waiting (docs/decisions/006).
+History stays bounded by continuing-as-new with the whole admission state. A periodic
+check against Temporal's view of the holders returns quota of jobs that no longer run.
+Preemption and reclaim (issue 18, off unless the tree turns them on): after each pass
+``fleetq.preemption.plan_preemptions`` plans, plans live in the admission state, victims
+get a ``preempt`` signal, and a preemptor is admitted once its last victim released
+(docs/preemption.md "How it is carried out").
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
 """Reading jobs over Temporal's HTTP/JSON API with the standard library: ``fleetq get
-pytorchjob`` without importing the Temporal SDK (and its Rust bridge), whose import alone
-costs several times a whole ``temporal workflow list`` (BENCHMARKS.md section 9).
+pytorchjob`` without importing the Temporal SDK (BENCHMARKS.md §9).
 
-The routes are the ``google.api.http`` annotations of temporalio/api's
-``workflowservice/v1/service.proto`` (``GET /api/v1/namespaces/{ns}/workflows``,
-``POST .../workflows/{id}/query/{type}``, ``GET .../workflows/{id}``, ``GET
-.../workflows/{id}/history``), served by the Web UI's server (temporalio/ui
-``server/server/api/handler.go``). Not by the frontend's own HTTP port: its grpc-gateway
-routes in ``UnescapingModeLegacy`` (go.temporal.io/server ``service/frontend/
-http_api_server.go``), so a workflow id with a ``/`` -- every fleetq id,
-``pytorchjob/<ns>/<name>`` -- matches no route, even as ``%2F``; the UI server's mux uses
-``UnescapingModeAllExceptReserved`` and answers them. State-changing methods (a query is
-a POST) pass the UI server's CSRF check by the double-submit pattern its own pages use:
-the ``_csrf`` cookie echoed in ``X-CSRF-Token`` (``server/server/csrf/cookie.go``).
-
-Where this is used (:func:`web_api`): the Web UI of the running ``fleetq up``
-(``fleetq.json``'s ``http_api``), or the one ``FLEETQ_HTTP_API`` names; never when
-``TEMPORAL_ADDRESS``, an API key, TLS or a client config file chooses the connection
-(those keep the SDK), nor with ``FLEETQ_HTTP_API=off``. Anything this module does not
-understand (an error, a rejected query, an encoding other than JSON, a failure with
-encoded attributes) raises :class:`Unsupported`, and the caller reads through the SDK
-instead, which reports every error its own way -- so both paths print the same bytes.
+Routes: the ``google.api.http`` annotations of temporalio/api's
+``workflowservice/v1/service.proto``, served by the Web UI's server (temporalio/ui
+``server/server/api/handler.go``, ``UnescapingModeAllExceptReserved``), not the frontend's
+HTTP port, whose ``UnescapingModeLegacy`` (go.temporal.io/server
+``service/frontend/http_api_server.go``) matches no id with a ``/``. A query (POST) passes
+the UI's CSRF check by double submit (``server/server/csrf/cookie.go``). Used only for the
+``fleetq up`` Web UI or ``FLEETQ_HTTP_API``; anything not understood raises
+:class:`Unsupported` and the caller reads through the SDK (same bytes printed). Why:
+docs/decisions/012.
 """
 
 from __future__ import annotations

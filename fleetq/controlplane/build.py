@@ -1,16 +1,13 @@
 """The build of the control-plane binaries: one cached directory per pinned version.
 
-``build()`` runs ``go build`` on our wrapper modules under ``controlplane/`` (each its own
-module, so etcd's, Kubernetes', the training-operator's and KWOK's pinned dependency
-versions never meet), with ``-trimpath``, ``-p 2`` and the version ldflags that make
-``kubectl version`` report the real release, and copies the CRDs, the operator's webhook
-manifest and KWOK's default stages out of the Go module cache. Two parts, two stamps:
-the control plane in ``~/.cache/fleetq/controlplane/<k8s version>/`` and the operators
-(training-operator, KWOK) in its ``operators/`` (``FLEETQ_CONTROLPLANE_CACHE`` moves
-it); each stamp names versions and a digest of its wrapper sources, so a warm cache is a
-stat and a JSON read. Kueue's scheduler performance harness is a third part
-(:mod:`fleetq.controlplane.kueue`, in ``kueue/``). A flock keeps concurrent builds (two
-pytest sessions) from racing.
+``build()`` runs ``go build`` on our wrapper modules under ``controlplane/`` (one module
+each, so etcd's, Kubernetes', the training-operator's and KWOK's pinned dependencies never
+meet), with ``-trimpath``, ``-p 2`` and the ldflags that make ``kubectl version`` report
+the real release, and copies CRDs, the operator's webhook manifest and KWOK's stages from
+the Go module cache. Control plane and operators each get a stamp (versions + a digest of
+the wrapper sources) under ``~/.cache/fleetq/controlplane/`` (``FLEETQ_CONTROLPLANE_CACHE``),
+so a warm cache is a stat; Kueue's harness is :mod:`fleetq.controlplane.kueue`. A flock
+keeps concurrent builds from racing. Cost: docs/controlplane.md.
 """
 
 from __future__ import annotations

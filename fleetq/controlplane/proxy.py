@@ -1,16 +1,13 @@
 """A fault-injecting loopback proxy in front of a real kube-apiserver.
 
-fleetq's kubeconfig for real members points at this proxy (same CA, same bearer token:
-it forwards the request as it came), so the fault vocabulary of the emulator — API
-errors at a rate with ``Retry-After``, added latency — applies to real members too, as
-a network fault between fleetq and the member would: the member's own scheduler and
-lifecycle controller talk to the API server directly. Responses are streamed, so watches
-pass through. All proxies of a fleet share one asyncio loop in one daemon thread.
-
-Latency delays a request the proxy already holds in whole, as a network delays what was
-sent: a write whose sender dies meanwhile (a SIGKILLed worker) still reaches the API
-server (the crash tests on real members rely on it). A request is sent upstream again only
-when the API server's connection failed, never because the client went away.
+fleetq's kubeconfig for real members points here (same CA and token: requests go on as
+they came), so the emulator's faults (API errors at a rate with ``Retry-After``, added
+latency) hit real members too, as a network fault between fleetq and the member would;
+the member's own controllers talk to the API server directly. Responses stream, so
+watches pass; all proxies of a fleet share one asyncio loop in a daemon thread. A delayed
+request is already held whole, so a write whose sender dies meanwhile still arrives (the
+crash tests on real members rely on it); a request is resent upstream only when the API
+server's connection failed, never because the client went away.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Real member clusters on loopback: etcd, kube-apiserver, and for a member KWOK, the
 Kubeflow training-operator, kube-scheduler and our garbage collector.
 
-One :class:`ControlPlane` per cluster of a topology (the emulator's YAML): etcd on plain
-HTTP (loopback only), kube-apiserver on HTTPS with a throwaway CA and a static bearer
-token in ``system:masters`` (RBAC authorizer), the CRDs of the build installed and
-Established, one Node per topology node (capacity, labels, taints); for a member, KWOK
-makes those nodes Ready and plays their kubelets (:mod:`fleetq.controlplane.operators`),
-the real training-operator runs PyTorchJobs (its webhook served), kube-scheduler binds,
-and :mod:`fleetq.controlplane.lifecycle` does what kube-controller-manager would (garbage
-collector, namespace controller). A hub (``member: false``) runs etcd and the API server.
-
-:class:`RealFleet` starts several and writes the same two files the emulator writes: a
-kubeconfig with one context per cluster and the fleet config fleetq reads.
+One :class:`ControlPlane` per cluster of a topology: etcd (plain HTTP, loopback), the API
+server (HTTPS, throwaway CA, a static ``system:masters`` token), the build's CRDs, one Node
+per topology node; for a member, KWOK plays the kubelets
+(:mod:`fleetq.controlplane.operators`), the real training-operator and kube-scheduler run,
+and :mod:`fleetq.controlplane.lifecycle` does kube-controller-manager's part. A hub
+(``member: false``) runs etcd and the API server. :class:`RealFleet` writes the same
+kubeconfig and fleet config the emulator writes. Details: docs/controlplane.md.
 """
 
 from __future__ import annotations

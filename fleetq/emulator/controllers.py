@@ -1,17 +1,13 @@
 """The simulated control plane behind one emulated cluster (what kwok does for nodes).
 
-:class:`ClusterController` composes the controllers and runs them on the asyncio loop of
-the API server, so every decision is atomic with respect to API requests:
-
-* :mod:`~fleetq.emulator.ledger`: capacity bookkeeping, kept incrementally from a store
-  hook so the scheduler never rescans all pods (benchmarks load thousands per cluster);
-* :mod:`~fleetq.emulator.pytorchjob_operator`: the PyTorchJob controller (Kubeflow
-  training-operator behaviour);
-* :mod:`~fleetq.emulator.gang_scheduler`: the pending pods of one job are bound all at
-  once or not at all;
-* :mod:`~fleetq.emulator.reservations`: Koordinator-style Reservation admission and expiry;
-* :mod:`~fleetq.emulator.pods`: the pod lifecycle (Pending → Running → Succeeded after
-  ``fleetq.io/run-seconds``).
+:class:`ClusterController` composes the controllers and runs them on the API server's
+asyncio loop, so every decision is atomic with respect to API requests:
+:mod:`~fleetq.emulator.ledger` (capacity kept incrementally from a store hook, never a
+rescan of all pods), :mod:`~fleetq.emulator.pytorchjob_operator` (Kubeflow
+training-operator behaviour), :mod:`~fleetq.emulator.gang_scheduler` (a job's pending pods
+bound all at once or not at all), :mod:`~fleetq.emulator.reservations` (Koordinator-style
+Reservations) and :mod:`~fleetq.emulator.pods` (Pending → Running → Succeeded after
+``fleetq.io/run-seconds``).
 """
 
 from __future__ import annotations

@@ -3,14 +3,12 @@
 The reference fleet sums free resources over a cluster's nodes, blind to fragmentation
 (8 nodes with 1.5 free cpu each "fit" 4 two-cpu workers); :func:`place_gang` assigns
 every pod to a concrete node and offers a cluster only when the gang really fits.
-
-Where to read: :mod:`~fleetq.placement.rule` is the rule (the specification, cluster by
-cluster), :mod:`~fleetq.placement.engine` computes the same decision for the whole fleet
-at once, :mod:`~fleetq.placement.decision` is the seam between them and their callers
-(``SchedulingRequest`` -> ``PlacementDecision``), :mod:`~fleetq.placement.index` what is
-kept warm between decisions (the caller owns a :class:`PlacementIndex` and passes it in;
-without one every call builds its views afresh), :mod:`~fleetq.placement.ever_fits`
-"not now" versus "never". Pure: no I/O, no clock, no randomness, no threads."""
+Modules: :mod:`~fleetq.placement.rule` (the specification), :mod:`~fleetq.placement.engine`
+(the same decision fleet-wide), :mod:`~fleetq.placement.decision` (``SchedulingRequest`` ->
+``PlacementDecision``), :mod:`~fleetq.placement.index` (what the caller's
+:class:`PlacementIndex` keeps warm), :mod:`~fleetq.placement.ever_fits` ("not now" versus
+"never"). Pure: no I/O, no clock, no randomness, no threads.
+"""
 
 from __future__ import annotations
 

@@ -2,15 +2,13 @@
 :class:`~fleetq.placement.decision.SchedulingRequest` exactly as the rule
 (:func:`fleetq.placement.rule.schedule`) does, fast.
 
-It does not loop over clusters in numpy: the candidate clusters' views are stacked into
-one fleet view (:class:`~fleetq.placement.fleet.Fleet`, kept warm by the caller's
-:class:`~fleetq.placement.index.PlacementIndex`) and each pod group is packed on every
-cluster at once -- copies per node over the fleet's eligible nodes, one global cumsum
-with per-cluster bases and one searchsorted find where each cluster's fill stops.
-Clusters this pass rejects are re-run through the rule's greedy for the precise reason
-(should the rule find a fit there, that fit is used: a disagreement could cost speed,
-never soundness). On 100 clusters x 1,000 nodes the decision costs about 3x one linear
-numpy pass over the same nodes (``python -m bench.placement``)."""
+The candidates' views are stacked into one fleet view (:class:`~fleetq.placement.fleet.Fleet`,
+kept warm by the caller's :class:`~fleetq.placement.index.PlacementIndex`) and each pod
+group is packed on every cluster at once: one global cumsum with per-cluster bases and one
+searchsorted. Clusters it rejects are re-run through the rule's greedy for the precise
+reason (a fit found there is used: a disagreement costs speed, never soundness). Figures:
+BENCHMARKS.md §3 (``python -m bench.placement``).
+"""
 
 from __future__ import annotations
 

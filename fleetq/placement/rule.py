@@ -1,26 +1,16 @@
 """The placement rule: which member cluster can run *all* pods of a gang, node by node.
-This module is the specification; :mod:`fleetq.placement.engine` computes the same
-decisions for the whole fleet at once (tests/core/test_placement_properties.py holds
-the two equal).
+The specification; :mod:`fleetq.placement.engine` computes the same decisions fleet-wide
+(tests/core/test_placement_properties.py holds the two equal).
 
-1. Cluster filters (:mod:`~fleetq.placement.filters`), then the summed free resources
-   and pod slots of the schedulable nodes must cover the gang (a cheap necessary check).
-2. Pods with the same shape (requests, nodeSelector, tolerations) form a group
-   (:func:`pod_groups`); groups are placed largest dominant share first, the share of
-   the cluster's largest node (:func:`plan_order`).
-3. Within a group every node gets ``k`` = how many copies of the pod it can still hold
-   (min over requested resources of ``free // request``, capped by free pod slots, 0
-   when cordoned, nodeSelector unmatched or a NoSchedule/NoExecute taint untolerated).
-   Nodes are filled most-allocated first (the view's order: mean requested/allocatable,
-   like kube-scheduler's ``MostAllocated``; ties in snapshot order), so the gang fills
-   existing fragments and keeps empty nodes free. Sound, not complete: a cluster can be
-   rejected where an exotic packing would fit, never the other way round.
-4. Score, in [0, 1]: utilisation of the nodes the gang lands on once it is there,
-   averaged over the resources it requests (pod slots when it requests nothing). Best
-   first; ties go to the alphabetically lower cluster name.
-
-A cluster where a pod finds no node is explained by the first such pod
-(:mod:`~fleetq.placement.explain`). Pure: no I/O, no clock, no randomness."""
+1. Filters (:mod:`~fleetq.placement.filters`); free resources and slots must cover the gang.
+2. Pods of one shape (requests, nodeSelector, tolerations) form a group; groups go largest
+   dominant share of the cluster's largest node first (:func:`pod_groups`, :func:`plan_order`).
+3. A node holds ``min(free // request)`` copies (slots cap; 0 if cordoned, unselected or an
+   untolerated NoSchedule/NoExecute taint), most-allocated first like kube-scheduler's
+   ``MostAllocated``, keeping empty nodes free. Sound, not complete.
+4. Score in [0, 1]: utilisation of the landed nodes; ties to the lower cluster name.
+Why a cluster fails: :mod:`~fleetq.placement.explain`. Pure: no I/O, clock or randomness.
+"""
 
 from __future__ import annotations
 

@@ -1,17 +1,13 @@
 """A headless Chromium for reading what the Temporal Web UI really renders.
 
-The job's details are Markdown that the UI's server turns into HTML inside iframes
-(``/render?content=...``), styled by a page we do not control: only a browser shows
-whether a table comes out legible (tests/webui). ``chromium --screenshot`` never
-returns on the UI's long polls, so the browser is driven over its DevTools protocol:
-started with ``--remote-debugging-port=0`` (it writes the port it chose into
-``DevToolsActivePort`` in its profile), one websocket per page (aiohttp's client, already
-a dependency), JSON commands ``Page.navigate`` and ``Runtime.evaluate``.
-
-Chromium is Debian's ``chromium`` package. :func:`build` (``fleetq webui build``, a
-step of ``.ci/run``) installs it with ``apt-get`` when it is missing and we are root,
-like ``fleetq temporal-cluster build`` installs PostgreSQL; a present browser returns at
-once. ``FLEETQ_CHROMIUM`` names another binary.
+The job's details are Markdown the UI's server renders into iframes styled by a page we
+do not control, so only a browser shows whether a table is legible (tests/webui).
+``chromium --screenshot`` never returns on the UI's long polls, so the browser is driven
+over its DevTools protocol (``--remote-debugging-port=0``, the port read from
+``DevToolsActivePort``; one aiohttp websocket per page; ``Page.navigate``,
+``Runtime.evaluate``). Chromium is Debian's ``chromium``: :func:`build` (``fleetq webui
+build``) installs it with ``apt-get`` when missing and root; ``FLEETQ_CHROMIUM`` names
+another binary.
 """
 
 from __future__ import annotations

@@ -1,32 +1,15 @@
 """The simulation itself: a heap of events in virtual time over the fleet's nodes.
 
-*submit* -> :meth:`fleetq.admission.Admission.enqueue`; an admitted job is placed with
-:func:`fleetq.placement.place_gang` over the member clusters' current snapshots and, if a
-cluster fits, bound to the best one (its pods' requests are added to the assigned
-nodes) with a *finish* event ``runSeconds`` later; if none fits, the job keeps its quota
-and is retried once capacity is freed. *finish* -> node requests are freed,
-``Admission.release`` then ``Admission.schedule`` grants quota to waiting jobs. See
-:mod:`fleetq.simulator` for what is counted and why it is fast.
-
-Fair sharing (issue 18): under a tree that turns preemption or reclaim on, or names
-``fleetq.io/fair-share-weight``, borrowers get idle quota by weighted dominant resource
-share, as in the quota workflow (:attr:`fleetq.admission.Admission.fair_weights`).
-
-Preemption (issue 18), when the tree's policy is not ``Never``/``Never``: after every
-scheduling pass the engine runs the quota workflow's own preemption pass,
-:func:`fleetq.preemption.plan_preemptions` (plans recorded in the ``Admission``, whose
-``schedule`` holds their quota for the preemptors). Each victim gets a *stop* event after
-its grace period (at once if it holds quota but was never placed): its run is lost (the
-cpu·s it ran are *wasted work*), its nodes are freed, it releases its quota and is queued
-again with its original submit time; the next ``schedule`` admits the preemptor once
-all its victims have released. A victim that finishes during its grace period simply
-finishes. Capacity preemption and never-placeable gangs (issue 24): see
-:meth:`Simulation._capacity_preempt` and :meth:`Simulation._never_placeable`.
-Re-queue with backoff (issue 24), when the tree's ``fleetq.io/placement-timeout-seconds``
-sets a placement timeout: an admitted job not placed within it gives its quota back and
-queues again (original submit time) after the backoff, or fails past ``requeueLimit``
-(:meth:`Simulation._placement_timeout`; pods run at once here, so the pods-ready timeout
-never fires).
+*submit* -> ``Admission.enqueue``; an admitted job is placed with ``place_gang`` and bound
+to the best cluster with a *finish* event ``runSeconds`` later, or keeps its quota and is
+retried once capacity is freed (docs/decisions/009). *finish* frees nodes, then
+``Admission.release`` and ``schedule``. As in the quota workflow: fair sharing, the
+preemption pass (victims stop after their grace, their cpu·s counted as wasted work, and
+queue again with their original submit time), capacity preemption, never-placeable gangs
+(:meth:`Simulation._capacity_preempt`, :meth:`Simulation._never_placeable`) and the
+placement timeout with backoff (:meth:`Simulation._placement_timeout`; pods run at once
+here, so the pods-ready timeout never fires). Semantics: docs/preemption.md,
+docs/requeue.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """The build of a production-shaped Temporal: the server and its SQL tool from the pinned
 Go module, and PostgreSQL from Debian's packages.
 
-``build()`` downloads ``go.temporal.io/server`` at :data:`TEMPORAL_VERSION` into the Go
-module cache (``go mod download``) and runs ``go build`` *inside that module* on
-``./cmd/server`` and ``./cmd/tools/sql``: the module's own ``go.mod`` and ``go.sum`` pin
-every dependency, exactly as upstream released it, so no wrapper module of ours is needed.
-The binaries land in ``~/.cache/fleetq/temporal-cluster/<version>/bin/``
-(``FLEETQ_TEMPORAL_CLUSTER_CACHE`` moves it) as ``temporal-server`` and
-``temporal-sql-tool``, with a stamp; a warm cache is a stat and a JSON read, and a flock
-keeps two builds from racing.
-
-PostgreSQL is not compiled: :func:`postgres_bin` takes the server binaries Debian's
-``postgresql-15`` package installs (``/usr/lib/postgresql/<major>/bin``; this project's
-machine image has it). Where that package is not installed, :func:`build` installs it with
-``apt-get`` when running as root (the server then runs as the package's ``postgres`` user,
-since PostgreSQL refuses root), and otherwise fetches its ``.deb`` with ``apt-get
-download`` and unpacks it into the cache (no root install). The SQL schema is the one
-embedded in the built ``temporal-sql-tool`` (``--schema-name postgresql/v12/...``), so it
-always matches the server.
+``build()`` runs ``go build`` on ``./cmd/server`` and ``./cmd/tools/sql`` *inside*
+``go.temporal.io/server`` at :data:`TEMPORAL_VERSION` (its own ``go.mod``/``go.sum`` pin
+every dependency as upstream released it, so no wrapper module is needed), into
+``~/.cache/fleetq/temporal-cluster/<version>/bin/`` (``FLEETQ_TEMPORAL_CLUSTER_CACHE``)
+with a stamp and a flock. PostgreSQL is not compiled: :func:`postgres_bin` uses Debian's
+``postgresql-15`` binaries, installed with ``apt-get`` as root or unpacked from
+``apt-get download`` otherwise. The SQL schema is the one embedded in the built
+``temporal-sql-tool``, so it always matches the server. Figures: BENCHMARKS.md §7.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """A loopback TCP proxy that adds a fixed latency, for putting the production-shaped
 Temporal's PostgreSQL "far away" (``bench/sustained.py``: the database at 0, 5 and 20 ms).
 
-Each chunk read from one side is written to the other ``delay`` seconds after it was
-read, in both directions, so a query round trip costs at least two delays. Chunks are
-held in a per-direction queue, not slept on one by one: a connection's chunks keep their
-order and its throughput is not divided by the delay (as ``tc netem delay`` on a link,
-without the need for root or a network namespace). The proxy counts what it did
-(:class:`ProxyStats`: connections, chunks and bytes each way, the shortest and longest
-time a chunk was held), which is how a test checks that the delay was applied.
-
-Run it on its own (``python -m fleetq.temporal_cluster.latency_proxy --listen PORT
---target HOST:PORT --delay-ms N [--stats FILE]``), as :class:`TemporalCluster` does, so
-its CPU is not the benchmark worker's; ``--stats`` writes the counters as JSON every
-second and at exit.
+Each chunk is written to the other side ``delay`` seconds after it was read, both ways
+(a query round trip costs at least two delays). Chunks wait in a per-direction queue
+rather than being slept on one by one, so order is kept and throughput is not divided by
+the delay (as ``tc netem delay``, without root or a network namespace).
+:class:`ProxyStats` counts connections, chunks, bytes and hold times, which is how a test
+checks the delay was applied. It runs as its own process (``python -m
+fleetq.temporal_cluster.latency_proxy --listen PORT --target HOST:PORT --delay-ms N
+[--stats FILE]``), so its CPU is not the benchmark worker's.
 """
 
 from __future__ import annotations

@@ -2,18 +2,13 @@
 and one or more history processes of the server built from its Go module, each its own
 process with its own log.
 
-:class:`TemporalCluster` creates the PostgreSQL data directory (``initdb``; as root the
-server runs as Debian's ``postgres`` user, since PostgreSQL refuses root), loads the
-schema with ``temporal-sql-tool`` (the schema embedded in the tool built with the
-server), writes one config per process (:mod:`fleetq.temporal_cluster.config`), starts
-the services, waits until the frontend answers and a workflow can be started, and
-registers the ``default`` namespace and fleetq's search attributes, as ``fleetq up``
-gets from the dev server. It can kill one history process (:meth:`kill_history`), find
-which history process owns a workflow's shard (:meth:`history_owner`, via ``tdbg``) and
-restart every service on the same database (:meth:`kill_services` then
-:meth:`start_services`). With ``db_latency_ms`` set, the services reach PostgreSQL
-through :mod:`fleetq.temporal_cluster.latency_proxy` (its own process), which adds that
-many milliseconds to every chunk each way (0: through the proxy, no delay).
+:class:`TemporalCluster` creates the database (``initdb``; as Debian's ``postgres`` user
+when root, since PostgreSQL refuses root), loads the schema with ``temporal-sql-tool``,
+writes one config per process (:mod:`fleetq.temporal_cluster.config`), starts the services
+and registers the ``default`` namespace and fleetq's search attributes, as ``fleetq up``
+gets from the dev server. It can kill a history process (:meth:`kill_history`), find a
+shard's owner (:meth:`history_owner`, via ``tdbg``) and restart every service on the same
+database; ``db_latency_ms`` puts PostgreSQL behind :mod:`fleetq.temporal_cluster.latency_proxy`.
 """
 
 from __future__ import annotations

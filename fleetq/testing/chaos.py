@@ -2,29 +2,14 @@
 that nothing was lost, duplicated or leaked; then restart the Temporal dev server and the
 member-cluster emulator mid-run.
 
-Why a separate rig rather than the usual in-process test worker: a crash must be a real
-process dying without cleanup, so the worker runs as ``python -m worker`` (the program
-users run) and is killed with SIGKILL; the Temporal dev server runs as its own process
-on a SQLite file so it can be killed and restarted with its history intact; the emulator
-runs in this process with a state file and fixed ports so it can be stopped and started
-again with the same objects and tokens. Everything binds to 127.0.0.1.
-
-Each kill point gets its own Kubernetes namespace (its own quota leaf and policy) and
-its own worker process on its own task queue, so the points run concurrently and a kill
-only hits its own job. The fleet registry and the quota workflow run on a separate
-"control" worker on the ``fleetq`` task queue.
-
-This is the test library half: the rig, the kill points and the history readers that the
-reliability tests and the benches share. ``bench/chaos.py`` (``python -m bench.chaos``, or
-``fleetq bench chaos``) is the command around it: it runs the full matrix and prints
-``kill points tried / survived`` and ``RESULT chaos <survived/tried> (target 1.0)``.
-
-``ChaosRig(members="real")`` (``fleetq bench chaos --members real``) runs the kill
-points around the bind (:data:`REAL_KILL_POINTS`) against real member control planes
-(:mod:`fleetq.controlplane.runner`) instead: the members' fault proxies add the latency
-that opens the window, the mid-bind kill lands between the bind's namespace write and its
-PyTorchJob write (read from the API servers directly), and each job is checked on the
-members with the build's kubectl (``tests/controlplane/test_crash_real.py``).
+A crash must be a real process dying without cleanup, so the worker runs as
+``python -m worker`` and is SIGKILLed, the dev server runs on a SQLite file, and the
+emulator keeps a state file and fixed ports; each kill point has its own namespace, worker
+and task queue, so the points run concurrently. This is the library half (rig, kill
+points, history readers); ``bench/chaos.py`` (``fleetq bench chaos``) runs the matrix.
+``ChaosRig(members="real")`` runs the bind's kill points (:data:`REAL_KILL_POINTS`)
+against real member control planes. Results and method: docs/reliability.md
+"Crash matrix".
 """
 
 from __future__ import annotations
