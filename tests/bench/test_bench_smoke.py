@@ -188,7 +188,8 @@ def test_cli_latency_times_every_command_against_one_server(
     # the exit code encodes the timing target, which a loaded machine need not meet
     _code, out, m = run_main(cli_latency.main, ["--repeat", "1"], capsys)
     assert m["name"] == "clilatency" and float(m["t"]) == 3.0
-    for label in ("fleetq get pytorchjob", "temporal workflow list (same query)",
+    for label in ("fleetq get pytorchjob (HTTP)", "fleetq get pytorchjob (SDK)",
+                  "temporal workflow list (same query)",
                   "fleetq --help", "python -c pass (interpreter start)"):
         line = rf"^  {re.escape(label)} +median +\d+\.\d+ s .*cpu median +\d+\.\d+ s +\(n=1\)$"
         assert re.search(line, out, re.M), (label, out)
