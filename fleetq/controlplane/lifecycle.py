@@ -166,7 +166,6 @@ class Lifecycle:
         self.api.call("PUT", f"/api/v1/namespaces/{name}/finalize", body=done)
 
 
-
 def _apply_event(cache: dict[Key, Obj], type_: str, obj: Any) -> None:
     """Bring an informer's cache up to date with one event: a SYNC replaces it with the
     listed objects, DELETED drops the object, anything else stores it."""
@@ -177,6 +176,7 @@ def _apply_event(cache: dict[Key, Obj], type_: str, obj: Any) -> None:
         cache.pop(_key(obj), None)
     else:
         cache[_key(obj)] = obj
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -278,6 +278,7 @@ def _initialize_created(rt: ResourceType, obj: Obj) -> None:
         if rt.plural == "persistentvolumeclaims":
             obj["status"] = {"phase": "Bound"}
 
+
 # ---------------------------------------------------------------------- custom resources
 
 #: The structural schemas of the two CRDs (upstream training-operator v1.8.1 and
@@ -919,7 +920,6 @@ class Handler:
         return resp
 
 
-
 def _watch_options(q: Mapping[str, str]) -> tuple[int | None, float, bool]:
     """A watch's (resource version to start after, timeout in seconds, whether the
     initial state comes first as events); 400 for a bad ``resourceVersion`` or
@@ -966,6 +966,7 @@ async def _stream_events(resp: web.StreamResponse, watcher: Watcher, timeout: fl
         await resp.write(b"".join(buf))
         if watcher.closed and watcher.queue.empty():
             return
+
 
 #: Namespaces the real API server refuses to delete.
 PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})

@@ -103,7 +103,6 @@ def parse_fault(clusters: list[str], cluster: str, action: str,
     raise ControlError(f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
 
 
-
 def _parse_errors(args: dict[str, Any]) -> FaultRequest:
     """An ``errors`` request: HTTP ``status`` (400-599) answered to ``rate`` (0-1) of
     requests, with an optional ``retry_after``."""
@@ -124,6 +123,7 @@ def _parse_latency(args: dict[str, Any]) -> FaultRequest:
     if seconds < 0:
         raise ControlError("latency --seconds must not be negative")
     return FaultRequest("latency", seconds=seconds)
+
 
 async def apply_action(emu: Emulator, cluster: str, action: str, args: dict[str, Any]) -> str:
     """Apply one fault action; returns a one-line human description."""

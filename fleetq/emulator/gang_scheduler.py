@@ -39,7 +39,6 @@ from fleetq.emulator.store import Obj, Store
 Plan = list[tuple[str, str | None]]
 
 
-
 class _TentativeRoom:
     """Free resources and pod slots per node while one gang is being placed: read from the
     ledger on first use, then reduced by each pod placed so far (nothing is bound yet)."""
@@ -60,6 +59,7 @@ class _TentativeRoom:
         """Place one pod of ``requests`` on ``node``, which had ``free`` for it."""
         self.frees[node] = R.sub(free, requests)
         self.slots[node] -= 1
+
 
 class GangScheduler:
     """Binds the pending pods of one cluster, a gang at a time, in creation order."""

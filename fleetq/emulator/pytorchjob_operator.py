@@ -429,7 +429,6 @@ def _update_job_status(job: Obj, replicas: Mapping[str, Mapping[str, Any]],
             _on_failed_replicas(status, name, rtype, rs["restartPolicy"], failed)
 
 
-
 def _master_conditions(status: dict[str, Any], name: str, running: int, expected: int) -> bool:
     """A job with a Master runs while the Master does and succeeds when it has; returns
     whether it succeeded."""
@@ -442,6 +441,7 @@ def _master_conditions(status: dict[str, Any], name: str, running: int, expected
                           f"PyTorchJob {name} is successfully completed.")
         return True
     return False
+
 
 def _on_failed_replicas(status: dict[str, Any], name: str, rtype: str, restart: str,
                         failed: int) -> None:
