@@ -647,20 +647,8 @@ async def run_worker(
             if ready is not None:
                 ready.set()
             tasks.append(asyncio.create_task(health.heartbeat("main")))
-            tasks.append(asyncio.create_task(
-                watch_readiness(health, client, activities, queues, on_fleet=zero)
-            ))
-            if deployment is not None:
-                tasks.append(asyncio.create_task(watch_deployment(
-                    health, client, deployment, queues,
-                    set_current=set_current_default(set_current))))
-            if isinstance(runtime, MetricsRuntime) and runtime.endpoint is not None:
-                version = (
-                    (deployment.version.deployment_name, deployment.version.build_id)
-                    if deployment is not None else None
-                )
-                tasks.append(asyncio.create_task(
-                    watch_tree_ownership(runtime.endpoint, client, version)))
+            tasks.extend(_start_watchers(health, client, activities, queues, zero,
+                                         deployment, runtime, set_current))
             await stop.wait()
             health.stopping()
             for t in tasks[1:]:
@@ -668,14 +656,55 @@ async def run_worker(
             log.info("shutting down: finishing in-flight tasks")
         tasks[0].cancel()
     finally:
-        for t in tasks:
-            t.cancel()
-        if server is not None:
-            server.stop()
-        if isinstance(runtime, MetricsRuntime) and runtime.endpoint is not None:
-            runtime.endpoint.stop()
-        if activities._fleet is not None:
-            activities._fleet.close()
+        _release(tasks, server, runtime, activities)
+
+
+def _start_watchers(
+    health: WorkerHealth,
+    client: Client,
+    activities: SchedulingActivities,
+    queues: list[str],
+    on_fleet: Callable[[Fleet], None],
+    deployment: WorkerDeploymentConfig | None,
+    runtime: MetricsRuntime | None,
+    set_current: bool | None,
+) -> list[asyncio.Task[Any]]:
+    """Start the background checks a running worker keeps: readiness (task queues and
+    members), its deployment's current version when versioned, and metrics-tree
+    ownership when it serves Prometheus metrics."""
+    tasks = [asyncio.create_task(
+        watch_readiness(health, client, activities, queues, on_fleet=on_fleet)
+    )]
+    if deployment is not None:
+        tasks.append(asyncio.create_task(watch_deployment(
+            health, client, deployment, queues,
+            set_current=set_current_default(set_current))))
+    if isinstance(runtime, MetricsRuntime) and runtime.endpoint is not None:
+        version = (
+            (deployment.version.deployment_name, deployment.version.build_id)
+            if deployment is not None else None
+        )
+        tasks.append(asyncio.create_task(
+            watch_tree_ownership(runtime.endpoint, client, version)))
+    return tasks
+
+
+def _release(
+    tasks: list[asyncio.Task[Any]],
+    server: HealthServer | None,
+    runtime: MetricsRuntime | None,
+    activities: SchedulingActivities,
+) -> None:
+    """Stop what a worker started: its background tasks, health server, metrics
+    endpoint and the fleet's member connections."""
+    for t in tasks:
+        t.cancel()
+    if server is not None:
+        server.stop()
+    if isinstance(runtime, MetricsRuntime) and runtime.endpoint is not None:
+        runtime.endpoint.stop()
+    if activities._fleet is not None:
+        activities._fleet.close()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -225,54 +225,88 @@ def timings(events: Sequence[Any]) -> dict[str, list[float]]:
     (scheduled → started) and running (started → completed) time, workflow tasks the
     same way, and the wait for the quota grant (start of the task that sent the enqueue →
     admitted received)."""
-    out: dict[str, list[float]] = {}
-    scheduled: dict[int, tuple[str, float]] = {}
-    started: dict[int, float] = {}
-    enqueued: float | None = None
-    last_task_started = 0.0
-
-    def add(key: str, value: float) -> None:
-        out.setdefault(key, []).append(value)
-
+    clock = _HistoryClock()
     for ev in events:
-        kind = ev.WhichOneof("attributes") or ""
-        if kind == "activity_task_scheduled_event_attributes":
-            name = ev.activity_task_scheduled_event_attributes.activity_type.name
-            scheduled[ev.event_id] = (name, _t(ev))
-        elif kind == "activity_task_started_event_attributes":
-            sid = ev.activity_task_started_event_attributes.scheduled_event_id
-            name, t0 = scheduled[sid]
-            started[sid] = _t(ev)
-            add(f"{name} queued", _t(ev) - t0)
-        elif kind == "activity_task_completed_event_attributes":
-            sid = ev.activity_task_completed_event_attributes.scheduled_event_id
-            name, _t0 = scheduled[sid]
-            add(f"{name} ran", _t(ev) - started.get(sid, _t0))
-        elif kind == "workflow_task_scheduled_event_attributes":
-            scheduled[ev.event_id] = ("workflow task", _t(ev))
-        elif kind == "workflow_task_started_event_attributes":
-            sid = ev.workflow_task_started_event_attributes.scheduled_event_id
-            started[sid] = last_task_started = _t(ev)
-            add("workflow task queued", _t(ev) - scheduled[sid][1])
-        elif kind == "workflow_task_completed_event_attributes":
-            sid = ev.workflow_task_completed_event_attributes.scheduled_event_id
-            add("workflow task ran", _t(ev) - started[sid])
-        elif kind == "signal_external_workflow_execution_initiated_event_attributes":
-            sent = ev.signal_external_workflow_execution_initiated_event_attributes
-            if sent.signal_name == "enqueue":
-                enqueued = _t(ev)
-        elif kind == "marker_recorded_event_attributes":
-            # the enqueue is the job's first signal_quota local activity; its marker is
-            # recorded when the task completes, which can be after the grant arrived (the
-            # activity waits for the quota workflow to take the message), so the wait
-            # is counted from the start of the task that sent it
-            if enqueued is None and local_activity_type(ev) == "signal_quota":
-                enqueued = last_task_started
-        elif kind == "workflow_execution_signaled_event_attributes":
-            got = ev.workflow_execution_signaled_event_attributes
-            if got.signal_name == "admitted" and enqueued is not None:
-                add("enqueue -> admitted", _t(ev) - enqueued)
-    return out
+        on_event = _CLOCK_EVENTS.get(ev.WhichOneof("attributes") or "")
+        if on_event is not None:
+            on_event(clock, ev)
+    return clock.out
+
+
+class _HistoryClock:
+    """The state :func:`timings` keeps while reading a history: the durations so far,
+    when each activity or workflow task was scheduled and started, and when the
+    enqueue was sent."""
+
+    def __init__(self) -> None:
+        self.out: dict[str, list[float]] = {}
+        self.scheduled: dict[int, tuple[str, float]] = {}
+        self.started: dict[int, float] = {}
+        self.enqueued: float | None = None
+        self.last_task_started = 0.0
+
+    def add(self, key: str, value: float) -> None:
+        self.out.setdefault(key, []).append(value)
+
+    def activity_scheduled(self, ev: Any) -> None:
+        name = ev.activity_task_scheduled_event_attributes.activity_type.name
+        self.scheduled[ev.event_id] = (name, _t(ev))
+
+    def activity_started(self, ev: Any) -> None:
+        sid = ev.activity_task_started_event_attributes.scheduled_event_id
+        name, t0 = self.scheduled[sid]
+        self.started[sid] = _t(ev)
+        self.add(f"{name} queued", _t(ev) - t0)
+
+    def activity_completed(self, ev: Any) -> None:
+        sid = ev.activity_task_completed_event_attributes.scheduled_event_id
+        name, t0 = self.scheduled[sid]
+        self.add(f"{name} ran", _t(ev) - self.started.get(sid, t0))
+
+    def workflow_task_scheduled(self, ev: Any) -> None:
+        self.scheduled[ev.event_id] = ("workflow task", _t(ev))
+
+    def workflow_task_started(self, ev: Any) -> None:
+        sid = ev.workflow_task_started_event_attributes.scheduled_event_id
+        self.started[sid] = self.last_task_started = _t(ev)
+        self.add("workflow task queued", _t(ev) - self.scheduled[sid][1])
+
+    def workflow_task_completed(self, ev: Any) -> None:
+        sid = ev.workflow_task_completed_event_attributes.scheduled_event_id
+        self.add("workflow task ran", _t(ev) - self.started[sid])
+
+    def signal_sent(self, ev: Any) -> None:
+        sent = ev.signal_external_workflow_execution_initiated_event_attributes
+        if sent.signal_name == "enqueue":
+            self.enqueued = _t(ev)
+
+    def marker_recorded(self, ev: Any) -> None:
+        # the enqueue is the job's first signal_quota local activity; its marker is
+        # recorded when the task completes, which can be after the grant arrived (the
+        # activity waits for the quota workflow to take the message), so the wait
+        # is counted from the start of the task that sent it
+        if self.enqueued is None and local_activity_type(ev) == "signal_quota":
+            self.enqueued = self.last_task_started
+
+    def signaled(self, ev: Any) -> None:
+        got = ev.workflow_execution_signaled_event_attributes
+        if got.signal_name == "admitted" and self.enqueued is not None:
+            self.add("enqueue -> admitted", _t(ev) - self.enqueued)
+
+
+#: per history event attribute kind, what :func:`timings` does with it
+_CLOCK_EVENTS: dict[str, Callable[[_HistoryClock, Any], None]] = {
+    "activity_task_scheduled_event_attributes": _HistoryClock.activity_scheduled,
+    "activity_task_started_event_attributes": _HistoryClock.activity_started,
+    "activity_task_completed_event_attributes": _HistoryClock.activity_completed,
+    "workflow_task_scheduled_event_attributes": _HistoryClock.workflow_task_scheduled,
+    "workflow_task_started_event_attributes": _HistoryClock.workflow_task_started,
+    "workflow_task_completed_event_attributes": _HistoryClock.workflow_task_completed,
+    "signal_external_workflow_execution_initiated_event_attributes":
+        _HistoryClock.signal_sent,
+    "marker_recorded_event_attributes": _HistoryClock.marker_recorded,
+    "workflow_execution_signaled_event_attributes": _HistoryClock.signaled,
+}
 
 
 async def job_profile(client: Client, names: Sequence[str]) -> dict[str, Any]:
@@ -420,6 +454,19 @@ async def run(args: Options) -> int:
             if acts._fleet is not None:
                 acts._fleet.close()
 
+    _print_report(args, rounds, quota, server)
+    failed = [rd for rd in rounds if rd.states.get("Succeeded", 0) != args.jobs]
+    for rd in failed:
+        print(f"error: round {rd.index + 1}: only {rd.states.get('Succeeded', 0)} of "
+              f"{args.jobs} jobs succeeded", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _print_report(args: Options, rounds: list[Round],
+                  quota: tuple[list[RunStats], dict[str, list[float]]],
+                  server: dict[str, float]) -> None:
+    """The bench's report: each round's phases, latency, CPU and ratios, round 1's
+    profile, the quota workflow's, the Temporal server's CPU, and the result line."""
     print()
     print(f"jobs: {args.jobs} per round, {args.rounds} round(s), concurrency "
           f"{args.concurrency}, run_seconds {args.run_seconds}, Temporal {args.temporal}")
@@ -468,11 +515,6 @@ async def run(args: Options) -> int:
     print(f"same-mix CPU ratio by round: {', '.join(f'{x:.2f}' for x in cpu_ratios)} "
           f"(median {statistics.median(cpu_ratios):.2f})")
     print(result_line("e2e", statistics.median(ratios), TARGET))
-    failed = [rd for rd in rounds if rd.states.get("Succeeded", 0) != args.jobs]
-    for rd in failed:
-        print(f"error: round {rd.index + 1}: only {rd.states.get('Succeeded', 0)} of "
-              f"{args.jobs} jobs succeeded", file=sys.stderr)
-    return 1 if failed else 0
 
 
 @dataclass

@@ -43,6 +43,7 @@ from bench.common import (
     run_main,
 )
 from fleetq.temporal_cluster.latency_proxy import read_stats
+from fleetq.testing.history import RunStats
 from fleetq.testing.holder import HolderInput, QuotaHolder
 from worker import build_worker
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow
@@ -130,12 +131,7 @@ def task_times(events: Sequence[HistoryEvent]) -> TaskTimes:
     scheduled: dict[int, float] = {}
     started: dict[int, float] = {}
     initiated: dict[int, float] = {}
-    seen_updates: set[int] = set()
-    for ev, _m in quota_messages(events):
-        out.messages += 1
-        if id(ev) not in seen_updates:
-            seen_updates.add(id(ev))
-    out.updates = len(seen_updates)
+    out.messages, out.updates = _message_counts(events)
     for ev in events:
         t = event_seconds(ev)
         if ev.HasField("workflow_task_scheduled_event_attributes"):
@@ -157,6 +153,16 @@ def task_times(events: Sequence[HistoryEvent]) -> TaskTimes:
             if a3.initiated_event_id in initiated:
                 out.signal_round_trip.append(t - initiated.pop(a3.initiated_event_id))
     return out
+
+
+def _message_counts(events: Sequence[HistoryEvent]) -> tuple[int, int]:
+    """How many quota messages the history carries, and in how many submit updates."""
+    messages = 0
+    seen_updates: set[int] = set()
+    for ev, _m in quota_messages(events):
+        messages += 1
+        seen_updates.add(id(ev))
+    return messages, len(seen_updates)
 
 
 @dataclass
@@ -275,18 +281,7 @@ async def run_point(client: Client, cluster: Any, task_queue: str, control_queue
             sample.add_done_callback(
                 lambda f: point.backlog.append(f.result()) if not f.exception() else None)
     await asyncio.gather(*starts)
-    # drain: every holder granted and released
-    deadline = loop.time() + opts.drain_seconds
-    while True:
-        left = await running_holders(client, task_queue)
-        if left == 0:
-            break
-        if loop.time() > deadline:
-            point.drained = False
-            point.problems.append(f"{left} holders still running {opts.drain_seconds:g} s "
-                                  "after the feed ended")
-            break
-        await asyncio.sleep(1.0)
+    await _drain(client, task_queue, point, opts)
     cpu1, own1 = cluster.cpu_seconds(), cpu_seconds()
     proxy1 = read_stats(cluster.db_proxy_stats) or {}
     point.load = os.getloadavg()
@@ -295,8 +290,36 @@ async def run_point(client: Client, cluster: Any, task_queue: str, control_queue
     runs, events = await run_chain(client, qh.id, first_run, keep_events=True)
 
     grants = grant_times(events)
-    enqueued = enqueue_times(events)
     point.tasks = task_times(events)
+    _count_grants(point, asked, grants, events, errors)
+    _grant_delays(point, asked, grants, enqueue_times(events), runs, wall0, opts.window)
+    _quota_runs(point, runs)
+    point.cpu = _cpu_groups(cpu0, cpu1, own1 - own0)
+    _proxy_holds(point, proxy0, proxy1)
+    return point
+
+
+async def _drain(client: Client, task_queue: str, point: Point, opts: Options) -> None:
+    """Wait until every holder is granted and released; past ``opts.drain_seconds`` the
+    point is marked not drained, with a problem saying how many still run."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + opts.drain_seconds
+    while True:
+        left = await running_holders(client, task_queue)
+        if left == 0:
+            return
+        if loop.time() > deadline:
+            point.drained = False
+            point.problems.append(f"{left} holders still running {opts.drain_seconds:g} s "
+                                  "after the feed ended")
+            return
+        await asyncio.sleep(1.0)
+
+
+def _count_grants(point: Point, asked: dict[str, float], grants: dict[str, list[float]],
+                  events: Sequence[HistoryEvent], errors: list[str]) -> None:
+    """Holders admitted, granted again (after a re-sent enqueue) and granted twice in
+    error; the first start errors become problems."""
     point.admitted = sum(1 for j in asked if j in grants)
     # A holder whose enqueue went out again (its update got no answer in time, so its
     # local activity retried) is granted again by design: the quota workflow answers a
@@ -310,23 +333,36 @@ async def run_point(client: Client, cluster: Any, task_queue: str, control_queue
         point.problems.append(f"{point.duplicates} holders granted more often than they "
                               "asked")
     point.problems += errors[:3]
+
+
+def _grant_delays(point: Point, asked: dict[str, float], grants: dict[str, list[float]],
+                  enqueued: dict[str, float], runs: Sequence[RunStats], wall0: float,
+                  window: float) -> None:
+    """Ask-to-grant latency (overall, from the enqueue, per window of ``window`` s),
+    admissions and quota runs per second; nothing when no holder was granted."""
     delays = {j: grants[j][0] - asked[j] for j in asked if j in grants}
     in_tree = [grants[j][0] - enqueued[j] for j in delays if j in enqueued]
-    if delays:
-        last_grant = max(grants[j][0] for j in delays)
-        point.admissions_per_s = len(delays) / max(1e-9, last_grant - wall0)
-        values = list(delays.values())
-        point.p50, point.p99 = percentile(values, 50), percentile(values, 99)
-        point.in_tree_p99 = percentile(in_tree, 99)
-        by_window: dict[int, list[float]] = {}
-        for j, d in delays.items():
-            by_window.setdefault(int((asked[j] - wall0) // opts.window), []).append(d)
-        point.windows = [(percentile(v, 50), percentile(v, 99), len(v))
-                         for _k, v in sorted(by_window.items())]
-        point.p99_first, point.p99_last = thirds([w[1] for w in point.windows])
-        elapsed = last_grant - wall0
-        point.runs = len(runs)
-        point.runs_per_s = (len(runs) - 1) / elapsed if elapsed > 0 else math.nan
+    if not delays:
+        return
+    last_grant = max(grants[j][0] for j in delays)
+    point.admissions_per_s = len(delays) / max(1e-9, last_grant - wall0)
+    values = list(delays.values())
+    point.p50, point.p99 = percentile(values, 50), percentile(values, 99)
+    point.in_tree_p99 = percentile(in_tree, 99)
+    by_window: dict[int, list[float]] = {}
+    for j, d in delays.items():
+        by_window.setdefault(int((asked[j] - wall0) // window), []).append(d)
+    point.windows = [(percentile(v, 50), percentile(v, 99), len(v))
+                     for _k, v in sorted(by_window.items())]
+    point.p99_first, point.p99_last = thirds([w[1] for w in point.windows])
+    elapsed = last_grant - wall0
+    point.runs = len(runs)
+    point.runs_per_s = (len(runs) - 1) / elapsed if elapsed > 0 else math.nan
+
+
+def _quota_runs(point: Point, runs: Sequence[RunStats]) -> None:
+    """Events per quota run (the last, partial run left out when there are others) and
+    the problems of a too long history or too many runs per second."""
     full = [r.events for r in runs[:-1]] or [r.events for r in runs]
     point.events_per_run = sum(full) / len(full)
     point.max_events = max(r.events for r in runs)
@@ -336,13 +372,24 @@ async def run_point(client: Client, cluster: Any, task_queue: str, control_queue
     if point.runs_per_s > MAX_RUNS_PER_SECOND:
         point.problems.append(f"{point.runs_per_s:.2f} quota runs per second "
                               f"(> {MAX_RUNS_PER_SECOND:g})")
+
+
+def _cpu_groups(cpu0: dict[str, float], cpu1: dict[str, float],
+                own: float) -> dict[str, float]:
+    """CPU seconds spent during the point, per group: postgres, db-proxy, the Temporal
+    services, and this process (worker + bench, ``own``)."""
     groups: dict[str, float] = {}
     for name, secs in cpu1.items():
         group = ("postgres" if name == "postgres" else "db-proxy" if name == "db-proxy"
                  else "temporal")
         groups[group] = groups.get(group, 0.0) + secs - cpu0.get(name, 0.0)
-    groups["worker+bench"] = own1 - own0
-    point.cpu = groups
+    groups["worker+bench"] = own
+    return groups
+
+
+def _proxy_holds(point: Point, proxy0: dict[str, Any], proxy1: dict[str, Any]) -> None:
+    """The latency proxy's chunks during the point and how long it held them (the
+    shortest hold, and the mean)."""
     point.proxy_chunks = sum(int(proxy1.get(d, {}).get("chunks", 0))
                              - int(proxy0.get(d, {}).get("chunks", 0))
                              for d in ("upstream", "downstream"))
@@ -353,7 +400,6 @@ async def run_point(client: Client, cluster: Any, task_queue: str, control_queue
                  - float(proxy0.get(d, {}).get("total_held", 0.0))
                  for d in ("upstream", "downstream"))
     point.proxy_mean_held_ms = held_s / point.proxy_chunks * 1000 if point.proxy_chunks else None
-    return point
 
 
 def describe(p: Point) -> str:

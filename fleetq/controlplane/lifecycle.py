@@ -109,18 +109,10 @@ class Lifecycle:
 
     def handle(self, resource: str, type_: str, obj: Any) -> None:
         if resource == "namespaces":
-            for ns in obj if type_ == "SYNC" else [obj] if type_ != "DELETED" else []:
-                if ns["metadata"].get("deletionTimestamp"):
-                    self.finalize_namespace(ns)
+            self._handle_namespaces(type_, obj)
             return
         cache = self.jobs if resource == "pytorchjobs" else self.dependents[resource]
-        if type_ == "SYNC":
-            cache.clear()
-            cache.update({_key(o): o for o in obj})
-        elif type_ == "DELETED":
-            cache.pop(_key(obj), None)
-        else:
-            cache[_key(obj)] = obj
+        _apply_event(cache, type_, obj)
         if resource == "pytorchjobs":
             self.jobs_synced = True
             for res, items in self.dependents.items():
@@ -129,6 +121,12 @@ class Lifecycle:
         elif type_ != "DELETED":
             for o in obj if type_ == "SYNC" else [obj]:
                 self.collect(resource, _key(o), o)
+
+    def _handle_namespaces(self, type_: str, obj: Any) -> None:
+        """Finalize every namespace in the event that is being deleted."""
+        for ns in obj if type_ == "SYNC" else [obj] if type_ != "DELETED" else []:
+            if ns["metadata"].get("deletionTimestamp"):
+                self.finalize_namespace(ns)
 
     def collect(self, resource: str, key: Key, obj: Obj) -> None:
         """Delete ``obj`` if the PyTorchJob that controls it is gone."""
@@ -166,6 +164,18 @@ class Lifecycle:
                 self.api.call("DELETE", f"{path}/{item['metadata']['name']}", body=body)
         done = {**ns, "spec": {**(ns.get("spec") or {}), "finalizers": []}}
         self.api.call("PUT", f"/api/v1/namespaces/{name}/finalize", body=done)
+
+
+def _apply_event(cache: dict[Key, Obj], type_: str, obj: Any) -> None:
+    """Bring an informer's cache up to date with one event: a SYNC replaces it with the
+    listed objects, DELETED drops the object, anything else stores it."""
+    if type_ == "SYNC":
+        cache.clear()
+        cache.update({_key(o): o for o in obj})
+    elif type_ == "DELETED":
+        cache.pop(_key(obj), None)
+    else:
+        cache[_key(obj)] = obj
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -31,6 +31,7 @@ from fleetq.emulator.store import (
     ApiError,
     Obj,
     ResourceType,
+    Watcher,
     already_exists,
     dumps,
     invalid,
@@ -149,47 +150,55 @@ def _validate_pod_spec(rt: ResourceType, name: str, path: str, spec: Any) -> Non
 
 def validate(rt: ResourceType, obj: Obj) -> None:
     _validate_meta(rt, obj)
-    name = obj["metadata"]["name"]
-    spec = obj.get("spec")
-    if rt.plural == "pods":
-        _validate_pod_spec(rt, name, "spec", spec)
-    elif rt.plural == "pytorchjobs":
-        specs = spec.get("pytorchReplicaSpecs") if isinstance(spec, dict) else None
-        if not isinstance(specs, dict) or not specs:
-            raise invalid(rt, name, "spec.pytorchReplicaSpecs", "Required value")
-        for role, rs in specs.items():
-            if role not in ("Master", "Worker"):
-                raise invalid(rt, name, f"spec.pytorchReplicaSpecs.{role}",
-                              "Unsupported value: must be Master or Worker")
-            if not isinstance(rs, dict):
-                raise invalid(rt, name, f"spec.pytorchReplicaSpecs.{role}", "Invalid value")
-            reps = rs.get("replicas", 1)
-            if isinstance(reps, bool) or not isinstance(reps, int) or reps < 0:
-                raise invalid(rt, name, f"spec.pytorchReplicaSpecs.{role}.replicas",
-                              "Invalid value: must be a non-negative integer")
-            _validate_pod_spec(rt, name, f"spec.pytorchReplicaSpecs.{role}.template.spec",
-                               (rs.get("template") or {}).get("spec"))
-    elif rt.plural == "leases":
-        _validate_lease(rt, name, spec)
-    elif rt.plural == "reservations":
-        if not isinstance(spec, dict):
-            raise invalid(rt, name, "spec", "Required value")
-        _validate_pod_spec(rt, name, "spec.template.spec",
-                           (spec.get("template") or {}).get("spec"))
-        owners = spec.get("owners")
-        if not isinstance(owners, list) or not owners:
-            raise invalid(rt, name, "spec.owners", "Required value")
-        if spec.get("ttl") is not None:
-            try:
-                parse_go_duration(str(spec["ttl"]))
-            except ValueError as exc:
-                raise invalid(rt, name, "spec.ttl", f"Invalid value: {exc}") from None
-        if spec.get("expires") is not None:
-            try:
-                parse_time(str(spec["expires"]))
-            except ValueError:
-                raise invalid(rt, name, "spec.expires",
-                              "Invalid value: must be an RFC3339 time") from None
+    check_spec = _SPEC_VALIDATORS.get(rt.plural)
+    if check_spec is not None:
+        check_spec(rt, obj["metadata"]["name"], obj.get("spec"))
+
+
+def _validate_pod(rt: ResourceType, name: str, spec: Any) -> None:
+    _validate_pod_spec(rt, name, "spec", spec)
+
+
+def _validate_pytorchjob(rt: ResourceType, name: str, spec: Any) -> None:
+    """Master/Worker replica specs, each with a non-negative replica count and a pod
+    template."""
+    specs = spec.get("pytorchReplicaSpecs") if isinstance(spec, dict) else None
+    if not isinstance(specs, dict) or not specs:
+        raise invalid(rt, name, "spec.pytorchReplicaSpecs", "Required value")
+    for role, rs in specs.items():
+        if role not in ("Master", "Worker"):
+            raise invalid(rt, name, f"spec.pytorchReplicaSpecs.{role}",
+                          "Unsupported value: must be Master or Worker")
+        if not isinstance(rs, dict):
+            raise invalid(rt, name, f"spec.pytorchReplicaSpecs.{role}", "Invalid value")
+        reps = rs.get("replicas", 1)
+        if isinstance(reps, bool) or not isinstance(reps, int) or reps < 0:
+            raise invalid(rt, name, f"spec.pytorchReplicaSpecs.{role}.replicas",
+                          "Invalid value: must be a non-negative integer")
+        _validate_pod_spec(rt, name, f"spec.pytorchReplicaSpecs.{role}.template.spec",
+                           (rs.get("template") or {}).get("spec"))
+
+
+def _validate_reservation(rt: ResourceType, name: str, spec: Any) -> None:
+    """A pod template, at least one owner, and a parseable ``ttl`` / ``expires``."""
+    if not isinstance(spec, dict):
+        raise invalid(rt, name, "spec", "Required value")
+    _validate_pod_spec(rt, name, "spec.template.spec",
+                       (spec.get("template") or {}).get("spec"))
+    owners = spec.get("owners")
+    if not isinstance(owners, list) or not owners:
+        raise invalid(rt, name, "spec.owners", "Required value")
+    if spec.get("ttl") is not None:
+        try:
+            parse_go_duration(str(spec["ttl"]))
+        except ValueError as exc:
+            raise invalid(rt, name, "spec.ttl", f"Invalid value: {exc}") from None
+    if spec.get("expires") is not None:
+        try:
+            parse_time(str(spec["expires"]))
+        except ValueError:
+            raise invalid(rt, name, "spec.expires",
+                          "Invalid value: must be an RFC3339 time") from None
 
 
 #: ``metav1.MicroTime`` on the wire: RFC 3339 with exactly six fractional digits
@@ -241,6 +250,35 @@ def _validate_lease(rt: ResourceType, name: str, spec: Any) -> None:
 CONDITIONAL_UPDATES = frozenset({"leases"})
 
 
+#: per resource, the check of its ``spec`` (name, spec) beyond the common metadata
+_SPEC_VALIDATORS: dict[str, Callable[[ResourceType, str, Any], None]] = {
+    "pods": _validate_pod,
+    "pytorchjobs": _validate_pytorchjob,
+    "leases": _validate_lease,
+    "reservations": _validate_reservation,
+}
+
+
+def _initialize_created(rt: ResourceType, obj: Obj) -> None:
+    """What the API server sets on an object it is creating: a pod's default requests
+    and Pending status with its QoS class, a namespace's Active status, ``kubernetes``
+    finalizer and name label; the status a client sent on a custom resource or claim is
+    dropped (a claim starts Bound)."""
+    meta = obj["metadata"]
+    if rt.plural == "pods":
+        if isinstance(obj.get("spec"), dict):
+            default_requests(obj["spec"])
+        obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
+    elif rt.plural == "namespaces":
+        obj["status"] = {"phase": "Active"}
+        obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+        meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+    elif rt.plural in ("pytorchjobs", "reservations", "persistentvolumeclaims"):
+        obj.pop("status", None)
+        if rt.plural == "persistentvolumeclaims":
+            obj["status"] = {"phase": "Bound"}
+
+
 # ---------------------------------------------------------------------- custom resources
 
 #: The structural schemas of the two CRDs (upstream training-operator v1.8.1 and
@@ -284,28 +322,35 @@ def prune(rt: ResourceType, obj: Obj) -> list[str]:
     if schema is None:
         return []
     dropped: list[str] = []
+    _drop_unknown(obj, schema, "", dropped)
+    _fill_defaults(obj, DEFAULTS.get(rt.plural, []))
+    return dropped
 
-    def walk(node: Any, sch: Schema, path: str) -> None:
-        if not isinstance(node, dict):
-            return
-        for key in list(node):
-            if path == "" and key in _TOP:
-                continue
-            sub = sch.get("*", sch.get(key, ...)) if "*" in sch else sch.get(key, ...)
-            if sub is ...:
-                dropped.append(f"{path}{key}")
-                del node[key]
-            elif isinstance(sub, dict):
-                walk(node[key], sub, f"{path}{key}.")
 
-    walk(obj, schema, "")
-    for parent_path, key, value in DEFAULTS.get(rt.plural, []):
+def _drop_unknown(node: Any, sch: Schema, path: str, dropped: list[str]) -> None:
+    """Delete the keys of ``node`` (at ``path``) that ``sch`` does not name, recursively,
+    appending each dropped path to ``dropped``; the top-level object keys stay."""
+    if not isinstance(node, dict):
+        return
+    for key in list(node):
+        if path == "" and key in _TOP:
+            continue
+        sub = sch.get("*", sch.get(key, ...)) if "*" in sch else sch.get(key, ...)
+        if sub is ...:
+            dropped.append(f"{path}{key}")
+            del node[key]
+        elif isinstance(sub, dict):
+            _drop_unknown(node[key], sub, f"{path}{key}.", dropped)
+
+
+def _fill_defaults(obj: Obj, defaults: list[tuple[tuple[str, ...], str, Any]]) -> None:
+    """Set each default field whose parent object is present and lacks it."""
+    for parent_path, key, value in defaults:
         parent: Any = obj
         for part in parent_path:
             parent = parent.get(part) if isinstance(parent, dict) else None
         if isinstance(parent, dict) and key not in parent:
             parent[key] = value
-    return dropped
 
 
 def strict_error(rt: ResourceType, dropped: list[str]) -> ApiError:
@@ -684,18 +729,7 @@ class Handler:
             meta.pop(k, None)
         if self.store.get(rt.plural, namespace or "", meta["name"]) is not None:
             raise already_exists(rt, meta["name"])
-        if rt.plural == "pods":
-            if isinstance(obj.get("spec"), dict):
-                default_requests(obj["spec"])
-            obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
-        elif rt.plural == "namespaces":
-            obj["status"] = {"phase": "Active"}
-            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
-            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
-        elif rt.plural in ("pytorchjobs", "reservations", "persistentvolumeclaims"):
-            obj.pop("status", None)
-            if rt.plural == "persistentvolumeclaims":
-                obj["status"] = {"phase": "Bound"}
+        _initialize_created(rt, obj)
         if rt.plural == "reservations":
             self.cluster.controller.admit_reservation(obj)
         if dry_run:
@@ -860,21 +894,7 @@ class Handler:
     async def watch(
         self, request: web.Request, rt: ResourceType, namespace: str | None, matcher: Any
     ) -> web.StreamResponse:
-        q = request.query
-        raw_rv = q.get("resourceVersion") or ""
-        since: int | None = None
-        if raw_rv not in ("", "0"):
-            try:
-                since = int(raw_rv)
-            except ValueError:
-                raise bad_request(f"invalid resourceVersion {raw_rv!r}") from None
-        try:
-            timeout = float(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
-        except ValueError:
-            raise bad_request("timeoutSeconds must be a number") from None
-        initial = watch_list(q)
-        if initial:
-            since = None  # the current state first, "not older than" any given version
+        since, timeout, initial = _watch_options(request.query)
         resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         resp.enable_chunked_encoding()
         try:
@@ -889,36 +909,63 @@ class Handler:
             await resp.write(b'{"type":"ERROR","object":' + dumps(exc.status()) + b"}\n")
             await resp.write_eof()
             return resp
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, timeout)
         try:
             await resp.prepare(request)
-            while True:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                try:
-                    line = await asyncio.wait_for(watcher.queue.get(), remaining)
-                except TimeoutError:
-                    break
-                if line is None:
-                    break
-                buf = [line]
-                while not watcher.queue.empty() and len(buf) < 1000:
-                    nxt = watcher.queue.get_nowait()
-                    if nxt is None:
-                        watcher.closed = True
-                        break
-                    buf.append(nxt)
-                await resp.write(b"".join(buf))
-                if watcher.closed and watcher.queue.empty():
-                    break
+            await _stream_events(resp, watcher, timeout)
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError, RuntimeError):
             pass
         finally:
             self.store.unwatch(watcher)
         return resp
+
+
+def _watch_options(q: Mapping[str, str]) -> tuple[int | None, float, bool]:
+    """A watch's (resource version to start after, timeout in seconds, whether the
+    initial state comes first as events); 400 for a bad ``resourceVersion`` or
+    ``timeoutSeconds``."""
+    raw_rv = q.get("resourceVersion") or ""
+    since: int | None = None
+    if raw_rv not in ("", "0"):
+        try:
+            since = int(raw_rv)
+        except ValueError:
+            raise bad_request(f"invalid resourceVersion {raw_rv!r}") from None
+    try:
+        timeout = float(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+    except ValueError:
+        raise bad_request("timeoutSeconds must be a number") from None
+    initial = watch_list(q)
+    if initial:
+        since = None  # the current state first, "not older than" any given version
+    return since, timeout, initial
+
+
+async def _stream_events(resp: web.StreamResponse, watcher: Watcher, timeout: float) -> None:
+    """Write the watcher's event lines to ``resp`` (up to 1000 a chunk) until the
+    timeout passes or the watch is closed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0.0, timeout)
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        try:
+            line = await asyncio.wait_for(watcher.queue.get(), remaining)
+        except TimeoutError:
+            return
+        if line is None:
+            return
+        buf = [line]
+        while not watcher.queue.empty() and len(buf) < 1000:
+            nxt = watcher.queue.get_nowait()
+            if nxt is None:
+                watcher.closed = True
+                break
+            buf.append(nxt)
+        await resp.write(b"".join(buf))
+        if watcher.closed and watcher.queue.empty():
+            return
 
 
 #: Namespaces the real API server refuses to delete.

@@ -97,21 +97,32 @@ def parse_fault(clusters: list[str], cluster: str, action: str,
     if action in ("cordon", "uncordon"):
         return FaultRequest(action, node=str(args.get("node") or ""))
     if action == "errors":
-        status = int(args.get("status", 500))
-        rate = float(args.get("rate", 1.0))
-        if not 400 <= status <= 599:
-            raise ControlError("errors --status must be an HTTP error code (400-599)")
-        if not 0.0 <= rate <= 1.0:
-            raise ControlError("errors --rate must be between 0 and 1")
-        ra = args.get("retry_after")
-        return FaultRequest(action, status=status, rate=rate,
-                            retry_after=None if ra is None else float(ra))
+        return _parse_errors(args)
     if action == "latency":
-        seconds = float(args.get("seconds", 0))
-        if seconds < 0:
-            raise ControlError("latency --seconds must not be negative")
-        return FaultRequest(action, seconds=seconds)
+        return _parse_latency(args)
     raise ControlError(f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
+
+
+def _parse_errors(args: dict[str, Any]) -> FaultRequest:
+    """An ``errors`` request: HTTP ``status`` (400-599) answered to ``rate`` (0-1) of
+    requests, with an optional ``retry_after``."""
+    status = int(args.get("status", 500))
+    rate = float(args.get("rate", 1.0))
+    if not 400 <= status <= 599:
+        raise ControlError("errors --status must be an HTTP error code (400-599)")
+    if not 0.0 <= rate <= 1.0:
+        raise ControlError("errors --rate must be between 0 and 1")
+    ra = args.get("retry_after")
+    return FaultRequest("errors", status=status, rate=rate,
+                        retry_after=None if ra is None else float(ra))
+
+
+def _parse_latency(args: dict[str, Any]) -> FaultRequest:
+    """A ``latency`` request: ``seconds`` (not negative) added to every answer."""
+    seconds = float(args.get("seconds", 0))
+    if seconds < 0:
+        raise ControlError("latency --seconds must not be negative")
+    return FaultRequest("latency", seconds=seconds)
 
 
 async def apply_action(emu: Emulator, cluster: str, action: str, args: dict[str, Any]) -> str:

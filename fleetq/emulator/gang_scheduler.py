@@ -39,6 +39,28 @@ from fleetq.emulator.store import Obj, Store
 Plan = list[tuple[str, str | None]]
 
 
+class _TentativeRoom:
+    """Free resources and pod slots per node while one gang is being placed: read from the
+    ledger on first use, then reduced by each pod placed so far (nothing is bound yet)."""
+
+    def __init__(self, ledger: CapacityLedger) -> None:
+        self._ledger = ledger
+        self.frees: dict[str, R.Resources] = {}
+        self.slots: dict[str, int] = {}
+
+    def free_of(self, node: str) -> R.Resources:
+        """What ``node`` has left, counting the pods placed so far."""
+        if node not in self.frees:
+            self.frees[node] = self._ledger.free(node)
+            self.slots[node] = self._ledger.pods_free(node)
+        return self.frees[node]
+
+    def take(self, node: str, free: R.Resources, requests: R.Resources) -> None:
+        """Place one pod of ``requests`` on ``node``, which had ``free`` for it."""
+        self.frees[node] = R.sub(free, requests)
+        self.slots[node] -= 1
+
+
 class GangScheduler:
     """Binds the pending pods of one cluster, a gang at a time, in creation order."""
 
@@ -84,59 +106,64 @@ class GangScheduler:
         """Place all shapes or none. ``reservations[i]`` lists (name, node, room) the i-th
         pod may consume; a non-None list is required (reservation affinity). Returns the
         assignment [(node, reservation name)] or None with the reason."""
-        nodes = self.ledger.nodes
-        frees: dict[str, R.Resources] = {}
-        slots: dict[str, int] = {}
-
-        def free_of(node: str) -> R.Resources:
-            if node not in frees:
-                frees[node] = self.ledger.free(node)
-                slots[node] = self.ledger.pods_free(node)
-            return frees[node]
-
+        room = _TentativeRoom(self.ledger)
         used_res: set[str] = set()
         out: Plan = []
         for i, shape in enumerate(shapes):
             options = reservations[i]
-            chosen: tuple[str, str | None] | None = None
-            if options:
-                for rname, rnode, room in options:
-                    if rname in used_res or rnode not in nodes:
-                        continue
-                    free = R.add(free_of(rnode), room)
-                    if slots[rnode] >= 1 and R.fits(shape.requests, free):
-                        chosen = (rnode, rname)
-                        frees[rnode] = R.sub(free, shape.requests)
-                        slots[rnode] -= 1
-                        used_res.add(rname)
-                        break
-                if chosen is None and shape.needs_reservation:
+            chosen = self._place_in_reservation(shape, options, room, used_res) if options else None
+            if chosen is None and shape.needs_reservation:
+                if options:
                     return None, (
                         f"pod {i}: no Available reservation matching its reservation affinity "
                         "has room"
                     )
-            if chosen is None and shape.needs_reservation:
                 return None, f"pod {i}: no Available reservation matches its reservation affinity"
             if chosen is None:
-                reasons: dict[str, int] = {}
-                best: tuple[int, str] | None = None
-                for name, st in nodes.items():
-                    free = free_of(name)
-                    why = node_reject(st, shape, free, slots[name])
-                    if why is not None:
-                        reasons[why] = reasons.get(why, 0) + 1
-                        continue
-                    score = free.get(R.CPU, 0) - shape.requests.get(R.CPU, 0)
-                    if best is None or score > best[0]:
-                        best = (score, name)
-                if best is None:
-                    return None, unavailable_message(len(nodes), reasons)
-                node = best[1]
-                frees[node] = R.sub(frees[node], shape.requests)
-                slots[node] -= 1
+                node, reason = self._place_on_best_node(shape, room)
+                if node is None:
+                    return None, reason
                 chosen = (node, None)
             out.append(chosen)
         return out, ""
+
+    def _place_in_reservation(
+        self, shape: PodShape, options: list[Option], room: _TentativeRoom, used_res: set[str]
+    ) -> tuple[str, str | None] | None:
+        """The first unused reservation in ``options`` whose node (plus the reservation's
+        room) fits ``shape``, consumed from ``room``; None when none has room."""
+        for rname, rnode, reserved in options:
+            if rname in used_res or rnode not in self.ledger.nodes:
+                continue
+            free = R.add(room.free_of(rnode), reserved)
+            if room.slots[rnode] >= 1 and R.fits(shape.requests, free):
+                room.take(rnode, free, shape.requests)
+                used_res.add(rname)
+                return rnode, rname
+        return None
+
+    def _place_on_best_node(
+        self, shape: PodShape, room: _TentativeRoom
+    ) -> tuple[str | None, str]:
+        """The fitting node with the most CPU left after ``shape`` (consumed from ``room``),
+        or None with the unschedulable message counting why each node was rejected."""
+        nodes = self.ledger.nodes
+        reasons: dict[str, int] = {}
+        best: tuple[int, str] | None = None
+        for name, st in nodes.items():
+            free = room.free_of(name)
+            why = node_reject(st, shape, free, room.slots[name])
+            if why is not None:
+                reasons[why] = reasons.get(why, 0) + 1
+                continue
+            score = free.get(R.CPU, 0) - shape.requests.get(R.CPU, 0)
+            if best is None or score > best[0]:
+                best = (score, name)
+        if best is None:
+            return None, unavailable_message(len(nodes), reasons)
+        node = best[1]
+        room.take(node, room.frees[node], shape.requests)
+        return node, ""
 
     def _gang_need(self, pending: list[Obj]) -> int | None:
         """How many of a job's pending pods must be bound together: its PodGroup's

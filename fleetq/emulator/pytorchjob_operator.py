@@ -264,70 +264,105 @@ def reconcile_status(job: Obj, status: dict[str, Any], pods: list[Obj],
         set_job_condition(status, "Created", "True", "PyTorchJobCreated",
                           f"PyTorchJob {name} is created.")
     if is_finished(status):
-        _delete_pods_and_services(cluster, status, pods, clean)
-        if condition_true(status, "Succeeded"):
-            for rs in (status.get("replicaStatuses") or {}).values():
-                if rs.get("active"):
-                    rs["succeeded"] = rs.get("succeeded", 0) + rs.pop("active")
+        _reconcile_finished(cluster, status, pods, clean)
         return status
     if run_policy.get("suspend") is True:
-        _delete_pods_and_services(cluster, status, pods, clean)
-        for rs in (status.get("replicaStatuses") or {}).values():
-            rs.pop("active", None)
-        msg = f"PyTorchJob {name} is suspended."
-        if condition_true(status, "Running"):
-            set_job_condition(status, "Running", "False", "PyTorchJobSuspended", msg)
-        if not condition_true(status, "Suspended"):
-            set_job_condition(status, "Suspended", "True", "PyTorchJobSuspended", msg)
+        _reconcile_suspended(cluster, name, status, pods, clean)
         return status
     if condition_true(status, "Suspended"):
         set_job_condition(status, "Suspended", "False", "PyTorchJobResumed",
                           f"PyTorchJob {name} is resumed.")
         status["startTime"] = now_iso()
-    ads = run_policy.get("activeDeadlineSeconds")
-    start = status.get("startTime")
-    if (isinstance(ads, int) and not isinstance(ads, bool) and start
-            and time.time() - parse_time(str(start)) >= ads):
+    if _past_active_deadline(run_policy, status):
         status.setdefault("completionTime", now_iso())
         set_job_condition(status, "Failed", "True", "PyTorchJobFailed",
                           f"Job {name} has failed because it was active longer than "
                           "specified deadline")
         _delete_pods_and_services(cluster, status, pods, clean)
         return status
-    statuses: dict[str, dict[str, Any]] = {}
-    for rtype, rs in replicas.items():
-        counts: dict[str, Any] = {}
-        statuses[rtype] = counts
-        role = rtype.lower()
-        mine = {int((p["metadata"].get("labels") or {}).get(REPLICA_INDEX, -1)): p
-                for p in pods
-                if (p["metadata"].get("labels") or {}).get(REPLICA_TYPE) == role}
-        restart = rs["restartPolicy"]
-        for index in range(rs["replicas"]):
-            pod = mine.get(index)
-            if pod is None:
-                cluster.create_replica(job, role, index, rs.get("template") or {}, restart)
-                continue
-            phase = (pod.get("status") or {}).get("phase")
-            if phase == "Failed":
-                code = _exit_code(pod)
-                if (restart == "ExitCode" and code in RETRYABLE_EXIT_CODES) or restart in (
-                        "OnFailure", "Always"):
-                    cluster.delete_replica(pod)
-                    set_job_condition(status, "Restarting", "True", "PyTorchJobRestarting",
-                                      f"job {name} is restarting because {rtype} "
-                                      "replica(s) failed.")
-                elif restart == "ExitCode":
-                    set_job_condition(status, "Failed", "True", "PyTorchJobFailed",
-                                      f'job "{name}" is failing because "{rtype}" '
-                                      "replica(s) failed.")
-            _count(counts, pod)
-        for index, pod in mine.items():  # pods beyond the replica count: deleted
-            if index < 0 or index >= rs["replicas"]:
-                cluster.delete_replica(pod)
-    status["replicaStatuses"] = statuses
+    status["replicaStatuses"] = {
+        rtype: _reconcile_replicas(job, rtype, rs, pods, status, cluster)
+        for rtype, rs in replicas.items()
+    }
     _update_job_status(job, replicas, status)
     return status
+
+
+def _reconcile_finished(cluster: PyTorchJobOperator, status: dict[str, Any],
+                        pods: list[Obj], clean: str) -> None:
+    """A finished job: its pods go per cleanPodPolicy; a succeeded one counts its
+    still-active replicas as succeeded."""
+    _delete_pods_and_services(cluster, status, pods, clean)
+    if condition_true(status, "Succeeded"):
+        for rs in (status.get("replicaStatuses") or {}).values():
+            if rs.get("active"):
+                rs["succeeded"] = rs.get("succeeded", 0) + rs.pop("active")
+
+
+def _reconcile_suspended(cluster: PyTorchJobOperator, name: str, status: dict[str, Any],
+                         pods: list[Obj], clean: str) -> None:
+    """A suspended job: every pod deleted, nothing active, Running false and
+    Suspended true."""
+    _delete_pods_and_services(cluster, status, pods, clean)
+    for rs in (status.get("replicaStatuses") or {}).values():
+        rs.pop("active", None)
+    msg = f"PyTorchJob {name} is suspended."
+    if condition_true(status, "Running"):
+        set_job_condition(status, "Running", "False", "PyTorchJobSuspended", msg)
+    if not condition_true(status, "Suspended"):
+        set_job_condition(status, "Suspended", "True", "PyTorchJobSuspended", msg)
+
+
+def _past_active_deadline(run_policy: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether the job has been active (since its startTime) for at least
+    ``runPolicy.activeDeadlineSeconds``."""
+    ads = run_policy.get("activeDeadlineSeconds")
+    start = status.get("startTime")
+    return bool(isinstance(ads, int) and not isinstance(ads, bool) and start
+                and time.time() - parse_time(str(start)) >= ads)
+
+
+def _reconcile_replicas(job: Obj, rtype: str, rs: Mapping[str, Any], pods: list[Obj],
+                        status: dict[str, Any], cluster: PyTorchJobOperator) -> dict[str, Any]:
+    """common/pod.go ReconcilePods for one replica type: create the missing indices,
+    restart or fail on failed pods per restartPolicy, delete pods beyond the replica
+    count; returns the type's replica counts."""
+    counts: dict[str, Any] = {}
+    role = rtype.lower()
+    mine = {int((p["metadata"].get("labels") or {}).get(REPLICA_INDEX, -1)): p
+            for p in pods
+            if (p["metadata"].get("labels") or {}).get(REPLICA_TYPE) == role}
+    restart = rs["restartPolicy"]
+    for index in range(rs["replicas"]):
+        pod = mine.get(index)
+        if pod is None:
+            cluster.create_replica(job, role, index, rs.get("template") or {}, restart)
+            continue
+        if (pod.get("status") or {}).get("phase") == "Failed":
+            _on_failed_replica(job["metadata"]["name"], rtype, restart, pod, status, cluster)
+        _count(counts, pod)
+    for index, pod in mine.items():  # pods beyond the replica count: deleted
+        if index < 0 or index >= rs["replicas"]:
+            cluster.delete_replica(pod)
+    return counts
+
+
+def _on_failed_replica(name: str, rtype: str, restart: str, pod: Obj,
+                       status: dict[str, Any], cluster: PyTorchJobOperator) -> None:
+    """A failed pod is deleted (to be recreated) and the job Restarting when its
+    restartPolicy retries it (ExitCode: only retryable exit codes); under ExitCode
+    otherwise the job is Failed."""
+    code = _exit_code(pod)
+    if (restart == "ExitCode" and code in RETRYABLE_EXIT_CODES) or restart in (
+            "OnFailure", "Always"):
+        cluster.delete_replica(pod)
+        set_job_condition(status, "Restarting", "True", "PyTorchJobRestarting",
+                          f"job {name} is restarting because {rtype} "
+                          "replica(s) failed.")
+    elif restart == "ExitCode":
+        set_job_condition(status, "Failed", "True", "PyTorchJobFailed",
+                          f'job "{name}" is failing because "{rtype}" '
+                          "replica(s) failed.")
 
 
 def _exit_code(pod: Obj) -> int:
@@ -380,15 +415,8 @@ def _update_job_status(job: Obj, replicas: Mapping[str, Mapping[str, Any]],
         failed = counts.get("failed", 0)
         expected = rs["replicas"] - succeeded
         if has_master:
-            if rtype == "Master":
-                if running > 0:
-                    set_job_condition(status, "Running", "True", "PyTorchJobRunning",
-                                      f"PyTorchJob {name} is running.")
-                if expected == 0:
-                    status.setdefault("completionTime", now_iso())
-                    set_job_condition(status, "Succeeded", "True", "PyTorchJobSucceeded",
-                                      f"PyTorchJob {name} is successfully completed.")
-                    return
+            if rtype == "Master" and _master_conditions(status, name, running, expected):
+                return
         elif rtype == "Worker":
             if expected == 0 or (elastic and succeeded > 0):
                 status.setdefault("completionTime", now_iso())
@@ -398,15 +426,36 @@ def _update_job_status(job: Obj, replicas: Mapping[str, Mapping[str, Any]],
                 set_job_condition(status, "Running", "True", "PyTorchJobRunning",
                                   f"PyTorchJob {ns}/{name} is running.")
         if failed > 0 and rs["replicas"] > succeeded + running:
-            if rs["restartPolicy"] != "Never":
-                set_job_condition(status, "Restarting", "True", "PyTorchJobRestarting",
-                                  f"PyTorchJob {name} is restarting because {failed} "
-                                  f"{rtype} replica(s) failed.")
-            else:
-                status.setdefault("completionTime", now_iso())
-                set_job_condition(status, "Failed", "True", "PyTorchJobFailed",
-                                  f"PyTorchJob {name} is failed because {failed} {rtype} "
-                                  "replica(s) failed.")
+            _on_failed_replicas(status, name, rtype, rs["restartPolicy"], failed)
+
+
+def _master_conditions(status: dict[str, Any], name: str, running: int, expected: int) -> bool:
+    """A job with a Master runs while the Master does and succeeds when it has; returns
+    whether it succeeded."""
+    if running > 0:
+        set_job_condition(status, "Running", "True", "PyTorchJobRunning",
+                          f"PyTorchJob {name} is running.")
+    if expected == 0:
+        status.setdefault("completionTime", now_iso())
+        set_job_condition(status, "Succeeded", "True", "PyTorchJobSucceeded",
+                          f"PyTorchJob {name} is successfully completed.")
+        return True
+    return False
+
+
+def _on_failed_replicas(status: dict[str, Any], name: str, rtype: str, restart: str,
+                        failed: int) -> None:
+    """Failed replicas not all replaced: the job is Restarting unless its
+    restartPolicy is Never, then it is Failed."""
+    if restart != "Never":
+        set_job_condition(status, "Restarting", "True", "PyTorchJobRestarting",
+                          f"PyTorchJob {name} is restarting because {failed} "
+                          f"{rtype} replica(s) failed.")
+    else:
+        status.setdefault("completionTime", now_iso())
+        set_job_condition(status, "Failed", "True", "PyTorchJobFailed",
+                          f"PyTorchJob {name} is failed because {failed} {rtype} "
+                          "replica(s) failed.")
 
 
 def label_selector(job_name: str, role: str) -> str:

@@ -605,22 +605,32 @@ class RealMembers:
                 c.get("type") == "Succeeded" and c.get("status") == "True" for c in conditions):
             problems.append(f"{workflow_id}: the copy on {cluster} is not Succeeded: "
                             f"{[c.get('type') for c in conditions]}")
-        want = {f"{name}-master-0", f"{name}-worker-0"}
-        got = {p["metadata"]["name"] for p in pods[cluster]}
-        if got != want or len(pods[cluster]) != len(want):
-            problems.append(f"{workflow_id}: pods {sorted(got)} on {cluster}, expected "
-                            f"{sorted(want)}")
-        uid = copy["metadata"]["uid"]
-        for p in pods[cluster]:
-            refs = [r.get("uid") for r in p["metadata"].get("ownerReferences") or []]
-            phase = (p.get("status") or {}).get("phase")
-            if refs != [uid] or (expect == "Succeeded" and phase != "Succeeded"):
-                problems.append(f"{workflow_id}: pod {p['metadata']['name']} on {cluster} "
-                                f"owned by {refs} ({phase}), expected the copy {uid} "
-                                "(Succeeded)")
+        problems += _gang_pod_problems(workflow_id, name, cluster, copy, pods[cluster], expect)
         problems += [f"{workflow_id}: pods {[p['metadata']['name'] for p in ps]} left on "
                      f"{c}, which has no copy" for c, ps in pods.items() if ps and c != cluster]
         return problems, copy
+
+
+def _gang_pod_problems(workflow_id: str, name: str, cluster: str, copy: dict[str, Any],
+                       pods: list[dict[str, Any]], expect: str) -> list[str]:
+    """What is wrong with the job's pods on the member holding its copy: they must be
+    exactly the gang (one master, one worker), each controlled by the copy and, when
+    the job is expected Succeeded, Succeeded."""
+    problems: list[str] = []
+    want = {f"{name}-master-0", f"{name}-worker-0"}
+    got = {p["metadata"]["name"] for p in pods}
+    if got != want or len(pods) != len(want):
+        problems.append(f"{workflow_id}: pods {sorted(got)} on {cluster}, expected "
+                        f"{sorted(want)}")
+    uid = copy["metadata"]["uid"]
+    for p in pods:
+        refs = [r.get("uid") for r in p["metadata"].get("ownerReferences") or []]
+        phase = (p.get("status") or {}).get("phase")
+        if refs != [uid] or (expect == "Succeeded" and phase != "Succeeded"):
+            problems.append(f"{workflow_id}: pod {p['metadata']['name']} on {cluster} "
+                            f"owned by {refs} ({phase}), expected the copy {uid} "
+                            "(Succeeded)")
+    return problems
 
 
 async def quota_leaks(client: Client, tree: str = TREE_NAME) -> list[str]:
@@ -668,6 +678,119 @@ async def leaf_quota_problems(client: Client, leaf: str, job_ids: Sequence[str],
 
 
 # --------------------------------------------------------------------------- the rig
+
+
+class _JobProbe:
+    """What a kill point waits for in one job: its state, or events in its history
+    (each check answers what it saw, empty while not there yet)."""
+
+    def __init__(self, handle: WorkflowHandle[Any, Any]) -> None:
+        self.handle = handle
+
+    async def state_is(self, *states: str) -> str:
+        v = await job_view(self.handle)
+        return f"state {v.state}" if v is not None and v.state in states else ""
+
+    async def scheduled(self, activity: str, after_cancel: bool = False) -> str:
+        events = await history_events(self.handle)
+        start = 0
+        if after_cancel:
+            marks = [e.event_id for e in events if e.event_type
+                     == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED]
+            if not marks:
+                return ""
+            start = marks[0]
+        return f"{activity} scheduled" if activity_scheduled(events, activity, start) else ""
+
+    async def admitted(self) -> str:
+        events = await history_events(self.handle)
+        return "admitted signal" if signalled(events, "admitted") else ""
+
+    async def placing(self) -> str:
+        """The workflow task after the grant is running: it runs capacity and
+        placement (a local activity) inside it."""
+        events = await history_events(self.handle)
+        grants = [e.event_id for e in events if e.event_type
+                  == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+                  and e.workflow_execution_signaled_event_attributes.signal_name
+                  == "admitted"]
+        return "placement task started" if grants and any(
+            e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+            and e.event_id > grants[0] for e in events) else ""
+
+    async def bind_completed(self) -> str:
+        """The bind's completion is in the history; whether the workflow has asked
+        for the watch yet (with the proxy's latency, it has read nothing either way)."""
+        events = await history_events(self.handle)
+        binds = {e.event_id for e in events
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                 and e.activity_task_scheduled_event_attributes.activity_type.name
+                 == "bind"}
+        done = [e.event_id for e in events
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                and e.activity_task_completed_event_attributes.scheduled_event_id in binds]
+        if not done:
+            return ""
+        watch = activity_scheduled(events, "watch_status", done[0])
+        return f"bind completed, watch {'scheduled' if watch else 'not asked'}"
+
+
+def _end_problems(wid: str, view: JobView | None, status: WorkflowExecutionStatus | None,
+                  expect: str) -> list[str]:
+    """The ended job's state must be ``expect``, and its workflow Completed (Canceled
+    when the job was deleted)."""
+    problems: list[str] = []
+    if view is None:
+        problems.append(f"{wid}: status query failed after it ended")
+    elif view.state != expect:
+        problems.append(f"{wid}: ended {view.state} ({view.reason}), expected {expect}")
+    want_status = (WorkflowExecutionStatus.CANCELED if expect == "Deleted"
+                   else WorkflowExecutionStatus.COMPLETED)
+    if status != want_status:
+        problems.append(f"{wid}: workflow {status.name if status else '?'}, "
+                        f"expected {want_status.name}")
+    return problems
+
+
+def _admission_problems(wid: str, view: JobView | None, events: list[Any],
+                        preempted: bool) -> list[str]:
+    """Admitted exactly once (twice, and told Preempted once, when ``preempted``)."""
+    problems: list[str] = []
+    # one leaf, max-jobs 1, one grant: a second `admitted` would be a double admission
+    # (the quota workflow granting a re-sent enqueue again after the crash)
+    if (admissions := signal_count(events, "admitted")) != 1 + preempted:
+        problems.append(f"{wid}: admitted {admissions} times, expected "
+                        + ("twice (preempted once)" if preempted else "exactly once"))
+    if preempted and (told := sum(e.count for e in (view.events if view else [])
+                                  if e.reason == "Preempted")) != 1:
+        problems.append(f"{wid}: {told} Preempted events, expected exactly one")
+    return problems
+
+
+def _emulated_member_problems(emulator: EmulatedFleet, wid: str, view: JobView | None,
+                              expect: str, failed_over: bool) -> list[str]:
+    """On emulated members: exactly one copy, on the member the job reports (none once
+    deleted), evicted once when it ``failed_over``, and no Reservation still holding
+    (none at all once deleted)."""
+    problems: list[str] = []
+    ns, name = wid.split("/")[1:]
+    copies = member_copies(emulator, ns, name, ALL_MEMBERS)
+    if expect == "Deleted":
+        if copies:
+            problems.append(f"{wid}: deleted but copies remain on {copies}")
+    else:
+        if sorted(copies.values()) != [1]:
+            problems.append(f"{wid}: member copies {copies}, expected exactly one copy on "
+                            "exactly one member")
+        elif view is not None and list(copies) != [view.cluster]:
+            problems.append(f"{wid}: copy on {list(copies)} but the job says "
+                            f"{view.cluster}")
+        if failed_over and view is not None and not view.evicted:
+            problems.append(f"{wid}: never failed over")
+    for cluster, rname, phase in job_reservations(emulator, wid, ALL_MEMBERS):
+        if phase in HOLDING_PHASES or expect == "Deleted":
+            problems.append(f"{wid}: Reservation {rname} left on {cluster} ({phase})")
+    return problems
 
 
 @dataclass
@@ -824,123 +947,93 @@ class ChaosRig:
     async def _trigger(self, point: str, handle: WorkflowHandle[Any, Any]) -> str:
         """Drive the job to ``point`` (injecting what that needs) and say what was seen
         when it got there; empty when it never did."""
-
-        async def state_is(*states: str) -> str:
-            v = await job_view(handle)
-            return f"state {v.state}" if v is not None and v.state in states else ""
-
-        async def scheduled(activity: str, after_cancel: bool = False) -> str:
-            events = await history_events(handle)
-            start = 0
-            if after_cancel:
-                marks = [e.event_id for e in events if e.event_type
-                         == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED]
-                if not marks:
-                    return ""
-                start = marks[0]
-            return f"{activity} scheduled" if activity_scheduled(events, activity, start) else ""
-
-        async def admitted() -> str:
-            return "admitted signal" if signalled(await history_events(handle), "admitted") else ""
-
-        async def placing() -> str:
-            """The workflow task after the grant is running: it runs capacity and
-            placement (a local activity) inside it."""
-            events = await history_events(handle)
-            grants = [e.event_id for e in events if e.event_type
-                      == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-                      and e.workflow_execution_signaled_event_attributes.signal_name
-                      == "admitted"]
-            return "placement task started" if grants and any(
-                e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
-                and e.event_id > grants[0] for e in events) else ""
-
-        async def bind_completed() -> str:
-            """The bind's completion is in the history; whether the workflow has asked
-            for the watch yet (with the proxy's latency, it has read nothing either way)."""
-            events = await history_events(handle)
-            binds = {e.event_id for e in events
-                     if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-                     and e.activity_task_scheduled_event_attributes.activity_type.name
-                     == "bind"}
-            done = [e.event_id for e in events
-                    if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-                    and e.activity_task_completed_event_attributes.scheduled_event_id in binds]
-            if not done:
-                return ""
-            watch = activity_scheduled(events, "watch_status", done[0])
-            return f"bind completed, watch {'scheduled' if watch else 'not asked'}"
-
+        probe = _JobProbe(handle)
         t = 60.0
-        if point == "queued":
-            return str(await poll(lambda: state_is("Queued"), t))
-        if point == "admitted":
-            return str(await poll(admitted, t, 0.01))
         # capacity and placement is a local activity: no history event marks its start,
         # so that point is the workflow task that handles the grant (it runs placement)
-        if point == "capacity":
-            return str(await poll(placing, t, 0.01))
-        if point == "reserving":
-            return str(await poll(lambda: scheduled("reserve"), t, 0.01))
-        if point == "binding" and self.real is not None:
-            # the bind activity has started writing: its namespace is on the member and
-            # its PyTorchJob not yet (the proxy's latency holds each write that long)
-            if not await poll(lambda: scheduled("bind"), t, 0.01):
-                return ""
-            ns, name = handle.id.split("/")[1:]
-            real = self.real
-            return str(await poll(lambda: real.bind_writing(ns, name), t, 0.01))
-        if point == "binding":
-            return str(await poll(lambda: scheduled("bind"), t, 0.01))
-        if point == "bound":
-            return str(await poll(bind_completed, t, 0.01))
-        if point == "created":
-            return str(await poll(lambda: state_is("Created"), t, 0.01))
-        if point == "running":
-            return str(await poll(lambda: state_is("Running"), t))
-        if point == "failing-over":
-            if not await poll(lambda: state_is("Running"), t):
-                return ""
-            view = await job_view(handle)
-            assert view is not None and view.cluster is not None and self.emulator is not None
-            self.emulator.fail_job(view.cluster, view.namespace, view.name)
-            return str(await poll(lambda: state_is("FailingOver"), t, 0.01))
-        if point == "releasing":
-            if not await poll(lambda: state_is("Running"), t):
-                return ""
-            await handle.cancel()
-            return str(await poll(lambda: scheduled("purge", after_cancel=True), t, 0.01))
-        if point == "preempting":  # the victim was told to stop and is in its grace period
-            assert self.client is not None
-            victim = self.client.get_workflow_handle(
-                job_workflow_id(handle.id.split("/")[1], "victim"))
-
-            async def preempted() -> str:
-                v = await job_view(victim)
-                told = signalled(await history_events(victim), "preempt")
-                return ("victim in its grace period" if told and v is not None
-                        and v.cluster is not None else "")
-
-            return str(await poll(preempted, t, 0.01))
-        if point == "capacity-preempting":
-            # the victim recorded its Preempted event (told by the preemptor's workflow, for
-            # room on CAPACITY_MEMBER) and its copy is still there: it is in its grace period
-            assert self.client is not None and self.emulator is not None
-            ns = handle.id.split("/")[1]
-            victim = self.client.get_workflow_handle(job_workflow_id(ns, "victim"))
-            emulator = self.emulator
-
-            async def capacity_preempted() -> str:
-                v = await job_view(victim)
-                if v is None or not any(e.reason == "Preempted" for e in v.events):
-                    return ""
-                reasons = preempt_reasons(await history_events(victim))
-                there = member_copies(emulator, ns, "victim", (CAPACITY_MEMBER,))
-                return ("victim in its grace period (Capacity)"
-                        if reasons == ["Capacity"] and there else "")
-
-            return str(await poll(capacity_preempted, t, 0.01))
+        watched: dict[str, tuple[Callable[[], Awaitable[str]], float]] = {
+            "queued": (lambda: probe.state_is("Queued"), 0.03),
+            "admitted": (probe.admitted, 0.01),
+            "capacity": (probe.placing, 0.01),
+            "reserving": (lambda: probe.scheduled("reserve"), 0.01),
+            "bound": (probe.bind_completed, 0.01),
+            "created": (lambda: probe.state_is("Created"), 0.01),
+            "running": (lambda: probe.state_is("Running"), 0.03),
+        }
+        if point in watched:
+            check, step = watched[point]
+            return str(await poll(check, t, step))
+        driven: dict[str, Callable[[_JobProbe, float], Awaitable[str]]] = {
+            "binding": self._trigger_binding,
+            "failing-over": self._trigger_failing_over,
+            "releasing": self._trigger_releasing,
+            "preempting": self._trigger_preempting,
+            "capacity-preempting": self._trigger_capacity_preempting,
+        }
+        if point in driven:
+            return await driven[point](probe, t)
         raise ValueError(f"unknown kill point {point!r}")
+
+    async def _trigger_binding(self, probe: _JobProbe, t: float) -> str:
+        """On real members: the bind activity has started writing (its namespace is on
+        the member and its PyTorchJob not yet; the proxy's latency holds each write that
+        long). Emulated: the bind is scheduled."""
+        if self.real is None:
+            return str(await poll(lambda: probe.scheduled("bind"), t, 0.01))
+        if not await poll(lambda: probe.scheduled("bind"), t, 0.01):
+            return ""
+        ns, name = probe.handle.id.split("/")[1:]
+        real = self.real
+        return str(await poll(lambda: real.bind_writing(ns, name), t, 0.01))
+
+    async def _trigger_failing_over(self, probe: _JobProbe, t: float) -> str:
+        """Once the job runs, its member copy is failed: the job is FailingOver."""
+        if not await poll(lambda: probe.state_is("Running"), t):
+            return ""
+        view = await job_view(probe.handle)
+        assert view is not None and view.cluster is not None and self.emulator is not None
+        self.emulator.fail_job(view.cluster, view.namespace, view.name)
+        return str(await poll(lambda: probe.state_is("FailingOver"), t, 0.01))
+
+    async def _trigger_releasing(self, probe: _JobProbe, t: float) -> str:
+        """Once the job runs it is cancelled: the purge after the cancel is scheduled."""
+        if not await poll(lambda: probe.state_is("Running"), t):
+            return ""
+        await probe.handle.cancel()
+        return str(await poll(lambda: probe.scheduled("purge", after_cancel=True), t, 0.01))
+
+    async def _trigger_preempting(self, probe: _JobProbe, t: float) -> str:
+        """The victim was told to stop and is in its grace period."""
+        assert self.client is not None
+        victim = self.client.get_workflow_handle(
+            job_workflow_id(probe.handle.id.split("/")[1], "victim"))
+
+        async def preempted() -> str:
+            v = await job_view(victim)
+            told = signalled(await history_events(victim), "preempt")
+            return ("victim in its grace period" if told and v is not None
+                    and v.cluster is not None else "")
+
+        return str(await poll(preempted, t, 0.01))
+
+    async def _trigger_capacity_preempting(self, probe: _JobProbe, t: float) -> str:
+        """The victim recorded its Preempted event (told by the preemptor's workflow, for
+        room on CAPACITY_MEMBER) and its copy is still there: it is in its grace period."""
+        assert self.client is not None and self.emulator is not None
+        ns = probe.handle.id.split("/")[1]
+        victim = self.client.get_workflow_handle(job_workflow_id(ns, "victim"))
+        emulator = self.emulator
+
+        async def capacity_preempted() -> str:
+            v = await job_view(victim)
+            if v is None or not any(e.reason == "Preempted" for e in v.events):
+                return ""
+            reasons = preempt_reasons(await history_events(victim))
+            there = member_copies(emulator, ns, "victim", (CAPACITY_MEMBER,))
+            return ("victim in its grace period (Capacity)"
+                    if reasons == ["Capacity"] and there else "")
+
+        return str(await poll(capacity_preempted, t, 0.01))
 
     async def run_point(self, point: str, timeout: float = 240.0) -> PointResult:
         assert self.client is not None
@@ -1007,7 +1100,6 @@ class ChaosRig:
         assert self.emulator is not None or self.real is not None
         problems: list[str] = []
         wid = handle.id
-        ns, name = wid.split("/")[1:]
 
         async def closed() -> bool:
             try:
@@ -1026,24 +1118,9 @@ class ChaosRig:
         desc = await handle.describe()
         view = await job_view(handle)
         state = view.state if view is not None else "?"
-        if view is None:
-            problems.append(f"{wid}: status query failed after it ended")
-        elif state != expect:
-            problems.append(f"{wid}: ended {state} ({view.reason}), expected {expect}")
-        want_status = (WorkflowExecutionStatus.CANCELED if expect == "Deleted"
-                       else WorkflowExecutionStatus.COMPLETED)
-        if desc.status != want_status:
-            problems.append(f"{wid}: workflow {desc.status.name if desc.status else '?'}, "
-                            f"expected {want_status.name}")
+        problems += _end_problems(wid, view, desc.status, expect)
         events = await history_events(handle)
-        # one leaf, max-jobs 1, one grant: a second `admitted` would be a double admission
-        # (the quota workflow granting a re-sent enqueue again after the crash)
-        if (admissions := signal_count(events, "admitted")) != 1 + preempted:
-            problems.append(f"{wid}: admitted {admissions} times, expected "
-                            + ("twice (preempted once)" if preempted else "exactly once"))
-        if preempted and (told := sum(e.count for e in (view.events if view else [])
-                                      if e.reason == "Preempted")) != 1:
-            problems.append(f"{wid}: {told} Preempted events, expected exactly one")
+        problems += _admission_problems(wid, view, events, preempted)
         if self.real is not None:
             # on real members: none caused by our code or worker (a closing task refused
             # because an event arrived meanwhile is Temporal's design, see
@@ -1057,22 +1134,7 @@ class ChaosRig:
             problems.append(f"{wid}: {n} WorkflowTaskFailed events"
                             + (f": {why[0]}" if why else ""))
         assert self.emulator is not None
-        copies = member_copies(self.emulator, ns, name, ALL_MEMBERS)
-        if expect == "Deleted":
-            if copies:
-                problems.append(f"{wid}: deleted but copies remain on {copies}")
-        else:
-            if sorted(copies.values()) != [1]:
-                problems.append(f"{wid}: member copies {copies}, expected exactly one copy on "
-                                "exactly one member")
-            elif view is not None and list(copies) != [view.cluster]:
-                problems.append(f"{wid}: copy on {list(copies)} but the job says "
-                                f"{view.cluster}")
-            if failed_over and view is not None and not view.evicted:
-                problems.append(f"{wid}: never failed over")
-        for cluster, rname, phase in job_reservations(self.emulator, wid, ALL_MEMBERS):
-            if phase in HOLDING_PHASES or expect == "Deleted":
-                problems.append(f"{wid}: Reservation {rname} left on {cluster} ({phase})")
+        problems += _emulated_member_problems(self.emulator, wid, view, expect, failed_over)
         return state, problems
 
     def _note_copy(self, wid: str, copy: dict[str, Any], events: list[Any]) -> None:
