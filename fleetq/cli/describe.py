@@ -5,7 +5,6 @@ and the quota short, or each cluster's placement rejection) and its Events.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -196,6 +195,8 @@ async def describe_job(client: Client, namespace: str, name: str,
     """``describe pytorchjob``: the job's workflow view, its queue position when it
     waits, and its copies and pods as the member clusters of ``fleet_config`` (default:
     ``FLEETQ_CONFIG`` or the running ``fleetq up``) report them."""
+    import asyncio
+
     from fleetq.cli.member_views import read_members
     from fleetq.client.jobs import require_job, wait_info
 
