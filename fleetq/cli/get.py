@@ -10,7 +10,7 @@ a table (``GETTERS``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -342,13 +342,7 @@ async def _get_policies(client: Client, args: GetArgs, cluster: bool = False) ->
 
     reg = await get_registry(client)
     ns, name = (None if cluster else args.ns), args.name
-    items = []
-    for key, doc in sorted((reg.policies if reg else {}).items()):
-        if ("/" not in key) != cluster:
-            continue
-        p_ns, p_name = ("", key) if cluster else key.split("/", 1)
-        if (ns is None or p_ns == ns) and (name is None or p_name == name):
-            items.append((p_ns, p_name, doc))
+    items = _policy_items(reg.policies if reg else {}, cluster, ns, name)
     if name is not None and not items:
         raise NotFound(PLURALS["ClusterPropagationPolicy" if cluster else "PropagationPolicy"],
                        name)
@@ -364,9 +358,29 @@ async def _get_policies(client: Client, args: GetArgs, cluster: bool = False) ->
     if not items:
         _no_resources(ns)
         return
+    with_ns = args.all_namespaces and not cluster
+    print_table(*_policy_rows(items, with_ns, created))
+
+
+def _policy_items(policies: dict[str, dict[str, Any]], cluster: bool, ns: str | None,
+                  name: str | None) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(namespace, name, manifest)`` of the registry's policies of one scope (cluster:
+    bare keys, else ``ns/name``) selected by ``ns`` (None: all) and ``name``."""
+    items = []
+    for key, doc in sorted(policies.items()):
+        if ("/" not in key) != cluster:
+            continue
+        p_ns, p_name = ("", key) if cluster else key.split("/", 1)
+        if (ns is None or p_ns == ns) and (name is None or p_name == name):
+            items.append((p_ns, p_name, doc))
+    return items
+
+
+def _policy_rows(items: list[tuple[str, str, dict[str, Any]]], with_ns: bool,
+                 created: Callable[[str, str], datetime | None],
+                 ) -> tuple[list[str], list[list[Any]]]:
     headers = ["NAME", "SCHEDULING", "QUEUED", "AGE"]
     rows = []
-    with_ns = args.all_namespaces and not cluster
     for p_ns, p_name, doc in items:
         spec = doc.get("spec") or {}
         sched = ((spec.get("placement") or {}).get("replicaScheduling") or {}).get(
@@ -378,7 +392,7 @@ async def _get_policies(client: Client, args: GetArgs, cluster: bool = False) ->
         rows.append(row)
     if with_ns:
         headers.insert(0, "NAMESPACE")
-    print_table(headers, rows)
+    return headers, rows
 
 
 def _with_creation(doc: dict[str, Any], created: datetime | None) -> dict[str, Any]:
