@@ -68,24 +68,8 @@ def build_text(info: WorkflowExecutionInfo) -> str | None:
         behavior = behavior_name(vi.behavior) if vi.behavior else ""
         notes: list[str] = []
         if vi.HasField("versioning_override"):
-            override = vi.versioning_override
-            which = override.WhichOneof("override")
-            if which == "pinned" or (which is None and override.behavior
-                                     == VersioningBehavior.VERSIONING_BEHAVIOR_PINNED):
-                pin = override.pinned.version
-                pinned_deployment, pinned = _version(pin.deployment_name, pin.build_id,
-                                                     override.pinned_version)
-                if not pinned and override.HasField("deployment"):
-                    pinned_deployment = override.deployment.series_name
-                    pinned = override.deployment.build_id
-                if pinned:
-                    deployment, build = pinned_deployment or deployment, pinned
-                behavior = "Pinned by override"
-            elif which == "auto_upgrade" or override.behavior:
-                behavior = "AutoUpgrade by override"
-            elif which == "one_time":
-                target = override.one_time.target_deployment_version
-                notes.append(f"one-time move to {target.build_id} pending")
+            deployment, build, behavior = _override(vi.versioning_override, deployment,
+                                                    build, behavior, notes)
         if vi.HasField("version_transition"):
             vt = vi.version_transition
             _, moving_to = _version(vt.deployment_version.deployment_name,
@@ -102,6 +86,32 @@ def build_text(info: WorkflowExecutionInfo) -> str | None:
     stamp = info.most_recent_worker_version_stamp  # every SDK stamps its build, versioned or not
     build = info.assigned_build_id or (stamp.build_id if stamp.use_versioning else "")
     return build or None
+
+
+def _override(override: Any, deployment: str, build: str, behavior: str,
+              notes: list[str]) -> tuple[str, str, str]:
+    """``(deployment, build, behavior)`` after a ``versioning_override``
+    (:func:`build_text`); a pending one-time move is added to ``notes``."""
+    from temporalio.api.enums.v1 import VersioningBehavior
+
+    which = override.WhichOneof("override")
+    if which == "pinned" or (which is None and override.behavior
+                             == VersioningBehavior.VERSIONING_BEHAVIOR_PINNED):
+        pin = override.pinned.version
+        pinned_deployment, pinned = _version(pin.deployment_name, pin.build_id,
+                                             override.pinned_version)
+        if not pinned and override.HasField("deployment"):
+            pinned_deployment = override.deployment.series_name
+            pinned = override.deployment.build_id
+        if pinned:
+            deployment, build = pinned_deployment or deployment, pinned
+        return deployment, build, "Pinned by override"
+    if which == "auto_upgrade" or override.behavior:
+        return deployment, build, "AutoUpgrade by override"
+    if which == "one_time":
+        target = override.one_time.target_deployment_version
+        notes.append(f"one-time move to {target.build_id} pending")
+    return deployment, build, behavior
 
 
 def describe_lines(view: JobView, waiting: Any | None = None,
