@@ -81,6 +81,19 @@ def _pct(v: float | None) -> str:
 
 
 def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
+    """The replay's summary as text and tables, section by section."""
+    _render_header(summary, trace, console)
+    _render_groups(summary, console)
+    _render_classes(summary, console)
+    _render_queues(summary, console)
+    _render_quota(summary, console)
+    _render_clusters(summary, console)
+    render_preemption(summary, console)
+    _render_failures(summary, console)
+
+
+def _render_header(summary: dict[str, Any], trace: str, console: Console) -> None:
+    """The trace, the policy, the makespan and the job counts."""
     jobs = summary["jobs"]
     console.print(
         f"[bold]Replay of {trace}[/bold]: policy {summary['policy']}, "
@@ -100,6 +113,9 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
     for row in summary["inadmissible"]["reasons"]:  # (issue 24: this tree never admits them)
         console.print(f"[yellow]inadmissible {row['jobs']}: {row['reason']}[/yellow]")
 
+
+def _render_groups(summary: dict[str, Any], console: Console) -> None:
+    """Time to admission and to start by group."""
     t = Table(title="Time to admission (submit -> quota) and to start (submit -> bound)")
     for col in ("group", "namespace", "jobs", "done"):
         t.add_column(col, justify="left" if col in ("group", "namespace") else "right")
@@ -116,6 +132,9 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
         )
     console.print(t)
 
+
+def _render_classes(summary: dict[str, Any], console: Console) -> None:
+    """The same by job class, when the trace has classes."""
     if summary["classes"]:
         t = Table(title="Time to admission and to start by job class (all its groups)")
         for col in ("class", "groups", "jobs", "done", "preempted"):
@@ -133,6 +152,8 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
             )
         console.print(t)
 
+
+def _render_queues(summary: dict[str, Any], console: Console) -> None:
     t = Table(title="Queues (waiting jobs)")
     for col in ("queue", "quota node", "max length", "avg length", "waiting at end"):
         t.add_column(col, justify="left" if col in ("queue", "quota node") else "right")
@@ -141,6 +162,8 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
                   str(q["waitingAtEnd"]))
     console.print(t)
 
+
+def _render_quota(summary: dict[str, Any], console: Console) -> None:
     t = Table(title="Quota utilisation (usage / max, time-weighted)")
     for col in ("quota node", "resource", "max", "avg usage", "peak usage", "avg", "peak"):
         t.add_column(col, justify="left" if col in ("quota node", "resource") else "right")
@@ -151,6 +174,8 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
                       _pct(r["averageUtilisation"]), _pct(r["peakUtilisation"]))
     console.print(t)
 
+
+def _render_clusters(summary: dict[str, Any], console: Console) -> None:
     t = Table(title="Cluster utilisation (allocated / allocatable, time-weighted)")
     for col in ("cluster", "resource", "allocatable", "avg allocated", "avg", "peak"):
         t.add_column(col, justify="left" if col in ("cluster", "resource") else "right")
@@ -161,8 +186,9 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
                       _pct(r["peakUtilisation"]))
     console.print(t)
 
-    render_preemption(summary, console)
 
+def _render_failures(summary: dict[str, Any], console: Console) -> None:
+    """Placement failures by reason (or none)."""
     failures = summary["placementFailures"]
     if failures["reasons"]:
         t = Table(
