@@ -251,3 +251,92 @@ def add_state_dir_option(app: typer.Typer, join_env: tuple[str, ...] = ("worker"
             continue
         name = info.name or fn.__name__.replace("_", "-")
         info.callback = _with_state_dir(fn, name in join_env)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def plain_params(command: Any) -> None:
+    """Coerce ``command``'s plain parameters (``str``, ``Path`` and bool flags) without
+    pydantic.
+
+    typer 0.29 coerces every parsed value, ``None`` included, through a pydantic
+    TypeAdapter it builds the first time the command runs: importing pydantic and
+    building one adapter per parameter is ~0.1 s of CPU, half of a whole ``fleetq get
+    pytorchjob`` (BENCHMARKS.md section 9). For a ``str`` the adapter is typer's
+    ``_parse_cli_str`` (bytes decoded, else ``str(value)``) and for a ``Path`` it is
+    ``Path(value)`` followed by typer's own checks (``coerce_cli_path``), which is what
+    this does. Every other parameter (numbers, choices, files, custom parsers) keeps
+    typer's coercion, as does a typer without this layout (older ones coerce with click
+    types, no pydantic)."""
+    try:
+        from typer._coercion import RuntimeParam
+        from typer._param_types import coerce_cli_path
+    except ImportError:
+        return
+    plain = _plain_runtime_params(RuntimeParam, coerce_cli_path)
+    for param in getattr(command, "params", ()):
+        _plain_param(param, plain)
+    get_help_option = getattr(command, "get_help_option", None)
+    if get_help_option is None or getattr(get_help_option, "plain", False):
+        return
+
+    def plain_help_option(ctx: Any) -> Any:  # typer makes it when first asked
+        option = get_help_option(ctx)
+        if option is not None:
+            _plain_param(option, plain)
+        return option
+
+    plain_help_option.plain = True  # type: ignore[attr-defined]
+    command.get_help_option = plain_help_option
+
+
+def _plain_param(param: Any, plain: dict[Any, Any]) -> None:
+    desc: Any = getattr(param, "type_descriptor", None)
+    info = getattr(desc, "parameter_info", None)
+    if (info is None or getattr(param, "_runtime_param", False) is not None
+            or desc.file_annotation is not None or getattr(info, "parser", None) is not None
+            or getattr(info, "click_type", None) is not None
+            or getattr(info, "path_type", None) is not None):
+        return
+    cls = plain.get(desc.annotation)
+    if cls is not None:
+        param._runtime_param = cls(parameter_info=info, annotation=desc.annotation)
+
+
+@functools.cache
+def _plain_runtime_params(base: Any, coerce_cli_path: Any) -> dict[Any, Any]:
+    """typer ``RuntimeParam`` classes for ``str`` and ``Path`` (and their optional forms)."""
+
+    class PlainStr(base):  # type: ignore[misc, valid-type]
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            if isinstance(value, bytes):  # as typer._adapters._parse_cli_str
+                from typer._click import _compat
+
+                enc = _compat._get_argv_encoding()
+                try:
+                    return value.decode(enc)
+                except UnicodeError:
+                    return value.decode(sys.getfilesystemencoding(), "replace")
+            return str(value)
+
+    class PlainPath(base):  # type: ignore[misc, valid-type]
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            if isinstance(value, str):
+                value = Path(value)
+            return coerce_cli_path(value, self.parameter_info, path_type=Path, param=param,
+                                   ctx=ctx)
+
+    class PlainBool(base):  # type: ignore[misc, valid-type]
+        """A flag's value is a bool already; anything else (text from an env var) goes
+        to typer's own coercion."""
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            if isinstance(value, bool):
+                return value
+            from typer._coercion import build_runtime_param
+
+            return build_runtime_param(param.type_descriptor)._coerce_value(value, param, ctx)
+
+    return {str: PlainStr, str | None: PlainStr, Path: PlainPath, Path | None: PlainPath,
+            bool: PlainBool}

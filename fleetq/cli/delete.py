@@ -57,40 +57,53 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait"),
     ) -> None:
         """Delete PyTorchJobs (purging member copies), policies, classes or the tree."""
-        from fleetq.client.apply import delete_object, delete_objects, load_for_apply
-        from fleetq.client.registry import get_registry
-
         if files:
             if resource:
                 raise CliError("error: names cannot be provided when a path is specified")
-            objects, _, _ = load_for_apply(files)
-
-            async def body_f() -> tuple[list[tuple[str, str]], list[str]]:
-                client = await get_client()
-                return await delete_objects(client, objects, wait=wait, timeout=timeout)
-
-            deleted, errors = run(body_f)
-            _print([deleted_line(k, n) for k, n in deleted], errors)
+            _delete_files(files, wait=wait, timeout=timeout)
             return
         if not resource or not names:
             raise CliError("error: you must specify the type and name of the object to delete, "
                            "or -f FILE (e.g. fleetq delete pytorchjob pytorch-test)")
-        kind = KINDS.get(resource_kind(resource))
-        if kind is None:
-            raise CliError(f"error: fleetq cannot delete {resource}")
-        tree_ns = "kube-system" if kind == "ElasticQuotaTree" else namespace
+        _delete_named(resource, names, namespace, wait=wait, timeout=timeout)
 
-        async def body() -> tuple[list[str], list[str]]:
-            client = await get_client()
-            if kind != "PyTorchJob":
-                await get_registry(client)  # surfaces a missing fleet as one line
-            out, errs = [], []
-            for n in names or []:
-                try:
-                    await delete_object(client, kind, tree_ns, n, wait=wait, timeout=timeout)
-                    out.append(deleted_line(kind, n))
-                except ClientError as exc:
-                    errs.append(exc.message)
-            return out, errs
 
-        _print(*run(body))
+def _delete_files(files: list[str], *, wait: bool, timeout: float) -> None:
+    """``delete -f FILE...``: the objects of the manifests."""
+    from fleetq.client.apply import delete_objects, load_for_apply
+
+    objects, _, _ = load_for_apply(files)
+
+    async def body() -> tuple[list[tuple[str, str]], list[str]]:
+        client = await get_client()
+        return await delete_objects(client, objects, wait=wait, timeout=timeout)
+
+    deleted, errors = run(body)
+    _print([deleted_line(k, n) for k, n in deleted], errors)
+
+
+def _delete_named(resource: str, names: list[str], namespace: str, *, wait: bool,
+                  timeout: float) -> None:
+    """``delete KIND NAME...``."""
+    from fleetq.client.apply import delete_object
+    from fleetq.client.registry import get_registry
+
+    kind = KINDS.get(resource_kind(resource))
+    if kind is None:
+        raise CliError(f"error: fleetq cannot delete {resource}")
+    tree_ns = "kube-system" if kind == "ElasticQuotaTree" else namespace
+
+    async def body() -> tuple[list[str], list[str]]:
+        client = await get_client()
+        if kind != "PyTorchJob":
+            await get_registry(client)  # surfaces a missing fleet as one line
+        out, errs = [], []
+        for n in names:
+            try:
+                await delete_object(client, kind, tree_ns, n, wait=wait, timeout=timeout)
+                out.append(deleted_line(kind, n))
+            except ClientError as exc:
+                errs.append(exc.message)
+        return out, errs
+
+    _print(*run(body))

@@ -9,7 +9,6 @@ copy and its pods), and exits 0 only when all pods run on one member cluster.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import signal
 import tempfile
@@ -59,6 +58,8 @@ def _say(command: str) -> None:
 
 
 async def _wait_running(client: Client, timeout: float) -> JobView | None:
+    import asyncio
+
     from fleetq.client.jobs import get_job
 
     deadline = time.monotonic() + timeout
@@ -174,6 +175,8 @@ def register(app: typer.Typer) -> None:
                  "built from Go modules, pods bound by the real kube-scheduler"),
     ) -> None:
         """Run the walkthrough end to end on a fresh embedded fleet (exit 0 = it works)."""
+        import asyncio
+
         from fleetq.runtime.embedded import EmbeddedFleet
         from fleetq.runtime.supervisor import free_port
 

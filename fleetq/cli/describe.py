@@ -5,7 +5,6 @@ and the quota short, or each cluster's placement rejection) and its Events.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -69,24 +68,8 @@ def build_text(info: WorkflowExecutionInfo) -> str | None:
         behavior = behavior_name(vi.behavior) if vi.behavior else ""
         notes: list[str] = []
         if vi.HasField("versioning_override"):
-            override = vi.versioning_override
-            which = override.WhichOneof("override")
-            if which == "pinned" or (which is None and override.behavior
-                                     == VersioningBehavior.VERSIONING_BEHAVIOR_PINNED):
-                pin = override.pinned.version
-                pinned_deployment, pinned = _version(pin.deployment_name, pin.build_id,
-                                                     override.pinned_version)
-                if not pinned and override.HasField("deployment"):
-                    pinned_deployment = override.deployment.series_name
-                    pinned = override.deployment.build_id
-                if pinned:
-                    deployment, build = pinned_deployment or deployment, pinned
-                behavior = "Pinned by override"
-            elif which == "auto_upgrade" or override.behavior:
-                behavior = "AutoUpgrade by override"
-            elif which == "one_time":
-                target = override.one_time.target_deployment_version
-                notes.append(f"one-time move to {target.build_id} pending")
+            deployment, build, behavior = _override(vi.versioning_override, deployment,
+                                                    build, behavior, notes)
         if vi.HasField("version_transition"):
             vt = vi.version_transition
             _, moving_to = _version(vt.deployment_version.deployment_name,
@@ -105,90 +88,141 @@ def build_text(info: WorkflowExecutionInfo) -> str | None:
     return build or None
 
 
+def _override(override: Any, deployment: str, build: str, behavior: str,
+              notes: list[str]) -> tuple[str, str, str]:
+    """``(deployment, build, behavior)`` after a ``versioning_override``
+    (:func:`build_text`); a pending one-time move is added to ``notes``."""
+    from temporalio.api.enums.v1 import VersioningBehavior
+
+    which = override.WhichOneof("override")
+    if which == "pinned" or (which is None and override.behavior
+                             == VersioningBehavior.VERSIONING_BEHAVIOR_PINNED):
+        pin = override.pinned.version
+        pinned_deployment, pinned = _version(pin.deployment_name, pin.build_id,
+                                             override.pinned_version)
+        if not pinned and override.HasField("deployment"):
+            pinned_deployment = override.deployment.series_name
+            pinned = override.deployment.build_id
+        if pinned:
+            deployment, build = pinned_deployment or deployment, pinned
+        return deployment, build, "Pinned by override"
+    if which == "auto_upgrade" or override.behavior:
+        return deployment, build, "AutoUpgrade by override"
+    if which == "one_time":
+        target = override.one_time.target_deployment_version
+        notes.append(f"one-time move to {target.build_id} pending")
+    return deployment, build, behavior
+
+
 def describe_lines(view: JobView, waiting: Any | None = None,
                    members: MemberSnapshot | None = None, build: str | None = None) -> list[str]:
     """The text of ``describe pytorchjob`` for one job view; with ``members`` (what the
     member clusters report) its Copies line and Pods section come from the members; with
     ``build`` (:func:`build_text`) a ``Build:`` line."""
-    from fleetq.cli.member_views import copies_line, member_pod_rows
+    return [*_job_fields(view, build), *_placement_fields(view, members),
+            *_queue_fields(view, waiting), *_rejection_lines(view),
+            *_pod_lines(view, members), *_event_lines(view)]
 
-    out: list[str] = []
 
-    def field(label: str, value: Any) -> None:
-        out.append(f"{label + ':':<14}{value}")
+def _field(label: str, value: Any) -> str:
+    return f"{label + ':':<14}{value}"
 
-    field("Name", view.name)
-    field("Namespace", view.namespace)
-    field("Kind", "PyTorchJob (kubeflow.org/v1)")
-    field("Workflow", job_workflow_id(view.namespace, view.name))
+
+def _job_fields(view: JobView, build: str | None) -> list[str]:
+    """Name to Deadline: what the job is and its state."""
+    out = [_field("Name", view.name), _field("Namespace", view.namespace),
+           _field("Kind", "PyTorchJob (kubeflow.org/v1)"),
+           _field("Workflow", job_workflow_id(view.namespace, view.name))]
     if build:
-        field("Build", build)
+        out.append(_field("Build", build))
     if view.summary:
-        field("Spec", view.summary)
+        out.append(_field("Spec", view.summary))
     gang = getattr(view, "gang", None)
     if gang:
-        field("Gang", gang)
-    field("Priority", view.priority)
-    field("Policy", view.policy or "<none>")
-    field("Created", f"{view.created_at.isoformat() if view.created_at else '<unknown>'}"
-                     f" ({age(view.created_at)} ago)")
-    field("State", view.state)
+        out.append(_field("Gang", gang))
+    out += [_field("Priority", view.priority), _field("Policy", view.policy or "<none>"),
+            _field("Created",
+                   f"{view.created_at.isoformat() if view.created_at else '<unknown>'}"
+                   f" ({age(view.created_at)} ago)"),
+            _field("State", view.state)]
     if view.reason:
-        field("Reason", view.reason)
+        out.append(_field("Reason", view.reason))
     if view.deadline_at is not None and view.state not in ("Succeeded", "Failed", "Deleted"):
-        field("Deadline", f"{view.deadline_at.isoformat(timespec='seconds')} "
-                          "(runPolicy.activeDeadlineSeconds)")
+        out.append(_field("Deadline", f"{view.deadline_at.isoformat(timespec='seconds')} "
+                                      "(runPolicy.activeDeadlineSeconds)"))
+    return out
+
+
+def _placement_fields(view: JobView, members: MemberSnapshot | None) -> list[str]:
+    """Cluster, Copies, Evicted from, Purge pending."""
+    from fleetq.cli.member_views import copies_line
+
     group = f" (group {view.cluster_group})" if view.cluster and view.cluster_group else ""
-    field("Cluster", (view.cluster or "<none>") + group)
+    out = [_field("Cluster", (view.cluster or "<none>") + group)]
     copies = copies_line(view, members) if members is not None else ", ".join(view.copies)
     if copies:
-        field("Copies", copies)
+        out.append(_field("Copies", copies))
     if view.evicted:
-        field("Evicted from", ", ".join(view.evicted))
+        out.append(_field("Evicted from", ", ".join(view.evicted)))
     if view.pending_purges:
-        field("Purge pending", ", ".join(view.pending_purges))
-    if view.queued:
-        if view.queue:
-            field("Queue", f"{view.queue} (admitted)")
-        elif waiting is not None and waiting.inadmissible is not None:
-            field("Queue", f"{waiting.queue} (inadmissible: in no position)")
-            field("Inadmissible", f"{waiting.reason} (never admitted under the current tree)")
-        elif waiting is not None:
-            field("Queue", f"{waiting.queue} (position {waiting.position})")
-            field("Waiting", waiting.reason)
-        else:
-            field("Queue", "waiting for admission")
-    else:
-        field("Queue", "<none> (policy does not queue)")
-    if view.rejections and view.state in ("Pending", "Scheduling", "Failed", "FailingOver",
-                                          "Unschedulable"):
-        out.append("Placement:")
-        for cluster, why in sorted(view.rejections.items()):
-            text = why if why.startswith(f"{cluster}:") else f"{cluster}: {why}"
-            out.append(f"  {text}")
+        out.append(_field("Purge pending", ", ".join(view.pending_purges)))
+    return out
+
+
+def _queue_fields(view: JobView, waiting: Any | None) -> list[str]:
+    """Queue (and Inadmissible or Waiting while it waits)."""
+    if not view.queued:
+        return [_field("Queue", "<none> (policy does not queue)")]
+    if view.queue:
+        return [_field("Queue", f"{view.queue} (admitted)")]
+    if waiting is not None and waiting.inadmissible is not None:
+        return [_field("Queue", f"{waiting.queue} (inadmissible: in no position)"),
+                _field("Inadmissible",
+                       f"{waiting.reason} (never admitted under the current tree)")]
+    if waiting is not None:
+        return [_field("Queue", f"{waiting.queue} (position {waiting.position})"),
+                _field("Waiting", waiting.reason)]
+    return [_field("Queue", "waiting for admission")]
+
+
+def _rejection_lines(view: JobView) -> list[str]:
+    """Placement: why each member was rejected, while the job is not placed."""
+    if not view.rejections or view.state not in ("Pending", "Scheduling", "Failed",
+                                                 "FailingOver", "Unschedulable"):
+        return []
+    out = ["Placement:"]
+    for cluster, why in sorted(view.rejections.items()):
+        text = why if why.startswith(f"{cluster}:") else f"{cluster}: {why}"
+        out.append(f"  {text}")
+    return out
+
+
+def _pod_lines(view: JobView, members: MemberSnapshot | None) -> list[str]:
+    from fleetq.cli.member_views import member_pod_rows
+
     if members is not None:
         headers, rows = member_pod_rows([view], members, all_namespaces=False, wide=True,
                                         job=(view.namespace, view.name))
     else:
         headers, rows = pod_rows([view], all_namespaces=False, wide=True)
-    out.append("Pods:" if rows else "Pods:         <none>")
-    if rows:
-        out.extend(f"  {line}" for line in plain_table(headers, rows))
-    if view.events:
-        out.append("Events:")
-        rows_e = []
-        for e in view.events:
-            when = age(e.time)
-            if e.count > 1:  # kubectl describe: "<last> (x<count> over <first>)"
-                first = f" over {age(e.first_time)}" if e.first_time is not None else ""
-                when = f"{when} (x{e.count}{first})"
-            rows_e.append([e.type, e.reason, when, EVENT_SOURCE, e.message])
-        table = plain_table(["Type", "Reason", "Age", "From", "Message"],
-                            [["----", "------", "----", "----", "-------"], *rows_e])
-        out.extend(f"  {line}" for line in table)
-    else:
-        out.append("Events:       <none>")
-    return out
+    if not rows:
+        return ["Pods:         <none>"]
+    return ["Pods:", *(f"  {line}" for line in plain_table(headers, rows))]
+
+
+def _event_lines(view: JobView) -> list[str]:
+    if not view.events:
+        return ["Events:       <none>"]
+    rows_e = []
+    for e in view.events:
+        when = age(e.time)
+        if e.count > 1:  # kubectl describe: "<last> (x<count> over <first>)"
+            first = f" over {age(e.first_time)}" if e.first_time is not None else ""
+            when = f"{when} (x{e.count}{first})"
+        rows_e.append([e.type, e.reason, when, EVENT_SOURCE, e.message])
+    table = plain_table(["Type", "Reason", "Age", "From", "Message"],
+                        [["----", "------", "----", "----", "-------"], *rows_e])
+    return ["Events:", *(f"  {line}" for line in table)]
 
 
 async def describe_job(client: Client, namespace: str, name: str,
@@ -196,6 +230,8 @@ async def describe_job(client: Client, namespace: str, name: str,
     """``describe pytorchjob``: the job's workflow view, its queue position when it
     waits, and its copies and pods as the member clusters of ``fleet_config`` (default:
     ``FLEETQ_CONFIG`` or the running ``fleetq up``) report them."""
+    import asyncio
+
     from fleetq.cli.member_views import read_members
     from fleetq.client.jobs import require_job, wait_info
 

@@ -10,7 +10,7 @@ a table (``GETTERS``).
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # the commands import the client library and the core when th
     from temporalio.client import Client
 
     from fleetq.cli.member_views import MemberSnapshot
-    from fleetq.client.http_api import WebApi
+    from fleetq.client.http_api import JobRow, WebApi
     from fleetq.job_view import JobView
     from fleetq.messages import QuotaView
 
@@ -86,29 +86,38 @@ def job_object(view: JobView) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- printers
 
-
 def _no_resources(namespace: str | None) -> None:
     where = f" in {namespace} namespace" if namespace else ""
     typer.echo(f"No resources found{where}.", err=True)
 
 
-def print_jobs(views: list[JobView], *, output: str | None, all_namespaces: bool,
+def print_jobs(views: Sequence[JobView], *, output: str | None, all_namespaces: bool,
                namespace: str | None, single: bool = False,
                queues: dict[tuple[str, str], str] | None = None) -> None:
+    """``get pytorchjob``'s output: ``-o yaml|json``, else :func:`print_job_table`."""
     if output in ("yaml", "json"):
         objs = [job_object(v) for v in views]
         print_object(objs[0] if single and objs else as_list(objs), output)
         return
+    print_job_table(views, wide=output == "wide", all_namespaces=all_namespaces,
+                    namespace=namespace, queues=queues)
+
+
+def print_job_table(views: Sequence[JobView | JobRow], *, wide: bool, all_namespaces: bool,
+                    namespace: str | None,
+                    queues: dict[tuple[str, str], str] | None = None) -> None:
+    """``get pytorchjob``'s table (``-o wide`` too), of views or of the HTTP reader's
+    :class:`~fleetq.client.http_api.JobRow` s, which hold what it shows."""
     if not views:
         _no_resources(None if all_namespaces else namespace)
         return
     headers = ["NAME", "STATE", "AGE"]
-    if output == "wide":
+    if wide:
         headers += ["CLUSTER", "QUEUE", "PRIORITY", "REASON"]
     rows: list[list[Any]] = []
     for v in views:
         row: list[Any] = [v.name, v.state, age(v.created_at)]
-        if output == "wide":
+        if wide:
             queue = v.queue or (queues or {}).get((v.namespace, v.name)) or "<none>"
             row += [v.cluster or "<none>", queue, v.priority, v.reason or "-"]
         rows.append(row)
@@ -209,6 +218,8 @@ class GetArgs:
 
 
 async def _members(args: GetArgs) -> MemberSnapshot | None:
+    import asyncio
+
     from fleetq.cli.member_views import read_members
 
     return await asyncio.to_thread(read_members, args.ns, args.fleet_config)
@@ -255,11 +266,18 @@ def get_pytorchjobs_http(api: WebApi, args: GetArgs) -> None:
     else:
         views = list_jobs(api, args.ns)
     queues = waiting_queues(api, views) if args.output == "wide" else {}
-    print_jobs(views, output=args.output, all_namespaces=args.all_namespaces,
-               namespace=args.ns, single=args.name is not None, queues=queues)
+    if args.output in ("yaml", "json"):  # each whole view, validated before printing
+        print_jobs([v.view() for v in views], output=args.output,
+                   all_namespaces=args.all_namespaces, namespace=args.ns,
+                   single=args.name is not None)
+        return
+    print_job_table(views, wide=args.output == "wide", all_namespaces=args.all_namespaces,
+                    namespace=args.ns, queues=queues)
 
 
 async def _get_pods(client: Client, args: GetArgs) -> None:
+    import asyncio
+
     from fleetq.cli.member_views import member_pod_objects, member_pod_rows
     from fleetq.client.jobs import list_jobs
 
@@ -324,13 +342,7 @@ async def _get_policies(client: Client, args: GetArgs, cluster: bool = False) ->
 
     reg = await get_registry(client)
     ns, name = (None if cluster else args.ns), args.name
-    items = []
-    for key, doc in sorted((reg.policies if reg else {}).items()):
-        if ("/" not in key) != cluster:
-            continue
-        p_ns, p_name = ("", key) if cluster else key.split("/", 1)
-        if (ns is None or p_ns == ns) and (name is None or p_name == name):
-            items.append((p_ns, p_name, doc))
+    items = _policy_items(reg.policies if reg else {}, cluster, ns, name)
     if name is not None and not items:
         raise NotFound(PLURALS["ClusterPropagationPolicy" if cluster else "PropagationPolicy"],
                        name)
@@ -346,9 +358,29 @@ async def _get_policies(client: Client, args: GetArgs, cluster: bool = False) ->
     if not items:
         _no_resources(ns)
         return
+    with_ns = args.all_namespaces and not cluster
+    print_table(*_policy_rows(items, with_ns, created))
+
+
+def _policy_items(policies: dict[str, dict[str, Any]], cluster: bool, ns: str | None,
+                  name: str | None) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(namespace, name, manifest)`` of the registry's policies of one scope (cluster:
+    bare keys, else ``ns/name``) selected by ``ns`` (None: all) and ``name``."""
+    items = []
+    for key, doc in sorted(policies.items()):
+        if ("/" not in key) != cluster:
+            continue
+        p_ns, p_name = ("", key) if cluster else key.split("/", 1)
+        if (ns is None or p_ns == ns) and (name is None or p_name == name):
+            items.append((p_ns, p_name, doc))
+    return items
+
+
+def _policy_rows(items: list[tuple[str, str, dict[str, Any]]], with_ns: bool,
+                 created: Callable[[str, str], datetime | None],
+                 ) -> tuple[list[str], list[list[Any]]]:
     headers = ["NAME", "SCHEDULING", "QUEUED", "AGE"]
     rows = []
-    with_ns = args.all_namespaces and not cluster
     for p_ns, p_name, doc in items:
         spec = doc.get("spec") or {}
         sched = ((spec.get("placement") or {}).get("replicaScheduling") or {}).get(
@@ -360,7 +392,7 @@ async def _get_policies(client: Client, args: GetArgs, cluster: bool = False) ->
         rows.append(row)
     if with_ns:
         headers.insert(0, "NAMESPACE")
-    print_table(headers, rows)
+    return headers, rows
 
 
 def _with_creation(doc: dict[str, Any], created: datetime | None) -> dict[str, Any]:

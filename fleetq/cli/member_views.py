@@ -143,23 +143,9 @@ def member_copy_rows(views: list[JobView], snap: MemberSnapshot, all_namespaces:
     copies of jobs fleetq no longer has (deleted while their member was silent):
     ``Orphaned, still running``, ADOPTION ``N``."""
     headers = ["NAME", "CLUSTER", "STATE", "AGE", "ADOPTION"]
-    rows: list[list[Any]] = []
-    if orphans:
-        known = {(v.namespace, v.name) for v in views}
-        for ns, name in sorted(snap.job_keys() - known):
-            for c in snap.clusters:
-                state = copy_state(None, c, snap, ns, name)
-                if state is not None:
-                    rows.append([ns, name, c, state, copy_age(snap, None, ns, name, c), "N"])
+    rows: list[list[Any]] = _orphan_rows(views, snap) if orphans else []
     for v in views:
-        clusters = expected_clusters(v)
-        if v.cluster and v.cluster not in clusters:
-            clusters.insert(0, v.cluster)  # a finished job: its last cluster
-        for c in snap.clusters:
-            if c not in clusters and (c in snap.copies(v.namespace, v.name)
-                                      or snap.pods(v.namespace, v.name, c)):
-                clusters.append(c)
-        for c in clusters:
+        for c in _copy_clusters(v, snap):
             state = copy_state(v, c, snap, v.namespace, v.name)
             if state is None:
                 continue
@@ -170,6 +156,31 @@ def member_copy_rows(views: list[JobView], snap: MemberSnapshot, all_namespaces:
         headers.insert(0, "NAMESPACE")
         return headers, rows
     return headers, [r[1:] for r in rows]
+
+
+def _orphan_rows(views: list[JobView], snap: MemberSnapshot) -> list[list[Any]]:
+    """The rows of fleetq-managed copies of jobs fleetq no longer has (ADOPTION ``N``)."""
+    rows: list[list[Any]] = []
+    known = {(v.namespace, v.name) for v in views}
+    for ns, name in sorted(snap.job_keys() - known):
+        for c in snap.clusters:
+            state = copy_state(None, c, snap, ns, name)
+            if state is not None:
+                rows.append([ns, name, c, state, copy_age(snap, None, ns, name, c), "N"])
+    return rows
+
+
+def _copy_clusters(v: JobView, snap: MemberSnapshot) -> list[str]:
+    """The members to show a row of ``v`` for: where fleetq expects a copy (a finished
+    job: its last cluster first), then every other member holding a copy or pods."""
+    clusters = expected_clusters(v)
+    if v.cluster and v.cluster not in clusters:
+        clusters.insert(0, v.cluster)  # a finished job: its last cluster
+    for c in snap.clusters:
+        if c not in clusters and (c in snap.copies(v.namespace, v.name)
+                                  or snap.pods(v.namespace, v.name, c)):
+            clusters.append(c)
+    return clusters
 
 
 def pod_ready(pod: dict[str, Any]) -> str:

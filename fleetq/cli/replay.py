@@ -81,6 +81,19 @@ def _pct(v: float | None) -> str:
 
 
 def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
+    """The replay's summary as text and tables, section by section."""
+    _render_header(summary, trace, console)
+    _render_groups(summary, console)
+    _render_classes(summary, console)
+    _render_queues(summary, console)
+    _render_quota(summary, console)
+    _render_clusters(summary, console)
+    render_preemption(summary, console)
+    _render_failures(summary, console)
+
+
+def _render_header(summary: dict[str, Any], trace: str, console: Console) -> None:
+    """The trace, the policy, the makespan and the job counts."""
     jobs = summary["jobs"]
     console.print(
         f"[bold]Replay of {trace}[/bold]: policy {summary['policy']}, "
@@ -100,6 +113,9 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
     for row in summary["inadmissible"]["reasons"]:  # (issue 24: this tree never admits them)
         console.print(f"[yellow]inadmissible {row['jobs']}: {row['reason']}[/yellow]")
 
+
+def _render_groups(summary: dict[str, Any], console: Console) -> None:
+    """Time to admission and to start by group."""
     t = Table(title="Time to admission (submit -> quota) and to start (submit -> bound)")
     for col in ("group", "namespace", "jobs", "done"):
         t.add_column(col, justify="left" if col in ("group", "namespace") else "right")
@@ -116,6 +132,9 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
         )
     console.print(t)
 
+
+def _render_classes(summary: dict[str, Any], console: Console) -> None:
+    """The same by job class, when the trace has classes."""
     if summary["classes"]:
         t = Table(title="Time to admission and to start by job class (all its groups)")
         for col in ("class", "groups", "jobs", "done", "preempted"):
@@ -133,6 +152,8 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
             )
         console.print(t)
 
+
+def _render_queues(summary: dict[str, Any], console: Console) -> None:
     t = Table(title="Queues (waiting jobs)")
     for col in ("queue", "quota node", "max length", "avg length", "waiting at end"):
         t.add_column(col, justify="left" if col in ("queue", "quota node") else "right")
@@ -141,6 +162,8 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
                   str(q["waitingAtEnd"]))
     console.print(t)
 
+
+def _render_quota(summary: dict[str, Any], console: Console) -> None:
     t = Table(title="Quota utilisation (usage / max, time-weighted)")
     for col in ("quota node", "resource", "max", "avg usage", "peak usage", "avg", "peak"):
         t.add_column(col, justify="left" if col in ("quota node", "resource") else "right")
@@ -151,6 +174,8 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
                       _pct(r["averageUtilisation"]), _pct(r["peakUtilisation"]))
     console.print(t)
 
+
+def _render_clusters(summary: dict[str, Any], console: Console) -> None:
     t = Table(title="Cluster utilisation (allocated / allocatable, time-weighted)")
     for col in ("cluster", "resource", "allocatable", "avg allocated", "avg", "peak"):
         t.add_column(col, justify="left" if col in ("cluster", "resource") else "right")
@@ -161,8 +186,9 @@ def render_text(summary: dict[str, Any], trace: str, console: Console) -> None:
                       _pct(r["peakUtilisation"]))
     console.print(t)
 
-    render_preemption(summary, console)
 
+def _render_failures(summary: dict[str, Any], console: Console) -> None:
+    """Placement failures by reason (or none)."""
     failures = summary["placementFailures"]
     if failures["reasons"]:
         t = Table(
@@ -341,60 +367,80 @@ def write_plot(result: SimulationResult, path: Path, title: str) -> None:
     unplaced_style = {"color": "black", "linestyle": "--", "linewidth": 1.0}
     try:
         end = result.end
-        n, waiting = lines.queue_count, lines.waiting_queue_count
         axes[0].set_title(title)
-        if totals is not None and lines.others is not None and lines.total is not None:
-            totals.step(*_stepped(lines.total, end), where="post", color="C0", linewidth=1.4,
-                        label=f"all {waiting} queues that had waiting jobs")
-            label, s = lines.others
-            totals.step(*_stepped(s, end), where="post", color="0.45", linewidth=1.2,
-                        label=f"{label[:-1]}: all but the top {len(lines.top)})")
-            if lines.unplaced is not None:
-                totals.step(*_stepped(lines.unplaced, end), where="post", label=UNPLACED,
-                            **unplaced_style)
-            totals.set_ylabel("waiting jobs")
-            totals.grid(alpha=0.3)
-            totals.legend(title=f"fleet-wide: {n} queues", **legend)
-        for i, (label, s) in enumerate(lines.top):
-            top.step(*_stepped(s, end), where="post", label=label, color=f"C{i % 10}",
-                     linewidth=1.2)
-        if totals is None and lines.unplaced is not None:
-            top.step(*_stepped(lines.unplaced, end), where="post", label=UNPLACED,
-                     **unplaced_style)
-        top.set_ylabel("waiting jobs")
-        top.grid(alpha=0.3)
-        if lines.top:
-            heading = (f"top {len(lines.top)} of {n} queues by waiting time"
-                       if lines.others is not None
-                       else f"{waiting} of {n} queues had jobs waiting")
-            top.legend(title=heading, **legend)
-        else:
-            top.text(0.5, 0.5, f"no job waited in any of the {n} queues",
-                     transform=top.transAxes, ha="center", va="center")
-
-        colours: dict[str, str] = {}
-        styles = {R.CPU: "-", R.MEMORY: ":", R.GPU: "--"}
-        for cluster, resource, s in lines.clusters:
-            colour = ("0.45" if cluster.startswith("others (")
-                      else colours.setdefault(cluster, f"C{len(colours) % 10}"))
-            xs, ys = _stepped(s, end)
-            bottom.step(xs, [100 * y for y in ys], where="post", color=colour,
-                        linestyle=styles.get(resource, "-."), linewidth=1.2,
-                        label=f"{cluster} {resource}")
-        count = lines.cluster_count
-        heading = (f"busiest {min(count, PLOT_TOP_CLUSTERS)} of {count} clusters"
-                   if any(c.startswith("others (") for c, _, _ in lines.clusters)
-                   else f"{count} clusters")
-        bottom.set_ylabel("allocated / allocatable (%)")
-        bottom.set_xlabel("time (s)")
-        bottom.set_ylim(0, 105)
-        bottom.grid(alpha=0.3)
-        if lines.clusters:
-            bottom.legend(title=heading, **legend)
+        if totals is not None:
+            _plot_totals(totals, lines, end, legend, unplaced_style)
+        _plot_queues(top, lines, end, legend, unplaced_style, with_totals=totals is not None)
+        _plot_clusters(bottom, lines, end, legend)
         fig.tight_layout()
         fig.savefig(path, format="png", dpi=100, bbox_inches="tight")
     finally:
         plt.close(fig)
+
+
+def _plot_totals(totals: Any, lines: Any, end: float, legend: dict[str, Any],
+                 unplaced_style: dict[str, Any]) -> None:
+    """The fleet-wide panel: every queue summed, the rest as "others", the unplaced."""
+    if lines.others is None or lines.total is None:
+        return
+    n, waiting = lines.queue_count, lines.waiting_queue_count
+    totals.step(*_stepped(lines.total, end), where="post", color="C0", linewidth=1.4,
+                label=f"all {waiting} queues that had waiting jobs")
+    label, s = lines.others
+    totals.step(*_stepped(s, end), where="post", color="0.45", linewidth=1.2,
+                label=f"{label[:-1]}: all but the top {len(lines.top)})")
+    if lines.unplaced is not None:
+        totals.step(*_stepped(lines.unplaced, end), where="post", label=UNPLACED,
+                    **unplaced_style)
+    totals.set_ylabel("waiting jobs")
+    totals.grid(alpha=0.3)
+    totals.legend(title=f"fleet-wide: {n} queues", **legend)
+
+
+def _plot_queues(top: Any, lines: Any, end: float, legend: dict[str, Any],
+                 unplaced_style: dict[str, Any], *, with_totals: bool) -> None:
+    """The queues that waited longest, one line each (and the unplaced, without the
+    fleet-wide panel)."""
+    n, waiting = lines.queue_count, lines.waiting_queue_count
+    for i, (label, s) in enumerate(lines.top):
+        top.step(*_stepped(s, end), where="post", label=label, color=f"C{i % 10}",
+                 linewidth=1.2)
+    if not with_totals and lines.unplaced is not None:
+        top.step(*_stepped(lines.unplaced, end), where="post", label=UNPLACED,
+                 **unplaced_style)
+    top.set_ylabel("waiting jobs")
+    top.grid(alpha=0.3)
+    if lines.top:
+        heading = (f"top {len(lines.top)} of {n} queues by waiting time"
+                   if lines.others is not None
+                   else f"{waiting} of {n} queues had jobs waiting")
+        top.legend(title=heading, **legend)
+    else:
+        top.text(0.5, 0.5, f"no job waited in any of the {n} queues",
+                 transform=top.transAxes, ha="center", va="center")
+
+
+def _plot_clusters(bottom: Any, lines: Any, end: float, legend: dict[str, Any]) -> None:
+    """Cluster utilisation per resource: the busiest clusters, the rest averaged."""
+    colours: dict[str, str] = {}
+    styles = {R.CPU: "-", R.MEMORY: ":", R.GPU: "--"}
+    for cluster, resource, s in lines.clusters:
+        colour = ("0.45" if cluster.startswith("others (")
+                  else colours.setdefault(cluster, f"C{len(colours) % 10}"))
+        xs, ys = _stepped(s, end)
+        bottom.step(xs, [100 * y for y in ys], where="post", color=colour,
+                    linestyle=styles.get(resource, "-."), linewidth=1.2,
+                    label=f"{cluster} {resource}")
+    count = lines.cluster_count
+    heading = (f"busiest {min(count, PLOT_TOP_CLUSTERS)} of {count} clusters"
+               if any(c.startswith("others (") for c, _, _ in lines.clusters)
+               else f"{count} clusters")
+    bottom.set_ylabel("allocated / allocatable (%)")
+    bottom.set_xlabel("time (s)")
+    bottom.set_ylim(0, 105)
+    bottom.grid(alpha=0.3)
+    if lines.clusters:
+        bottom.legend(title=heading, **legend)
 
 
 # --------------------------------------------------------------------------- command

@@ -154,6 +154,14 @@ def fault(
     seconds: Annotated[float, typer.Option(help="latency: added seconds per request")] = 0.0,
 ) -> None:
     """Inject or clear a fault in a running emulator."""
+    body = _fault_body(action, target, status=status, rate=rate, retry_after=retry_after,
+                       seconds=seconds)
+    _post_fault(f"{_control_url(control, state_dir)}/clusters/{cluster}/faults", body)
+
+
+def _fault_body(action: str, target: str | None, *, status: int, rate: float,
+                retry_after: float | None, seconds: float) -> dict[str, Any]:
+    """The emulator's fault request for ``action`` (one line on bad input)."""
     if action not in ACTIONS:
         raise _fail(f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
     body: dict[str, Any] = {"action": action}
@@ -169,7 +177,10 @@ def fault(
         body.update(status=status, rate=rate, retry_after=retry_after)
     elif action == "latency":
         body["seconds"] = seconds
-    url = f"{_control_url(control, state_dir)}/clusters/{cluster}/faults"
+    return body
+
+
+def _post_fault(url: str, body: dict[str, Any]) -> None:
     req = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"},
         method="POST",
@@ -185,6 +196,7 @@ def fault(
         raise _fail(msg) from None
     except (urllib.error.URLError, OSError) as exc:
         raise _fail(f"cannot reach the emulator at {url}: {exc}") from None
+
 
 from fleetq.cli import replay as _replay  # noqa: E402
 

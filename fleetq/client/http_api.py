@@ -21,7 +21,6 @@ import os
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -265,26 +264,93 @@ class WebApi:
 # tests/cli/test_http_transport.py compares the two transports' output byte for byte.
 
 
+#: :data:`fleetq.job_view.JobState`'s values (a test pins the two equal)
+JOB_STATES = frozenset({
+    "Validating", "Queued", "Inadmissible", "Scheduling", "Pending", "Created", "Running",
+    "Unhealthy", "FailingOver", "Suspended", "Unschedulable", "Succeeded", "Failed",
+    "Deleted", "Refused"})
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """What ``get pytorchjob``'s table (``-o wide`` included) shows of a
+    :class:`~fleetq.job_view.JobView`, read from the view's JSON without pydantic (whose
+    import and schema cost about as much CPU as the rest of the command);
+    :meth:`view` is the whole view, validated, for ``-o json|yaml``."""
+
+    namespace: str
+    name: str
+    state: str
+    reason: str = ""
+    cluster: str | None = None
+    queue: str | None = None
+    queued: bool = False
+    admitted: bool = False
+    priority: int = 0
+    created_at: datetime | None = None
+    #: the view's JSON (a status query's answer or the result); None: a view made from
+    #: the workflow's execution alone
+    source: bytes | None = None
+
+    def view(self) -> JobView:
+        """The :class:`~fleetq.job_view.JobView`; :class:`Unsupported` when it does not
+        validate (the SDK path reports it)."""
+        from fleetq.job_view import JobView
+
+        if self.source is None:
+            return JobView(namespace=self.namespace, name=self.name,
+                           state=self.state,  # type: ignore[arg-type]
+                           reason=self.reason, created_at=self.created_at,
+                           cluster=self.cluster)
+        try:
+            return JobView.model_validate_json(self.source)
+        except ValueError:
+            raise Unsupported("view does not validate") from None
+
+
 def _fallback(ns: str, name: str, state: str, reason: str, started: datetime | None,
-              cluster: str | None = None) -> JobView:
-    from fleetq.job_view import JobView
-
-    return JobView(namespace=ns, name=name, state=state,  # type: ignore[arg-type]
-                   reason=reason, created_at=started, cluster=cluster or None)
+              cluster: str | None = None) -> JobRow:
+    return JobRow(namespace=ns, name=name, state=state, reason=reason, created_at=started,
+                  cluster=cluster or None)
 
 
-def _decode_view(data: bytes | None) -> JobView | None:
-    from fleetq.job_view import JobView
+_ROW_TYPES: dict[str, tuple[type, ...]] = {
+    "namespace": (str,), "name": (str,), "state": (str,), "reason": (str,),
+    "cluster": (str, type(None)), "queue": (str, type(None)), "queued": (bool,),
+    "admitted": (bool,), "priority": (int,), "created_at": (str, type(None))}
+
+
+def _decode_view(data: bytes | None) -> JobRow | None:
+    """The row of a view's JSON, its fields checked as :class:`JobView` types them
+    (anything else is :class:`Unsupported`: the SDK path validates and reports it)."""
+    from fleetq.kube_values import parse_rfc3339
 
     if data is None:
         return None
     try:
-        return JobView.model_validate_json(data)
+        raw = json.loads(data)
     except ValueError:
-        raise Unsupported("view does not validate") from None
+        raise Unsupported("view is not JSON") from None
+    if not isinstance(raw, dict):
+        raise Unsupported("view does not validate")
+    fields = {k: raw[k] for k in _ROW_TYPES if k in raw}
+    for key, types in _ROW_TYPES.items():
+        value = fields.get(key)
+        if (key in ("namespace", "name", "state") and value is None) or (
+                value is not None and (not isinstance(value, types) or (
+                    key == "priority" and isinstance(value, bool)))):
+            raise Unsupported(f"view does not validate ({key})")
+    if fields["state"] not in JOB_STATES:
+        raise Unsupported("view does not validate (state)")
+    created = fields.get("created_at")
+    if created is not None:
+        fields["created_at"] = parse_rfc3339(created)
+        if fields["created_at"] is None:
+            raise Unsupported("view does not validate (created_at)")
+    return JobRow(**fields, source=bytes(data))
 
 
-def view_of(api: WebApi, ex: Execution) -> JobView | None:
+def view_of(api: WebApi, ex: Execution) -> JobRow | None:
     """:func:`fleetq.client.jobs.view_of` over HTTP."""
     from fleetq.naming import parse_job_workflow_id
 
@@ -328,11 +394,13 @@ def _bounded(fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
     items = list(items)
     if len(items) <= 1:
         return [fn(i) for i in items]
+    from concurrent.futures import ThreadPoolExecutor  # (imports logging: not for one job)
+
     with ThreadPoolExecutor(min(MAX_CONCURRENT_QUERIES, len(items))) as pool:
         return list(pool.map(fn, items))
 
 
-def list_jobs(api: WebApi, namespace: str | None) -> list[JobView]:
+def list_jobs(api: WebApi, namespace: str | None) -> list[JobRow]:
     """:func:`fleetq.client.jobs.list_jobs` over HTTP."""
     from fleetq.naming import parse_job_workflow_id
 
@@ -350,7 +418,7 @@ def list_jobs(api: WebApi, namespace: str | None) -> list[JobView]:
     return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
 
 
-def get_job(api: WebApi, namespace: str, name: str) -> JobView | None:
+def get_job(api: WebApi, namespace: str, name: str) -> JobRow | None:
     """:func:`fleetq.client.jobs.get_job` over HTTP."""
     from fleetq.naming import job_workflow_id
 
@@ -368,7 +436,7 @@ def _running_query(api: WebApi, workflow_id: str, name: str, *args: Any) -> Any:
     return None if data is None else json.loads(data)
 
 
-def waiting_queues(api: WebApi, views: list[JobView]) -> dict[tuple[str, str], str]:
+def waiting_queues(api: WebApi, views: list[JobRow]) -> dict[tuple[str, str], str]:
     """:func:`fleetq.client.jobs.waiting_queues` over HTTP."""
     from fleetq.naming import REGISTRY_WORKFLOW_ID, job_workflow_id, tree_workflow_id
 
@@ -382,7 +450,7 @@ def waiting_queues(api: WebApi, views: list[JobView]) -> dict[tuple[str, str], s
         return {}
     wid = tree_workflow_id(tree)
 
-    def one(v: JobView) -> tuple[tuple[str, str], str] | None:
+    def one(v: JobRow) -> tuple[tuple[str, str], str] | None:
         try:
             data = api.query(wid, "wait_info", job_workflow_id(v.namespace, v.name))
         except Unsupported:  # as wait_info: an unanswered query shows no queue
@@ -397,5 +465,5 @@ def waiting_queues(api: WebApi, views: list[JobView]) -> dict[tuple[str, str], s
     return dict(f for f in _bounded(one, waiting) if f is not None)
 
 
-__all__ = ["JOB_RESOURCE", "Execution", "Unsupported", "WebApi", "get_job",
+__all__ = ["JOB_RESOURCE", "Execution", "JobRow", "Unsupported", "WebApi", "get_job",
            "list_jobs", "view_of", "waiting_queues", "web_api"]

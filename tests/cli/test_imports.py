@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from fleetq.cli import LAZY_GROUPS, app
+from fleetq.cli import LAZY_COMMANDS, LAZY_GROUPS, app
 from fleetq.runtime.fleet_info import FleetInfo, write_info
 from tests.cli.conftest import CliFleet
 from tests.cli.test_http_transport import web_fleet  # noqa: F401 - the fixture
@@ -134,8 +134,8 @@ async def test_get_pytorchjob_over_http_loads_no_temporal_sdk(
         web_fleet: tuple[CliFleet, str], tmp_path: Path) -> None:  # noqa: F811
     """``fleetq get pytorchjob`` (and ``NAME``, ``-o wide|json``) against a ``fleetq up``
     whose fleetq.json names its Web UI's HTTP API (no TEMPORAL_ADDRESS): the standard
-    library's HTTP client and the job view, no temporalio at all (nor its Rust bridge,
-    protobuf or grpc), and nothing else heavy."""
+    library's HTTP client (and the job view for ``-o json``), no temporalio at all (nor
+    its Rust bridge, protobuf or grpc), and nothing else heavy."""
     cli, ui = web_fleet
     r = await cli.run("apply", "-f", str(EXAMPLES / "pytorch-test.yaml"))
     assert r.exit_code == 0, r.output
@@ -152,12 +152,22 @@ async def test_get_pytorchjob_over_http_loads_no_temporal_sdk(
                              (["get", "pytorchjob", "-o", "json"], "{")):
             modules, out = await asyncio.to_thread(loaded, argv, env)
             assert out.startswith(expect) and "pytorch-test" in out, out
-            assert {"fleetq.client.http_api", "fleetq.job_view", "http.client"} <= modules
+            assert {"fleetq.client.http_api", "http.client"} <= modules
+            # the job view (pydantic) validates whole views for -o json only
+            assert ("fleetq.job_view" in modules) == ("json" in argv), argv
             assert heavy(modules, ("temporalio", "google", "grpc", "fleetq.client.connection",
                                    "fleetq.client.jobs", "fleetq.client.registry")) == []
             assert heavy(modules, NEVER) == []
             assert heavy(modules, NO_NUMPY_NO_KUBE) == []
             assert heavy(modules, ("yaml", "fleetq.messages", "fleetq.models")) == []
+            # the command modules other than get, asyncio, and pydantic: typer's own
+            # argument coercion (plain_params) and JobView validation (the table reads
+            # http_api.JobRow) are what they cost; -o json validates whole views
+            others = {f"fleetq.cli.{m.rsplit('.', 1)[1]}"
+                      for m, _ in LAZY_COMMANDS.values()} - {"fleetq.cli.get"}
+            assert sorted(others & modules) == []
+            if "json" not in argv:
+                assert heavy(modules, ("asyncio", "pydantic", "concurrent")) == [], argv
         # FLEETQ_HTTP_API=off: the SDK, as before
         modules, out = await asyncio.to_thread(
             loaded, ["get", "pytorchjob"], {**env, "FLEETQ_HTTP_API": "off"})
@@ -207,6 +217,36 @@ def test_a_lazy_group_is_imported_when_named_and_lists_its_own_help() -> None:
     modules, out = loaded(["sim", "--help"])
     assert "fleetq.cli.sim" in modules
     assert "Usage: fleetq sim" in out and "serve" in out and "replay" in out
+
+
+def test_every_command_is_imported_when_named_and_listed_with_its_own_help() -> None:
+    """``fleetq --help`` lists LAZY_COMMANDS without importing any command module; the
+    listing is the one the commands themselves give (each loaded), and ``fleetq get
+    --help`` imports the get module only."""
+    from typer.testing import CliRunner
+
+    lazy = CliRunner().invoke(app, ["--help"], prog_name="fleetq").output
+    import typer
+
+    group = typer.main.get_command(app)
+    for name in (*LAZY_COMMANDS, *LAZY_GROUPS):
+        assert group.get_command(None, name) is not None, name  # type: ignore[attr-defined]
+    assert CliRunner().invoke(app, ["--help"], prog_name="fleetq").output == lazy
+    modules, out = loaded(["--help"])
+    assert heavy(modules, tuple({m for m, _ in LAZY_COMMANDS.values()})) == []
+    modules, out = loaded(["get", "--help"])
+    assert "Usage: fleetq get" in out
+    assert sorted(m for m in modules if m.startswith("fleetq.cli.")) == [
+        "fleetq.cli.context", "fleetq.cli.get", "fleetq.cli.output"]
+
+
+def test_the_http_rows_know_every_job_state() -> None:
+    import typing
+
+    from fleetq.client.http_api import JOB_STATES
+    from fleetq.job_view import JobState
+
+    assert frozenset(typing.get_args(JobState)) == JOB_STATES
 
 
 def test_help_never_cuts_an_option_name() -> None:
