@@ -587,74 +587,103 @@ class CapacityCache:
         while not self._stop.is_set():
             try:
                 if need_list:
-                    # One attempt: this loop is the retry (its backoff, not the
-                    # transport's, paces a failing member; nested retries multiplied
-                    # the requests a 5xx member got from each loop).
-                    items, rv = self.api.list(path, retry=False)
-                    with self._lock:
-                        if self._replace(kind, items):
-                            self._version += 1
-                        self._rv[kind] = rv
-                        self._synced.add(kind)
-                        if all(k in self._synced for k in self._kinds):
-                            self._initial.set()
+                    rv = self._list(kind, path)
                     need_list = False
                 self._mark_ok(kind)
-                stream = self.api.watch(path, rv, self.WATCH_TIMEOUT_S)
-                with self._lock:
-                    self._streams[kind] = stream
-                try:
-                    if self._stop.is_set():
-                        return
-                    for event in stream:
-                        etype = str(event.get("type") or "")
-                        obj = event.get("object") or {}
-                        if etype == "ERROR":  # a Status: 410 Gone when rv is too old
-                            raise self.api.watch_error(path, obj)
-                        new_rv = str(meta_of(obj).get("resourceVersion") or "")
-                        if etype == "BOOKMARK":
-                            rv = new_rv or rv
-                            continue
-                        with self._lock:
-                            if apply(etype, obj):
-                                self._version += 1
-                            if new_rv:
-                                rv = new_rv
-                                self._rv[kind] = rv
-                finally:
-                    with self._lock:
-                        self._streams.pop(kind, None)
-                    stream.close()
+                watched = self._watch(kind, path, rv, apply)
+                if watched is None:
+                    return
+                rv = watched
                 backoff = self.INITIAL_BACKOFF_S
             except ApiError as exc:
                 if self._stop.is_set():
                     return
                 need_list = True
-                if isinstance(exc, Gone):  # our resourceVersion is too old: list again
-                    continue
-                if isinstance(exc, NotFound) and kind == "reservations":
-                    # The Reservation API is not installed: nothing is reserved. Say so
-                    # once, count the kind as synced (empty), and look again later.
-                    with self._lock:
-                        first = "reservations" not in self._synced
-                        if self._replace(kind, []):
-                            self._version += 1
-                        self._synced.add(kind)
-                        if all(k in self._synced for k in self._kinds):
-                            self._initial.set()
-                    self._mark_ok(kind)
-                    if first:
-                        log.warning("cluster %s: no Reservation API (%s)", self.name, exc)
-                    self._stop.wait(30.0)
-                    continue
-                self._failed(kind, exc, backoff)
-                backoff = min(backoff * 2, self.MAX_BACKOFF_S)
+                backoff = self._after_api_error(kind, exc, backoff)
             except Exception as exc:  # connection drops, decode errors: never kill the loop
                 if self._stop.is_set():
                     return
                 need_list = True
                 self._failed(kind, exc, backoff)
                 backoff = min(backoff * 2, self.MAX_BACKOFF_S)
+
+    def _list(self, kind: str, path: str) -> str:
+        """LIST ``kind`` and replace what the cache holds of it; the resourceVersion."""
+        # One attempt: this loop is the retry (its backoff, not the
+        # transport's, paces a failing member; nested retries multiplied
+        # the requests a 5xx member got from each loop).
+        items, rv = self.api.list(path, retry=False)
+        with self._lock:
+            if self._replace(kind, items):
+                self._version += 1
+            self._rv[kind] = rv
+            self._mark_synced(kind)
+        return rv
+
+    def _mark_synced(self, kind: str) -> None:
+        """(Under the lock.) ``kind`` has been listed; the cache is ready once all have."""
+        self._synced.add(kind)
+        if all(k in self._synced for k in self._kinds):
+            self._initial.set()
+
+    def _watch(
+        self, kind: str, path: str, rv: str, apply: Callable[[str, Mapping[str, Any]], bool]
+    ) -> str | None:
+        """WATCH ``kind`` from ``rv`` until the stream ends; the resourceVersion reached,
+        or None when the cache is stopping."""
+        stream = self.api.watch(path, rv, self.WATCH_TIMEOUT_S)
+        with self._lock:
+            self._streams[kind] = stream
+        try:
+            if self._stop.is_set():
+                return None
+            for event in stream:
+                rv = self._apply_event(kind, path, event, rv, apply)
+        finally:
+            with self._lock:
+                self._streams.pop(kind, None)
+            stream.close()
+        return rv
+
+    def _apply_event(
+        self, kind: str, path: str, event: Mapping[str, Any], rv: str,
+        apply: Callable[[str, Mapping[str, Any]], bool],
+    ) -> str:
+        """Apply one watch event; the resourceVersion after it."""
+        etype = str(event.get("type") or "")
+        obj = event.get("object") or {}
+        if etype == "ERROR":  # a Status: 410 Gone when rv is too old
+            raise self.api.watch_error(path, obj)
+        new_rv = str(meta_of(obj).get("resourceVersion") or "")
+        if etype == "BOOKMARK":
+            return new_rv or rv
+        with self._lock:
+            if apply(etype, obj):
+                self._version += 1
+            if new_rv:
+                rv = new_rv
+                self._rv[kind] = rv
+        return rv
+
+    def _after_api_error(self, kind: str, exc: ApiError, backoff: float) -> float:
+        """Handle a failed LIST or WATCH of ``kind``; the backoff for the next one."""
+        if isinstance(exc, Gone):  # our resourceVersion is too old: list again
+            return backoff
+        if isinstance(exc, NotFound) and kind == "reservations":
+            # The Reservation API is not installed: nothing is reserved. Say so
+            # once, count the kind as synced (empty), and look again later.
+            with self._lock:
+                first = "reservations" not in self._synced
+                if self._replace(kind, []):
+                    self._version += 1
+                self._mark_synced(kind)
+            self._mark_ok(kind)
+            if first:
+                log.warning("cluster %s: no Reservation API (%s)", self.name, exc)
+            self._stop.wait(30.0)
+            return backoff
+        self._failed(kind, exc, backoff)
+        return min(backoff * 2, self.MAX_BACKOFF_S)
 
     def _failed(self, kind: str, exc: BaseException, backoff: float) -> None:
         log.debug("cluster %s: %s watch failed: %s", self.name, kind, exc)

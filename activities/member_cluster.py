@@ -391,32 +391,7 @@ class KubernetesMemberCluster:
                 state[name] = (pod, obj)
                 if (obj.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
                     raise _ReserveFailed(reservation_why(pod, obj))
-            deadline = time.monotonic() + self.reserve_poll_s
-            step = 0.05
-            while True:
-                waiting = [
-                    n for n, (_, o) in state.items()
-                    if (o.get("status") or {}).get("phase") != "Available"
-                ]
-                if not waiting:
-                    break
-                if time.monotonic() >= deadline:
-                    pod, obj = state[waiting[0]]
-                    why = reservation_why(pod, obj)
-                    raise _ReserveFailed(f"{why} (not Available after {self.reserve_poll_s:g}s)")
-                time.sleep(step)
-                step = min(step * 2, 0.5)
-                for n in waiting:
-                    pod, _ = state[n]
-                    fresh = self.api.get(self._reservation_path(n))
-                    if fresh is None:
-                        raise _ReserveFailed(
-                            f"reservation {pod.role.lower()}-{pod.index} on node {pod.node}: "
-                            "deleted while waiting"
-                        )
-                    state[n] = (pod, fresh)
-                    if (fresh.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
-                        raise _ReserveFailed(reservation_why(pod, fresh))
+            self._await_available(state)
             return ReserveResult(ok=True, reservations=names)
         except _ReserveFailed as exc:
             self._rollback(names)
@@ -430,6 +405,42 @@ class KubernetesMemberCluster:
         except ConflictError:
             self._rollback([n for n in names if n in state])
             raise
+
+    def _await_available(self, state: dict[str, tuple[PodReservation, dict[str, Any]]]) -> None:
+        """Poll the reservations in ``state`` (updated in place) until all are
+        ``Available``; raises :class:`_ReserveFailed` when one fails, is deleted, or
+        ``reserve_poll_s`` passes first."""
+        deadline = time.monotonic() + self.reserve_poll_s
+        step = 0.05
+        while True:
+            waiting = [
+                n for n, (_, o) in state.items()
+                if (o.get("status") or {}).get("phase") != "Available"
+            ]
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                pod, obj = state[waiting[0]]
+                why = reservation_why(pod, obj)
+                raise _ReserveFailed(f"{why} (not Available after {self.reserve_poll_s:g}s)")
+            time.sleep(step)
+            step = min(step * 2, 0.5)
+            for n in waiting:
+                self._reread_reservation(state, n)
+
+    def _reread_reservation(
+        self, state: dict[str, tuple[PodReservation, dict[str, Any]]], n: str
+    ) -> None:
+        pod, _ = state[n]
+        fresh = self.api.get(self._reservation_path(n))
+        if fresh is None:
+            raise _ReserveFailed(
+                f"reservation {pod.role.lower()}-{pod.index} on node {pod.node}: "
+                "deleted while waiting"
+            )
+        state[n] = (pod, fresh)
+        if (fresh.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
+            raise _ReserveFailed(reservation_why(pod, fresh))
 
     def _rollback(self, names: list[str], retry: bool = True) -> None:
         for n in names:
@@ -578,76 +589,19 @@ class KubernetesMemberCluster:
         """The member read now (not from the watch cache, which may trail the previous
         Lease holder's writes): a snapshot of its nodes, bound pods and Available
         Reservations, and the unbound part of each fleetq gang on it, oldest first."""
-        from activities.capacity_cache import (
-            JOBS,
-            NODES,
-            PODS,
-            RESERVATIONS,
-            condense_node,
-            condense_pod,
-            condense_reservation,
-        )
+        from activities.capacity_cache import JOBS, NODES, PODS, RESERVATIONS
 
         nodes, _ = self.api.list(NODES)
         pods, _ = self.api.list(PODS)
         res, _ = self.api.list(RESERVATIONS) if self.reservation else ([], "")
         jobs, _ = self.api.list(JOBS, label_selector=OWNER_LABEL)
-        caps: dict[str, NodeCapacity] = {}
-        for n in nodes:
-            info = condense_node(n)
-            name = str(meta_of(n).get("name") or "")
-            caps[name] = NodeCapacity(
-                name=name, allocatable=dict(info.allocatable), labels=dict(info.labels),
-                taints=info.taints, unschedulable=info.unschedulable,
-                pods_allocatable=info.pods_allocatable,
-            )
-        bound: dict[tuple[str, str], Counter[str]] = {}  # (ns, job) -> role -> pods bound
-        for p in pods:
-            use = condense_pod(p)
-            if use is None:
-                continue
-            meta = meta_of(p)
-            labels = meta.get("labels") or {}
-            if KF_JOB_NAME in labels:
-                key = (str(meta.get("namespace") or ""), str(labels[KF_JOB_NAME]))
-                bound.setdefault(key, Counter())[
-                    str(labels.get(KF_REPLICA_TYPE) or "").lower()] += 1
-            _take(caps, use.node, use.requests, pod=True)
-        for r in res:
-            use = condense_reservation(r)
-            if use is not None:
-                _take(caps, use.node, use.requests, pod=False)
+        caps = _node_capacities(nodes)
+        bound = _take_bound(caps, pods, res)
         snapshot = ClusterSnapshot(
             name=self.name, labels=dict(self.labels), taints=self.taints,
             nodes=[caps[n] for n in sorted(caps)], reservation=self.reservation,
         )
-        unbound: list[Gang] = []
-        for obj in sorted(jobs, key=lambda o: (str(meta_of(o).get("creationTimestamp") or ""),
-                                                str(meta_of(o).get("name") or ""))):
-            meta = meta_of(obj)
-            ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-            if (ns, name) in exclude or job_phase(obj)[0] in TERMINATED:
-                continue
-            left = bound.get((ns, name), Counter())
-            try:  # every pod of the gang fleetq placed is bound: counted with the pods
-                if sum(left.values()) >= int((meta.get("annotations") or {})[MIN_MEMBER]):
-                    continue
-            except (KeyError, ValueError):
-                pass
-            try:
-                gang = gang_of(parse_job(obj))
-            except (ManifestErrors, ValueError, R.QuantityError):
-                continue  # not a copy fleetq can read: the member's own business
-            left = Counter(left)
-            missing = []
-            for pod in gang.pods:
-                if left[pod.role] > 0:
-                    left[pod.role] -= 1
-                else:
-                    missing.append(pod)
-            if missing:
-                unbound.append(Gang(pods=tuple(missing), priority=gang.priority))
-        return snapshot, unbound
+        return snapshot, _unbound_gangs(jobs, bound, exclude)
 
     def _create_job(self, req: BindRequest, body: dict[str, Any], deps: list[str]) -> BindResult:
         job = req.job
@@ -728,6 +682,14 @@ class KubernetesMemberCluster:
         with contextlib.suppress(NotFound, Conflict):  # gone, or not that copy any more
             self.api.request("DELETE", path, body=body)
             deleted.append(f"PyTorchJob {job.ref}")
+        deleted += self._purge_earlier_pods(job, uid)
+        if self.reservation:
+            deleted += self._purge_earlier_reservations(job)
+        return deleted
+
+    def _purge_earlier_pods(self, job: JobRef, uid: str) -> list[str]:
+        """Delete the pods of the earlier copy (uid ``uid``) or of another run of ``job``."""
+        deleted: list[str] = []
         pods, _ = self.api.list(
             self._core_path(job.namespace, "pods"), label_selector=f"{KF_JOB_NAME}={job.name}"
         )
@@ -736,18 +698,22 @@ class KubernetesMemberCluster:
                 name = str(meta_of(pod).get("name"))
                 if self.api.delete(self._core_path(job.namespace, "pods", name)):
                     deleted.append(f"Pod {job.namespace}/{name}")
-        if self.reservation:
-            try:
-                items, _ = self.api.list(
-                    self._reservation_path(), label_selector=f"{OWNER_LABEL}={job.owner_id}"
-                )
-            except NotFound:  # no Reservation API on this cluster
-                items = []
-            for r in items:
-                name = str(meta_of(r).get("name") or "")
-                if name and not of_this_run(r, job) and self.api.delete(
-                        self._reservation_path(name)):
-                    deleted.append(f"Reservation {name}")
+        return deleted
+
+    def _purge_earlier_reservations(self, job: JobRef) -> list[str]:
+        """Delete the Reservations another run of ``job`` left."""
+        deleted: list[str] = []
+        try:
+            items, _ = self.api.list(
+                self._reservation_path(), label_selector=f"{OWNER_LABEL}={job.owner_id}"
+            )
+        except NotFound:  # no Reservation API on this cluster
+            items = []
+        for r in items:
+            name = str(meta_of(r).get("name") or "")
+            if name and not of_this_run(r, job) and self.api.delete(
+                    self._reservation_path(name)):
+                deleted.append(f"Reservation {name}")
         return deleted
 
     # -- status
@@ -872,6 +838,91 @@ class KubernetesMemberCluster:
         for name in self.release_reservations(job):
             deleted.append(f"Reservation {name}")
         return PurgeResult(deleted=deleted)
+
+
+def _node_capacities(nodes: list[dict[str, Any]]) -> dict[str, NodeCapacity]:
+    """Each node's capacity, before any pod or Reservation is taken from it."""
+    from activities.capacity_cache import condense_node
+
+    caps: dict[str, NodeCapacity] = {}
+    for n in nodes:
+        info = condense_node(n)
+        name = str(meta_of(n).get("name") or "")
+        caps[name] = NodeCapacity(
+            name=name, allocatable=dict(info.allocatable), labels=dict(info.labels),
+            taints=info.taints, unschedulable=info.unschedulable,
+            pods_allocatable=info.pods_allocatable,
+        )
+    return caps
+
+
+def _take_bound(
+    caps: dict[str, NodeCapacity], pods: list[dict[str, Any]], res: list[dict[str, Any]]
+) -> dict[tuple[str, str], Counter[str]]:
+    """Take the bound pods and Available Reservations from ``caps``; the pods bound per
+    ``(namespace, PyTorchJob)`` and role."""
+    from activities.capacity_cache import condense_pod, condense_reservation
+
+    bound: dict[tuple[str, str], Counter[str]] = {}  # (ns, job) -> role -> pods bound
+    for p in pods:
+        use = condense_pod(p)
+        if use is None:
+            continue
+        meta = meta_of(p)
+        labels = meta.get("labels") or {}
+        if KF_JOB_NAME in labels:
+            key = (str(meta.get("namespace") or ""), str(labels[KF_JOB_NAME]))
+            bound.setdefault(key, Counter())[
+                str(labels.get(KF_REPLICA_TYPE) or "").lower()] += 1
+        _take(caps, use.node, use.requests, pod=True)
+    for r in res:
+        ruse = condense_reservation(r)
+        if ruse is not None:
+            _take(caps, ruse.node, ruse.requests, pod=False)
+    return bound
+
+
+def _unbound_gangs(
+    jobs: list[dict[str, Any]],
+    bound: dict[tuple[str, str], Counter[str]],
+    exclude: Collection[tuple[str, str]],
+) -> list[Gang]:
+    """The unbound part of each fleetq gang among ``jobs``, oldest first."""
+    unbound: list[Gang] = []
+    for obj in sorted(jobs, key=lambda o: (str(meta_of(o).get("creationTimestamp") or ""),
+                                            str(meta_of(o).get("name") or ""))):
+        meta = meta_of(obj)
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        if (ns, name) in exclude or job_phase(obj)[0] in TERMINATED:
+            continue
+        gang = _unbound_part(obj, bound.get((ns, name), Counter()))
+        if gang is not None:
+            unbound.append(gang)
+    return unbound
+
+
+def _unbound_part(obj: dict[str, Any], left: Counter[str]) -> Gang | None:
+    """The pods of ``obj``'s gang not among those bound (``left``, per role), or None."""
+    meta = meta_of(obj)
+    try:  # every pod of the gang fleetq placed is bound: counted with the pods
+        if sum(left.values()) >= int((meta.get("annotations") or {})[MIN_MEMBER]):
+            return None
+    except (KeyError, ValueError):
+        pass
+    try:
+        gang = gang_of(parse_job(obj))
+    except (ManifestErrors, ValueError, R.QuantityError):
+        return None  # not a copy fleetq can read: the member's own business
+    left = Counter(left)
+    missing = []
+    for pod in gang.pods:
+        if left[pod.role] > 0:
+            left[pod.role] -= 1
+        else:
+            missing.append(pod)
+    if missing:
+        return Gang(pods=tuple(missing), priority=gang.priority)
+    return None
 
 
 def _take(caps: dict[str, NodeCapacity], node: str, requests: R.Resources, *, pod: bool) -> None:

@@ -744,7 +744,6 @@ class Admission:
         # entries: (rank, 0, queue node, "", 0) a queue with a pick; (best rank, 1, node,
         # resource, need) the best-ranked queue blocked there needing that much free
         heap: list[tuple[Any, int, str, str, int]] = []
-        queues = self._queues
         examine, freed = self._candidates()
         deferred: list[tuple[str, list[_Blocker]]] = []
         self._deferred = deferred
@@ -760,40 +759,56 @@ class Admission:
             while heap:
                 rank, kind, node, res, need = heapq.heappop(heap)
                 if kind == 1:
-                    free = self._free(node, res)
-                    if free is None or need > free:
-                        continue  # what was freed there is taken
-                    bucket = self._waits[node][res].get(need)
-                    if bucket and bucket[0][0] == rank:
-                        _, g, queue = heapq.heappop(bucket)
-                        self._entries -= 1
-                        if self._gen.get(queue) == g:
-                            self._examine(queue, now, nofit, heap)
-                    self._source(heap, node, res, need)
-                    continue
-                q = queues[node]
-                blockers: list[_Blocker] = []
-                pick = self._pick(q, nofit, blockers)
-                if pick is None:
-                    self._block(node, blockers)
-                    continue
-                current = self._rank(q, pick[0])
-                if current != rank:
-                    heapq.heappush(heap, (current, 0, node, "", 0))
-                    continue
-                grants.append(self._admit(q, pick[0], pick[1], now))
-                blockers = []
-                pick = self._pick(q, nofit, blockers)
-                if pick is not None:
-                    heapq.heappush(heap, (self._rank(q, pick[0]), 0, node, "", 0))
+                    self._take_freed(rank, node, res, need, now, nofit, heap)
                 else:
-                    self._block(node, blockers)
+                    self._take_queue(rank, node, now, nofit, heap, grants)
         finally:
             self._deferred = None
             for node, blockers in deferred:
                 self._block(node, blockers)
             self._touched = {}  # (the queues admitted from were examined after)
         return grants
+
+    def _take_freed(
+        self, rank: Any, node: str, res: str, need: int, now: float,
+        nofit: dict[tuple[str, int], _Short], heap: list[Any],
+    ) -> None:
+        """A blocked-queue entry of :meth:`_pass`: if ``node`` still has ``need`` of
+        ``res`` free, examine the best-ranked queue waiting for it again."""
+        free = self._free(node, res)
+        if free is None or need > free:
+            return  # what was freed there is taken
+        bucket = self._waits[node][res].get(need)
+        if bucket and bucket[0][0] == rank:
+            _, g, queue = heapq.heappop(bucket)
+            self._entries -= 1
+            if self._gen.get(queue) == g:
+                self._examine(queue, now, nofit, heap)
+        self._source(heap, node, res, need)
+
+    def _take_queue(
+        self, rank: Any, node: str, now: float, nofit: dict[tuple[str, int], _Short],
+        heap: list[Any], grants: list[Grant],
+    ) -> None:
+        """A queue entry of :meth:`_pass`: admit the queue's pick if its rank is still
+        ``rank`` (else push it again with its current rank), then queue its next pick."""
+        q = self._queues[node]
+        blockers: list[_Blocker] = []
+        pick = self._pick(q, nofit, blockers)
+        if pick is None:
+            self._block(node, blockers)
+            return
+        current = self._rank(q, pick[0])
+        if current != rank:
+            heapq.heappush(heap, (current, 0, node, "", 0))
+            return
+        grants.append(self._admit(q, pick[0], pick[1], now))
+        blockers = []
+        pick = self._pick(q, nofit, blockers)
+        if pick is not None:
+            heapq.heappush(heap, (self._rank(q, pick[0]), 0, node, "", 0))
+        else:
+            self._block(node, blockers)
 
     def _examine(
         self, node: str, now: float, nofit: dict[tuple[str, int], _Short], heap: list[Any]

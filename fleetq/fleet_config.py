@@ -275,30 +275,41 @@ def parse_fleet_config(doc: Any, base_dir: Path, source: str = "fleet config") -
         parts = [f"{p} {m}".strip() for p, m in map(_message, exc.errors())]
         raise FleetConfigError(f"{source}: " + "; ".join(parts)) from None
 
-    def resolve(value: str | None, field: str) -> str | None:
-        if value is None:
-            return None
-        p = Path(value).expanduser()
-        if not p.is_absolute():
-            p = base_dir / p
-        if not p.is_file():
-            raise FleetConfigError(f"{source}: {field} {str(p)!r} does not exist")
-        return str(p)
+    _resolve_kubeconfigs(cfg, base_dir, source)
+    return cfg
 
-    cfg.kubeconfig = resolve(cfg.kubeconfig, "kubeconfig")
+
+def _resolve_path(value: str | None, field: str, base_dir: Path, source: str) -> str | None:
+    """``value`` as an absolute path (relative ones against ``base_dir``); it must be a
+    file."""
+    if value is None:
+        return None
+    p = Path(value).expanduser()
+    if not p.is_absolute():
+        p = base_dir / p
+    if not p.is_file():
+        raise FleetConfigError(f"{source}: {field} {str(p)!r} does not exist")
+    return str(p)
+
+
+def _resolve_kubeconfigs(cfg: FleetConfig, base_dir: Path, source: str) -> None:
+    """Resolve every kubeconfig path in place; each cluster (and the source) needs its
+    own or the top-level one."""
+    cfg.kubeconfig = _resolve_path(cfg.kubeconfig, "kubeconfig", base_dir, source)
     for i, c in enumerate(cfg.clusters):
-        c.kubeconfig = resolve(c.kubeconfig, f"clusters[{i}].kubeconfig")
+        c.kubeconfig = _resolve_path(c.kubeconfig, f"clusters[{i}].kubeconfig", base_dir, source)
         if c.kubeconfig is None and cfg.kubeconfig is None:
             raise FleetConfigError(
                 f"{source}: clusters[{i}].kubeconfig is required (no top-level kubeconfig)"
             )
     if cfg.source is not None:
-        cfg.source.kubeconfig = resolve(cfg.source.kubeconfig, "source.kubeconfig")
+        cfg.source.kubeconfig = _resolve_path(
+            cfg.source.kubeconfig, "source.kubeconfig", base_dir, source
+        )
         if cfg.source.kubeconfig is None and cfg.kubeconfig is None:
             raise FleetConfigError(
                 f"{source}: source.kubeconfig is required (no top-level kubeconfig)"
             )
-    return cfg
 
 
 def load_fleet_config(path: str | Path) -> FleetConfig:

@@ -169,21 +169,7 @@ def _precheck(text: str) -> None:
     """Walk the event stream once (cheap, not recursive) and refuse nesting deeper than
     :data:`MAX_DEPTH` and documents that expand, through aliases, to more than
     :data:`MAX_NODES` nodes, before anything is built."""
-    sizes: dict[str, int] = {}
-    stack: list[list[Any]] = []  # [anchor, expanded size so far] per open collection
-    document = 0
-
-    def done(size: int, anchor: str | None, line: int) -> None:
-        if anchor is not None:
-            sizes[anchor] = size
-        if stack:
-            stack[-1][1] += size
-            if stack[-1][1] > MAX_NODES:
-                raise _Problem(
-                    f"document {document}: line {line}: expands to more than {MAX_NODES} "
-                    "nodes through aliases (a YAML bomb?)"
-                )
-
+    walk = _EventWalk()
     events = yaml.parse(text, Loader=_ManifestLoader)
     while True:
         try:
@@ -198,32 +184,61 @@ def _precheck(text: str) -> None:
                 mark = exc.problem_mark if isinstance(exc, yaml.MarkedYAMLError) else None
                 line = mark.line + 1 if mark is not None else 1
                 raise _Problem(
-                    f"document {max(document, 1)}: line {line}: nested deeper than "
+                    f"document {max(walk.document, 1)}: line {line}: nested deeper than "
                     f"{MAX_DEPTH} levels"
                 ) from None
             raise
+        walk.on_event(event)
+
+
+class _EventWalk:
+    """The state :func:`_precheck` keeps across events, with one handler per event kind."""
+
+    def __init__(self) -> None:
+        self.sizes: dict[str, int] = {}
+        self.stack: list[list[Any]] = []  # [anchor, expanded size so far] per open collection
+        self.document = 0
+
+    def on_event(self, event: yaml.Event) -> None:
         line = event.start_mark.line + 1 if event.start_mark else 0
         if isinstance(event, DocumentStartEvent):
-            document += 1
-            sizes.clear()
+            self.document += 1
+            self.sizes.clear()
         elif isinstance(event, ScalarEvent):
-            done(1, event.anchor, line)
+            self._done(1, event.anchor, line)
         elif isinstance(event, AliasEvent):
-            if any(entry[0] == event.anchor for entry in stack):
-                raise _Problem(
-                    f"document {document}: line {line}: alias *{event.anchor} refers to a "
-                    "collection that contains it (recursive)"
-                )
-            done(sizes.get(event.anchor or "", 1), None, line)
+            self._on_alias(event, line)
         elif isinstance(event, CollectionStartEvent):
-            if len(stack) >= MAX_DEPTH:
-                raise _Problem(
-                    f"document {document}: line {line}: nested deeper than {MAX_DEPTH} levels"
-                )
-            stack.append([event.anchor, 1])
+            self._on_collection_start(event, line)
         elif isinstance(event, CollectionEndEvent):
-            anchor, size = stack.pop()
-            done(size, anchor, line)
+            anchor, size = self.stack.pop()
+            self._done(size, anchor, line)
+
+    def _on_alias(self, event: AliasEvent, line: int) -> None:
+        if any(entry[0] == event.anchor for entry in self.stack):
+            raise _Problem(
+                f"document {self.document}: line {line}: alias *{event.anchor} refers to a "
+                "collection that contains it (recursive)"
+            )
+        self._done(self.sizes.get(event.anchor or "", 1), None, line)
+
+    def _on_collection_start(self, event: CollectionStartEvent, line: int) -> None:
+        if len(self.stack) >= MAX_DEPTH:
+            raise _Problem(
+                f"document {self.document}: line {line}: nested deeper than {MAX_DEPTH} levels"
+            )
+        self.stack.append([event.anchor, 1])
+
+    def _done(self, size: int, anchor: str | None, line: int) -> None:
+        if anchor is not None:
+            self.sizes[anchor] = size
+        if self.stack:
+            self.stack[-1][1] += size
+            if self.stack[-1][1] > MAX_NODES:
+                raise _Problem(
+                    f"document {self.document}: line {line}: expands to more than {MAX_NODES} "
+                    "nodes through aliases (a YAML bomb?)"
+                )
 
 
 def _is_nesting_error(exc: yaml.YAMLError, text: str) -> bool:
@@ -317,20 +332,37 @@ def _json_problem(value: Any) -> tuple[str, str] | None:
         if depth > MAX_DEPTH:
             return path, f"is nested deeper than {MAX_DEPTH} levels"
         if isinstance(v, dict):
-            for k, item in v.items():
-                if not isinstance(k, str):
-                    return path, f"has a key {str(k)[:64]!r} that is not a string"
-                todo.append((f"{path}.{k}" if path else k, item, depth + 1))
+            problem = _push_mapping(path, v, depth, todo)
         elif isinstance(v, list):
-            for i, item in enumerate(v):
-                todo.append((f"{path}[{i}]", item, depth + 1))
-        elif isinstance(v, float):
-            if not math.isfinite(v):
-                return path, f"{v} is not a finite number"
-        elif isinstance(v, bytes):
-            return path, "is binary data (!!binary), which JSON cannot hold"
-        elif v is not None and not isinstance(v, (str, int, bool)):
-            return path, f"is a {type(v).__name__}, which JSON cannot hold"
+            todo.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(v))
+            problem = None
+        else:
+            problem = _scalar_problem(v)
+        if problem is not None:
+            return path, problem
+    return None
+
+
+def _push_mapping(
+    path: str, v: dict[Any, Any], depth: int, todo: list[tuple[str, Any, int]]
+) -> str | None:
+    """Queue a mapping's values for :func:`_json_problem`; the problem with a key that is
+    not a string, if any."""
+    for k, item in v.items():
+        if not isinstance(k, str):
+            return f"has a key {str(k)[:64]!r} that is not a string"
+        todo.append((f"{path}.{k}" if path else k, item, depth + 1))
+    return None
+
+
+def _scalar_problem(v: Any) -> str | None:
+    """Why JSON cannot hold the scalar ``v``, or None when it can."""
+    if isinstance(v, float):
+        return None if math.isfinite(v) else f"{v} is not a finite number"
+    if isinstance(v, bytes):
+        return "is binary data (!!binary), which JSON cannot hold"
+    if v is not None and not isinstance(v, (str, int, bool)):
+        return f"is a {type(v).__name__}, which JSON cannot hold"
     return None
 
 
@@ -408,19 +440,8 @@ def _is_kubernetes_object(doc: Any) -> bool:
 
 def _parse_text(text: str, path: str, found_in_directory: bool = False) -> _Parsed:
     out = _Parsed()
-    if len(text) > MAX_FILE_BYTES:
-        out.errors.append(f"{path}: is larger than {MAX_FILE_BYTES // MIB} MiB")
-        return out
-    if "\x00" in text:
-        out.errors.append(f"{path}: is a binary file, not YAML or JSON")
-        return out
-    try:
-        docs = [(index, doc) for index, doc in _documents(text, path) if doc is not None]
-    except _Problem as exc:
-        out.errors.append(f"{path}: {exc}")
-        return out
-    if not docs:
-        out.errors.append(f"{path}: is empty (no manifests)")
+    docs = _read_documents(text, path, out)
+    if docs is None:
         return out
     if found_in_directory and all(
         isinstance(doc, dict) and not _is_kubernetes_object(doc) for _, doc in docs
@@ -430,26 +451,51 @@ def _parse_text(text: str, path: str, found_in_directory: bool = False) -> _Pars
         out.skipped = True
         return out
     for index, doc in docs:
-        items: list[tuple[Any, str]] = [(doc, f"document {index}")]
-        if (
-            isinstance(doc, dict)
-            and doc.get("kind") == "List"
-            and isinstance(doc.get("items"), list)
-        ):
-            # kubectl's List wrapper, as `kubectl get -o yaml` writes it
-            items = [(it, f"document {index} item {i}") for i, it in enumerate(doc["items"])]
-        source = Source(path, index)
-        for item, where in items:
-            if not isinstance(item, dict):
-                out.errors.append(
-                    f"{path}: {where} is not a mapping (a Kubernetes object); "
-                    f"it is {_describe(item)}"
-                )
-                continue
-            obj = _check_document(item, source, out.errors)
-            if obj is not None:
-                out.entries.append(_Entry(source, obj, item))
+        _check_items(doc, index, path, out)
     return out
+
+
+def _read_documents(text: str, path: str, out: _Parsed) -> list[tuple[int, Any]] | None:
+    """The file's non-empty documents, or None (with the reason in ``out.errors``) when
+    the file is too large, binary, not YAML or empty."""
+    if len(text) > MAX_FILE_BYTES:
+        out.errors.append(f"{path}: is larger than {MAX_FILE_BYTES // MIB} MiB")
+        return None
+    if "\x00" in text:
+        out.errors.append(f"{path}: is a binary file, not YAML or JSON")
+        return None
+    try:
+        docs = [(index, doc) for index, doc in _documents(text, path) if doc is not None]
+    except _Problem as exc:
+        out.errors.append(f"{path}: {exc}")
+        return None
+    if not docs:
+        out.errors.append(f"{path}: is empty (no manifests)")
+        return None
+    return docs
+
+
+def _check_items(doc: Any, index: int, path: str, out: _Parsed) -> None:
+    """Check one document (each item, for a List) into ``out``."""
+    items: list[tuple[Any, str]] = [(doc, f"document {index}")]
+    if (
+        isinstance(doc, dict)
+        and doc.get("kind") == "List"
+        and isinstance(doc.get("items"), list)
+    ):
+        # kubectl's List wrapper, as `kubectl get -o yaml` writes it
+        items = [(it, f"document {index} item {i}") for i, it in enumerate(doc["items"])]
+    source = Source(path, index)
+    for item, where in items:
+        if not isinstance(item, dict):
+            out.errors.append(
+                f"{path}: {where} is not a mapping (a Kubernetes object); "
+                f"it is {_describe(item)}"
+            )
+            continue
+        obj = _check_document(item, source, out.errors)
+        if obj is not None:
+            out.entries.append(_Entry(source, obj, item))
 
 
 def _describe(value: Any) -> str:

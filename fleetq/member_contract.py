@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -314,43 +314,53 @@ def referenced_deps(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
     templates reference, sorted. Pod templates can only reference objects in their own
     namespace, so names are namespace-less by construction."""
     found: set[tuple[str, str]] = set()
-
-    def add(kind: str, name: Any) -> None:
-        if isinstance(name, str) and name:
-            found.add((kind, name))
-
     for _role, template in pod_templates(manifest):
-        spec = template.get("spec") or {}
-        for vol in spec.get("volumes") or []:
-            if not isinstance(vol, dict):
-                continue
-            add("ConfigMap", (vol.get("configMap") or {}).get("name"))
-            add("Secret", (vol.get("secret") or {}).get("secretName"))
-            add("PersistentVolumeClaim", (vol.get("persistentVolumeClaim") or {}).get("claimName"))
-            for src in (vol.get("projected") or {}).get("sources") or []:
-                if isinstance(src, dict):
-                    add("ConfigMap", (src.get("configMap") or {}).get("name"))
-                    add("Secret", (src.get("secret") or {}).get("name"))
-        for key in ("containers", "initContainers", "ephemeralContainers"):
-            for c in spec.get(key) or []:
-                if not isinstance(c, dict):
-                    continue
-                for ef in c.get("envFrom") or []:
-                    if isinstance(ef, dict):
-                        add("ConfigMap", (ef.get("configMapRef") or {}).get("name"))
-                        add("Secret", (ef.get("secretRef") or {}).get("name"))
-                for env in c.get("env") or []:
-                    vf = env.get("valueFrom") if isinstance(env, dict) else None
-                    if isinstance(vf, dict):
-                        add("ConfigMap", (vf.get("configMapKeyRef") or {}).get("name"))
-                        add("Secret", (vf.get("secretKeyRef") or {}).get("name"))
-        for ips in spec.get("imagePullSecrets") or []:
-            if isinstance(ips, dict):
-                add("Secret", ips.get("name"))
-        sa = spec.get("serviceAccountName") or spec.get("serviceAccount")
-        if sa and sa != "default":  # every namespace has its own "default"
-            add("ServiceAccount", sa)
+        for kind, name in _pod_spec_refs(template.get("spec") or {}):
+            if isinstance(name, str) and name:
+                found.add((kind, name))
     return sorted(found)
+
+
+#: A reference a pod spec makes: ``(kind, name)``; the name may be missing or not a string.
+_Ref = tuple[str, Any]
+
+
+def _pod_spec_refs(spec: Mapping[str, Any]) -> Iterator[_Ref]:
+    for vol in spec.get("volumes") or []:
+        if isinstance(vol, dict):
+            yield from _volume_refs(vol)
+    for key in ("containers", "initContainers", "ephemeralContainers"):
+        for c in spec.get(key) or []:
+            if isinstance(c, dict):
+                yield from _container_refs(c)
+    for ips in spec.get("imagePullSecrets") or []:
+        if isinstance(ips, dict):
+            yield "Secret", ips.get("name")
+    sa = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    if sa and sa != "default":  # every namespace has its own "default"
+        yield "ServiceAccount", sa
+
+
+def _volume_refs(vol: Mapping[str, Any]) -> Iterator[_Ref]:
+    yield "ConfigMap", (vol.get("configMap") or {}).get("name")
+    yield "Secret", (vol.get("secret") or {}).get("secretName")
+    yield "PersistentVolumeClaim", (vol.get("persistentVolumeClaim") or {}).get("claimName")
+    for src in (vol.get("projected") or {}).get("sources") or []:
+        if isinstance(src, dict):
+            yield "ConfigMap", (src.get("configMap") or {}).get("name")
+            yield "Secret", (src.get("secret") or {}).get("name")
+
+
+def _container_refs(c: Mapping[str, Any]) -> Iterator[_Ref]:
+    for ef in c.get("envFrom") or []:
+        if isinstance(ef, dict):
+            yield "ConfigMap", (ef.get("configMapRef") or {}).get("name")
+            yield "Secret", (ef.get("secretRef") or {}).get("name")
+    for env in c.get("env") or []:
+        vf = env.get("valueFrom") if isinstance(env, dict) else None
+        if isinstance(vf, dict):
+            yield "ConfigMap", (vf.get("configMapKeyRef") or {}).get("name")
+            yield "Secret", (vf.get("secretKeyRef") or {}).get("name")
 
 
 _DROP_ANNOTATION_PREFIXES = (

@@ -12,7 +12,7 @@ field, e.g. ``PyTorchJob default/x: spec.pytorchReplicaSpecs.Worker.replicas mus
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -84,35 +84,40 @@ def _loc_to_path(loc: Sequence[int | str]) -> str:
     return out
 
 
+#: Pydantic error kinds whose message needs nothing from the error's context.
+_PYDANTIC_FIXED: dict[str, str] = {
+    "missing": "is required",
+    "extra_forbidden": "is not a known field",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+    "list_type": "must be a list",
+    "too_short": "must not be empty",
+}
+
+#: Pydantic error kinds whose message names a bound from the error's context.
+_PYDANTIC_FROM_CTX: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "greater_than_equal": lambda ctx: f"must be >= {ctx.get('ge')}",
+    "greater_than": lambda ctx: f"must be > {ctx.get('gt')}",
+    "less_than_equal": lambda ctx: f"must be <= {ctx.get('le')}",
+    "literal_error": lambda ctx: f"must be one of {ctx.get('expected', '')}".strip(),
+    "enum": lambda ctx: f"must be one of {ctx.get('expected', '')}".strip(),
+    "string_too_long": lambda ctx: f"must be at most {ctx.get('max_length')} characters",
+}
+
+
 def _pydantic_message(err: Mapping[str, Any]) -> str:
     kind = err.get("type", "")
-    ctx = err.get("ctx") or {}
-    if kind == "missing":
-        return "is required"
-    if kind == "extra_forbidden":
-        return "is not a known field"
-    if kind == "greater_than_equal":
-        return f"must be >= {ctx.get('ge')}"
-    if kind == "greater_than":
-        return f"must be > {ctx.get('gt')}"
-    if kind == "less_than_equal":
-        return f"must be <= {ctx.get('le')}"
-    if kind in ("int_type", "int_parsing", "int_from_float"):
-        return "must be an integer"
-    if kind in ("bool_type", "bool_parsing"):
-        return "must be true or false"
-    if kind == "string_type":
-        return "must be a string"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return "must be a mapping"
-    if kind == "list_type":
-        return "must be a list"
-    if kind in ("literal_error", "enum"):
-        return f"must be one of {ctx.get('expected', '')}".strip()
-    if kind == "too_short":
-        return "must not be empty"
-    if kind == "string_too_long":
-        return f"must be at most {ctx.get('max_length')} characters"
+    if kind in _PYDANTIC_FIXED:
+        return _PYDANTIC_FIXED[kind]
+    if kind in _PYDANTIC_FROM_CTX:
+        return _PYDANTIC_FROM_CTX[kind](err.get("ctx") or {})
     msg = str(err.get("msg", "is invalid"))
     return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
 
@@ -370,39 +375,55 @@ class ElasticQuotaTree(Strict):
         ns_owner: dict[str, str] = {}
 
         def walk(node: QuotaNodeSpec, path: str) -> None:
-            if node.name in seen_names:
-                raise ValueError(
-                    f"@{path}.name {node.name!r} is used twice (also at {seen_names[node.name]})"
-                )
-            seen_names[node.name] = path
-            if node.children and node.namespaces:
-                raise ValueError(
-                    f"@{path}.namespaces namespaces attach to leaves only; "
-                    f"{node.name!r} has children"
-                )
-            for ns in node.namespaces:
-                if ns in ns_owner:
-                    raise ValueError(
-                        f"@{path}.namespaces namespace {ns!r} is already on leaf {ns_owner[ns]!r}"
-                    )
-                ns_owner[ns] = node.name
-            if node.children:
-                total: R.Resources = {}
-                for c in node.children:
-                    R.add_into(total, c.min_resources())
-                own = node.min_resources()
-                for k, v in total.items():
-                    if v > own.get(k, 0):
-                        have = node.min.get(k, 0)
-                        raise ValueError(
-                            f"@{path}.children the children's min {k} "
-                            f"{R.format_quantity(k, v)} exceeds {node.name!r} min {k} {have}"
-                        )
+            _check_unique_node_name(node, path, seen_names)
+            _check_leaf_namespaces(node, path, ns_owner)
+            _check_children_min(node, path)
             for i, c in enumerate(node.children):
                 walk(c, f"{path}.children[{i}]")
 
         walk(self.spec.root, "spec.root")
         return self
+
+
+def _check_unique_node_name(node: QuotaNodeSpec, path: str, seen_names: dict[str, str]) -> None:
+    """No two nodes of a tree share a name."""
+    if node.name in seen_names:
+        raise ValueError(
+            f"@{path}.name {node.name!r} is used twice (also at {seen_names[node.name]})"
+        )
+    seen_names[node.name] = path
+
+
+def _check_leaf_namespaces(node: QuotaNodeSpec, path: str, ns_owner: dict[str, str]) -> None:
+    """Namespaces attach to leaves only, each namespace to one leaf."""
+    if node.children and node.namespaces:
+        raise ValueError(
+            f"@{path}.namespaces namespaces attach to leaves only; "
+            f"{node.name!r} has children"
+        )
+    for ns in node.namespaces:
+        if ns in ns_owner:
+            raise ValueError(
+                f"@{path}.namespaces namespace {ns!r} is already on leaf {ns_owner[ns]!r}"
+            )
+        ns_owner[ns] = node.name
+
+
+def _check_children_min(node: QuotaNodeSpec, path: str) -> None:
+    """The children's min, summed, fits inside the parent's min."""
+    if not node.children:
+        return
+    total: R.Resources = {}
+    for c in node.children:
+        R.add_into(total, c.min_resources())
+    own = node.min_resources()
+    for k, v in total.items():
+        if v > own.get(k, 0):
+            have = node.min.get(k, 0)
+            raise ValueError(
+                f"@{path}.children the children's min {k} "
+                f"{R.format_quantity(k, v)} exceeds {node.name!r} min {k} {have}"
+            )
 
 
 # --------------------------------------------------------------------------- PropagationPolicy
@@ -1025,58 +1046,79 @@ class PodTemplate(Open):
         if not isinstance(containers, list) or not containers:
             raise ValueError("@containers must list at least one container")
         for key in ("containers", "initContainers"):
-            items = spec.get(key) or []
-            if not isinstance(items, list):
-                raise ValueError(f"@{key} must be a list")
-            for i, c in enumerate(items):
-                if not isinstance(c, Mapping):
-                    raise ValueError(f"@{key}[{i}] must be a mapping")
-                if not isinstance(c.get("name"), str) or not c.get("name"):
-                    raise ValueError(f"@{key}[{i}].name is required")
-                res = c.get("resources") or {}
-                if not isinstance(res, Mapping):
-                    raise ValueError(f"@{key}[{i}].resources must be a mapping")
-                for part in ("requests", "limits"):
-                    try:
-                        _resource_map(res.get(part))
-                    except ValueError as exc:
-                        raise _under(f"{key}[{i}].resources.{part}", exc) from None
-        # The training-operator webhook: every container has an image, and one of them is
-        # named "pytorch" (the one the operator gives the master address and port).
-        for i, c in enumerate(containers):
-            image = c.get("image")
-            if not isinstance(image, str) or not image:
-                raise ValueError(f"@containers[{i}].image is required")
-        if not any(c.get("name") == PYTORCH_CONTAINER for c in containers):
-            raise ValueError(f"@containers must have a container named {PYTORCH_CONTAINER}")
+            _check_container_list(spec, key)
+        _check_webhook_containers(containers)
         _list_map_keys(spec)
-        selector = spec.get("nodeSelector")
-        if selector is not None:
-            if not isinstance(selector, Mapping):
-                raise ValueError("@nodeSelector must be a mapping")
-            for k, v in selector.items():
-                if not isinstance(k, str) or not isinstance(v, str):
-                    raise ValueError(f"@nodeSelector {str(k)[:64]!r} must map to a string")
-        tolerations = spec.get("tolerations")
-        if tolerations is not None:
-            if not isinstance(tolerations, list):
-                raise ValueError("@tolerations must be a list")
-            for i, t in enumerate(tolerations):
-                if not isinstance(t, Mapping):
-                    raise ValueError(f"@tolerations[{i}] must be a mapping")
+        _check_node_selector(spec.get("nodeSelector"))
+        _check_tolerations(spec.get("tolerations"))
         try:
             _resource_map(spec.get("overhead"))
         except ValueError as exc:
             raise _under("overhead", exc) from None
-        prio = spec.get("priority")
-        if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
-            raise ValueError("@priority must be an integer")
-        if prio is not None and abs(prio) > 2_000_001_000:
-            raise ValueError("@priority is out of range")
-        pcn = spec.get("priorityClassName")
-        if pcn is not None and not isinstance(pcn, str):
-            raise ValueError("@priorityClassName must be a string")
+        _check_priority(spec)
         return spec
+
+
+def _check_container_list(spec: Mapping[str, Any], key: str) -> None:
+    """Each item of ``spec[key]`` is a named container whose requests and limits parse."""
+    items = spec.get(key) or []
+    if not isinstance(items, list):
+        raise ValueError(f"@{key} must be a list")
+    for i, c in enumerate(items):
+        if not isinstance(c, Mapping):
+            raise ValueError(f"@{key}[{i}] must be a mapping")
+        if not isinstance(c.get("name"), str) or not c.get("name"):
+            raise ValueError(f"@{key}[{i}].name is required")
+        res = c.get("resources") or {}
+        if not isinstance(res, Mapping):
+            raise ValueError(f"@{key}[{i}].resources must be a mapping")
+        for part in ("requests", "limits"):
+            try:
+                _resource_map(res.get(part))
+            except ValueError as exc:
+                raise _under(f"{key}[{i}].resources.{part}", exc) from None
+
+
+def _check_webhook_containers(containers: list[Any]) -> None:
+    # The training-operator webhook: every container has an image, and one of them is
+    # named "pytorch" (the one the operator gives the master address and port).
+    for i, c in enumerate(containers):
+        image = c.get("image")
+        if not isinstance(image, str) or not image:
+            raise ValueError(f"@containers[{i}].image is required")
+    if not any(c.get("name") == PYTORCH_CONTAINER for c in containers):
+        raise ValueError(f"@containers must have a container named {PYTORCH_CONTAINER}")
+
+
+def _check_node_selector(selector: Any) -> None:
+    if selector is None:
+        return
+    if not isinstance(selector, Mapping):
+        raise ValueError("@nodeSelector must be a mapping")
+    for k, v in selector.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise ValueError(f"@nodeSelector {str(k)[:64]!r} must map to a string")
+
+
+def _check_tolerations(tolerations: Any) -> None:
+    if tolerations is None:
+        return
+    if not isinstance(tolerations, list):
+        raise ValueError("@tolerations must be a list")
+    for i, t in enumerate(tolerations):
+        if not isinstance(t, Mapping):
+            raise ValueError(f"@tolerations[{i}] must be a mapping")
+
+
+def _check_priority(spec: Mapping[str, Any]) -> None:
+    prio = spec.get("priority")
+    if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
+        raise ValueError("@priority must be an integer")
+    if prio is not None and abs(prio) > 2_000_001_000:
+        raise ValueError("@priority is out of range")
+    pcn = spec.get("priorityClassName")
+    if pcn is not None and not isinstance(pcn, str):
+        raise ValueError("@priorityClassName must be a string")
 
 
 #: The pod template's lists the CRD types ``x-kubernetes-list-type: map``, with their keys
@@ -1472,6 +1514,12 @@ _ONE_CLUSTER = f"{_NOT_USED} (a gang goes to one cluster)"
 
 def _policy_warnings(p: PropagationPolicy) -> list[tuple[str, str]]:
     spec = p.spec
+    return [*_spec_warnings(spec), *_suspension_warnings(spec.suspension),
+            *_placement_warnings(spec.placement)]
+
+
+def _spec_warnings(spec: PropagationPolicySpec) -> list[tuple[str, str]]:
+    """The policy's top-level fields fleetq does not act on."""
     written = spec.model_fields_set
     out: list[tuple[str, str]] = []
     if "association" in written:
@@ -1495,25 +1543,27 @@ def _policy_warnings(p: PropagationPolicy) -> list[tuple[str, str]]:
     if spec.schedulePriority is not None:
         out.append(("spec.schedulePriority", f"{_NOT_USED} (a job's queue priority comes from "
                                              "its own PriorityClass)"))
-    sus = spec.suspension
+    return out
+
+
+def _suspension_warnings(sus: Suspension | None) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
     if sus is not None and sus.dispatching is not None:
         out.append(("spec.suspension.dispatching", f"{_NOT_USED} (suspension.scheduling "
                                                    "queues jobs)"))
     if sus is not None and sus.dispatchingOnClusters is not None:
         out.append(("spec.suspension.dispatchingOnClusters", _NOT_USED))
-    pl = spec.placement
+    return out
+
+
+def _placement_warnings(pl: Placement) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
     if pl.clusterAffinity is not None and pl.clusterAffinity.fieldSelector is not None:
         out.append(("spec.placement.clusterAffinity.fieldSelector",
                     f"{_NOT_USED} (member clusters have no provider, region or zone; use "
                     "labelSelector)"))
     for i, term in enumerate(pl.cluster_affinities):  # the groups are honoured
-        at = f"spec.placement.clusterAffinities[{i}]"
-        if term.fieldSelector is not None:
-            out.append((f"{at}.fieldSelector", f"{_NOT_USED} (member clusters have no "
-                                               "provider, region or zone; use labelSelector)"))
-        for j, oa in enumerate(term.overflowAffinities or []):
-            if oa.fieldSelector is not None:
-                out.append((f"{at}.overflowAffinities[{j}].fieldSelector", _NOT_USED))
+        out.extend(_affinity_term_warnings(term, f"spec.placement.clusterAffinities[{i}]"))
     if pl.spreadConstraints:
         out.append(("spec.placement.spreadConstraints", _ONE_CLUSTER))
     rs = pl.replicaScheduling
@@ -1523,6 +1573,17 @@ def _policy_warnings(p: PropagationPolicy) -> list[tuple[str, str]]:
         out.append(("spec.placement.replicaScheduling.weightPreference", _ONE_CLUSTER))
     if pl.workloadAffinity is not None:
         out.append(("spec.placement.workloadAffinity", _NOT_USED))
+    return out
+
+
+def _affinity_term_warnings(term: ClusterAffinityTerm, at: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if term.fieldSelector is not None:
+        out.append((f"{at}.fieldSelector", f"{_NOT_USED} (member clusters have no "
+                                           "provider, region or zone; use labelSelector)"))
+    for j, oa in enumerate(term.overflowAffinities or []):
+        if oa.fieldSelector is not None:
+            out.append((f"{at}.overflowAffinities[{j}].fieldSelector", _NOT_USED))
     return out
 
 

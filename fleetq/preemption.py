@@ -518,41 +518,89 @@ def _plan_on(
     usage = {n: dict(u) for n, u in tree.usage.items()}
     if tree.fits(usage, node, request) or not policy.enabled:
         return None
-    # Priority preemption: lower-priority jobs of the preemptor's own node.
-    own: list[AdmittedJob] = []
-    if policy.preemption is PreemptionMode.LOWER_PRIORITY:
-        own = sorted(
-            (
-                j
-                for j in tree.jobs.values()
-                if j.node == node
-                and j.preemptible
-                and j.priority < preemptor.priority
-                and j.job_id != preemptor.job_id
-            ),
-            key=_victim_key,
-        )
-    # Reclaim: jobs of borrowers elsewhere in the tree, by node.
+    own = _priority_candidates(tree, policy, preemptor)
+    reclaim, paths = _reclaim_candidates(tree, policy, preemptor, usage)
+    chosen = _take_until_fit(tree, policy, preemptor, usage, own, reclaim, paths)
+    if chosen is None:
+        return None
+    _drop_unneeded(tree, usage, node, request, chosen)
+    victims = tuple(
+        _victim(preemptor, job, reason)
+        for job, reason in sorted(chosen, key=lambda c: _victim_key(c[0]))
+    )
+    return PreemptionPlan(
+        preemptor=preemptor.job_id,
+        node=node,
+        victims=victims,
+        priority=preemptor.priority,
+        request=dict(request),
+    )
+
+
+def _priority_candidates(
+    tree: _Tree, policy: TreePreemptionPolicy, preemptor: Preemptor
+) -> list[AdmittedJob]:
+    """Priority preemption: lower-priority jobs of the preemptor's own node."""
+    if policy.preemption is not PreemptionMode.LOWER_PRIORITY:
+        return []
+    return sorted(
+        (
+            j
+            for j in tree.jobs.values()
+            if j.node == preemptor.node
+            and j.preemptible
+            and j.priority < preemptor.priority
+            and j.job_id != preemptor.job_id
+        ),
+        key=_victim_key,
+    )
+
+
+def _reclaim_candidates(
+    tree: _Tree,
+    policy: TreePreemptionPolicy,
+    preemptor: Preemptor,
+    usage: dict[str, R.Resources],
+) -> tuple[dict[str, list[AdmittedJob]], dict[str, tuple[str, ...]]]:
+    """Reclaim: jobs of borrowers elsewhere in the tree, by node, with each node's path
+    up to its common ancestor with the preemptor's node."""
+    node, request = preemptor.node, preemptor.request
     reclaim: dict[str, list[AdmittedJob]] = {}
     paths: dict[str, tuple[str, ...]] = {}
-    asks = [k for k, v in request.items() if v > 0 and k != R.MAX_JOBS]
-    if (
+    if not (
         policy.reclaim is not ReclaimMode.NEVER
         and tree.below_min(usage, node)
         and tree.within_min_after(usage, node, request)
     ):
-        for j in sorted(tree.jobs.values(), key=_victim_key):
-            if not j.preemptible or j.job_id == preemptor.job_id:
+        return reclaim, paths
+    for j in sorted(tree.jobs.values(), key=_victim_key):
+        if not j.preemptible or j.job_id == preemptor.job_id:
+            continue
+        if policy.reclaim is ReclaimMode.LOWER_PRIORITY and j.priority >= preemptor.priority:
+            continue
+        if j.node not in paths:
+            path = _lca_path(tree, j.node, node)
+            if path is None:
                 continue
-            if policy.reclaim is ReclaimMode.LOWER_PRIORITY and j.priority >= preemptor.priority:
-                continue
-            if j.node not in paths:
-                path = _lca_path(tree, j.node, node)
-                if path is None:
-                    continue
-                paths[j.node] = path
-            reclaim.setdefault(j.node, []).append(j)
+            paths[j.node] = path
+        reclaim.setdefault(j.node, []).append(j)
+    return reclaim, paths
 
+
+def _take_until_fit(
+    tree: _Tree,
+    policy: TreePreemptionPolicy,
+    preemptor: Preemptor,
+    usage: dict[str, R.Resources],
+    own: list[AdmittedJob],
+    reclaim: dict[str, list[AdmittedJob]],
+    paths: dict[str, tuple[str, ...]],
+) -> list[tuple[AdmittedJob, PreemptionReason]] | None:
+    """Take reclaim candidates (from the most over-share borrower still borrowing), then
+    priority candidates, until the preemptor fits; None if it never does. ``usage`` is
+    left without the chosen jobs."""
+    node, request = preemptor.node, preemptor.request
+    asks = [k for k, v in request.items() if v > 0 and k != R.MAX_JOBS]
     chosen: list[tuple[AdmittedJob, PreemptionReason]] = []
 
     def take(job: AdmittedJob, reason: PreemptionReason) -> bool:
@@ -574,8 +622,16 @@ def _plan_on(
         if fitted:
             break
         fitted = take(job, PreemptionReason.PRIORITY)
-    if not fitted:
-        return None
+    return chosen if fitted else None
+
+
+def _drop_unneeded(
+    tree: _Tree,
+    usage: dict[str, R.Resources],
+    node: str,
+    request: Mapping[str, int],
+    chosen: list[tuple[AdmittedJob, PreemptionReason]],
+) -> None:
     # Minimal: drop every victim the preemptor can do without (latest first). Fit only
     # gets harder as victims are dropped, so one pass leaves no droppable victim.
     for i in range(len(chosen) - 1, -1, -1):
@@ -585,28 +641,21 @@ def _plan_on(
             del chosen[i]
         else:
             tree.charge(usage, job, -1)
-    victims = tuple(
-        Victim(
-            job_id=job.job_id,
-            preemptor=preemptor.job_id,
-            reason=reason,
-            message=(
-                f"priority {preemptor.priority} > {job.priority}"
-                if reason is PreemptionReason.PRIORITY
-                else f"reclaim for {node} below min"
-            ),
-            priority=job.priority,
-            grace_seconds=job.grace_seconds,
-            node=job.node,
-        )
-        for job, reason in sorted(chosen, key=lambda c: _victim_key(c[0]))
-    )
-    return PreemptionPlan(
+
+
+def _victim(preemptor: Preemptor, job: AdmittedJob, reason: PreemptionReason) -> Victim:
+    return Victim(
+        job_id=job.job_id,
         preemptor=preemptor.job_id,
-        node=node,
-        victims=victims,
-        priority=preemptor.priority,
-        request=dict(request),
+        reason=reason,
+        message=(
+            f"priority {preemptor.priority} > {job.priority}"
+            if reason is PreemptionReason.PRIORITY
+            else f"reclaim for {preemptor.node} below min"
+        ),
+        priority=job.priority,
+        grace_seconds=job.grace_seconds,
+        node=job.node,
     )
 
 
@@ -998,23 +1047,7 @@ def _cheapest(
         _smallest(len(levels), lambda i: fits([g for g in cands if g.priority <= levels[i]]))
     ]
     pool = [g for g in cands if g.priority <= top]
-    # Node order: copies of the gang's largest pod that fit a node once every pool gang
-    # on it is gone, most first, then fewer gangs to evict there, then name.
-    largest = R.maximum(p.requests for p in gang.pods)
-    freed: dict[str, R.Resources] = {}
-    count: dict[str, int] = {}
-    for g in pool:
-        for p in g.pods:
-            R.add_into(freed.setdefault(p.node, {}), p.requests)
-            count[p.node] = count.get(p.node, 0) + 1
-    room: dict[str, int] = {}
-    for n in snap.nodes:
-        if n.name not in freed:
-            continue
-        free = R.add(n.free(), freed[n.name])
-        copies = [free.get(k, 0) // v for k, v in largest.items() if v > 0]
-        room[n.name] = min(copies) if copies else n.pods_allocatable
-    rank = {name: i for i, name in enumerate(sorted(room, key=lambda n: (-room[n], count[n], n)))}
+    rank = _node_ranks(gang, snap, pool)
     worst = len(rank)
 
     def node_key(g: RunningGang) -> tuple[int, str]:
@@ -1036,20 +1069,51 @@ def _cheapest(
         lambda g: (g.priority, g.work(now), node_key(g)),
         lambda g: (node_key(g)[0], g.priority, g.work(now), g.job_id),
     ):
-        ordered = sorted(pool, key=key)
-        chosen = ordered[
-            : _smallest(len(ordered), lambda i, o=ordered: fits(o[: i + 1])) + 1  # type: ignore[misc]
-        ]
-        # Minimal: try dropping the dearest first; repeat while anything was dropped
-        # (node-by-node placement is a heuristic, so fitting is not strictly monotone).
-        changed = True
-        while changed:
-            changed = False
-            for g in sorted(chosen, key=lambda g: (-g.priority, -g.work(now), g.job_id)):
-                rest = [x for x in chosen if x is not g]
-                if rest and fits(rest):
-                    chosen = rest
-                    changed = True
+        chosen = _greedy_minimal(sorted(pool, key=key), now, fits)
         if fits(chosen) and (best is None or cost(chosen) < cost(best)):
             best = chosen
     return best
+
+
+def _node_ranks(
+    gang: Gang, snap: ClusterSnapshot, pool: Sequence[RunningGang]
+) -> dict[str, int]:
+    """Node order: copies of the gang's largest pod that fit a node once every pool gang
+    on it is gone, most first, then fewer gangs to evict there, then name."""
+    largest = R.maximum(p.requests for p in gang.pods)
+    freed: dict[str, R.Resources] = {}
+    count: dict[str, int] = {}
+    for g in pool:
+        for p in g.pods:
+            R.add_into(freed.setdefault(p.node, {}), p.requests)
+            count[p.node] = count.get(p.node, 0) + 1
+    room: dict[str, int] = {}
+    for n in snap.nodes:
+        if n.name not in freed:
+            continue
+        free = R.add(n.free(), freed[n.name])
+        copies = [free.get(k, 0) // v for k, v in largest.items() if v > 0]
+        room[n.name] = min(copies) if copies else n.pods_allocatable
+    return {name: i for i, name in enumerate(sorted(room, key=lambda n: (-room[n], count[n], n)))}
+
+
+def _greedy_minimal(
+    ordered: list[RunningGang], now: float, fits: Callable[[Sequence[RunningGang]], bool]
+) -> list[RunningGang]:
+    """The shortest prefix of ``ordered`` that fits, made minimal."""
+    chosen = ordered[
+        : _smallest(len(ordered), lambda i, o=ordered: fits(o[: i + 1])) + 1  # type: ignore[misc]
+    ]
+    # Minimal: try dropping the dearest first; repeat while anything was dropped
+    # (node-by-node placement is a heuristic, so fitting is not strictly monotone).
+    changed = True
+    while changed:
+        changed = False
+        for g in sorted(chosen, key=lambda g: (-g.priority, -g.work(now), g.job_id)):
+            rest = [x for x in chosen if x is not g]
+            if rest and fits(rest):
+                chosen = rest
+                changed = True
+    return chosen
+
+

@@ -84,6 +84,33 @@ _UNRESOLVABLE = frozenset({
 Param = str | int
 
 
+#: Each code's grouping summary (:attr:`Rejection.summary`), with ``{param}`` for the
+#: parameters that name what is missing. Codes absent here summarise as their message.
+_SUMMARIES: dict[RejectionCode, str] = {
+    RejectionCode.RESOURCE_NOT_OFFERED: "needs {resource}; no node has any",
+    RejectionCode.INSUFFICIENT_NODE_RESOURCE: "needs {resource}; no node has enough free",
+    RejectionCode.INSUFFICIENT_CLUSTER_RESOURCE:
+        "needs {resource}; not enough free in the whole cluster",
+    RejectionCode.INSUFFICIENT_CLUSTER_POD_SLOTS:
+        "needs pod slots; not enough free in the whole cluster",
+    RejectionCode.NODE_POD_SLOTS_EXHAUSTED: "needs a pod slot; all usable nodes full",
+    RejectionCode.NO_NODE_FITS_ALL:
+        "needs all its requests on one node; no node has all of them free",
+    RejectionCode.NODE_SELECTOR_MISMATCH: "no node matches nodeSelector {selector}",
+    RejectionCode.NODES_CORDONED: "no schedulable node (all cordoned)",
+    RejectionCode.UNTOLERATED_NODE_TAINTS:
+        "does not tolerate the taints of any node it could use",
+    RejectionCode.NODE_POD_SLOTS_FULL: "no free pod slot on the nodes it could use",
+    RejectionCode.NO_NODES: "no nodes",
+    RejectionCode.EVICTED: "excluded",
+    RejectionCode.CLUSTER_UNREACHABLE: "unreachable",
+    RejectionCode.RESERVATION_LOST: "reservation lost",
+    RejectionCode.BINDING_FAILED: "binding failed",
+    RejectionCode.MEMBER_FULL_AT_BIND: "filled up by another bind",
+    RejectionCode.NEVER_FITS: "no member can ever hold it",
+}
+
+
 @dataclass(frozen=True)
 class Rejection:
     """One cluster's rejection: ``code`` and ``params`` for programs, ``message`` (one
@@ -114,46 +141,10 @@ class Rejection:
         """The reason without pod names and numbers, so that rejections group
         (``needs cpu; no node has enough free``): the code plus the parameters that
         name *what* is missing (a resource, a nodeSelector, a rule), worded for people."""
-        p = self.params
-        c = RejectionCode
-        match self.code:
-            case c.RESOURCE_NOT_OFFERED:
-                return f"needs {p['resource']}; no node has any"
-            case c.INSUFFICIENT_NODE_RESOURCE:
-                return f"needs {p['resource']}; no node has enough free"
-            case c.INSUFFICIENT_CLUSTER_RESOURCE:
-                return f"needs {p['resource']}; not enough free in the whole cluster"
-            case c.INSUFFICIENT_CLUSTER_POD_SLOTS:
-                return "needs pod slots; not enough free in the whole cluster"
-            case c.NODE_POD_SLOTS_EXHAUSTED:
-                return "needs a pod slot; all usable nodes full"
-            case c.NO_NODE_FITS_ALL:
-                return "needs all its requests on one node; no node has all of them free"
-            case c.NODE_SELECTOR_MISMATCH:
-                return f"no node matches nodeSelector {p['selector']}"
-            case c.NODES_CORDONED:
-                return "no schedulable node (all cordoned)"
-            case c.UNTOLERATED_NODE_TAINTS:
-                return "does not tolerate the taints of any node it could use"
-            case c.NODE_POD_SLOTS_FULL:
-                return "no free pod slot on the nodes it could use"
-            case c.NO_NODES:
-                return "no nodes"
-            case c.EVICTED:
-                return "excluded"
-            case c.CLUSTER_UNREACHABLE:
-                return "unreachable"
-            case c.RESERVATION_LOST:
-                return "reservation lost"
-            case c.BINDING_FAILED:
-                return "binding failed"
-            case c.MEMBER_FULL_AT_BIND:
-                return "filled up by another bind"
-            case c.NEVER_FITS:
-                return "no member can ever hold it"
-            case c.AFFINITY_MISMATCH | c.UNTOLERATED_CLUSTER_TAINT:
-                return self.message  # names the rule or the taint, no pod or number
-        return self.message  # pragma: no cover - every code is matched above
+        template = _SUMMARIES.get(self.code)
+        if template is None:  # AFFINITY_MISMATCH, UNTOLERATED_CLUSTER_TAINT: the message
+            return self.message  # names the rule or the taint, no pod or number
+        return template.format_map(self.params)
 
     def __str__(self) -> str:
         return self.message

@@ -15,7 +15,7 @@ get a ``preempt`` signal, and a preemptor is admitted once its last victim relea
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
@@ -117,18 +117,7 @@ class QuotaTreeWorkflow:
         inp = self._input
         last_leak_check = workflow.now()
         while True:
-            timeout: float | None = None
-            if self._admission.counts()[0]:
-                elapsed = (workflow.now() - last_leak_check).total_seconds()
-                timeout = max(1.0, inp.leak_check_seconds - elapsed)
-            plan_due: float | None = None
-            deadline = self._admission.next_plan_deadline()
-            if deadline is not None:
-                plan_due = max(1.0, deadline - workflow.now().timestamp())
-                if timeout is not None and timeout <= plan_due:
-                    plan_due = None
-                else:
-                    timeout = plan_due
+            timeout, plan_due = self._wake_after(inp, last_leak_check)
             try:
                 await workflow.wait_condition(
                     lambda: self._dirty or self._stop,
@@ -152,18 +141,40 @@ class QuotaTreeWorkflow:
                 self._grant()
             self._publish_details()
             if self._should_continue(inp):
-                # Grants decided but not yet sent go out, and every delivery settles,
-                # before this run ends; a pending scheduling pass is not lost: the next
-                # run starts with one.
-                self._dispatch(self._immediate)
-                self._immediate = []
-                self._tell_admissibility()  # (the next run does not tell them again)
-                await workflow.wait_condition(
-                    lambda: not self._inflight and workflow.all_handlers_finished()
-                )
+                await self._settle_before_continue()
                 if self._immediate:
                     continue
                 self._continue_as_new(inp)
+
+    def _wake_after(
+        self, inp: QuotaTreeInput, last_leak_check: datetime
+    ) -> tuple[float | None, float | None]:
+        """How long the main loop may sleep, and whether that is until the next
+        preemption plan expires (its seconds) rather than the next leak check (None)."""
+        timeout: float | None = None
+        if self._admission.counts()[0]:
+            elapsed = (workflow.now() - last_leak_check).total_seconds()
+            timeout = max(1.0, inp.leak_check_seconds - elapsed)
+        plan_due: float | None = None
+        deadline = self._admission.next_plan_deadline()
+        if deadline is not None:
+            plan_due = max(1.0, deadline - workflow.now().timestamp())
+            if timeout is not None and timeout <= plan_due:
+                plan_due = None
+            else:
+                timeout = plan_due
+        return timeout, plan_due
+
+    async def _settle_before_continue(self) -> None:
+        # Grants decided but not yet sent go out, and every delivery settles,
+        # before this run ends; a pending scheduling pass is not lost: the next
+        # run starts with one.
+        self._dispatch(self._immediate)
+        self._immediate = []
+        self._tell_admissibility()  # (the next run does not tell them again)
+        await workflow.wait_condition(
+            lambda: not self._inflight and workflow.all_handlers_finished()
+        )
 
     def _continue_as_new(self, inp: QuotaTreeInput) -> NoReturn:
         workflow.continue_as_new(args=[
@@ -389,33 +400,30 @@ class QuotaTreeWorkflow:
 
     def _apply(self, message: QuotaMessage) -> str | None:
         """Apply one message; the reason when an enqueue is refused."""
-        if message.signal == "enqueue":
-            if message.request is None:
-                return "enqueue without a request"
-            try:
-                result = self._admission.enqueue(message.request, workflow.now().timestamp())
-            except ValueError as exc:  # e.g. a request the tree can never admit
-                workflow.logger.warning("enqueue of %s refused: %s", message.subject(), exc)
-                return str(exc)
-            if isinstance(result, Grant):  # admitted at once, or a re-enqueue of a holder
-                self._immediate.append(result)
-            self._dirty = True
-        elif message.signal == "requeue":  # a preempted job: release + enqueue, one step
-            if message.request is None:
-                return "requeue without a request"
-            try:
-                result = self._admission.requeue(message.request, workflow.now().timestamp())
-            except ValueError as exc:
-                workflow.logger.warning("requeue of %s refused: %s", message.subject(), exc)
-                return str(exc)
-            if isinstance(result, Grant):
-                self._immediate.append(result)
-            self._dirty = True
-        elif message.signal == "release":
+        if message.signal in ("enqueue", "requeue"):
+            return self._queue(message)
+        if message.signal == "release":
             if self._admission.release(message.job_id):
                 self._dirty = True
         elif self._admission.cancel(message.job_id) or self._admission.release(message.job_id):
             self._dirty = True
+        return None
+
+    def _queue(self, message: QuotaMessage) -> str | None:
+        """An enqueue, or a requeue (a preempted job: release + enqueue, one step); the
+        reason when it is refused."""
+        verb = message.signal
+        if message.request is None:
+            return f"{verb} without a request"
+        add = self._admission.enqueue if verb == "enqueue" else self._admission.requeue
+        try:
+            result = add(message.request, workflow.now().timestamp())
+        except ValueError as exc:  # e.g. a request the tree can never admit
+            workflow.logger.warning("%s of %s refused: %s", verb, message.subject(), exc)
+            return str(exc)
+        if isinstance(result, Grant):  # admitted at once, or a re-enqueue of a holder
+            self._immediate.append(result)
+        self._dirty = True
         return None
 
     @workflow.signal

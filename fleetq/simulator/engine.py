@@ -170,7 +170,13 @@ class Simulation:
         ]
         starts = [g.start for g in groups if g.count > 0]
         self.t0 = min(starts) if starts else 0.0
-        # state
+        self._init_state(len(groups))
+        self._init_preemption(trace)
+        self._init_outcomes()
+        self._init_metrics()
+
+    def _init_state(self, n_groups: int) -> None:
+        """The event loop's queues and the jobs it has made."""
         self.heap: list[tuple[float, int, int, int]] = []
         self.waiting: dict[str, Job] = {}
         #: jobs that can never be admitted under the trace's tree, and why (issue 24)
@@ -185,9 +191,13 @@ class Simulation:
         self.changed_clusters: set[str] = set()
         self.adm_seq = 0
         self.bind_seq = 0
-        self.jobs: list[list[Job]] = [[] for _ in groups]
+        self.jobs: list[list[Job]] = [[] for _ in range(n_groups)]
         self.all_jobs: list[Job] = []
         self.by_id: dict[str, Job] = {}
+
+    def _init_preemption(self, trace: Trace) -> None:
+        """Re-queue settings and the preemption state (issues 18 and 24)."""
+        n_groups = len(trace.spec.jobs)
         # preemption (issue 18): plans come from fleetq.preemption.plan_preemptions
         self.preemption = trace.preemption
         #: re-queue with backoff: the fleet's defaults with the tree's annotations
@@ -200,8 +210,8 @@ class Simulation:
             except ValueError as exc:
                 raise SimulationError(str(exc)) from None
         self.preempting = trace.tree is not None and trace.preemption.enabled
-        self.job_policies = [trace.job_policy(gid) for gid in range(len(groups))]
-        self.cpu = [self.totals[gid].get(R.CPU, 0) / R.MILLI for gid in range(len(groups))]
+        self.job_policies = [trace.job_policy(gid) for gid in range(n_groups)]
+        self.cpu = [self.totals[gid].get(R.CPU, 0) / R.MILLI for gid in range(n_groups)]
         self.preemptions: dict[PreemptionReason, int] = {}
         self.preemptors = 0  # plans decided
         self.finished_in_grace = 0
@@ -217,6 +227,9 @@ class Simulation:
         )
         self.capacity_plans: dict[int, set[int]] = {}  # preemptor -> victims still running
         self.capacity_planned = 0  # plans made
+
+    def _init_outcomes(self) -> None:
+        """What became of the jobs: the counters the report reads."""
         #: the states other parts of the lifecycle add, counted per job as they happen
         #: (issue 24: inadmissible, never placeable, re-queued with backoff); the
         #: engine's hooks for them: :meth:`count_state`
@@ -232,7 +245,9 @@ class Simulation:
         self.late: set[int] = set()  # jobs counted in delayed
         self.completed = 0
         self.last_finish: float | None = None
-        # metrics
+
+    def _init_metrics(self) -> None:
+        """The step series the report plots: queue lengths, quota usage, cluster use."""
         t0 = self.t0
         self.queue_of_node = {q.node: q.name for q in self.admission.queues()}
         self.qlen: dict[str, int] = dict.fromkeys(self.queue_of_node.values(), 0)
@@ -612,6 +627,12 @@ class Simulation:
         if self.freed:
             self.failed.clear()
             self.freed = False
+        self._place_in_order(t)
+        self._count_delayed()
+        if self.never_jobs:
+            self._give_back_never_placeable(t)
+
+    def _place_in_order(self, t: float) -> None:
         # a shape judged never placeable is taken up again even when it failed in this
         # instant: a job of it admitted since (with the quota another one gave back) must
         # give its quota back too, or it holds it for ever (the no-stall property test)
@@ -623,15 +644,7 @@ class Simulation:
             queue = self.unplaced[gid]
             best = None if self.never.get(gid) else self._try_place(gid)
             if best is None:
-                self.failed.add(gid)
-                self.failed_attempts += 1
-                if self._never_placeable(gid):
-                    self.never_jobs.extend(queue)
-                    del self.unplaced[gid]
-                    self.unplaced_count -= len(queue)
-                    continue
-                if self.capacity:
-                    self._capacity_preempt(queue[0], t)
+                self._place_failed(gid, queue, t)
                 continue
             job = queue.popleft()
             self.capacity_plans.pop(job.idx, None)  # placed (its victims still stop)
@@ -641,6 +654,21 @@ class Simulation:
             self._bind(job, best.cluster, best.assignment, t)
             if queue:
                 heapq.heappush(heap, (queue[0].seq, gid))
+
+    def _place_failed(self, gid: int, queue: deque[Job], t: float) -> None:
+        """The head of ``gid``'s queue fits no cluster: its shape waits for freed capacity,
+        gives up when it can never fit, or preempts for room."""
+        self.failed.add(gid)
+        self.failed_attempts += 1
+        if self._never_placeable(gid):
+            self.never_jobs.extend(queue)
+            del self.unplaced[gid]
+            self.unplaced_count -= len(queue)
+            return
+        if self.capacity:
+            self._capacity_preempt(queue[0], t)
+
+    def _count_delayed(self) -> None:
         counted: dict[int, dict[ReasonKey, tuple[list[str], str]]] = {}
         for job in self.fresh:
             # once per job: not if preempted since, nor again after a preemption
@@ -652,17 +680,18 @@ class Simulation:
                     reasons = counted[job.gid] = grouped(self._reasons(job.gid))
                 self.reasons.count(reasons)
         self.fresh = []
-        if self.never_jobs:
-            # "never", not "not now" (issue 24): each gives its quota back at once and
-            # stays Unschedulable; what it freed may admit others, placed at once
-            for job in self.never_jobs:
-                self.count_state("neverPlaceable")
-                job.admitted = None
-                self.admission.release(job.id)
-            self.never_jobs = []
-            self._schedule(t)
-            if self.fresh:
-                self._placement_pass(t)
+
+    def _give_back_never_placeable(self, t: float) -> None:
+        # "never", not "not now" (issue 24): each gives its quota back at once and
+        # stays Unschedulable; what it freed may admit others, placed at once
+        for job in self.never_jobs:
+            self.count_state("neverPlaceable")
+            job.admitted = None
+            self.admission.release(job.id)
+        self.never_jobs = []
+        self._schedule(t)
+        if self.fresh:
+            self._placement_pass(t)
 
     def _never_placeable(self, gid: int) -> bool:
         got = self.never.get(gid)
@@ -705,19 +734,8 @@ class Simulation:
         t = end = self.t0
         while heap:
             t, kind, a, b = heapq.heappop(heap)
-            if kind == _FINISH:
-                if not self._finish(t, a):
-                    continue
-            elif kind == _STOP:
-                if not self._stop(t, a):
-                    continue
-            elif kind == _SUBMIT:
-                self._submit(t, a, b)
-            elif kind == _TIMEOUT:
-                if not self._placement_timeout(t, a, b):
-                    continue
-            else:  # _BACKOFF: queue again with the original submit time
-                self._enqueue(self.all_jobs[a], t)
+            if not self._handle(t, kind, a, b):
+                continue
             if self.preempting and self.waiting:
                 self._preempt(t)
             if self.fresh or (self.freed and self.unplaced_count):
@@ -725,6 +743,21 @@ class Simulation:
             self._record(t)
             end = t
         return build_result(self, end)
+
+    def _handle(self, t: float, kind: int, a: int, b: int) -> bool:
+        """Apply one event; False when it no longer applies (nothing changed)."""
+        if kind == _FINISH:
+            return self._finish(t, a)
+        if kind == _STOP:
+            return self._stop(t, a)
+        if kind == _SUBMIT:
+            self._submit(t, a, b)
+            return True
+        if kind == _TIMEOUT:
+            return self._placement_timeout(t, a, b)
+        # _BACKOFF: queue again with the original submit time
+        self._enqueue(self.all_jobs[a], t)
+        return True
 
 
 _Shape = tuple[tuple[tuple[str, int], ...], int, list[NodeCapacity]]

@@ -96,30 +96,9 @@ def trace_from_generator(
     total = 0.0
     for cset in cfg.cohorts:
         for ci in range(cset.count):
-            cohort = f"{cset.className}-{ci}"
-            leaves: list[dict[str, Any]] = []
-            pool = 0.0
-            for qi, qset in enumerate(cset.queuesSets):
-                within.add(qset.withinClusterQueue)
-                reclaim.add(qset.reclaimWithinCohort)
-                nominal = _cpu(qset.nominalQuota)
-                borrow = _cpu(qset.borrowingLimit) if qset.borrowingLimit is not None else None
-                for i in range(qset.count):
-                    # the generator's ClusterQueue and namespace name: class-set-index-cohort
-                    name = f"{qset.className}-{qi}-{i}-{cohort}"
-                    leaf: dict[str, Any] = {"name": name, "namespaces": [name],
-                                            "min": {"cpu": nominal}}
-                    leaf["max"] = {"cpu": nominal + borrow} if borrow is not None else {}
-                    leaves.append(leaf)
-                    pool += nominal
-                    groups += _groups(name, qset.workloadsSets, len(groups))
-            for leaf in leaves:
-                if not leaf["max"]:
-                    leaf["max"] = {"cpu": pool}
-                leaf["max"]["cpu"] = min(leaf["max"]["cpu"], pool)
-            cohorts.append({"name": cohort, "min": {"cpu": pool}, "max": {"cpu": pool},
-                            "children": leaves})
-            total += pool
+            cohort = _cohort(cset, f"{cset.className}-{ci}", groups, within, reclaim)
+            cohorts.append(cohort)
+            total += cohort["min"]["cpu"]
     notes: dict[str, str] = {}
     if preemption:
         notes["fleetq.io/preemption"] = _one(within, "withinClusterQueue")
@@ -141,6 +120,37 @@ def trace_from_generator(
         },
         "jobs": groups,
     }
+
+
+def _cohort(
+    cset: _Cohort, cohort: str, groups: list[dict[str, Any]], within: set[str],
+    reclaim: set[str],
+) -> dict[str, Any]:
+    """The tree node of one generated cohort: one leaf per ClusterQueue, its min the
+    ClusterQueue's nominal quota, its max the nominal plus borrowing limit (no limit: the
+    cohort's pool). Appends the cohort's trace groups to ``groups`` and its queues'
+    preemption settings to ``within`` and ``reclaim``."""
+    leaves: list[dict[str, Any]] = []
+    pool = 0.0
+    for qi, qset in enumerate(cset.queuesSets):
+        within.add(qset.withinClusterQueue)
+        reclaim.add(qset.reclaimWithinCohort)
+        nominal = _cpu(qset.nominalQuota)
+        borrow = _cpu(qset.borrowingLimit) if qset.borrowingLimit is not None else None
+        for i in range(qset.count):
+            # the generator's ClusterQueue and namespace name: class-set-index-cohort
+            name = f"{qset.className}-{qi}-{i}-{cohort}"
+            leaf: dict[str, Any] = {"name": name, "namespaces": [name],
+                                    "min": {"cpu": nominal}}
+            leaf["max"] = {"cpu": nominal + borrow} if borrow is not None else {}
+            leaves.append(leaf)
+            pool += nominal
+            groups += _groups(name, qset.workloadsSets, len(groups))
+    for leaf in leaves:
+        if not leaf["max"]:
+            leaf["max"] = {"cpu": pool}
+        leaf["max"]["cpu"] = min(leaf["max"]["cpu"], pool)
+    return {"name": cohort, "min": {"cpu": pool}, "max": {"cpu": pool}, "children": leaves}
 
 
 def _one(values: set[str], what: str) -> str:

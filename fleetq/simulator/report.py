@@ -155,16 +155,9 @@ def _preemption(run: Simulation) -> dict[str, Any]:
     }
 
 
-def build_result(run: Simulation, end: float) -> SimulationResult:
-    """The report of ``run``, which ended at virtual time ``end``."""
-    t0 = run.t0
+def _class_rows(run: Simulation) -> list[dict[str, Any]]:
+    """Per ``jobClass`` of the trace's groups: the jobs of all its groups together."""
     spec = run.trace.spec
-    all_jobs = [j for js in run.jobs for j in js]
-    groups = []
-    for gid, g in enumerate(spec.jobs):
-        js = run.jobs[gid]
-        groups.append(_group_stats(g.name, g.namespace, g.count, js))
-    groups.append(_group_stats("all", "", len(all_jobs), all_jobs))
     by_class: dict[str, list[int]] = {}
     for gid, g in enumerate(spec.jobs):
         if g.jobClass is not None:
@@ -176,6 +169,11 @@ def build_result(run: Simulation, end: float) -> SimulationResult:
         row.pop("group")
         row.pop("namespace")
         classes.append({"class": name, "groups": len(gids), **row})
+    return classes
+
+
+def _quota_rows(run: Simulation, end: float) -> list[dict[str, Any]]:
+    """Per quota node: each resource's max and its average and peak usage."""
     quota = []
     for node in run.admission.quota:
         res = {}
@@ -191,6 +189,11 @@ def build_result(run: Simulation, end: float) -> SimulationResult:
                 "peakUtilisation": rounded(s.peak() / mx) if mx else None,
             }
         quota.append({"node": node.name, "queue": node.queue, "resources": res})
+    return quota
+
+
+def _cluster_rows(run: Simulation, end: float) -> list[dict[str, Any]]:
+    """Per cluster: each resource's allocatable and its average and peak allocation."""
     clusters = []
     for c, tot in run.alloc_total.items():
         res = {}
@@ -205,6 +208,11 @@ def build_result(run: Simulation, end: float) -> SimulationResult:
                 "peakUtilisation": rounded(s.peak() / tot[r]),
             }
         clusters.append({"cluster": c, "resources": res})
+    return clusters
+
+
+def _queue_rows(run: Simulation, end: float) -> list[dict[str, Any]]:
+    """Per queue: its longest and average length and how many wait at the end."""
     queues = []
     for node_name, q in run.queue_of_node.items():
         s = run.qlen_series[q]
@@ -212,6 +220,23 @@ def build_result(run: Simulation, end: float) -> SimulationResult:
             "queue": q, "node": node_name, "maxLength": int(s.peak()),
             "averageLength": rounded(s.average(end), 3), "waitingAtEnd": run.qlen[q],
         })
+    return queues
+
+
+def build_result(run: Simulation, end: float) -> SimulationResult:
+    """The report of ``run``, which ended at virtual time ``end``."""
+    t0 = run.t0
+    spec = run.trace.spec
+    all_jobs = [j for js in run.jobs for j in js]
+    groups = []
+    for gid, g in enumerate(spec.jobs):
+        js = run.jobs[gid]
+        groups.append(_group_stats(g.name, g.namespace, g.count, js))
+    groups.append(_group_stats("all", "", len(all_jobs), all_jobs))
+    classes = _class_rows(run)
+    quota = _quota_rows(run, end)
+    clusters = _cluster_rows(run, end)
+    queues = _queue_rows(run, end)
     reasons = run.reasons.rows()
     never: dict[str, int] = {}
     never_at: dict[str, int] = {}

@@ -308,16 +308,25 @@ def parse_trace(doc: Any, source: str = "trace", base_dir: Path | None = None) -
         spec = TraceSpec.model_validate(dict(doc))
     except ValidationError as exc:
         raise TraceError(_validation_line(source, exc)) from None
+    topo = _trace_topology(spec, source, base_dir)
+    if not any(c.nodeGroups for c in topo.members):
+        raise TraceError(f"{source} topology has no member cluster with nodes")
+    tree, preemption = _trace_tree(spec, source)
+    gangs, jobs = _trace_jobs(spec, source)
+    return Trace(spec, topo, tree, gangs, preemption, jobs)
+
+
+def _trace_topology(spec: TraceSpec, source: str, base_dir: Path | None) -> Topology:
+    """The trace's topology: the default one, a topology file or an inline one."""
     try:
         if spec.topology == "default" or spec.topology is None:
-            topo = default_topology()
-        elif isinstance(spec.topology, str):
+            return default_topology()
+        if isinstance(spec.topology, str):
             path = Path(spec.topology)
             if not path.is_absolute() and base_dir is not None:
                 path = base_dir / path
-            topo = load_topology(path)
-        else:
-            topo = parse_topology(spec.topology, f"{source} topology")
+            return load_topology(path)
+        return parse_topology(spec.topology, f"{source} topology")
     except TopologyError as exc:
         line = _first_line(str(exc))
         inline = f"{source} topology: "
@@ -326,16 +335,25 @@ def parse_trace(doc: Any, source: str = "trace", base_dir: Path | None = None) -
         else:
             line = f"{inline}{line}"
         raise TraceError(line) from None
-    if not any(c.nodeGroups for c in topo.members):
-        raise TraceError(f"{source} topology has no member cluster with nodes")
-    tree = None
-    preemption = TreePreemptionPolicy()
-    if spec.quota is not None:
-        try:
-            tree = parse_tree(spec.quota)
-            preemption = tree_policy(tree)
-        except (ManifestError, ManifestErrors) as exc:
-            raise TraceError(f"{source} quota: {_first_line(str(exc))}") from None
+
+
+def _trace_tree(
+    spec: TraceSpec, source: str
+) -> tuple[ElasticQuotaTree | None, TreePreemptionPolicy]:
+    """The trace's quota tree (None without one) and its preemption policy."""
+    if spec.quota is None:
+        return None, TreePreemptionPolicy()
+    try:
+        tree = parse_tree(spec.quota)
+        return tree, tree_policy(tree)
+    except (ManifestError, ManifestErrors) as exc:
+        raise TraceError(f"{source} quota: {_first_line(str(exc))}") from None
+
+
+def _trace_jobs(
+    spec: TraceSpec, source: str
+) -> tuple[list[Gang], list[JobPreemptionPolicy]]:
+    """Each trace group's gang and job preemption policy."""
     gangs: list[Gang] = []
     jobs: list[JobPreemptionPolicy] = []
     for i, g in enumerate(spec.jobs):
@@ -345,7 +363,7 @@ def parse_trace(doc: Any, source: str = "trace", base_dir: Path | None = None) -
             jobs.append(job_policy(job))
         except (ManifestError, ManifestErrors) as exc:
             raise TraceError(f"{source} jobs[{i}]: {_first_line(str(exc))}") from None
-    return Trace(spec, topo, tree, gangs, preemption, jobs)
+    return gangs, jobs
 
 
 def with_overrides(
