@@ -177,6 +177,20 @@ def next_deadline(progress: JobProgress, watching: Watching, now: datetime) -> D
     )
 
 
+#: how long after its window a watch may still return (scheduling and its answer's way
+#: back; its start-to-close timeout allows this much beyond the window)
+WATCH_SLACK_SECONDS = 60.0
+
+
+def arms_timer(deadline: Deadline | None, window_left: float) -> bool:
+    """Whether waiting beside a watch that ends by itself within ``window_left`` seconds
+    needs a timer for ``deadline``. A deadline beyond the window (and its slack) is met
+    by the watch's return, after which the next wait looks at it again: a timer for it
+    (the 600 s pods-ready bound beside a 300 s window) would only be started and
+    cancelled, two history events per window."""
+    return deadline is not None and deadline.seconds <= window_left + WATCH_SLACK_SECONDS
+
+
 def rewatch_pause(progress: JobProgress, watching: Watching, now: datetime) -> Deadline:
     """How long ``Rewatch`` pauses, and what its timer says (cut short by a deadline)."""
     deadline = next_deadline(progress, watching, now)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
@@ -145,6 +145,8 @@ class PyTorchJobWorkflow:
         #: the bound copy's watch running now, and whether it is the settle window's
         self._watch: ActivityHandle[JobStatus] | None = None
         self._watch_settling = False
+        #: when the watch running now ends by itself (its window from its start)
+        self._watch_ends = datetime.min.replace(tzinfo=UTC)
 
     # ================================================================== run
     @workflow.run
@@ -787,7 +789,12 @@ class PyTorchJobWorkflow:
         if self._watch is None:  # else a deadline fired mid-window: keep waiting on it
             self._watch_settling = self._sa_settling
             self._watch = self._start_watch(cluster, self._watch_settling)
+            window = lifecycle.SA_SETTLE_SECONDS if self._watch_settling else WATCH_SECONDS
+            self._watch_ends = workflow.now() + timedelta(seconds=window)
         current = self._watch
+        window_left = (self._watch_ends - workflow.now()).total_seconds()
+        # a deadline the watch's return comes before needs no timer (job_machine.arms_timer)
+        timed = deadline if job_machine.arms_timer(deadline, window_left) else None
         try:
             await workflow.wait_condition(
                 lambda: (
@@ -796,12 +803,12 @@ class PyTorchJobWorkflow:
                     or self._suspension.wanted
                     or self._preempt_wake
                 ),
-                timeout=None if deadline is None else deadline.timer_seconds,
-                timeout_summary=None if deadline is None else deadline.summary,
+                timeout=None if timed is None else timed.timer_seconds,
+                timeout_summary=None if timed is None else timed.summary,
             )
         except TimeoutError:
-            assert deadline is not None
-            return job_machine.Timer(deadline.due)
+            assert timed is not None
+            return job_machine.Timer(timed.due)
         if self._suspension.wanted:
             return job_machine.Suspend()
         if self._preempt_wake:  # preempted: wait for its grace period from now on

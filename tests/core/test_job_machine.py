@@ -388,3 +388,25 @@ def test_a_suspension_asked_just_before_continue_as_new_is_carried_to_the_next_r
     carried = JobProgress.model_validate_json(p.model_dump_json())
     assert carried.suspension.wanted and carried.requeued_in == "quota/kube-system/tree"
     assert phase_of(carried) == job_machine.Phase.SUSPEND
+
+
+def test_a_deadline_beyond_the_watch_window_arms_no_timer_one_inside_does() -> None:
+    """The 600 s pods-ready bound beside a 300 s watch: the watch returns first and the
+    next wait looks at the deadline again, so no timer is started (and cancelled) for it;
+    a failover tolerance inside the window still gets its timer, and one just past the
+    window's end still does (the watch may come back a little late)."""
+    progress = bound(ready_by=at(600))
+    pods_ready = job_machine.next_deadline(progress, WATCHING, at(0))
+    assert pods_ready is not None and pods_ready.due == Due.PODS_READY
+    assert not job_machine.arms_timer(pods_ready, window_left=300.0)
+    assert not job_machine.arms_timer(pods_ready, window_left=10.0)  # the settle window
+    assert job_machine.arms_timer(pods_ready, window_left=600.0)
+    assert job_machine.arms_timer(pods_ready, window_left=600.0 - job_machine.WATCH_SLACK_SECONDS)
+    assert job_machine.arms_timer(None, window_left=300.0) is False
+
+    unhealthy = bound()
+    unhealthy.view.unhealthy_since = at(0)
+    failover = job_machine.next_deadline(unhealthy, WATCHING, at(5))
+    assert failover is not None and failover.due == Due.FAILOVER
+    assert job_machine.arms_timer(failover, window_left=300.0)
+    assert job_machine.arms_timer(failover, window_left=0.0)  # a watch past its window
