@@ -115,6 +115,8 @@ def _quick(item: pytest.Item) -> bool:
     """In the quick tier: a pure-core test, or one whose only Temporal is the
     time-skipping server."""
     fixtures = set(getattr(item, "fixturenames", ()))
+    if item.get_closest_marker("full_tier") is not None:
+        return False
     if "core" in item.path.parts:
         return True
     return "ts_env" in fixtures and "dev_env" not in fixtures

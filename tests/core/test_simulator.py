@@ -283,6 +283,7 @@ def test_fast_paths_do_not_change_results(monkeypatch: pytest.MonkeyPatch) -> No
     assert json.dumps(fast) == json.dumps(slow)
 
 
+@pytest.mark.full_tier  # ~13 s: the largest simulation; the full suite runs it
 def test_15000_jobs_all_complete() -> None:
     """A trace at Kueue's medium scale runs to the end (its speed is a benchmark's
     business: ``fleetq bench``, BENCHMARKS.md)."""

@@ -298,6 +298,7 @@ async def test_delete_purges_member_copy(harness: Harness) -> None:
     assert view.state == "Deleted"
 
 
+@pytest.mark.full_tier  # ~15 s of time-skipped watch windows; the full suite runs it
 async def test_week_long_job_keeps_each_run_history_bounded(harness: Harness) -> None:
     harness.fleet.clusters["cluster-a"].timeline = [
         (5, "Healthy", "Running", ""),
