@@ -52,6 +52,7 @@ MAX_CONCURRENT_QUERIES = 16
 #: seconds for one HTTP call; a query no worker answers in time goes to the SDK path
 #: (whose bounded waits say what to run)
 TIMEOUT = 5.0
+TIMEOUT_ENV = "FLEETQ_HTTP_API_TIMEOUT"
 STATUS = "WORKFLOW_EXECUTION_STATUS_"
 CLOSE_EVENT = "HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT"
 
@@ -85,11 +86,23 @@ def web_api(fleet_http_api: str | None) -> WebApi | None:
     if setting.lower() in OFF:
         return None
     namespace = os.environ.get("TEMPORAL_NAMESPACE") or "default"
+    timeout = _timeout()
     if setting and setting.lower() != "auto":
-        return WebApi(setting, namespace)
+        return WebApi(setting, namespace, timeout)
     if any(os.environ.get(k) for k in SDK_SETTINGS) or _config_file().exists():
         return None
-    return WebApi(fleet_http_api, namespace) if fleet_http_api else None
+    return WebApi(fleet_http_api, namespace, timeout) if fleet_http_api else None
+
+
+def _timeout() -> float:
+    """Seconds for one HTTP call: ``FLEETQ_HTTP_API_TIMEOUT`` (a positive number), else
+    :data:`TIMEOUT`."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    try:
+        value = float(raw) if raw else TIMEOUT
+    except ValueError:
+        return TIMEOUT
+    return value if value > 0 else TIMEOUT
 
 
 def _payload(p: Any) -> Any:

@@ -49,6 +49,29 @@ NS = "default"
 FROZEN = datetime(2030, 1, 1, tzinfo=UTC)
 
 
+async def http_api_answers(ui: str, timeout: float = 60.0) -> None:
+    """Wait until the Web UI server's HTTP API answers a list. The UI server dials the
+    frontend when both start; a dial that lost that race leaves its gRPC connection in
+    backoff, and until it reconnects every call answers "connection refused" (which the
+    CLI rightly reads as "use the SDK")."""
+    from fleetq.client.http_api import Unsupported, WebApi
+
+    api = WebApi(ui, NS)
+    deadline = asyncio.get_running_loop().time() + timeout
+    last = ""
+    try:
+        while True:
+            try:
+                await asyncio.to_thread(api.list_workflows, "")
+                return
+            except (Unsupported, OSError) as exc:
+                last = str(exc)
+            assert asyncio.get_running_loop().time() < deadline, f"HTTP API at {ui}: {last}"
+            await asyncio.sleep(0.2)
+    finally:
+        api.close()
+
+
 @pytest_asyncio.fixture(scope="module")
 async def web_fleet(tmp_path_factory: pytest.TempPathFactory
                     ) -> AsyncIterator[tuple[CliFleet, str]]:
@@ -69,9 +92,11 @@ async def web_fleet(tmp_path_factory: pytest.TempPathFactory
         "FLEETQ_STATE_DIR": str(tmp_path_factory.mktemp("state")),
         "FLEETQ_HTTP_API": "off",
     }
+    ui = f"http://127.0.0.1:{ui_port}"
     try:
         async with worker:
-            yield CliFleet(emulated, cli_env, CliRunner()), f"http://127.0.0.1:{ui_port}"
+            await http_api_answers(ui)
+            yield CliFleet(emulated, cli_env, CliRunner()), ui
     finally:
         fleet.close()
         emulated.stop()
@@ -83,7 +108,10 @@ async def both(cli: CliFleet, ui: str, *args: str) -> tuple[tuple[int, str], tup
     The HTTP run's TEMPORAL_ADDRESS is a dead port: had it fallen back to the SDK it
     would say no fleetq is found, so its answer is the HTTP path's own."""
     sdk = await cli.run(*args)
+    # a generous HTTP timeout: a query a loaded worker answers late must not send the
+    # HTTP run to its SDK fallback (a fallback is correct, but not what is compared)
     http = await cli.run(*args, env={"FLEETQ_HTTP_API": ui, "FLEETQ_DEBUG": "1",
+                                     "FLEETQ_HTTP_API_TIMEOUT": "60",
                                      "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"})
     return (sdk.exit_code, sdk.output), (http.exit_code, http.output)
 
@@ -223,3 +251,16 @@ def test_the_frontend_http_port_routes_no_id_with_a_slash(tmp_path: Path) -> Non
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_the_http_timeout_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``FLEETQ_HTTP_API_TIMEOUT`` sets the seconds of one HTTP call (a slow link or a
+    loaded worker); anything but a positive number keeps the default."""
+    from fleetq.client import http_api
+
+    monkeypatch.setenv(http_api.HTTP_API_ENV, "http://127.0.0.1:1")
+    for raw, want in (("60", 60.0), ("", http_api.TIMEOUT), ("0", http_api.TIMEOUT),
+                      ("soon", http_api.TIMEOUT)):
+        monkeypatch.setenv(http_api.TIMEOUT_ENV, raw)
+        api = http_api.web_api(None)
+        assert api is not None and api.timeout == want, raw

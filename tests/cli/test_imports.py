@@ -145,7 +145,11 @@ async def test_get_pytorchjob_over_http_loads_no_temporal_sdk(
     state.mkdir()
     write_info(FleetInfo(pid=os.getpid(), address=cli.env["TEMPORAL_ADDRESS"], ui_url=ui,
                          http_api=ui, state_dir=str(state)), state)
-    env = {"FLEETQ_STATE_DIR": str(state), "XDG_CONFIG_HOME": str(tmp_path)}
+    # FLEETQ_DEBUG says why, should a read fall back to the SDK; a generous timeout keeps
+    # a loaded worker's late answer from causing one (the fallback is correct, but it is
+    # not what this test pins)
+    env = {"FLEETQ_STATE_DIR": str(state), "XDG_CONFIG_HOME": str(tmp_path),
+           "FLEETQ_DEBUG": "1", "FLEETQ_HTTP_API_TIMEOUT": "60"}
     try:
         for argv, expect in ((["get", "pytorchjob"], "NAME"),
                              (["get", "pytorchjob", "pytorch-test", "-o", "wide"], "NAME"),
@@ -154,7 +158,7 @@ async def test_get_pytorchjob_over_http_loads_no_temporal_sdk(
             assert out.startswith(expect) and "pytorch-test" in out, out
             assert {"fleetq.client.http_api", "http.client"} <= modules
             # the job view (pydantic) validates whole views for -o json only
-            assert ("fleetq.job_view" in modules) == ("json" in argv), argv
+            assert ("fleetq.job_view" in modules) == ("json" in argv), (argv, out)
             assert heavy(modules, ("temporalio", "google", "grpc", "fleetq.client.connection",
                                    "fleetq.client.jobs", "fleetq.client.registry")) == []
             assert heavy(modules, NEVER) == []
