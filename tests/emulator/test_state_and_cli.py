@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -21,6 +20,7 @@ from kubernetes import client
 
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.fleet_config import load_fleet_config
+from fleetq.testing.chaos import free_port_range
 from fleetq.topology import TopologyError, load_topology, parse_topology
 
 from .conftest import SMALL, api_client, pytorchjob, wait_for
@@ -28,30 +28,10 @@ from .conftest import SMALL, api_client, pytorchjob, wait_for
 FLEETQ = [sys.executable, "-c", "from fleetq.cli import main; main()"]
 
 
-def _free_base_port(n: int) -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port range")
-
-
 def test_state_survives_a_restart(tmp_path: Path) -> None:
     topo = parse_topology(SMALL)
     state = tmp_path / "state.json"
-    base = _free_base_port(len(topo.clusters) + 1)
+    base = free_port_range(len(topo.clusters) + 1)
     with EmulatedFleet(topo, out_dir=tmp_path, state_file=state, base_port=base,
                        start_delay=0.01) as f:
         api = api_client(f.kubeconfig_path, "alpha")
