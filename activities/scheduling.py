@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,10 +29,10 @@ from activities.fleet import Fleet
 from activities.kube_api import ApiError, ClusterUnreachable
 from activities.member_cluster import ConflictError
 from activities.quota_outbox import QuotaOutbox, QuotaRefused
+from activities.room_claim_store import ClaimStore, LocalClaims, RegistryClaims
 from activities.run_copies import purge_earlier_runs
 from activities.unschedulable_wake import wake_unschedulable
 from fleetq import cluster_groups
-from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot
 from fleetq.cluster_health import eviction_due, taint_text
 from fleetq.fleet_config import FleetConfig, RequeueSettings, requeue_settings
@@ -71,6 +69,7 @@ from fleetq.naming import JOB_PURGE_WORKFLOW, REGISTRY_WORKFLOW_ID
 from fleetq.placement import ClusterChoice, PlacementIndex, RejectionCode, place_gang
 from fleetq.preemption import PreemptionMode, RunningGang, plan_capacity_preemption
 from fleetq.registry import RegistryState, resolve_from_state
+from fleetq.room_claims import claim_of, with_claims
 
 #: how stale the worker's view of the fleet registry may be when resolving a job's policy
 REGISTRY_MAX_AGE = 1.0
@@ -89,18 +88,6 @@ PURGE_POLL_SECONDS = 1.0
 PURGE_PROBE_READ_SECONDS = 5.0
 
 
-@dataclass(frozen=True)
-class RoomClaim:
-    """Room a capacity preemption made for its preemptor on one cluster: the pods its
-    gang will take there (node -> requests, pod count). Other jobs placed by this worker
-    see it as taken until the preemptor is placed or ``expires`` (monotonic seconds), so
-    a victim queued again is not put back into the room it was evicted from."""
-
-    cluster: str
-    nodes: dict[str, tuple[R.Resources, int]]
-    expires: float
-
-
 def _in_groups(
     terms: Sequence[ClusterAffinityTerm],
     observed: str,
@@ -113,48 +100,6 @@ def _in_groups(
         return cluster_groups.GroupChoice("", list(ranked))
     labels = {n: m.labels for n, m in members.items()}
     return cluster_groups.choose(terms, observed, ranked, labels)
-
-
-def claim_of(gang: Gang, cluster: str, assignment: dict[str, str], expires: float) -> RoomClaim:
-    """The :class:`RoomClaim` of ``gang`` placed as ``assignment`` (pod -> node)."""
-    nodes: dict[str, tuple[R.Resources, int]] = {}
-    for pod in gang.pods:
-        node = assignment.get(pod.name_suffix)
-        if not node:
-            continue
-        res, count = nodes.get(node, ({}, 0))
-        nodes[node] = (R.add(res, pod.requests), count + 1)
-    return RoomClaim(cluster, nodes, expires)
-
-
-def with_claims(snapshots: Sequence[ClusterSnapshot], claims: Iterable[RoomClaim]
-                ) -> list[ClusterSnapshot]:
-    """``snapshots`` with the claimed room taken (fresh snapshot objects, with their own
-    ``resource_version``, only for the clusters a claim is on)."""
-    by_cluster: dict[str, list[RoomClaim]] = {}
-    for c in claims:
-        by_cluster.setdefault(c.cluster, []).append(c)
-    out: list[ClusterSnapshot] = []
-    for snap in snapshots:
-        mine = by_cluster.get(snap.name)
-        if not mine or not snap.reachable:
-            out.append(snap)
-            continue
-        nodes = []
-        for n in snap.nodes:
-            taken = [c.nodes[n.name] for c in mine if n.name in c.nodes]
-            if not taken:
-                nodes.append(n)
-                continue
-            requested = dict(n.requested)
-            pods = n.pods_used
-            for res, count in taken:
-                R.add_into(requested, res)
-                pods += count
-            nodes.append(dataclasses.replace(n, requested=requested, pods_used=pods))
-        rv = f"{snap.resource_version}+claims{len(mine)}:{min(c.expires for c in mine)}"
-        out.append(dataclasses.replace(snap, nodes=nodes, resource_version=rv))
-    return out
 
 
 async def deliver_quota_message(outbox: QuotaOutbox, inp: QuotaSignal) -> bool:
@@ -188,9 +133,12 @@ class SchedulingActivities:
         self._registry_lock = asyncio.Lock()
         self._registry: tuple[float, RegistryState, list[PropagationPolicy]] | None = None
         self._outbox: QuotaOutbox | None = None
-        #: room capacity preemptions made, by preemptor (job workflow id)
-        self._claims: dict[str, RoomClaim] = {}
-        self._claims_lock = threading.Lock()
+        #: room capacity preemptions made, by preemptor (fleetq.room_claims): in the
+        #: fleet registry workflow, seen by every worker
+        self._room: ClaimStore = (
+            RegistryClaims(client, lambda: self._loop) if client is not None else LocalClaims()
+        )
+        self._memo_lock = threading.Lock()
         #: placement's views of the members' snapshots (the capacity caches hand over
         #: the same snapshot objects until something changes), shared by the activity
         #: threads, hence the locks
@@ -335,7 +283,7 @@ class SchedulingActivities:
         per tree. Called from the placement activity's thread: the query runs on the
         worker's event loop."""
         now = time.monotonic()
-        with self._claims_lock:
+        with self._memo_lock:
             cached = self._tree_modes.get(tree_workflow_id)
         if cached is not None and now - cached[0] <= TREE_POLICY_MAX_AGE:
             return cached[1] == PreemptionMode.LOWER_PRIORITY.value
@@ -351,17 +299,9 @@ class SchedulingActivities:
             future.cancel()
             log.warning("could not read the preemption policy of %s: %s", tree_workflow_id, exc)
             return False
-        with self._claims_lock:
+        with self._memo_lock:
             self._tree_modes[tree_workflow_id] = (time.monotonic(), mode)
         return mode == PreemptionMode.LOWER_PRIORITY.value
-
-    def _claims_for(self, job_id: str) -> list[RoomClaim]:
-        """Live claims of other preemptors than ``job_id`` (expired ones dropped)."""
-        now = time.monotonic()
-        with self._claims_lock:
-            for k in [k for k, c in self._claims.items() if c.expires <= now]:
-                del self._claims[k]
-            return [c for k, c in self._claims.items() if k != job_id]
 
     def _running_gangs(self, names: Iterable[str]) -> list[RunningGang]:
         """Fleet jobs running on the members ``names``, from their capacity caches."""
@@ -376,7 +316,7 @@ class SchedulingActivities:
     def _park(self, job_id: str, members: list[str] | None) -> None:
         """Remember ``job_id`` as never placeable on ``members`` (None: forget it), and
         listen to those members' node changes."""
-        with self._claims_lock:
+        with self._memo_lock:
             if members is None:
                 self._parked.pop(job_id, None)
                 return
@@ -391,7 +331,7 @@ class SchedulingActivities:
     def _nodes_changed(self, cluster: str) -> None:
         """A member's nodes changed (called on its cache's watch thread): wake every job
         parked on it once (it parks again if it still fits nowhere)."""
-        with self._claims_lock:
+        with self._memo_lock:
             woken = [j for j, ms in self._parked.items() if cluster in ms]
             for j in woken:
                 del self._parked[j]
@@ -429,9 +369,10 @@ class SchedulingActivities:
             terms, inp.group, {n: m.labels for n, m in members.items()}, inp.exclude
         )
         snapshots = fleet.snapshots(eligible) if eligible else []
-        claims = self._claims_for(inp.job_id)
-        if claims:
-            snapshots = with_claims(snapshots, claims)
+        claims = self._room.read()
+        others = [c for c in claims if c.preemptor != inp.job_id]
+        if others:
+            snapshots = with_claims(snapshots, others)
         gang = inp.gang.to_gang()
         decision = place_gang(
             gang,
@@ -477,6 +418,10 @@ class SchedulingActivities:
         )
         if inp.job_id:
             self._park(inp.job_id, eligible if decision.never is not None else None)
+        if len(others) < len(claims) and (
+            verdict.candidates or (inp.planned is None and not inp.capacity_preemption)
+        ):  # placed now, or its plan is over: the room is anyone's
+            self._room.release(inp.job_id)
         if inp.planned is not None or inp.capacity_preemption:
             room = [
                 s for s in snapshots
@@ -495,9 +440,6 @@ class SchedulingActivities:
         verdict: PlacementVerdict,
     ) -> None:
         """Capacity preemption's part of ``plan_placement`` (fills ``verdict``)."""
-        if verdict.candidates:  # it fits: placed now, its claim is no longer needed
-            with self._claims_lock:
-                self._claims.pop(inp.job_id, None)
         if inp.planned is not None:
             running = {
                 g.job_id for g in self._running_gangs([inp.planned.cluster])
@@ -540,9 +482,8 @@ class SchedulingActivities:
             ],
         )
         bound = max(v.grace_seconds for v in plan.victims) + CLAIM_MARGIN_SECONDS
-        claim = claim_of(gang, plan.cluster, plan.choice.assignment, time.monotonic() + bound)
-        with self._claims_lock:
-            self._claims[inp.job_id] = claim
+        # recorded before the verdict returns, so before any victim is told to stop
+        self._room.claim(claim_of(inp.job_id, gang, plan.cluster, plan.choice.assignment, bound))
 
     # ------------------------------------------------------------------ member writes
     @activity.defn(name="reserve")

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from fleetq.naming import tree_workflow_id
 from fleetq.policy_match import match_policy
+from fleetq.room_claims import RoomClaims
 
 if TYPE_CHECKING:  # the contracts only where a job resolves: a client that reads the
     # registry's state (fleetq apply of a job) builds no Temporal contract
@@ -36,6 +37,8 @@ class RegistryState(BaseModel):
     #: AGE ``fleetq get`` shows (an object applied before this was kept has none:
     #: ``<unknown>``)
     created: dict[str, datetime] = Field(default_factory=dict)
+    #: room capacity preemptions made, held for their preemptors (fleetq.room_claims)
+    room_claims: RoomClaims = Field(default_factory=RoomClaims)
     max_history_events: int = 2000
 
 

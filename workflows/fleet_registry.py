@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from fleetq.preemption import tree_policy
     from fleetq.registry import RegistryState, created_key, resolve_from_state
+    from fleetq.room_claims import RoomClaim
 
 __all__ = ["DeleteRequest", "FleetRegistryWorkflow", "RegistryState"]
 
@@ -49,6 +50,7 @@ class FleetRegistryWorkflow:
             )
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
+        self._s.room_claims.expire(workflow.now())
         workflow.continue_as_new(self._s)
 
     # ---------------------------------------------------------------- apply / delete
@@ -141,10 +143,27 @@ class FleetRegistryWorkflow:
             return True
         return False
 
+    # ---------------------------------------------------------------- room claims
+    @workflow.update
+    def claim_room(self, claim: RoomClaim) -> RoomClaim:
+        """Hold ``claim`` for its preemptor until ``bound_seconds`` of workflow time
+        pass (a placement activity records it before the preemptor evicts anyone)."""
+        return self._s.room_claims.claim(claim, workflow.now())
+
+    @workflow.update
+    def release_room(self, preemptor: str) -> bool:
+        self._s.room_claims.expire(workflow.now())
+        return self._s.room_claims.release(preemptor)
+
     # ---------------------------------------------------------------- queries
     @workflow.query
     def resolve(self, inp: ResolveInput) -> Resolution:
         return resolve_from_state(self._s, list(self._policies.values()), inp)
+
+    @workflow.query
+    def room_claims(self) -> list[RoomClaim]:
+        """Every recorded claim (readers drop the expired ones by their own clock)."""
+        return list(self._s.room_claims.claims.values())
 
     @workflow.query
     def state(self) -> RegistryState:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from activities.fleet import Fleet
-from activities.scheduling import SchedulingActivities, claim_of, with_claims
+from activities.scheduling import SchedulingActivities
 from fleetq.capacity import ClusterSnapshot, NodeCapacity
 from fleetq.messages import (
     BindRequest,
@@ -169,24 +169,6 @@ def test_the_planned_victims_left_and_the_room_kept_for_the_preemptor() -> None:
     # placed: the claim is over, the room is anyone's
     assert [c.cluster for c in acts.plan_placement(_input("lo/again", priority=10)).candidates
             ] == [plan.cluster]
-
-
-def test_claims_take_room_on_their_nodes_only() -> None:
-    gang = GangShape(groups=[PodGroupShape(role="Worker", count=2, requests={CPU: 500})]
-                     ).to_gang()
-    claim = claim_of(gang, "c", {"Worker-0": "n0", "Worker-1": "n1"}, expires=1e12)
-    snap = ClusterSnapshot(name="c", nodes=[
-        NodeCapacity("n0", {CPU: 1000}, {CPU: 100}, pods_used=1),
-        NodeCapacity("n1", {CPU: 1000}),
-        NodeCapacity("n2", {CPU: 1000})], resource_version="7")
-    other = ClusterSnapshot(name="d", nodes=[NodeCapacity("n0", {CPU: 1000})])
-    out = with_claims([snap, other], [claim])
-    assert [n.requested for n in out[0].nodes] == [{CPU: 600}, {CPU: 500}, {}]
-    assert [n.pods_used for n in out[0].nodes] == [2, 1, 0]
-    assert out[0].resource_version != snap.resource_version
-    assert out[1] is other
-    assert snap.nodes[0].requested == {CPU: 100}  # the cached snapshot is not touched
-    assert claim.nodes == {"n0": ({CPU: 500}, 1), "n1": ({CPU: 500}, 1)}
 
 
 def test_a_victim_in_the_plan_is_a_capacity_victim_message() -> None:

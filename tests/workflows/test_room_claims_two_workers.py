@@ -1,0 +1,130 @@
+"""Capacity preemptions' room claims hold across workers (issue 25 item 4): the plan is
+made on worker A, the evicted victim is placed again on worker B (its own memory, the
+same fleet registry workflow), and B keeps it out of the room made for the preemptor
+until the preemptor is placed; the claim survives the registry's continue-as-new."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.scheduling import SchedulingActivities
+from fleetq.capacity import ClusterSnapshot, NodeCapacity
+from fleetq.messages import CapacityPlanned, GangShape, PlacementInput, PodGroupShape
+from fleetq.naming import REGISTRY_WORKFLOW_ID
+from fleetq.preemption import RunningGang, RunningPod
+from fleetq.registry import RegistryState
+from fleetq.resources import CPU
+from fleetq.room_claims import RoomClaim
+from workflows.fleet_registry import FleetRegistryWorkflow
+
+MEMBER = "cluster-a"
+LOW = [f"pytorchjob/low/j{k}" for k in range(2)]
+
+
+@dataclass
+class Cache:
+    gangs: list[RunningGang] = field(default_factory=list)
+
+    def running_gangs(self) -> list[RunningGang]:
+        return list(self.gangs)
+
+
+@dataclass
+class Member:
+    cache: Cache
+    labels: dict[str, str] = field(default_factory=dict)
+    reservation: bool = False
+
+
+class MemberView:
+    """One worker's view of one member (a 4-cpu node): its capacity cache."""
+
+    def __init__(self) -> None:
+        self.clusters = {MEMBER: Member(Cache())}
+        self.show(LOW)
+
+    def show(self, running: list[str]) -> None:
+        self.clusters[MEMBER].cache.gangs = [
+            RunningGang(j, MEMBER, 10, (RunningPod("n0", {CPU: 1000}),) * 2, started_at=1.0 + k)
+            for k, j in enumerate(running)
+        ]
+        self.snap = ClusterSnapshot(name=MEMBER, nodes=[NodeCapacity(
+            "n0", {CPU: 4000}, {CPU: 2000 * len(running)}, pods_used=2 * len(running))],
+            resource_version=str(len(running)))
+
+    def snapshots(self, names: Iterable[str]) -> list[ClusterSnapshot]:
+        return [self.snap for n in names if n == MEMBER]
+
+
+def worker(env: WorkflowEnvironment, view: MemberView) -> SchedulingActivities:
+    acts = SchedulingActivities(env.client, lambda: view)  # type: ignore[arg-type,return-value]
+    acts.tree_preemption = lambda tree_workflow_id: True  # type: ignore[method-assign]
+    return acts
+
+
+def ask(job_id: str, priority: int, **kw: object) -> PlacementInput:
+    gang = GangShape(groups=[PodGroupShape(role="Worker", count=2, requests={CPU: 1000})],
+                     priority=priority)
+    return PlacementInput(job_ref=job_id.removeprefix("pytorchjob/"), gang=gang, job_id=job_id,
+                          tree_workflow_id="quota/kube-system/t", **kw)  # type: ignore[arg-type]
+
+
+async def claims(handle: WorkflowHandle[FleetRegistryWorkflow, None]) -> list[RoomClaim]:
+    return await handle.query(FleetRegistryWorkflow.room_claims)
+
+
+async def test_a_victim_placed_on_another_worker_stays_out_of_the_claimed_room(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with Worker(ts_env.client, task_queue=tq, workflows=[FleetRegistryWorkflow]):
+        handle = await ts_env.client.start_workflow(
+            FleetRegistryWorkflow.run, RegistryState(max_history_events=12),
+            id=REGISTRY_WORKFLOW_ID, task_queue=tq)
+        try:
+            view_a, view_b = MemberView(), MemberView()
+            a, b = worker(ts_env, view_a), worker(ts_env, view_b)
+            first_run = (await handle.describe()).run_id
+
+            # worker A plans room for the preemptor: one low gang is to go
+            planned = await asyncio.to_thread(
+                a.plan_placement, ask("pytorchjob/hi/job", 1000, capacity_preemption=True))
+            plan = planned.capacity_plan
+            assert plan is not None and plan.cluster == MEMBER
+            (victim,) = plan.victims
+            assert [c.preemptor for c in await claims(handle)] == ["pytorchjob/hi/job"]
+
+            # the registry continues as new; the claim is carried over
+            for _ in range(8):
+                await handle.query(FleetRegistryWorkflow.state)
+                await handle.execute_update(FleetRegistryWorkflow.release_room, "nobody")
+                if (await handle.describe()).run_id != first_run:
+                    break
+            assert (await handle.describe()).run_id != first_run
+            assert [c.preemptor for c in await claims(handle)] == ["pytorchjob/hi/job"]
+
+            # the victim stopped; both workers' caches see its room free
+            still = [j for j in LOW if j != victim.job_id]
+            view_a.show(still)
+            view_b.show(still)
+            again = await asyncio.to_thread(b.plan_placement, ask(victim.job_id, 10))
+            assert again.candidates == [], "the victim went back into the preemptor's room"
+            assert "cpu" in again.reason()
+
+            # the preemptor is placed (on worker A): the room is anyone's again
+            placed = await asyncio.to_thread(a.plan_placement, ask(
+                "pytorchjob/hi/job", 1000,
+                planned=CapacityPlanned(cluster=plan.cluster, victims=plan.victims)))
+            assert [c.cluster for c in placed.candidates] == [MEMBER]
+            assert await claims(handle) == []
+            free = await asyncio.to_thread(b.plan_placement, ask(victim.job_id, 10))
+            assert [c.cluster for c in free.candidates] == [MEMBER]
+        finally:
+            await handle.terminate()
