@@ -2,10 +2,10 @@
 
 ``RegistryClaims`` keeps them in the fleet registry workflow (``claim_room`` /
 ``release_room`` updates, ``room_claims`` query), so every worker sees each claim and a
-claim is durable before the placement that made it returns its plan. It runs on the
-worker's event loop from the placement activity's thread; every placement reads afresh
-(no cache: a stale "no claim" would hand the room to an evicted victim). ``LocalClaims``
-is the same logic in one process, for a worker without a Temporal client (tests).
+claim is durable before the placement that made it returns its plan. A placement reads
+them afresh whenever the registry says some may exist (``fleetq.registry.may_hold_claims``;
+a stale "no claim" would hand the room to an evicted victim). ``LocalClaims`` is the same
+logic in one process, for a worker without a Temporal client (tests).
 """
 
 from __future__ import annotations
@@ -26,6 +26,19 @@ from fleetq.room_claims import RoomClaim, RoomClaims
 #: a claim read or write waits this long at most for the registry workflow
 CLAIM_TIMEOUT = 10.0
 T = TypeVar("T")
+
+
+def run_on_loop(loop: asyncio.AbstractEventLoop | None, work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` on the worker's event loop from an activity thread and wait for it."""
+    if loop is None or loop.is_closed():
+        work.close()
+        raise ApplicationError("no event loop to reach the fleet registry on")
+    future = asyncio.run_coroutine_threadsafe(work, loop)
+    try:
+        return future.result(timeout=CLAIM_TIMEOUT)
+    except BaseException:
+        future.cancel()
+        raise
 
 
 class ClaimStore(Protocol):
@@ -70,16 +83,7 @@ class RegistryClaims:
         self._loop = loop
 
     def _run(self, work: Coroutine[Any, Any, T]) -> T:
-        loop = self._loop()
-        if loop is None or loop.is_closed():
-            work.close()
-            raise ApplicationError("no event loop to reach the fleet registry on")
-        future = asyncio.run_coroutine_threadsafe(work, loop)
-        try:
-            return future.result(timeout=CLAIM_TIMEOUT)
-        except BaseException:
-            future.cancel()
-            raise
+        return run_on_loop(self._loop(), work)
 
     def read(self) -> list[RoomClaim]:
         now = datetime.now(UTC)

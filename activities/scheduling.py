@@ -29,7 +29,7 @@ from activities.fleet import Fleet
 from activities.kube_api import ApiError, ClusterUnreachable
 from activities.member_cluster import ConflictError
 from activities.quota_outbox import QuotaOutbox, QuotaRefused
-from activities.room_claim_store import ClaimStore, LocalClaims, RegistryClaims
+from activities.room_claim_store import ClaimStore, LocalClaims, RegistryClaims, run_on_loop
 from activities.run_copies import purge_earlier_runs
 from activities.unschedulable_wake import wake_unschedulable
 from fleetq import cluster_groups
@@ -68,8 +68,9 @@ from fleetq.models import (
 from fleetq.naming import JOB_PURGE_WORKFLOW, REGISTRY_WORKFLOW_ID
 from fleetq.placement import ClusterChoice, PlacementIndex, RejectionCode, place_gang
 from fleetq.preemption import PreemptionMode, RunningGang, plan_capacity_preemption
-from fleetq.registry import RegistryState, resolve_from_state
-from fleetq.room_claims import claim_of, with_claims
+from fleetq.registry import RegistryState, may_claim, may_hold_claims, resolve_from_state
+from fleetq.rejection import Rejection
+from fleetq.room_claims import RoomClaim, claim_of, with_claims
 
 #: how stale the worker's view of the fleet registry may be when resolving a job's policy
 REGISTRY_MAX_AGE = 1.0
@@ -100,6 +101,20 @@ def _in_groups(
         return cluster_groups.GroupChoice("", list(ranked))
     labels = {n: m.labels for n, m in members.items()}
     return cluster_groups.choose(terms, observed, ranked, labels)
+
+
+def _ruled_out(name: str, exclude: Sequence[str], terms: Sequence[ClusterAffinityTerm],
+               group: str) -> Rejection:
+    """Why ``name`` was not even judged: evicted from it earlier, or outside the policy's
+    clusterAffinity (or the round's clusterAffinities group)."""
+    if name in exclude:
+        return Rejection.of(RejectionCode.EVICTED, f"{name}: excluded (evicted earlier)").at(name)
+    why = (
+        f"{name}: " + cluster_groups.outside(terms, group).message
+        if terms
+        else f"{name}: not selected by the policy's clusterAffinity"
+    )
+    return Rejection.of(RejectionCode.AFFINITY_MISMATCH, why).at(name)
 
 
 async def deliver_quota_message(outbox: QuotaOutbox, inp: QuotaSignal) -> bool:
@@ -303,6 +318,26 @@ class SchedulingActivities:
             self._tree_modes[tree_workflow_id] = (time.monotonic(), mode)
         return mode == PreemptionMode.LOWER_PRIORITY.value
 
+    def _registry_now(self) -> RegistryState | None:
+        """The registry snapshot (at most REGISTRY_MAX_AGE old), from an activity thread."""
+        snapshot = run_on_loop(self._loop, self._registry_snapshot())
+        return snapshot[0] if snapshot is not None else None
+
+    def _live_claims(self) -> list[RoomClaim]:
+        """The room claims a placement respects: read afresh when the registry (at most
+        REGISTRY_MAX_AGE old) says some may exist, none otherwise (no query)."""
+        if self._client is None:
+            return self._room.read()
+        state = self._registry_now()
+        return self._room.read() if state is not None and may_hold_claims(state) else []
+
+    def _may_claim(self) -> bool:
+        """Whether a capacity preemption may claim room now (``registry.may_claim``)."""
+        if self._client is None:
+            return True
+        state = self._registry_now()
+        return state is not None and may_claim(state, datetime.now(UTC), REGISTRY_MAX_AGE)
+
     def _running_gangs(self, names: Iterable[str]) -> list[RunningGang]:
         """Fleet jobs running on the members ``names``, from their capacity caches."""
         out: list[RunningGang] = []
@@ -369,7 +404,7 @@ class SchedulingActivities:
             terms, inp.group, {n: m.labels for n, m in members.items()}, inp.exclude
         )
         snapshots = fleet.snapshots(eligible) if eligible else []
-        claims = self._room.read()
+        claims = self._live_claims()
         others = [c for c in claims if c.preemptor != inp.job_id]
         if others:
             snapshots = with_claims(snapshots, others)
@@ -383,22 +418,11 @@ class SchedulingActivities:
             judge_never=True,
             index=self._placement_index,
         )
-        rejections = dict(decision.rejections)
-        codes = {name: why.code for name, why in decision.reasons.items()}
+        rejections = {name: why.at(name) for name, why in decision.reasons.items()}
         chosen = _in_groups(terms, inp.group, decision.ranked, members)
         for name in members:
             if name not in eligible and name not in rejections:
-                evicted = name in inp.exclude
-                rejections[name] = (
-                    f"{name}: excluded (evicted earlier)"
-                    if evicted
-                    else f"{name}: " + cluster_groups.outside(terms, inp.group).message
-                    if terms
-                    else f"{name}: not selected by the policy's clusterAffinity"
-                )
-                codes[name] = (
-                    RejectionCode.EVICTED if evicted else RejectionCode.AFFINITY_MISMATCH
-                )
+                rejections[name] = _ruled_out(name, inp.exclude, terms, inp.group)
         verdict = PlacementVerdict(
             candidates=[
                 Candidate(
@@ -410,8 +434,7 @@ class SchedulingActivities:
                 )
                 for c in chosen.ranked
             ],
-            rejections=rejections,
-            codes=codes,
+            rejections=list(rejections.values()),
             eligible=eligible,
             never=decision.never.message if decision.never is not None else "",
             group=chosen.group,
@@ -454,6 +477,7 @@ class SchedulingActivities:
             or not inp.job_id
             or inp.tree_workflow_id is None
             or not self.tree_preemption(inp.tree_workflow_id)
+            or not self._may_claim()
         ):
             return
         plan = plan_capacity_preemption(

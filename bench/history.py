@@ -145,7 +145,7 @@ class ScriptedCluster:
         return PlacementVerdict(
             candidates=[Candidate(cluster="sim-a", score=1.0, reservation=False,
                                   assignment=assignment)],
-            rejections={}, eligible=["sim-a"])
+            eligible=["sim-a"])
 
     @activity.defn(name="reserve")
     async def reserve(self, inp: ReserveInput) -> ReserveResult:

@@ -25,7 +25,7 @@ from fleetq.job_view import JobView as JobView
 from fleetq.models import DEFAULT_STARVATION_SECONDS, Gang, GangPod
 from fleetq.naming import owner_id
 from fleetq.quota import Inadmissible
-from fleetq.rejection import RejectionCode
+from fleetq.rejection import Rejection, RejectionCode
 
 # --------------------------------------------------------------------------- gang shapes
 
@@ -157,10 +157,8 @@ class Candidate(BaseModel):
 
 class PlacementVerdict(BaseModel):
     candidates: list[Candidate] = Field(default_factory=list)
-    rejections: dict[str, str] = Field(default_factory=dict)
-    #: the code of each rejection, for metrics (same keys; empty in histories recorded
-    #: before codes existed)
-    codes: dict[str, RejectionCode] = Field(default_factory=dict)
+    #: why each cluster that is no candidate was turned down, one entry per cluster
+    rejections: list[Rejection] = Field(default_factory=list)
     #: clusters that passed the policy filters (affinity, exclusions); empty means the job
     #: can never be placed, as opposed to "no room right now"
     eligible: list[str] = Field(default_factory=list)
@@ -178,12 +176,20 @@ class PlacementVerdict(BaseModel):
     def ever_fits(self) -> bool:
         return not self.never
 
+    def messages(self) -> dict[str, str]:
+        """Cluster -> its rejection's message, as users read it."""
+        return {r.cluster: r.message for r in self.rejections}
+
+    def codes(self) -> dict[str, RejectionCode]:
+        """Cluster -> its rejection's code (metrics count by these)."""
+        return {r.cluster: r.code for r in self.rejections}
+
     def reason(self) -> str:
         if not self.rejections:
             return "no member cluster is eligible"
         return "; ".join(
             f"{c}: {r}" if not r.startswith(f"{c}:") else r
-            for c, r in sorted(self.rejections.items())
+            for c, r in sorted(self.messages().items())
         )
 
 

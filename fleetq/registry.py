@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from fleetq.naming import tree_workflow_id
 from fleetq.policy_match import match_policy
+from fleetq.preemption import PREEMPTION_ANNOTATION, PreemptionMode
 from fleetq.room_claims import RoomClaims
 
 if TYPE_CHECKING:  # the contracts only where a job resolves: a client that reads the
@@ -37,9 +38,31 @@ class RegistryState(BaseModel):
     #: AGE ``fleetq get`` shows (an object applied before this was kept has none:
     #: ``<unknown>``)
     created: dict[str, datetime] = Field(default_factory=dict)
+    #: when the tree's fleetq.io/preemption last changed (applied, changed, deleted)
+    preemption_changed: datetime | None = None
     #: room capacity preemptions made, held for their preemptors (fleetq.room_claims)
     room_claims: RoomClaims = Field(default_factory=RoomClaims)
     max_history_events: int = 2000
+
+
+def lower_priority(state: RegistryState) -> bool:
+    """Whether the tree's fleetq.io/preemption is LowerPriority (capacity preemption on)."""
+    return state.tree_annotations.get(PREEMPTION_ANNOTATION) == PreemptionMode.LOWER_PRIORITY.value
+
+
+def may_hold_claims(state: RegistryState) -> bool:
+    """Whether a placement must read the room claims: some are recorded, or capacity
+    preemption is on (one may be recorded since ``state`` was read)."""
+    return bool(state.room_claims.claims) or lower_priority(state)
+
+
+def may_claim(state: RegistryState, now: datetime, max_age: float) -> bool:
+    """Whether a capacity preemption may claim room now: preemption has been on for
+    longer than ``max_age``, the oldest registry snapshot a placement decides by, so every
+    placement from now on reads the claims (:func:`may_hold_claims`)."""
+    changed = state.preemption_changed
+    return lower_priority(state) and changed is not None and (
+        (now - changed).total_seconds() > max_age)
 
 
 def created_key(kind: str, key: str) -> str:

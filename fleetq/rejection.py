@@ -12,6 +12,7 @@ is only claimed when certain.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -114,12 +115,17 @@ _SUMMARIES: dict[RejectionCode, str] = {
 @dataclass(frozen=True)
 class Rejection:
     """One cluster's rejection: ``code`` and ``params`` for programs, ``message`` (one
-    line, without the cluster name) for people."""
+    line) for people; ``cluster`` names the cluster once it travels in a verdict."""
 
     code: RejectionCode
     message: str
     params: dict[str, Param] = field(default_factory=dict)
     severity: Severity = Severity.UNSCHEDULABLE
+    cluster: str = ""
+
+    def at(self, cluster: str) -> Rejection:
+        """This rejection, of ``cluster``."""
+        return dataclasses.replace(self, cluster=cluster)
 
     @classmethod
     def of(

@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
         parse_policy,
         parse_tree,
     )
-    from fleetq.preemption import tree_policy
+    from fleetq.preemption import PREEMPTION_ANNOTATION, tree_policy
     from fleetq.registry import RegistryState, created_key, resolve_from_state
     from fleetq.room_claims import RoomClaim
 
@@ -86,9 +86,16 @@ class FleetRegistryWorkflow:
         name = f"{tree.metadata.namespace}/{tree.metadata.name}"
         before_t = self._s.tree
         self._s.tree = name
-        self._s.tree_annotations = dict(tree.metadata.annotations)
+        self._preemption_now(dict(tree.metadata.annotations))
         self._created("ElasticQuotaTree", name, new=before_t is None)
         return "created" if before_t is None else "unchanged"
+
+    def _preemption_now(self, annotations: dict[str, str]) -> None:
+        """The tree's annotations are now ``annotations``; note when preemption changed."""
+        key = PREEMPTION_ANNOTATION
+        if annotations.get(key) != self._s.tree_annotations.get(key):
+            self._s.preemption_changed = workflow.now()
+        self._s.tree_annotations = annotations
 
     def _created(self, kind: str, key: str, *, new: bool) -> None:
         """Record when ``key`` was first applied (kept on re-apply, as Kubernetes keeps
@@ -139,7 +146,7 @@ class FleetRegistryWorkflow:
         if req.kind == "ElasticQuotaTree" and self._s.tree == f"{req.namespace}/{req.name}":
             self._s.created.pop(created_key(req.kind, self._s.tree), None)
             self._s.tree = None
-            self._s.tree_annotations = {}
+            self._preemption_now({})
             return True
         return False
 

@@ -566,8 +566,8 @@ class PyTorchJobWorkflow:
         ever could; None when the job waits Pending for the next round."""
         if capacity:
             self._announce(lifecycle.observe_capacity(self._p, verdict, workflow.now()))
-        rejections = dict(verdict.rejections)
-        codes = dict(verdict.codes)
+        rejections = verdict.messages()
+        codes = verdict.codes()
         for cand in lifecycle.candidates(verdict, self._p if capacity else None):
             if await self._bind(cand, rejections, codes):
                 return True

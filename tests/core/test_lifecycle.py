@@ -29,6 +29,7 @@ from fleetq.messages import (
 )
 from fleetq.models import ApplicationFailover, ClusterFailover, PurgeMode
 from fleetq.naming import SA_CLUSTER, SA_PRIORITY, SA_QUEUE, SA_STATE
+from fleetq.rejection import Rejection, RejectionCode
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -307,11 +308,14 @@ def test_placement_tries_the_three_best_candidates_in_rank_order() -> None:
 
 
 def test_unplaceable_only_when_no_member_is_eligible() -> None:
-    never = PlacementVerdict(rejections={"a": "a: not selected by the policy's clusterAffinity"})
+    never = PlacementVerdict(rejections=[Rejection.of(
+        RejectionCode.AFFINITY_MISMATCH, "a: not selected by the policy's clusterAffinity"
+    ).at("a")])
     assert lifecycle.unplaceable_reason(never) == (
         "no member cluster is eligible: a: not selected by the policy's clusterAffinity"
     )
-    full = PlacementVerdict(rejections={"a": "insufficient cpu"}, eligible=["a"])
+    full = PlacementVerdict(rejections=[Rejection.of(
+        RejectionCode.INSUFFICIENT_CLUSTER_RESOURCE, "insufficient cpu").at("a")], eligible=["a"])
     assert lifecycle.unplaceable_reason(full) is None
     assert lifecycle.pending_reason({"b": "no gpu", "a": "insufficient cpu"}) == (
         "a: insufficient cpu; b: no gpu"

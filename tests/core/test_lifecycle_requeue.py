@@ -25,6 +25,7 @@ from fleetq.fleet_config import (
 )
 from fleetq.lifecycle import Announce, Due, JobProgress, Reason, RequeueCause, Transition
 from fleetq.messages import JobStatus, JobView, PlacementVerdict, PodStatus, Resolution
+from fleetq.rejection import Rejection, RejectionCode
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -47,7 +48,8 @@ NEVER = "no member can ever hold master-0 (cpu 40): the largest eligible node ha
 
 def test_a_job_no_member_can_ever_hold_is_unschedulable_and_holds_no_quota() -> None:
     p = progress(admitted=True, queue="team")
-    verdict = PlacementVerdict(rejections={"a": "master-0 needs cpu 40"}, eligible=["a"],
+    verdict = PlacementVerdict(rejections=[Rejection.of(
+        RejectionCode.INSUFFICIENT_NODE_RESOURCE, "master-0 needs cpu 40").at("a")], eligible=["a"],
                                never=NEVER)
     notices = lifecycle.unschedulable(p, verdict)
     assert notices == [
@@ -62,7 +64,9 @@ def test_a_job_no_member_can_ever_hold_is_unschedulable_and_holds_no_quota() -> 
 
 def test_a_job_that_fits_an_empty_member_keeps_waiting() -> None:
     p = progress(admitted=True, queue="team")
-    verdict = PlacementVerdict(rejections={"a": "largest free node has 2"}, eligible=["a"])
+    verdict = PlacementVerdict(rejections=[Rejection.of(
+        RejectionCode.INSUFFICIENT_NODE_RESOURCE, "largest free node has 2").at("a")],
+        eligible=["a"])
     assert verdict.ever_fits
     assert lifecycle.unschedulable(p, verdict) == []
     assert p.view.admitted

@@ -44,6 +44,7 @@ from fleetq.messages import (
     ResolveInput,
     WatchInput,
 )
+from fleetq.rejection import Rejection, RejectionCode
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "examples"
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "manifests"
@@ -191,7 +192,10 @@ class FakeFleet:
                         cluster=name, score=1.0, reservation=c.reservation, assignment=assignment
                     )
                 )
-        return PlacementVerdict(candidates=cands, rejections=rej, eligible=eligible)
+        return PlacementVerdict(candidates=cands, rejections=[
+            Rejection.of(RejectionCode.EVICTED if name in inp.exclude
+                         else RejectionCode.INSUFFICIENT_NODE_RESOURCE, why).at(name)
+            for name, why in rej.items()], eligible=eligible)
 
     @activity.defn(name="reserve")
     async def reserve(self, inp: ReserveInput) -> ReserveResult:

@@ -9,6 +9,7 @@ import asyncio
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -18,7 +19,7 @@ from activities.scheduling import SchedulingActivities
 from fleetq.capacity import ClusterSnapshot, NodeCapacity
 from fleetq.messages import CapacityPlanned, GangShape, PlacementInput, PodGroupShape
 from fleetq.naming import REGISTRY_WORKFLOW_ID
-from fleetq.preemption import RunningGang, RunningPod
+from fleetq.preemption import PREEMPTION_ANNOTATION, RunningGang, RunningPod
 from fleetq.registry import RegistryState
 from fleetq.resources import CPU
 from fleetq.room_claims import RoomClaim
@@ -86,7 +87,10 @@ async def test_a_victim_placed_on_another_worker_stays_out_of_the_claimed_room(
     tq = f"tq-{uuid.uuid4().hex[:8]}"
     async with Worker(ts_env.client, task_queue=tq, workflows=[FleetRegistryWorkflow]):
         handle = await ts_env.client.start_workflow(
-            FleetRegistryWorkflow.run, RegistryState(max_history_events=12),
+            FleetRegistryWorkflow.run, RegistryState(
+                tree="kube-system/t", tree_annotations={PREEMPTION_ANNOTATION: "LowerPriority"},
+                preemption_changed=datetime.now(UTC) - timedelta(hours=1),
+                max_history_events=12),
             id=REGISTRY_WORKFLOW_ID, task_queue=tq)
         try:
             view_a, view_b = MemberView(), MemberView()
