@@ -7,7 +7,6 @@ planned victims are still there, and keeps the room it made for its preemptor.""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from activities.fleet import Fleet
@@ -24,6 +23,7 @@ from fleetq.messages import (
 )
 from fleetq.preemption import RunningGang, RunningPod
 from fleetq.resources import CPU, MEMORY
+from tests.workflows.fakes import StubCache, StubMember
 
 from .conftest import eventually, manifest, member
 
@@ -75,21 +75,6 @@ def test_running_gangs_come_from_the_member_copys_pods(
 
 
 # ---------------------------------------------------------------- the placement activity
-
-
-@dataclass
-class StubCache:
-    gangs: list[RunningGang] = field(default_factory=list)
-
-    def running_gangs(self) -> list[RunningGang]:
-        return list(self.gangs)
-
-
-@dataclass
-class StubMember:
-    cache: StubCache
-    labels: dict[str, str] = field(default_factory=dict)
-    reservation: bool = False
 
 
 class StubFleet:

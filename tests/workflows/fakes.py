@@ -44,7 +44,10 @@ from fleetq.messages import (
     ResolveInput,
     WatchInput,
 )
+from fleetq.preemption import RunningGang
+from fleetq.registry import RegistryState
 from fleetq.rejection import Rejection, RejectionCode
+from workflows.fleet_registry import FleetRegistryWorkflow
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "examples"
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "manifests"
@@ -355,3 +358,37 @@ async def running_harness(env: WorkflowEnvironment, fleet: FakeFleet) -> AsyncIt
         env.client, task_queue=tq, workflows=ALL_WORKFLOWS, activities=fleet.activities()
     ):
         yield Harness(env, fleet, tq)
+
+
+@asynccontextmanager
+async def registry_running(
+    env: WorkflowEnvironment, state: RegistryState, workflow_id: str | None = None
+) -> AsyncIterator[WorkflowHandle[FleetRegistryWorkflow, None]]:
+    """A fleet registry workflow from ``state`` on a task queue of its own (terminated
+    after)."""
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=tq, workflows=[FleetRegistryWorkflow]):
+        handle = await env.client.start_workflow(
+            FleetRegistryWorkflow.run, state,
+            id=workflow_id or f"registry-{uuid.uuid4().hex[:8]}", task_queue=tq)
+        try:
+            yield handle
+        finally:
+            await handle.terminate()
+
+
+@dataclass
+class StubCache:
+    """A member's capacity cache as the placement activity reads it: the gangs running."""
+
+    gangs: list[RunningGang] = field(default_factory=list)
+
+    def running_gangs(self) -> list[RunningGang]:
+        return list(self.gangs)
+
+
+@dataclass
+class StubMember:
+    cache: StubCache
+    labels: dict[str, str] = field(default_factory=dict)
+    reservation: bool = False

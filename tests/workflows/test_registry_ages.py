@@ -11,17 +11,15 @@ a deleted and re-created object gets a new one. kubectl's AGE column is
 from __future__ import annotations
 
 import copy
-import uuid
 from datetime import timedelta
 from typing import Any
 
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from fleetq.messages import DeleteRequest
 from fleetq.registry import RegistryState
-from tests.workflows.fakes import load, policy
+from tests.workflows.fakes import load, policy, registry_running
 from workflows.fleet_registry import FleetRegistryWorkflow
 
 HOUR = timedelta(hours=1)
@@ -35,11 +33,7 @@ async def created(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
 async def test_objects_age_from_their_first_apply_not_the_registrys_start(
     ts_env: WorkflowEnvironment,
 ) -> None:
-    tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(ts_env.client, task_queue=tq, workflows=[FleetRegistryWorkflow]):
-        handle = await ts_env.client.start_workflow(
-            FleetRegistryWorkflow.run, RegistryState(), id=f"registry-{uuid.uuid4().hex[:8]}",
-            task_queue=tq)
+    async with registry_running(ts_env, RegistryState()) as handle:
         started = (await handle.describe()).start_time
         await ts_env.sleep(HOUR.total_seconds())
 
@@ -77,4 +71,3 @@ async def test_objects_age_from_their_first_apply_not_the_registrys_start(
         again = await created(handle)
         assert again["ClusterPropagationPolicy/fleet-wide"] - first[
             "ClusterPropagationPolicy/fleet-wide"] >= HOUR
-        await handle.terminate()

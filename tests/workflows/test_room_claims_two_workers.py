@@ -6,14 +6,11 @@ until the preemptor is placed; the claim survives the registry's continue-as-new
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from activities.scheduling import SchedulingActivities
 from fleetq.capacity import ClusterSnapshot, NodeCapacity
@@ -23,32 +20,18 @@ from fleetq.preemption import PREEMPTION_ANNOTATION, RunningGang, RunningPod
 from fleetq.registry import RegistryState
 from fleetq.resources import CPU
 from fleetq.room_claims import RoomClaim
+from tests.workflows.fakes import StubCache, StubMember, registry_running
 from workflows.fleet_registry import FleetRegistryWorkflow
 
 MEMBER = "cluster-a"
 LOW = [f"pytorchjob/low/j{k}" for k in range(2)]
 
 
-@dataclass
-class Cache:
-    gangs: list[RunningGang] = field(default_factory=list)
-
-    def running_gangs(self) -> list[RunningGang]:
-        return list(self.gangs)
-
-
-@dataclass
-class Member:
-    cache: Cache
-    labels: dict[str, str] = field(default_factory=dict)
-    reservation: bool = False
-
-
 class MemberView:
     """One worker's view of one member (a 4-cpu node): its capacity cache."""
 
     def __init__(self) -> None:
-        self.clusters = {MEMBER: Member(Cache())}
+        self.clusters = {MEMBER: StubMember(StubCache())}
         self.show(LOW)
 
     def show(self, running: list[str]) -> None:
@@ -84,51 +67,44 @@ async def claims(handle: WorkflowHandle[FleetRegistryWorkflow, None]) -> list[Ro
 async def test_a_victim_placed_on_another_worker_stays_out_of_the_claimed_room(
     ts_env: WorkflowEnvironment,
 ) -> None:
-    tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with Worker(ts_env.client, task_queue=tq, workflows=[FleetRegistryWorkflow]):
-        handle = await ts_env.client.start_workflow(
-            FleetRegistryWorkflow.run, RegistryState(
-                tree="kube-system/t", tree_annotations={PREEMPTION_ANNOTATION: "LowerPriority"},
-                preemption_changed=datetime.now(UTC) - timedelta(hours=1),
-                max_history_events=12),
-            id=REGISTRY_WORKFLOW_ID, task_queue=tq)
-        try:
-            view_a, view_b = MemberView(), MemberView()
-            a, b = worker(ts_env, view_a), worker(ts_env, view_b)
-            first_run = (await handle.describe()).run_id
+    state = RegistryState(
+        tree="kube-system/t", tree_annotations={PREEMPTION_ANNOTATION: "LowerPriority"},
+        preemption_changed=datetime.now(UTC) - timedelta(hours=1), max_history_events=12)
+    async with registry_running(ts_env, state, REGISTRY_WORKFLOW_ID) as handle:
+        view_a, view_b = MemberView(), MemberView()
+        a, b = worker(ts_env, view_a), worker(ts_env, view_b)
+        first_run = (await handle.describe()).run_id
 
-            # worker A plans room for the preemptor: one low gang is to go
-            planned = await asyncio.to_thread(
-                a.plan_placement, ask("pytorchjob/hi/job", 1000, capacity_preemption=True))
-            plan = planned.capacity_plan
-            assert plan is not None and plan.cluster == MEMBER
-            (victim,) = plan.victims
-            assert [c.preemptor for c in await claims(handle)] == ["pytorchjob/hi/job"]
+        # worker A plans room for the preemptor: one low gang is to go
+        planned = await asyncio.to_thread(
+            a.plan_placement, ask("pytorchjob/hi/job", 1000, capacity_preemption=True))
+        plan = planned.capacity_plan
+        assert plan is not None and plan.cluster == MEMBER
+        (victim,) = plan.victims
+        assert [c.preemptor for c in await claims(handle)] == ["pytorchjob/hi/job"]
 
-            # the registry continues as new; the claim is carried over
-            for _ in range(8):
-                await handle.query(FleetRegistryWorkflow.state)
-                await handle.execute_update(FleetRegistryWorkflow.release_room, "nobody")
-                if (await handle.describe()).run_id != first_run:
-                    break
-            assert (await handle.describe()).run_id != first_run
-            assert [c.preemptor for c in await claims(handle)] == ["pytorchjob/hi/job"]
+        # the registry continues as new; the claim is carried over
+        for _ in range(8):
+            await handle.query(FleetRegistryWorkflow.state)
+            await handle.execute_update(FleetRegistryWorkflow.release_room, "nobody")
+            if (await handle.describe()).run_id != first_run:
+                break
+        assert (await handle.describe()).run_id != first_run
+        assert [c.preemptor for c in await claims(handle)] == ["pytorchjob/hi/job"]
 
-            # the victim stopped; both workers' caches see its room free
-            still = [j for j in LOW if j != victim.job_id]
-            view_a.show(still)
-            view_b.show(still)
-            again = await asyncio.to_thread(b.plan_placement, ask(victim.job_id, 10))
-            assert again.candidates == [], "the victim went back into the preemptor's room"
-            assert "cpu" in again.reason()
+        # the victim stopped; both workers' caches see its room free
+        still = [j for j in LOW if j != victim.job_id]
+        view_a.show(still)
+        view_b.show(still)
+        again = await asyncio.to_thread(b.plan_placement, ask(victim.job_id, 10))
+        assert again.candidates == [], "the victim went back into the preemptor's room"
+        assert "cpu" in again.reason()
 
-            # the preemptor is placed (on worker A): the room is anyone's again
-            placed = await asyncio.to_thread(a.plan_placement, ask(
-                "pytorchjob/hi/job", 1000,
-                planned=CapacityPlanned(cluster=plan.cluster, victims=plan.victims)))
-            assert [c.cluster for c in placed.candidates] == [MEMBER]
-            assert await claims(handle) == []
-            free = await asyncio.to_thread(b.plan_placement, ask(victim.job_id, 10))
-            assert [c.cluster for c in free.candidates] == [MEMBER]
-        finally:
-            await handle.terminate()
+        # the preemptor is placed (on worker A): the room is anyone's again
+        placed = await asyncio.to_thread(a.plan_placement, ask(
+            "pytorchjob/hi/job", 1000,
+            planned=CapacityPlanned(cluster=plan.cluster, victims=plan.victims)))
+        assert [c.cluster for c in placed.candidates] == [MEMBER]
+        assert await claims(handle) == []
+        free = await asyncio.to_thread(b.plan_placement, ask(victim.job_id, 10))
+        assert [c.cluster for c in free.candidates] == [MEMBER]
