@@ -66,9 +66,7 @@ with workflow.unsafe.imports_passed_through():
         PodReservation,
         PreemptSignal,
         QuotaSignal,
-        ReserveInput,
         ReserveRequest,
-        ReserveResult,
         Resolution,
         ResolveInput,
         WatchInput,
@@ -672,18 +670,10 @@ class PyTorchJobWorkflow:
     async def _bind(
         self, cand: Candidate, rejections: dict[str, str], codes: dict[str, RejectionCode]
     ) -> bool:
-        """Reserve (where the member reserves) and bind on one candidate; a failure is
-        recorded in ``rejections`` and its code in ``codes``."""
-        reserved = False
-        if cand.reservation:
-            rr = await self._reserve(cand.cluster, cand.assignment)
-            if not rr.ok:
-                rejections[cand.cluster] = f"reservation lost: {rr.reason}"
-                codes[cand.cluster] = RejectionCode.RESERVATION_LOST
-                return False
-            reserved = True
+        """Reserve (where the member reserves) and bind on one candidate, one activity; a
+        failure is recorded in ``rejections`` and its code in ``codes``."""
         try:
-            await self._copies.write(
+            outcome = await self._copies.write(
                 cand.cluster,
                 workflow.execute_activity_method(
                     SchedulingActivities.bind,
@@ -692,12 +682,12 @@ class PyTorchJobWorkflow:
                         request=BindRequest(
                             job=self._ref,
                             manifest=self._input.manifest,
-                            reserved=reserved,
                             propagate_deps=self._pol.spec.propagateDeps,
                             run_seconds=self._input.run_seconds,
                             priority=self._gang.priority,
                             labels=dict(self._p.preserved_labels),
                         ),
+                        reserve=self._reserve_request(cand) if cand.reservation else None,
                     ),
                     start_to_close_timeout=timedelta(seconds=60),
                     retry_policy=MEMBER_RETRY,
@@ -711,8 +701,12 @@ class PyTorchJobWorkflow:
             )
             rejections[cand.cluster] = f"binding failed: {msg}"
             codes[cand.cluster] = RejectionCode.BINDING_FAILED
-            if reserved:
+            if cand.reservation:
                 await self._copies.purge(cand.cluster, "release reservations")
+            return False
+        if outcome.reservation_lost:
+            rejections[cand.cluster] = f"reservation lost: {outcome.reservation_lost}"
+            codes[cand.cluster] = RejectionCode.RESERVATION_LOST
             return False
         lifecycle.record_bind(self._p, cand.cluster, rejections, workflow.now(), cand.group)
         metrics.time_to_bind(self._p.view)
@@ -729,28 +723,20 @@ class PyTorchJobWorkflow:
         self._set_state("Created", f"bound to {cand.cluster}")
         return True
 
-    async def _reserve(self, cluster: str, assignment: dict[str, str]) -> ReserveResult:
+    def _reserve_request(self, cand: Candidate) -> ReserveRequest:
+        """The gang's reservations on ``cand``'s member, each pod on its assigned node."""
         pods = [
             PodReservation(
                 role=p.role,
                 index=p.index,
-                node=assignment.get(p.name_suffix, ""),
+                node=cand.assignment.get(p.name_suffix, ""),
                 requests=p.requests,
                 node_selector=p.node_selector,
                 tolerations=list(p.tolerations),
             )
             for p in self._gang.pods
         ]
-        return await self._copies.write(
-            cluster,
-            workflow.execute_activity_method(
-                SchedulingActivities.reserve,
-                ReserveInput(cluster=cluster, request=ReserveRequest(job=self._ref, pods=pods)),
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=MEMBER_RETRY,
-                summary=f"reserve on {cluster}",
-            ),
-        )
+        return ReserveRequest(job=self._ref, pods=pods)
 
     async def _supervise(self) -> Supervision:
         """Watch the bound copy until the job ends, fails over, is suspended or preempted,
