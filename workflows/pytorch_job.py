@@ -24,6 +24,7 @@ from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey, SearchA
 from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
+from workflows import activity_calls
 from workflows.copies import MemberCopies
 
 with workflow.unsafe.imports_passed_through():
@@ -32,8 +33,7 @@ with workflow.unsafe.imports_passed_through():
     import jsonpath_ng.ext.parser  # noqa: F401
     import jsonpath_ng.lexer  # noqa: F401
 
-    from activities.scheduling import SchedulingActivities
-    from fleetq import job_machine, lifecycle, state_preservation
+    from fleetq import activity_refs, job_machine, lifecycle, state_preservation
     from fleetq.admission import AdmissionRequest, Grant
     from fleetq.fleet_config import RequeueSettings
     from fleetq.job_input import InvalidJobInput, JobInput
@@ -500,8 +500,8 @@ class PyTorchJobWorkflow:
         return res
 
     async def _resolve(self, summary: str) -> Resolution:
-        return await workflow.execute_local_activity_method(
-            SchedulingActivities.resolve_policy,
+        return await activity_calls.execute_local(
+            activity_refs.RESOLVE_POLICY,
             ResolveInput(
                 namespace=self._job.metadata.namespace,
                 name=self._job.metadata.name,
@@ -619,8 +619,8 @@ class PyTorchJobWorkflow:
                     "planned": lifecycle.planned_capacity(self._p),
                 }
             )
-        return await workflow.execute_local_activity_method(
-            SchedulingActivities.plan_placement,
+        return await activity_calls.execute_local(
+            activity_refs.PLAN_PLACEMENT,
             placement,
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=MEMBER_RETRY,
@@ -675,8 +675,8 @@ class PyTorchJobWorkflow:
         try:
             outcome = await self._copies.write(
                 cand.cluster,
-                workflow.execute_activity_method(
-                    SchedulingActivities.bind,
+                activity_calls.execute(
+                    activity_refs.BIND,
                     BindInput(
                         cluster=cand.cluster,
                         request=BindRequest(
@@ -863,8 +863,8 @@ class PyTorchJobWorkflow:
         return fo.decisionConditions.tolerationSeconds if fo else None
 
     def _start_watch(self, cluster: str, settling: bool) -> ActivityHandle[JobStatus]:
-        watch = workflow.start_activity_method(
-            SchedulingActivities.watch_status,
+        watch = activity_calls.start(
+            activity_refs.WATCH_STATUS,
             WatchInput(
                 cluster=cluster,
                 job=self._ref,
@@ -1112,8 +1112,8 @@ class PyTorchJobWorkflow:
         12 workers sharing 2 cores), and a message given up on is a job that waits for
         nothing or quota held by nobody. Retry policies are not part of a workflow's
         commands, so recorded histories replay unchanged."""
-        return await workflow.execute_local_activity_method(
-            SchedulingActivities.signal_quota,
+        return await activity_calls.execute_local(
+            activity_refs.SIGNAL_QUOTA,
             message,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(
