@@ -12,21 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from fleetq.messages import (
-    BindInput,
-    BindResult,
-    HolderCheck,
-    HolderVerdict,
-    JobStatus,
-    PlacementInput,
-    PlacementVerdict,
-    PurgeInput,
-    PurgeResult,
-    QuotaSignal,
-    Resolution,
-    ResolveInput,
-    WatchInput,
-)
+from fleetq import messages as m
 
 I = TypeVar("I")  # noqa: E741  (the input)
 O = TypeVar("O")  # noqa: E741  (the result)
@@ -42,25 +28,25 @@ class ActivityRef(Generic[I, O]):
     result: Any
 
 
-RESOLVE_POLICY: ActivityRef[ResolveInput, Resolution] = ActivityRef(
-    "resolve_policy", ResolveInput, Resolution
+RESOLVE_POLICY: ActivityRef[m.ResolveInput, m.Resolution] = ActivityRef(
+    "resolve_policy", m.ResolveInput, m.Resolution
 )
-SIGNAL_QUOTA: ActivityRef[QuotaSignal, bool] = ActivityRef("signal_quota", QuotaSignal, bool)
-CHECK_HOLDERS: ActivityRef[HolderCheck, HolderVerdict] = ActivityRef(
-    "check_holders", HolderCheck, HolderVerdict
+SIGNAL_QUOTA: ActivityRef[m.QuotaSignal, bool] = ActivityRef("signal_quota", m.QuotaSignal, bool)
+CHECK_HOLDERS: ActivityRef[m.HolderCheck, m.HolderVerdict] = ActivityRef(
+    "check_holders", m.HolderCheck, m.HolderVerdict
 )
-PLAN_PLACEMENT: ActivityRef[PlacementInput, PlacementVerdict] = ActivityRef(
-    "plan_placement", PlacementInput, PlacementVerdict
+PLAN_PLACEMENT: ActivityRef[m.PlacementInput, m.PlacementVerdict] = ActivityRef(
+    "plan_placement", m.PlacementInput, m.PlacementVerdict
 )
 #: reserves first when ``BindInput.reserve`` is set, then binds: one member write
-BIND: ActivityRef[BindInput, BindResult] = ActivityRef("bind", BindInput, BindResult)
-PURGE: ActivityRef[PurgeInput, PurgeResult] = ActivityRef("purge", PurgeInput, PurgeResult)
-PURGE_WHEN_REACHABLE: ActivityRef[PurgeInput, PurgeResult] = ActivityRef(
-    "purge_when_reachable", PurgeInput, PurgeResult
+BIND: ActivityRef[m.BindInput, m.BindResult] = ActivityRef("bind", m.BindInput, m.BindResult)
+PURGE: ActivityRef[m.PurgeInput, m.PurgeResult] = ActivityRef("purge", m.PurgeInput, m.PurgeResult)
+PURGE_WHEN_REACHABLE: ActivityRef[m.PurgeInput, m.PurgeResult] = ActivityRef(
+    "purge_when_reachable", m.PurgeInput, m.PurgeResult
 )
 MEMBER_NAMES: ActivityRef[None, list[str]] = ActivityRef("member_names", None, list[str])
-WATCH_STATUS: ActivityRef[WatchInput, JobStatus] = ActivityRef(
-    "watch_status", WatchInput, JobStatus
+WATCH_STATUS: ActivityRef[m.WatchInput, m.JobStatus] = ActivityRef(
+    "watch_status", m.WatchInput, m.JobStatus
 )
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
