@@ -561,23 +561,32 @@ class PyTorchJobWorkflow:
 
     async def _place_round(self, verdict: PlacementVerdict, *, capacity: bool) -> bool | None:
         """Bind on the first candidate that takes the job (True); False when no member
-        ever could; None when the job waits Pending for the next round."""
+        ever could; None when the job waits Pending for the next round. The round's
+        course is ``job_machine.round_step``'s; this carries its commands out."""
         if capacity:
             self._announce(lifecycle.observe_capacity(self._p, verdict, workflow.now()))
-        rejections = dict(verdict.rejections)
-        codes = dict(verdict.codes)
-        for cand in lifecycle.candidates(verdict, self._p if capacity else None):
-            if await self._bind(cand, rejections, codes):
+        current = job_machine.start_round(verdict, self._p if capacity else None)
+        commands = job_machine.round_step(current)
+        while commands:
+            command = commands.pop(0)
+            if isinstance(command, job_machine.Show):
+                self._announce(list(command.notices))
+            elif isinstance(command, job_machine.ReleaseReservations):
+                await self._copies.purge(command.cluster, "release reservations")
+            elif isinstance(command, job_machine.BindOn):
+                event = await self._bind(command.candidate)
+                if isinstance(event, job_machine.Bound):
+                    self._bound(command.candidate, current.rejections)
+                commands = job_machine.round_step(current, event)
+            elif command == job_machine.RoundEnd.PLACED:
                 return True
-        self._p.view.rejections = rejections
-        never = lifecycle.unplaceable_reason(verdict)
-        if never is not None:
-            self._event("Warning", Reason.BINDING_FAILED, never)
-            self._set_state("Failed", never)
-            return False
+            else:
+                self._p.view.rejections = current.rejections
+                if command == job_machine.RoundEnd.NEVER:
+                    return False
         if await self._unschedulable(verdict):
             return True  # holds no quota; the lifecycle waits for node changes
-        await self._no_room(verdict, rejections, codes, capacity=capacity)
+        await self._no_room(verdict, current.rejections, current.codes, capacity=capacity)
         return None
 
     async def _no_room(
@@ -667,11 +676,8 @@ class PyTorchJobWorkflow:
                 "retry_placement"
             )
 
-    async def _bind(
-        self, cand: Candidate, rejections: dict[str, str], codes: dict[str, RejectionCode]
-    ) -> bool:
-        """Reserve (where the member reserves) and bind on one candidate, one activity; a
-        failure is recorded in ``rejections`` and its code in ``codes``."""
+    async def _bind(self, cand: Candidate) -> job_machine.RoundEvent:
+        """Reserve (where the member reserves) and bind on one candidate, one activity."""
         try:
             outcome = await self._copies.write(
                 cand.cluster,
@@ -695,19 +701,13 @@ class PyTorchJobWorkflow:
                 ),
             )
         except ActivityError as exc:
-            msg = str(exc.cause or exc)
-            self._event(
-                "Warning", Reason.BINDING_FAILED, f"Binding on {cand.cluster} failed: {msg}"
-            )
-            rejections[cand.cluster] = f"binding failed: {msg}"
-            codes[cand.cluster] = RejectionCode.BINDING_FAILED
-            if cand.reservation:
-                await self._copies.purge(cand.cluster, "release reservations")
-            return False
+            return job_machine.BindFailed(cand.cluster, str(exc.cause or exc), cand.reservation)
         if outcome.reservation_lost:
-            rejections[cand.cluster] = f"reservation lost: {outcome.reservation_lost}"
-            codes[cand.cluster] = RejectionCode.RESERVATION_LOST
-            return False
+            return job_machine.ReservationLost(cand.cluster, outcome.reservation_lost)
+        return job_machine.Bound(cand.cluster)
+
+    def _bound(self, cand: Candidate, rejections: dict[str, str]) -> None:
+        """The job is bound on ``cand``: record it, arm its bounds, say so."""
         lifecycle.record_bind(self._p, cand.cluster, rejections, workflow.now(), cand.group)
         metrics.time_to_bind(self._p.view)
         if self._grant is not None:  # the quota it holds comes back if its pods never run
@@ -721,7 +721,6 @@ class PyTorchJobWorkflow:
             + lifecycle.group_note(cand.group),
         )
         self._set_state("Created", f"bound to {cand.cluster}")
-        return True
 
     def _reserve_request(self, cand: Candidate) -> ReserveRequest:
         """The gang's reservations on ``cand``'s member, each pod on its assigned node."""
