@@ -21,7 +21,13 @@ from enum import Enum
 from fleetq import lifecycle
 from fleetq.fleet_config import RequeueSettings
 from fleetq.lifecycle import Announce, Deadline, Due, JobProgress, Notice, Reason, Transition
-from fleetq.messages import TERMINAL_STATES, Candidate, JobStatus, PlacementVerdict
+from fleetq.messages import (
+    TERMINAL_STATES,
+    Candidate,
+    CapacityPlanned,
+    JobStatus,
+    PlacementVerdict,
+)
 from fleetq.rejection import RejectionCode
 
 
@@ -441,3 +447,21 @@ def round_step(current: Round, event: RoundEvent | None = None) -> list[RoundCom
         notices = (Announce("Warning", Reason.BINDING_FAILED, never), Transition("Failed", never))
         return [*commands, Show(notices), RoundEnd.NEVER]
     return [*commands, RoundEnd.NO_CANDIDATE]
+
+
+def room_plan(progress: JobProgress, current: Round, *, capacity: bool) -> CapacityPlanned | None:
+    """After a round in which nothing fitted: the capacity preemption to start (the
+    round may consider one, the verdict planned one, none is outstanding), else None."""
+    plan = current.verdict.capacity_plan
+    if capacity and plan is not None and lifecycle.may_plan_capacity(progress):
+        return plan
+    return None
+
+
+def pending(progress: JobProgress, current: Round, *, capacity: bool) -> Transition:
+    """The Pending the job waits in for the next round: every member's rejection, or
+    (a capacity preemption outstanding) the victims it waits for."""
+    hold = progress.capacity if capacity else None
+    if hold is not None and hold.outstanding:
+        return Transition("Pending", lifecycle.capacity_waiting_reason(hold))
+    return Transition("Pending", lifecycle.pending_reason(current.rejections))

@@ -101,7 +101,6 @@ with workflow.unsafe.imports_passed_through():
         PreemptionReason,
         job_policy,
     )
-    from fleetq.rejection import RejectionCode
     from workflows import metrics
     from workflows.errors import cancelled_by_delete, invalid_input
 
@@ -586,33 +585,22 @@ class PyTorchJobWorkflow:
                     return False
         if await self._unschedulable(verdict):
             return True  # holds no quota; the lifecycle waits for node changes
-        await self._no_room(verdict, current.rejections, current.codes, capacity=capacity)
+        await self._no_room(current, capacity=capacity)
         return None
 
-    async def _no_room(
-        self,
-        verdict: PlacementVerdict,
-        rejections: dict[str, str],
-        codes: dict[str, RejectionCode],
-        *,
-        capacity: bool,
-    ) -> None:
+    async def _no_room(self, current: job_machine.Round, *, capacity: bool) -> None:
         """Nothing fits now: say why (``FailedScheduling``), make room by capacity
         preemption when the tree allows it, and wait Pending."""
-        reason = lifecycle.pending_reason(rejections)
-        for cluster in rejections:
-            if cluster in codes:  # (histories from before codes: metrics are off)
-                metrics.placement_failure(codes[cluster])
+        for cluster in current.rejections:
+            if cluster in current.codes:  # (histories from before codes: metrics are off)
+                metrics.placement_failure(current.codes[cluster])
         # every round, aggregated: "FailedScheduling (x7 over 21m)"
+        reason = lifecycle.pending_reason(current.rejections)
         self._event("Warning", Reason.FAILED_SCHEDULING, reason)
-        if capacity and verdict.capacity_plan is not None and lifecycle.may_plan_capacity(
-            self._p
-        ):
-            await self._preempt_for_room(verdict.capacity_plan)
-        hold = self._p.capacity if capacity else None
-        if hold is not None and hold.outstanding:
-            reason = lifecycle.capacity_waiting_reason(hold)
-        self._set_state("Pending", reason)
+        plan = job_machine.room_plan(self._p, current, capacity=capacity)
+        if plan is not None:
+            await self._preempt_for_room(plan)
+        self._announce([job_machine.pending(self._p, current, capacity=capacity)])
 
     async def _plan_placement(
         self, placement: PlacementInput, *, capacity: bool

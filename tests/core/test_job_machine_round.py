@@ -20,8 +20,15 @@ from fleetq.job_machine import (
     RoundEvent,
     Show,
 )
-from fleetq.lifecycle import Announce, Reason, Transition
-from fleetq.messages import Candidate, PlacementVerdict
+from fleetq.lifecycle import Announce, JobProgress, Reason, Transition
+from fleetq.messages import (
+    Candidate,
+    CapacityPlanned,
+    CapacityVictim,
+    JobView,
+    PlacementVerdict,
+    Resolution,
+)
 from fleetq.rejection import RejectionCode
 
 
@@ -112,3 +119,21 @@ def test_a_round_tries_each_candidate_once_in_order_and_ends_once(
     failed = tried if ends[0] != RoundEnd.PLACED else tried[:-1]
     assert all(c in current.rejections for c in failed)
     assert (ends[0] == RoundEnd.PLACED) == (bool(tried) and tried[-1] not in current.rejections)
+
+
+def _progress() -> JobProgress:
+    view = JobView(namespace="default", name="train", state="Scheduling")
+    return JobProgress(view=view, resolution=Resolution())
+
+
+def test_no_room_waits_pending_with_every_rejection_and_plans_room_only_when_asked() -> None:
+    plan = CapacityPlanned(cluster="a", victims=[CapacityVictim(job_id="pytorchjob/x/low")])
+    full = PlacementVerdict(candidates=[], rejections={"a": "a: full", "b": "b: full"},
+                            eligible=["a", "b"], capacity_plan=plan)
+    current = job_machine.start_round(full)
+    assert job_machine.round_step(current) == [RoundEnd.NO_CANDIDATE]
+    p = _progress()
+    assert job_machine.pending(p, current, capacity=False) == Transition(
+        "Pending", "a: a: full; b: b: full")
+    assert job_machine.room_plan(p, current, capacity=False) is None
+    assert job_machine.room_plan(p, current, capacity=True) == plan
