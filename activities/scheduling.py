@@ -37,6 +37,7 @@ from fleetq.capacity import ClusterSnapshot
 from fleetq.cluster_health import eviction_due, taint_text
 from fleetq.fleet_config import FleetConfig, RequeueSettings, requeue_settings
 from fleetq.messages import (
+    MISSING_PHASE,
     BindInput,
     BindResult,
     Candidate,
@@ -51,7 +52,7 @@ from fleetq.messages import (
     PurgeResult,
     QuotaSignal,
     QuotaView,
-    ReserveInput,
+    ReserveRequest,
     ReserveResult,
     Resolution,
     ResolveInput,
@@ -510,24 +511,44 @@ class SchedulingActivities:
         self._room.claim(claim_of(inp.job_id, gang, plan.cluster, plan.choice.assignment, bound))
 
     # ------------------------------------------------------------------ member writes
-    @activity.defn(name="reserve")
-    def reserve(self, inp: ReserveInput) -> ReserveResult:
-        try:
-            result: ReserveResult = self._member(inp.cluster).reserve(inp.request)
-        except ClusterUnreachable as exc:
-            return ReserveResult(ok=False, reason=f"{inp.cluster} unreachable: {exc}")
-        return result
-
     @activity.defn(name="bind")
     def bind(self, inp: BindInput) -> BindResult:
+        """Reserve (when ``inp.reserve``: the member reserves) then bind, as one member
+        write. Retry-safe: reservations are named by the job's pods and the copy by the
+        job, so a retried call finds what an earlier attempt made; once this run's copy
+        exists (its pods may have consumed the reservations) it is not reserved again."""
+        member = self._member(inp.cluster)
+        request = inp.request
         try:
-            result: BindResult = self._member(inp.cluster).bind(inp.request)
+            if inp.reserve is not None and not self._copy_exists(member, inp):
+                lost = self._reserve(member, inp.cluster, inp.reserve)
+                if lost:
+                    return BindResult(reservation_lost=lost)
+                request = request.model_copy(update={"reserved": True})
+            result: BindResult = member.bind(request)
             purge_earlier_runs(self.fleet.clusters, inp.cluster, inp.request.job)
         except ConflictError as exc:
             raise ApplicationError(str(exc), type="ConflictError", non_retryable=True) from None
         except ApiError as exc:  # a definite rejection (403, 422): retrying cannot help
             raise ApplicationError(str(exc), type="ApiError", non_retryable=True) from None
         return result
+
+    @staticmethod
+    def _copy_exists(member: Any, inp: BindInput) -> bool:
+        """On a retried attempt: whether an earlier one already made this run's copy."""
+        if activity.info().attempt <= 1:
+            return False
+        status: JobStatus = member.status(inp.request.job)
+        return status.phase not in (MISSING_PHASE, "Unknown")
+
+    @staticmethod
+    def _reserve(member: Any, cluster: str, request: ReserveRequest) -> str:
+        """Hold the gang's room on the member; why not ("" when held)."""
+        try:
+            result: ReserveResult = member.reserve(request)
+        except ClusterUnreachable as exc:
+            return f"{cluster} unreachable: {exc}"
+        return "" if result.ok else result.reason
 
     @activity.defn(name="purge")
     def purge(self, inp: PurgeInput) -> PurgeResult:
@@ -601,7 +622,6 @@ class SchedulingActivities:
             self.signal_quota,
             self.check_holders,
             self.plan_placement,
-            self.reserve,
             self.bind,
             self.purge,
             self.purge_when_reachable,

@@ -20,8 +20,15 @@ from enum import Enum
 
 from fleetq import lifecycle
 from fleetq.fleet_config import RequeueSettings
-from fleetq.lifecycle import Deadline, Due, JobProgress, Notice
-from fleetq.messages import TERMINAL_STATES, JobStatus
+from fleetq.lifecycle import Announce, Deadline, Due, JobProgress, Notice, Reason, Transition
+from fleetq.messages import (
+    TERMINAL_STATES,
+    Candidate,
+    CapacityPlanned,
+    JobStatus,
+    PlacementVerdict,
+)
+from fleetq.rejection import RejectionCode
 
 
 class Supervision(Enum):
@@ -339,3 +346,122 @@ def retry_pause(
     if granted:
         pause = lifecycle.placement_timeout_pause(pause, progress, settings, now)
     return pause
+
+
+# ---------------------------------------------------------------------- one placement round
+
+
+@dataclass
+class Round:
+    """One placement round: the verdict's candidates, tried in order (``round_step``),
+    and why each member did not take the job (``rejections``, with their ``codes``)."""
+
+    verdict: PlacementVerdict
+    candidates: list[Candidate]
+    rejections: dict[str, str]
+    codes: dict[str, RejectionCode]
+    tried: int = 0
+
+
+def start_round(verdict: PlacementVerdict, progress: JobProgress | None = None) -> Round:
+    """A round over ``verdict`` (with ``progress``: a capacity preemption's planned
+    member first)."""
+    return Round(verdict, lifecycle.candidates(verdict, progress), verdict.messages(),
+                 verdict.codes())
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The write on ``cluster`` bound the job."""
+
+    cluster: str
+
+
+@dataclass(frozen=True)
+class BindFailed:
+    """The write on ``cluster`` failed (``message``); ``reserved``: the member reserves,
+    so reservations may be left."""
+
+    cluster: str
+    message: str
+    reserved: bool = False
+
+
+@dataclass(frozen=True)
+class ReservationLost:
+    """The member on ``cluster`` could not hold the gang's reservations (``reason``)."""
+
+    cluster: str
+    reason: str
+
+
+RoundEvent = Bound | BindFailed | ReservationLost
+
+
+@dataclass(frozen=True)
+class BindOn:
+    """Reserve (where the member reserves) and bind on ``candidate``."""
+
+    candidate: Candidate
+
+
+@dataclass(frozen=True)
+class ReleaseReservations:
+    """Purge what a failed write may have left on ``cluster``."""
+
+    cluster: str
+
+
+class RoundEnd(Enum):
+    """How a placement round ended."""
+
+    PLACED = "placed"  # bound on the last candidate tried
+    NEVER = "never"  # no member is eligible at all: the job failed
+    NO_CANDIDATE = "no-candidate"  # nothing took it: Unschedulable or Pending follows
+
+
+RoundCommand = Show | BindOn | ReleaseReservations | RoundEnd
+
+
+def round_step(current: Round, event: RoundEvent | None = None) -> list[RoundCommand]:
+    """What follows in ``current`` (changed in place) after ``event`` (None: the round
+    starts): the next candidate's write, or how the round ended."""
+    commands: list[RoundCommand] = []
+    if isinstance(event, Bound):
+        return [RoundEnd.PLACED]
+    if isinstance(event, BindFailed):
+        current.rejections[event.cluster] = f"binding failed: {event.message}"
+        current.codes[event.cluster] = RejectionCode.BINDING_FAILED
+        commands.append(Show((Announce("Warning", Reason.BINDING_FAILED,
+                                       f"Binding on {event.cluster} failed: {event.message}"),)))
+        if event.reserved:
+            commands.append(ReleaseReservations(event.cluster))
+    elif isinstance(event, ReservationLost):
+        current.rejections[event.cluster] = f"reservation lost: {event.reason}"
+        current.codes[event.cluster] = RejectionCode.RESERVATION_LOST
+    if current.tried < len(current.candidates):
+        current.tried += 1
+        return [*commands, BindOn(current.candidates[current.tried - 1])]
+    never = lifecycle.unplaceable_reason(current.verdict)
+    if never is not None:
+        notices = (Announce("Warning", Reason.BINDING_FAILED, never), Transition("Failed", never))
+        return [*commands, Show(notices), RoundEnd.NEVER]
+    return [*commands, RoundEnd.NO_CANDIDATE]
+
+
+def room_plan(progress: JobProgress, current: Round, *, capacity: bool) -> CapacityPlanned | None:
+    """After a round in which nothing fitted: the capacity preemption to start (the
+    round may consider one, the verdict planned one, none is outstanding), else None."""
+    plan = current.verdict.capacity_plan
+    if capacity and plan is not None and lifecycle.may_plan_capacity(progress):
+        return plan
+    return None
+
+
+def pending(progress: JobProgress, current: Round, *, capacity: bool) -> Transition:
+    """The Pending the job waits in for the next round: every member's rejection, or
+    (a capacity preemption outstanding) the victims it waits for."""
+    hold = progress.capacity if capacity else None
+    if hold is not None and hold.outstanding:
+        return Transition("Pending", lifecycle.capacity_waiting_reason(hold))
+    return Transition("Pending", lifecycle.pending_reason(current.rejections))

@@ -261,9 +261,13 @@ class BindRequest(BaseModel):
 
 
 class BindResult(BaseModel):
-    created: bool  # False: it already existed and is ours
-    uid: str
+    """The ``bind`` activity's answer: the copy bound, or (``reservation_lost``: why)
+    its reservations could not be held and nothing was bound."""
+
+    created: bool = False  # False: it already existed and is ours
+    uid: str = ""
     deps: list[str] = Field(default_factory=list)  # "Secret default/x"
+    reservation_lost: str = ""
 
 
 class PodStatus(BaseModel):
@@ -341,6 +345,8 @@ class ReserveInput(BaseModel):
 class BindInput(BaseModel):
     cluster: str
     request: BindRequest
+    #: reserve this first (the member reserves): one member write, one activity
+    reserve: ReserveRequest | None = None
 
 
 class WatchInput(BaseModel):

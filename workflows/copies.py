@@ -21,9 +21,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
+from workflows import activity_calls
+
 with workflow.unsafe.imports_passed_through():
-    from activities.scheduling import SchedulingActivities
-    from fleetq import lifecycle
+    from fleetq import activity_refs, lifecycle
     from fleetq.lifecycle import Reason
     from fleetq.messages import JobRef, JobState, JobView, PurgeInput, PurgeResult
     from workflows.errors import cancelled_by_delete
@@ -84,8 +85,8 @@ class MemberCopies:
     async def purge(self, cluster: str, why: str, attempts: int = 3) -> PurgeResult:
         return await self.write(
             cluster,
-            workflow.execute_activity_method(
-                SchedulingActivities.purge,
+            activity_calls.execute(
+                activity_refs.PURGE,
                 PurgeInput(cluster=cluster, job=self._ref),
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=RetryPolicy(
@@ -158,8 +159,8 @@ class MemberCopies:
         running = self._purgers.get(cluster)
         if running is not None and not running.done():
             return running
-        handle = workflow.start_activity_method(
-            SchedulingActivities.purge_when_reachable,
+        handle = activity_calls.start(
+            activity_refs.PURGE_WHEN_REACHABLE,
             PurgeInput(cluster=cluster, job=self._ref, confirm=confirm),
             start_to_close_timeout=timedelta(hours=1),
             heartbeat_timeout=PURGER_HEARTBEAT,

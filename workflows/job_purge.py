@@ -18,8 +18,10 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
+from workflows import activity_calls
+
 with workflow.unsafe.imports_passed_through():
-    from activities.scheduling import SchedulingActivities
+    from fleetq import activity_refs
     from fleetq.messages import JobRef, PurgeInput, PurgeResult
     from fleetq.naming import JOB_PURGE_WORKFLOW, job_workflow_id
     from workflows.copies import PURGER_HEARTBEAT
@@ -43,16 +45,17 @@ class PyTorchJobPurgeWorkflow:
                 f"(got {workflow.info().workflow_id!r}, job {job.workflow_id!r})"
             )
         ref = JobRef(namespace=job.namespace, name=job.name, workflow_id=expected)
-        members = await workflow.execute_activity_method(
-            SchedulingActivities.member_names,
+        members = await activity_calls.execute(
+            activity_refs.MEMBER_NAMES,
+            None,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RETRY,
             summary="the fleet's member clusters",
         )
         results = await asyncio.gather(
             *(
-                workflow.execute_activity_method(
-                    SchedulingActivities.purge_when_reachable,
+                activity_calls.execute(
+                    activity_refs.PURGE_WHEN_REACHABLE,
                     PurgeInput(cluster=cluster, job=ref, confirm=True),
                     start_to_close_timeout=timedelta(hours=1),
                     heartbeat_timeout=PURGER_HEARTBEAT,

@@ -24,6 +24,7 @@ from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey, SearchA
 from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
+from workflows import activity_calls
 from workflows.copies import MemberCopies
 
 with workflow.unsafe.imports_passed_through():
@@ -32,8 +33,7 @@ with workflow.unsafe.imports_passed_through():
     import jsonpath_ng.ext.parser  # noqa: F401
     import jsonpath_ng.lexer  # noqa: F401
 
-    from activities.scheduling import SchedulingActivities
-    from fleetq import job_machine, lifecycle, state_preservation
+    from fleetq import activity_refs, job_machine, lifecycle, state_preservation
     from fleetq.admission import AdmissionRequest, Grant
     from fleetq.fleet_config import RequeueSettings
     from fleetq.job_input import InvalidJobInput, JobInput
@@ -66,9 +66,7 @@ with workflow.unsafe.imports_passed_through():
         PodReservation,
         PreemptSignal,
         QuotaSignal,
-        ReserveInput,
         ReserveRequest,
-        ReserveResult,
         Resolution,
         ResolveInput,
         WatchInput,
@@ -103,7 +101,6 @@ with workflow.unsafe.imports_passed_through():
         PreemptionReason,
         job_policy,
     )
-    from fleetq.rejection import RejectionCode
     from workflows import metrics
     from workflows.errors import cancelled_by_delete, invalid_input
 
@@ -502,8 +499,8 @@ class PyTorchJobWorkflow:
         return res
 
     async def _resolve(self, summary: str) -> Resolution:
-        return await workflow.execute_local_activity_method(
-            SchedulingActivities.resolve_policy,
+        return await activity_calls.execute_local(
+            activity_refs.RESOLVE_POLICY,
             ResolveInput(
                 namespace=self._job.metadata.namespace,
                 name=self._job.metadata.name,
@@ -563,49 +560,47 @@ class PyTorchJobWorkflow:
 
     async def _place_round(self, verdict: PlacementVerdict, *, capacity: bool) -> bool | None:
         """Bind on the first candidate that takes the job (True); False when no member
-        ever could; None when the job waits Pending for the next round."""
+        ever could; None when the job waits Pending for the next round. The round's
+        course is ``job_machine.round_step``'s; this carries its commands out."""
         if capacity:
             self._announce(lifecycle.observe_capacity(self._p, verdict, workflow.now()))
-        rejections = verdict.messages()
-        codes = verdict.codes()
-        for cand in lifecycle.candidates(verdict, self._p if capacity else None):
-            if await self._bind(cand, rejections, codes):
+        current = job_machine.start_round(verdict, self._p if capacity else None)
+        commands = job_machine.round_step(current)
+        while commands:
+            command = commands.pop(0)
+            if isinstance(command, job_machine.Show):
+                self._announce(list(command.notices))
+            elif isinstance(command, job_machine.ReleaseReservations):
+                await self._copies.purge(command.cluster, "release reservations")
+            elif isinstance(command, job_machine.BindOn):
+                event = await self._bind(command.candidate)
+                if isinstance(event, job_machine.Bound):
+                    self._bound(command.candidate, current.rejections)
+                commands = job_machine.round_step(current, event)
+            elif command == job_machine.RoundEnd.PLACED:
                 return True
-        self._p.view.rejections = rejections
-        never = lifecycle.unplaceable_reason(verdict)
-        if never is not None:
-            self._event("Warning", Reason.BINDING_FAILED, never)
-            self._set_state("Failed", never)
-            return False
+            else:
+                self._p.view.rejections = current.rejections
+                if command == job_machine.RoundEnd.NEVER:
+                    return False
         if await self._unschedulable(verdict):
             return True  # holds no quota; the lifecycle waits for node changes
-        await self._no_room(verdict, rejections, codes, capacity=capacity)
+        await self._no_room(current, capacity=capacity)
         return None
 
-    async def _no_room(
-        self,
-        verdict: PlacementVerdict,
-        rejections: dict[str, str],
-        codes: dict[str, RejectionCode],
-        *,
-        capacity: bool,
-    ) -> None:
+    async def _no_room(self, current: job_machine.Round, *, capacity: bool) -> None:
         """Nothing fits now: say why (``FailedScheduling``), make room by capacity
         preemption when the tree allows it, and wait Pending."""
-        reason = lifecycle.pending_reason(rejections)
-        for cluster in rejections:
-            if cluster in codes:  # (histories from before codes: metrics are off)
-                metrics.placement_failure(codes[cluster])
+        for cluster in current.rejections:
+            if cluster in current.codes:  # (histories from before codes: metrics are off)
+                metrics.placement_failure(current.codes[cluster])
         # every round, aggregated: "FailedScheduling (x7 over 21m)"
+        reason = lifecycle.pending_reason(current.rejections)
         self._event("Warning", Reason.FAILED_SCHEDULING, reason)
-        if capacity and verdict.capacity_plan is not None and lifecycle.may_plan_capacity(
-            self._p
-        ):
-            await self._preempt_for_room(verdict.capacity_plan)
-        hold = self._p.capacity if capacity else None
-        if hold is not None and hold.outstanding:
-            reason = lifecycle.capacity_waiting_reason(hold)
-        self._set_state("Pending", reason)
+        plan = job_machine.room_plan(self._p, current, capacity=capacity)
+        if plan is not None:
+            await self._preempt_for_room(plan)
+        self._announce([job_machine.pending(self._p, current, capacity=capacity)])
 
     async def _plan_placement(
         self, placement: PlacementInput, *, capacity: bool
@@ -621,8 +616,8 @@ class PyTorchJobWorkflow:
                     "planned": lifecycle.planned_capacity(self._p),
                 }
             )
-        return await workflow.execute_local_activity_method(
-            SchedulingActivities.plan_placement,
+        return await activity_calls.execute_local(
+            activity_refs.PLAN_PLACEMENT,
             placement,
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=MEMBER_RETRY,
@@ -669,35 +664,24 @@ class PyTorchJobWorkflow:
                 "retry_placement"
             )
 
-    async def _bind(
-        self, cand: Candidate, rejections: dict[str, str], codes: dict[str, RejectionCode]
-    ) -> bool:
-        """Reserve (where the member reserves) and bind on one candidate; a failure is
-        recorded in ``rejections`` and its code in ``codes``."""
-        reserved = False
-        if cand.reservation:
-            rr = await self._reserve(cand.cluster, cand.assignment)
-            if not rr.ok:
-                rejections[cand.cluster] = f"reservation lost: {rr.reason}"
-                codes[cand.cluster] = RejectionCode.RESERVATION_LOST
-                return False
-            reserved = True
+    async def _bind(self, cand: Candidate) -> job_machine.RoundEvent:
+        """Reserve (where the member reserves) and bind on one candidate, one activity."""
         try:
-            await self._copies.write(
+            outcome = await self._copies.write(
                 cand.cluster,
-                workflow.execute_activity_method(
-                    SchedulingActivities.bind,
+                activity_calls.execute(
+                    activity_refs.BIND,
                     BindInput(
                         cluster=cand.cluster,
                         request=BindRequest(
                             job=self._ref,
                             manifest=self._input.manifest,
-                            reserved=reserved,
                             propagate_deps=self._pol.spec.propagateDeps,
                             run_seconds=self._input.run_seconds,
                             priority=self._gang.priority,
                             labels=dict(self._p.preserved_labels),
                         ),
+                        reserve=self._reserve_request(cand) if cand.reservation else None,
                     ),
                     start_to_close_timeout=timedelta(seconds=60),
                     retry_policy=MEMBER_RETRY,
@@ -705,15 +689,13 @@ class PyTorchJobWorkflow:
                 ),
             )
         except ActivityError as exc:
-            msg = str(exc.cause or exc)
-            self._event(
-                "Warning", Reason.BINDING_FAILED, f"Binding on {cand.cluster} failed: {msg}"
-            )
-            rejections[cand.cluster] = f"binding failed: {msg}"
-            codes[cand.cluster] = RejectionCode.BINDING_FAILED
-            if reserved:
-                await self._copies.purge(cand.cluster, "release reservations")
-            return False
+            return job_machine.BindFailed(cand.cluster, str(exc.cause or exc), cand.reservation)
+        if outcome.reservation_lost:
+            return job_machine.ReservationLost(cand.cluster, outcome.reservation_lost)
+        return job_machine.Bound(cand.cluster)
+
+    def _bound(self, cand: Candidate, rejections: dict[str, str]) -> None:
+        """The job is bound on ``cand``: record it, arm its bounds, say so."""
         lifecycle.record_bind(self._p, cand.cluster, rejections, workflow.now(), cand.group)
         metrics.time_to_bind(self._p.view)
         if self._grant is not None:  # the quota it holds comes back if its pods never run
@@ -727,30 +709,21 @@ class PyTorchJobWorkflow:
             + lifecycle.group_note(cand.group),
         )
         self._set_state("Created", f"bound to {cand.cluster}")
-        return True
 
-    async def _reserve(self, cluster: str, assignment: dict[str, str]) -> ReserveResult:
+    def _reserve_request(self, cand: Candidate) -> ReserveRequest:
+        """The gang's reservations on ``cand``'s member, each pod on its assigned node."""
         pods = [
             PodReservation(
                 role=p.role,
                 index=p.index,
-                node=assignment.get(p.name_suffix, ""),
+                node=cand.assignment.get(p.name_suffix, ""),
                 requests=p.requests,
                 node_selector=p.node_selector,
                 tolerations=list(p.tolerations),
             )
             for p in self._gang.pods
         ]
-        return await self._copies.write(
-            cluster,
-            workflow.execute_activity_method(
-                SchedulingActivities.reserve,
-                ReserveInput(cluster=cluster, request=ReserveRequest(job=self._ref, pods=pods)),
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=MEMBER_RETRY,
-                summary=f"reserve on {cluster}",
-            ),
-        )
+        return ReserveRequest(job=self._ref, pods=pods)
 
     async def _supervise(self) -> Supervision:
         """Watch the bound copy until the job ends, fails over, is suspended or preempted,
@@ -877,8 +850,8 @@ class PyTorchJobWorkflow:
         return fo.decisionConditions.tolerationSeconds if fo else None
 
     def _start_watch(self, cluster: str, settling: bool) -> ActivityHandle[JobStatus]:
-        watch = workflow.start_activity_method(
-            SchedulingActivities.watch_status,
+        watch = activity_calls.start(
+            activity_refs.WATCH_STATUS,
             WatchInput(
                 cluster=cluster,
                 job=self._ref,
@@ -1126,8 +1099,8 @@ class PyTorchJobWorkflow:
         12 workers sharing 2 cores), and a message given up on is a job that waits for
         nothing or quota held by nobody. Retry policies are not part of a workflow's
         commands, so recorded histories replay unchanged."""
-        return await workflow.execute_local_activity_method(
-            SchedulingActivities.signal_quota,
+        return await activity_calls.execute_local(
+            activity_refs.SIGNAL_QUOTA,
             message,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(

@@ -22,8 +22,10 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
+from workflows import activity_calls
+
 with workflow.unsafe.imports_passed_through():
-    from activities.scheduling import SchedulingActivities
+    from fleetq import activity_refs
     from fleetq.admission import (
         Admission,
         AdmissionRequest,
@@ -285,8 +287,8 @@ class QuotaTreeWorkflow:
         if not holders:
             return
         try:
-            verdict = await workflow.execute_activity_method(
-                SchedulingActivities.check_holders,
+            verdict = await activity_calls.execute(
+                activity_refs.CHECK_HOLDERS,
                 HolderCheck(workflow_ids=holders),
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=RetryPolicy(

@@ -955,7 +955,7 @@ class ChaosRig:
             "queued": (lambda: probe.state_is("Queued"), 0.03),
             "admitted": (probe.admitted, 0.01),
             "capacity": (probe.placing, 0.01),
-            "reserving": (lambda: probe.scheduled("reserve"), 0.01),
+            "reserving": (lambda: probe.scheduled("bind"), 0.01),  # (it reserves first)
             "bound": (probe.bind_completed, 0.01),
             "created": (lambda: probe.state_is("Created"), 0.01),
             "running": (lambda: probe.state_is("Running"), 0.03),

@@ -26,11 +26,11 @@ NS = "faults"
 CLUSTER = "cluster-a"
 
 
-async def delete_during(stack: Stack, activity: str) -> tuple[str, str]:
+async def delete_during(stack: Stack, activity: str, name: str) -> tuple[str, str]:
     policy = policy_manifest(NS, clusters=[CLUSTER], queued=False)
     stack.emulated.set_latency(CLUSTER, 0.4)
     try:
-        handle = await stack.job(NS, f"del-{activity}", policy=policy, run_seconds=30)
+        handle = await stack.job(NS, name, policy=policy, run_seconds=30)
         deadline = time.monotonic() + 30
         while not activity_scheduled(await history_events(handle), activity):
             assert time.monotonic() < deadline, f"{activity} never scheduled"
@@ -51,11 +51,12 @@ async def delete_during(stack: Stack, activity: str) -> tuple[str, str]:
 
 
 async def test_delete_while_reserving_leaves_no_reservation(stack: Stack) -> None:
-    wid, _ = await delete_during(stack, "reserve")
+    # one activity reserves, then binds: the injected latency holds it in the reserving
+    wid, _ = await delete_during(stack, "bind", "del-reserve")
     assert job_reservations(stack.emulated, wid, [CLUSTER]) == []
 
 
 async def test_delete_while_binding_leaves_no_member_copy(stack: Stack) -> None:
-    wid, name = await delete_during(stack, "bind")
+    wid, name = await delete_during(stack, "bind", "del-bind")
     assert member_copies(stack.emulated, NS, name, [CLUSTER]) == {}
     assert job_reservations(stack.emulated, wid, [CLUSTER]) == []

@@ -38,8 +38,6 @@ from fleetq.messages import (
     PurgeInput,
     PurgeResult,
     QuotaSignal,
-    ReserveInput,
-    ReserveResult,
     Resolution,
     ResolveInput,
     WatchInput,
@@ -200,20 +198,15 @@ class FakeFleet:
                          else RejectionCode.INSUFFICIENT_NODE_RESOURCE, why).at(name)
             for name, why in rej.items()], eligible=eligible)
 
-    @activity.defn(name="reserve")
-    async def reserve(self, inp: ReserveInput) -> ReserveResult:
-        self.calls.append(("reserve", inp.cluster))
-        c = self.clusters[inp.cluster]
-        if not c.reserve_ok:
-            return ReserveResult(
-                ok=False, reason="reservation master-0 on node x: Failed: insufficient cpu"
-            )
-        return ReserveResult(
-            ok=True, reservations=[f"r-{p.role}-{p.index}" for p in inp.request.pods]
-        )
-
     @activity.defn(name="bind")
     async def bind(self, inp: BindInput) -> BindResult:
+        """Reserve (when asked; recorded as a ``reserve`` call) then bind."""
+        if inp.reserve is not None:
+            self.calls.append(("reserve", inp.cluster))
+            if not self.clusters[inp.cluster].reserve_ok:
+                return BindResult(
+                    reservation_lost="reservation master-0 on node x: Failed: insufficient cpu"
+                )
         self.calls.append(("bind", inp.cluster))
         created = inp.cluster not in self.copies
         self.copies.add(inp.cluster)
@@ -308,7 +301,6 @@ class FakeFleet:
         return [
             self.resolve_policy,
             self.plan_placement,
-            self.reserve,
             self.bind,
             self.watch_status,
             self.purge,
