@@ -149,7 +149,7 @@ def test_e2e_runs_tiny_jobs_through_the_whole_pipeline(capsys: pytest.CaptureFix
     assert code == 0, out
     assert m["name"] == "e2e" and float(m["t"]) == 0.7
     assert out.count("states: {'Succeeded': 4}") == 2  # both rounds, every job
-    assert "reserve 1.00" in out  # every job took the reservation cluster's reserve path
+    assert "bind 1.00" in out  # every job made one member write (reserve + bind, one activity)
     ratios = re.search(r"ratios by round: ([\d.]+), ([\d.]+) \(median ([\d.]+)\)", out)
     assert ratios, out
     low, high = sorted(float(x) for x in ratios.groups()[:2])

@@ -40,7 +40,10 @@ def verdict(*clusters: str, reservation: bool = False) -> PlacementVerdict:
     return PlacementVerdict(
         candidates=[Candidate(cluster=c, score=1.0 - i / 10, reservation=reservation)
                     for i, c in enumerate(clusters)],
-        rejections=rejected(RejectionCode.INSUFFICIENT_NODE_RESOURCE, full="full: worker-1 needs cpu 2"), eligible=[*clusters, "full"],
+        rejections=rejected(
+            RejectionCode.INSUFFICIENT_NODE_RESOURCE, full="full: worker-1 needs cpu 2"
+        ),
+        eligible=[*clusters, "full"],
     )
 
 
@@ -86,7 +89,9 @@ def test_nothing_taking_the_job_ends_the_round_with_every_reason_kept() -> None:
 
 
 def test_no_eligible_member_fails_the_job() -> None:
-    never = PlacementVerdict(candidates=[], rejections=rejected(RejectionCode.EVICTED, a="a: excluded"), eligible=[])
+    never = PlacementVerdict(
+        candidates=[], rejections=rejected(RejectionCode.EVICTED, a="a: excluded"), eligible=[]
+    )
     commands = job_machine.round_step(job_machine.start_round(never))
     assert commands[-1] == RoundEnd.NEVER
     (show,) = [c for c in commands if isinstance(c, Show)]
@@ -132,8 +137,12 @@ def _progress() -> JobProgress:
 
 def test_no_room_waits_pending_with_every_rejection_and_plans_room_only_when_asked() -> None:
     plan = CapacityPlanned(cluster="a", victims=[CapacityVictim(job_id="pytorchjob/x/low")])
-    full = PlacementVerdict(candidates=[], rejections=rejected(RejectionCode.INSUFFICIENT_CLUSTER_RESOURCE, a="a: full", b="b: full"),
-                            eligible=["a", "b"], capacity_plan=plan)
+    full = PlacementVerdict(
+        candidates=[],
+        rejections=rejected(RejectionCode.INSUFFICIENT_CLUSTER_RESOURCE, a="a: full", b="b: full"),
+        eligible=["a", "b"],
+        capacity_plan=plan,
+    )
     current = job_machine.start_round(full)
     assert job_machine.round_step(current) == [RoundEnd.NO_CANDIDATE]
     p = _progress()
