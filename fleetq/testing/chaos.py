@@ -446,16 +446,30 @@ async def poll(check: Callable[[], Awaitable[Any]], timeout: float, step: float 
         await asyncio.sleep(step)
 
 
+def _member_jobs(fleet: EmulatedFleet, cluster: str, namespace: str,
+                 name: str) -> list[dict[str, Any]]:
+    """The PyTorchJobs <ns>/<name> on one member."""
+    return [o for o in fleet.objects(cluster, "pytorchjobs")
+            if o["metadata"]["name"] == name and o["metadata"].get("namespace") == namespace]
+
+
 def member_copies(fleet: EmulatedFleet, namespace: str, name: str,
                   members: Sequence[str] = MEMBERS) -> dict[str, int]:
     """``{cluster: number of PyTorchJobs <ns>/<name>}`` over the members (0s dropped)."""
     out: dict[str, int] = {}
     for c in members:
-        n = sum(1 for o in fleet.objects(c, "pytorchjobs")
-                if o["metadata"]["name"] == name and o["metadata"].get("namespace") == namespace)
+        n = len(_member_jobs(fleet, c, namespace, name))
         if n:
             out[c] = n
     return out
+
+
+def member_copy_uids(fleet: EmulatedFleet, namespace: str, name: str,
+                     members: Sequence[str] = MEMBERS) -> set[str]:
+    """The uids of the PyTorchJobs <ns>/<name> over the members (a copy made again has a
+    new one)."""
+    return {o["metadata"]["uid"] for c in members
+            for o in _member_jobs(fleet, c, namespace, name)}
 
 
 def job_reservations(fleet: EmulatedFleet, workflow_id: str,

@@ -112,10 +112,9 @@ def test_status_follows_the_job_to_success(
 
     def succeeded() -> Any:
         # the job succeeds with its master (Kubeflow's rule); the workers started on their
-        # own schedule and may finish a moment later, so wait for every pod as well
-        # The write that marks the job Succeeded may still count the workers active; the
-        # operator's next reconcile of the finished job moves them to succeeded (v1.9
-        # ReconcileJobs: Succeeded += Active; Active = 0), so wait for that too.
+        # own schedule and may finish a moment later, so wait for every pod as well, and
+        # for the operator's next reconcile of the finished job, which counts the workers
+        # the Succeeded write still saw active (v1.9 ReconcileJobs: Succeeded += Active)
         st = ma.status(job)
         done = (st.phase == "Succeeded" and all(p.phase == "Succeeded" for p in st.pods)
                 and st.replica_statuses.get("Worker", {}).get("succeeded") == 2)

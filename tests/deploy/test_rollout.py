@@ -2,8 +2,8 @@
 its own, with jobs in flight.
 
 Version A (the real workflows) runs with a job holding quota, one queued behind it and
-one that fails over after the switch. Version B registers a job workflow of the same name that is
-deliberately incompatible with A's histories (tests/deploy/incompatible_job.py). B is
+one that fails over after the switch. Version B registers a job workflow of the same
+name that is deliberately incompatible with A's histories (tests/deploy/incompatible_job.py). B is
 ramped, then made current with ``temporal worker deployment set-current-version``, and
 the test shows: new jobs run on B; A's jobs stay pinned to A and finish there with no
 WorkflowTaskFailed in any history (a replay of one on B fails, so that is versioning at
@@ -43,7 +43,13 @@ from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView, QuotaView
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id, tree_workflow_id
-from fleetq.testing.chaos import job_manifest, job_view, policy_manifest, tree_manifest
+from fleetq.testing.chaos import (
+    job_manifest,
+    job_view,
+    member_copies,
+    policy_manifest,
+    tree_manifest,
+)
 from tests.deploy.incompatible_job import MEMO_KEY, IncompatibleJobWorkflow
 from worker import FleetqWorker, build_worker
 from workflows.fleet_registry import FleetRegistryWorkflow
@@ -311,9 +317,8 @@ async def test_rollout_ramp_drain_and_rollback(rollout: Rollout) -> None:
             assert v.state == "Succeeded", (h.id, v.state, v.reason)
         for h in (holder, failing):
             assert (await h.describe()).status == WorkflowExecutionStatus.CANCELED, h.id
-        for cluster in r.emulated.clusters:
-            left = [o["metadata"]["name"] for o in r.emulated.objects(cluster, "pytorchjobs")]
-            assert holding.name not in left and running.name not in left, (cluster, left)
+        for ns, name in ((HOLD_NS, holding.name), (FREE_NS, running.name)):
+            assert member_copies(r.emulated, ns, name, r.emulated.clusters) == {}, name
         for h in in_flight_a:
             assert await version_of(h) == A and not await ran_on_b(h), h.id
         for h in [*in_flight_a, *ramped, on_b, quota]:

@@ -29,7 +29,7 @@ from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
-from fleetq.testing.chaos import job_manifest, member_copies, policy_manifest
+from fleetq.testing.chaos import job_manifest, member_copies, member_copy_uids, policy_manifest
 from fleetq.topology import parse_topology
 from tests.reliability.conftest import CONNECT_S, READ_S, LogCapture, RequestLog, Stack
 from tests.workflows.test_e2e import record
@@ -138,10 +138,8 @@ def copies(stack: Stack, doc: dict[str, Any]) -> dict[str, int]:
 
 
 def copy_uids(stack: Stack, doc: dict[str, Any]) -> set[str]:
-    """The uids of the job's copies on every member (a copy made again has a new one)."""
-    ns, name = doc["metadata"]["namespace"], doc["metadata"]["name"]
-    return {o["metadata"]["uid"] for c in MEMBERS for o in stack.emulated.objects(c, "pytorchjobs")
-            if o["metadata"]["namespace"] == ns and o["metadata"]["name"] == name}
+    return member_copy_uids(stack.emulated, doc["metadata"]["namespace"],
+                            doc["metadata"]["name"], MEMBERS)
 
 
 def running_pods(stack: Stack, cluster: str) -> int:
@@ -190,8 +188,8 @@ async def test_capacity_preemption_chooses_one_of_three_full_clusters(fleet3: St
         return all(running_pods(stack, c) == 4 for c in MEMBERS)
 
     await wait_until("every member full", full)
-    first_copies = {name: copy_uids(stack, doc) for c in MEMBERS for doc in lows[c]
-                    for name in [doc["metadata"]["name"]]}
+    first_copies = {doc["metadata"]["name"]: copy_uids(stack, doc)
+                    for docs in lows.values() for doc in docs}
 
     high_doc = high_job()
     high_name = high_doc["metadata"]["name"]
