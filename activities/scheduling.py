@@ -147,7 +147,9 @@ class SchedulingActivities:
         self._lock = threading.Lock()
         self._search_attributes = search_attributes
         self._registry_lock = asyncio.Lock()
-        self._registry: tuple[float, RegistryState, list[PropagationPolicy]] | None = None
+        #: (monotonic and wall time the read was sent, the registry state, its policies)
+        self._registry: tuple[float, float, RegistryState, list[PropagationPolicy]] | None = None
+        self.registry_max_age = REGISTRY_MAX_AGE
         self._outbox: QuotaOutbox | None = None
         #: room capacity preemptions made, by preemptor (fleetq.room_claims): in the
         #: fleet registry workflow, seen by every worker
@@ -201,11 +203,12 @@ class SchedulingActivities:
     async def resolve_policy(self, inp: ResolveInput) -> Resolution:
         """Resolve from a snapshot of the registry shared by this worker's activities and
         refreshed at most every REGISTRY_MAX_AGE seconds (one query for a burst of jobs,
-        not one each); a miss re-reads the registry once before it is believed."""
+        not one each), and read after the job was submitted, so a policy applied before
+        the job is always seen; a miss re-reads the registry once before it is believed."""
         self._loop = asyncio.get_running_loop()
         res = Resolution()
         if self._client is not None:
-            snapshot = await self._registry_snapshot()
+            snapshot = await self._registry_snapshot(newer_than=inp.submitted_at)
             if snapshot is None:
                 res = Resolution(
                     policy_reason="no PropagationPolicy applied to the fleet yet "
@@ -234,13 +237,21 @@ class SchedulingActivities:
             return base
 
     async def _registry_snapshot(
-        self, max_age: float = REGISTRY_MAX_AGE
+        self, max_age: float | None = None, newer_than: float | None = None
     ) -> tuple[RegistryState, list[PropagationPolicy]] | None:
+        """The registry as read at most ``max_age`` seconds ago (the worker's default) and,
+        with ``newer_than`` (epoch seconds), read no earlier than that: waiters share one
+        query, and every read serves all the jobs submitted before it was sent."""
         assert self._client is not None
+        limit = self.registry_max_age if max_age is None else max_age
         async with self._registry_lock:
-            now = time.monotonic()
-            if self._registry is not None and now - self._registry[0] <= max_age:
-                return self._registry[1], self._registry[2]
+            if self._registry is not None:
+                read_mono, read_wall, state, policies = self._registry
+                if time.monotonic() - read_mono <= limit and (
+                    newer_than is None or read_wall >= newer_than
+                ):
+                    return state, policies
+            sent_mono, sent_wall = time.monotonic(), time.time()
             handle = self._client.get_workflow_handle(REGISTRY_WORKFLOW_ID)
             try:
                 state = await handle.query("state", result_type=RegistryState)
@@ -249,7 +260,7 @@ class SchedulingActivities:
                     raise
                 return None
             policies = [parse_policy(doc) for doc in state.policies.values()]
-            self._registry = (time.monotonic(), state, policies)
+            self._registry = (sent_mono, sent_wall, state, policies)
             return state, policies
 
     @activity.defn(name="signal_quota")

@@ -93,6 +93,9 @@ class ResolveInput(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     api_version: str = "kubeflow.org/v1"
     kind: str = "PyTorchJob"
+    #: when the job was submitted (epoch seconds): the registry is read no earlier, so
+    #: every policy applied before the job counts
+    submitted_at: float | None = None
 
 
 class Resolution(BaseModel):

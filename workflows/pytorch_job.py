@@ -505,6 +505,9 @@ class PyTorchJobWorkflow:
                 namespace=self._job.metadata.namespace,
                 name=self._job.metadata.name,
                 labels=self._job.metadata.labels,
+                submitted_at=(
+                    self._p.view.created_at or workflow.info().workflow_start_time
+                ).timestamp(),
             ),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=MEMBER_RETRY,
