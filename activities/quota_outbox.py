@@ -27,6 +27,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
+from fleetq.handler_refs import QuotaTreeHandlers
 from fleetq.messages import QuotaBatch, QuotaMessage, QuotaReceipt, QuotaSignal
 
 #: messages per update: a batch of enqueues is ~250 bytes a message, so this keeps an
@@ -34,7 +35,7 @@ from fleetq.messages import QuotaBatch, QuotaMessage, QuotaReceipt, QuotaSignal
 MAX_BATCH = 256
 
 #: the quota workflow's update that takes a batch
-SUBMIT_UPDATE = "submit"
+SUBMIT_UPDATE = QuotaTreeHandlers.SUBMIT.name
 
 #: how long one batch may wait for the quota workflow to take it (e.g. while no control
 #: worker runs); its senders then fail and retry, well within their 30 s local activity

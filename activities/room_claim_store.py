@@ -20,6 +20,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from fleetq.handler_refs import RegistryHandlers
 from fleetq.naming import REGISTRY_WORKFLOW_ID
 from fleetq.room_claims import RoomClaim, RoomClaims
 
@@ -92,14 +93,15 @@ class RegistryClaims:
     async def _query(self) -> list[RoomClaim]:
         handle = self._client.get_workflow_handle(REGISTRY_WORKFLOW_ID)
         try:
-            return await handle.query("room_claims", result_type=list[RoomClaim])
+            ref = RegistryHandlers.ROOM_CLAIMS
+            return await handle.query(ref.name, result_type=ref.result)
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:  # no registry yet: nothing claimed
                 return []
             raise
 
     def claim(self, claim: RoomClaim) -> None:
-        self._run(self._update("claim_room", claim))
+        self._run(self._update(RegistryHandlers.CLAIM_ROOM.name, claim))
 
     def release(self, preemptor: str) -> None:
         self._run(self._update("release_room", preemptor))

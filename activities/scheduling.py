@@ -36,6 +36,7 @@ from fleetq import cluster_groups
 from fleetq.capacity import ClusterSnapshot
 from fleetq.cluster_health import eviction_due, taint_text
 from fleetq.fleet_config import FleetConfig, RequeueSettings, requeue_settings
+from fleetq.handler_refs import JobHandlers, QuotaTreeHandlers, RegistryHandlers
 from fleetq.messages import (
     MISSING_PHASE,
     BindInput,
@@ -254,7 +255,8 @@ class SchedulingActivities:
             sent_mono, sent_wall = time.monotonic(), time.time()
             handle = self._client.get_workflow_handle(REGISTRY_WORKFLOW_ID)
             try:
-                state = await handle.query("state", result_type=RegistryState)
+                ref = RegistryHandlers.STATE
+                state = await handle.query(ref.name, result_type=ref.result)
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise
@@ -296,7 +298,8 @@ class SchedulingActivities:
     async def _query_tree_preemption(self, tree_workflow_id: str) -> str:
         assert self._client is not None
         try:
-            raw = await self._client.get_workflow_handle(tree_workflow_id).query("view")
+            handle = self._client.get_workflow_handle(tree_workflow_id)
+            raw = await handle.query(QuotaTreeHandlers.VIEW.name)
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
                 return PreemptionMode.NEVER.value
@@ -392,7 +395,7 @@ class SchedulingActivities:
     @staticmethod
     async def _wake(client: Client, job_id: str) -> None:
         try:
-            await client.get_workflow_handle(job_id).signal("retry_placement")
+            await client.get_workflow_handle(job_id).signal(JobHandlers.RETRY_PLACEMENT.name)
         except RPCError as exc:  # gone: nothing to wake
             log.info("could not wake %s after a node change: %s", job_id, exc)
 

@@ -18,6 +18,7 @@ import logging
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from fleetq.handler_refs import JobHandlers
 from fleetq.naming import SA_STATE
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ async def wake_unschedulable(client: Client) -> list[str]:
     try:
         async for wf in client.list_workflows(UNSCHEDULABLE_QUERY):
             try:
-                await client.get_workflow_handle(wf.id).signal("retry_placement")
+                await client.get_workflow_handle(wf.id).signal(JobHandlers.RETRY_PLACEMENT.name)
             except RPCError as exc:  # gone meanwhile: nothing to wake
                 log.info("could not wake %s at worker start: %s", wf.id, exc)
                 continue

@@ -41,6 +41,8 @@ async def inadmissible_warnings(
             submitted_at=datetime.now(UTC).timestamp(),
         )
         try:
+            # QuotaTreeHandlers.NEVER_FITS (fleetq.handler_refs: its contracts load numpy,
+            # which applying a job does not)
             why: Inadmissible | None = await handle.query(
                 "never_fits", request, result_type=Inadmissible | None  # type: ignore[arg-type]
             )

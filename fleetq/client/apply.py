@@ -91,7 +91,8 @@ def update_error(exc: WorkflowUpdateFailedError) -> str:
 
 async def apply_registry_object(client: Client, manifest: dict[str, Any]) -> str:
     """Apply a (Cluster)PropagationPolicy, PriorityClass or ElasticQuotaTree to the
-    registry."""
+    registry (``RegistryHandlers.APPLY`` of fleetq.handler_refs, whose contracts are not
+    loaded for a job's apply)."""
     handle = await registry(client)
     result: str = await handle.execute_update("apply", manifest, result_type=str)
     return result
@@ -101,6 +102,7 @@ async def apply_tree(client: Client, tree: ElasticQuotaTree, manifest: dict[str,
     """Apply the ElasticQuotaTree to the registry and to its quota workflow (started if
     absent). (fleetq.messages, whose contracts import placement and numpy, is loaded
     here: applying a job alone does not need it.)"""
+    from fleetq.handler_refs import QuotaTreeHandlers
     from fleetq.messages import QuotaTreeInput
 
     verb = await apply_registry_object(client, manifest)
@@ -113,7 +115,8 @@ async def apply_tree(client: Client, tree: ElasticQuotaTree, manifest: dict[str,
         static_summary=f"ElasticQuotaTree {tree.metadata.namespace}/{tree.metadata.name}: "
                        "quota and queues",
     )
-    quota_verb: str = await handle.execute_update("apply_tree", manifest, result_type=str)
+    quota_verb: str = await handle.execute_update(
+        QuotaTreeHandlers.APPLY_TREE.name, manifest, result_type=str)
     return "created" if verb == "created" else quota_verb
 
 

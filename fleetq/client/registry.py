@@ -105,6 +105,8 @@ async def get_registry(client: Client) -> Registry | None:
     """The registry's state; None when no registry workflow runs."""
     from fleetq.registry import RegistryState
 
+    # the names of RegistryHandlers.STATE and QuotaTreeHandlers.VIEW (fleetq.handler_refs,
+    # not imported here: `fleetq get` must not load the core's contracts)
     found = await _query_running(client, REGISTRY_WORKFLOW_ID, "state", RegistryState)
     if found is None:
         return None
@@ -133,6 +135,7 @@ async def delete_registry_object(client: Client, kind: str, namespace: str,
     """Remove a (Cluster)PropagationPolicy, PriorityClass or the ElasticQuotaTree from the
     registry; the tree is refused while any job holds or waits for its quota, and its
     quota workflow is stopped once it is gone. :class:`NotFound` when it is not there."""
+    from fleetq.handler_refs import QuotaTreeHandlers, RegistryHandlers
     from fleetq.messages import DeleteRequest
 
     if kind == "ElasticQuotaTree":
@@ -146,13 +149,14 @@ async def delete_registry_object(client: Client, kind: str, namespace: str,
                     "first")
     handle = await registry(client)
     removed: bool = await handle.execute_update(
-        "delete", DeleteRequest(kind=kind, namespace=namespace, name=name), result_type=bool)
+        RegistryHandlers.DELETE.name, DeleteRequest(kind=kind, namespace=namespace, name=name),
+        result_type=bool)
     if not removed:
         raise NotFound(PLURALS[kind], name)
     if kind == "ElasticQuotaTree":
         quota = client.get_workflow_handle(quota_workflow_id(namespace, name))
         try:
-            await quota.signal("stop")
+            await quota.signal(QuotaTreeHandlers.STOP.name)
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 raise
