@@ -36,7 +36,7 @@ from fleetq import cluster_groups
 from fleetq.capacity import ClusterSnapshot
 from fleetq.cluster_health import eviction_due, taint_text
 from fleetq.fleet_config import FleetConfig, RequeueSettings, requeue_settings
-from fleetq.handler_refs import JobHandlers, QuotaTreeHandlers, RegistryHandlers
+from fleetq.handler_refs import JobHandlers, RegistryHandlers
 from fleetq.messages import (
     MISSING_PHASE,
     BindInput,
@@ -52,7 +52,6 @@ from fleetq.messages import (
     PurgeInput,
     PurgeResult,
     QuotaSignal,
-    QuotaView,
     ReserveRequest,
     ReserveResult,
     Resolution,
@@ -69,8 +68,13 @@ from fleetq.models import (
 )
 from fleetq.naming import JOB_PURGE_WORKFLOW, REGISTRY_WORKFLOW_ID
 from fleetq.placement import ClusterChoice, PlacementIndex, RejectionCode, place_gang
-from fleetq.preemption import PreemptionMode, RunningGang, plan_capacity_preemption
-from fleetq.registry import RegistryState, may_claim, may_hold_claims, resolve_from_state
+from fleetq.preemption import RunningGang, plan_capacity_preemption
+from fleetq.registry import (
+    RegistryState,
+    may_hold_claims,
+    preempts_for_capacity,
+    resolve_from_state,
+)
 from fleetq.rejection import Rejection
 from fleetq.room_claims import RoomClaim, claim_of, with_claims
 
@@ -81,10 +85,6 @@ REGISTRY_MAX_AGE = 1.0
 CLAIM_MARGIN_SECONDS = 90.0
 log = logging.getLogger(__name__)
 
-#: how stale the worker's view of a quota tree's fleetq.io/preemption may be
-TREE_POLICY_MAX_AGE = 2.0
-#: the placement activity waits this long at most for the quota workflow's answer
-TREE_POLICY_TIMEOUT = 10.0
 #: how often purge_when_reachable asks an unreachable member whether it answers again
 PURGE_POLL_SECONDS = 1.0
 #: purge_when_reachable's "do you answer?" waits at most this long for the member
@@ -162,8 +162,6 @@ class SchedulingActivities:
         #: the same snapshot objects until something changes), shared by the activity
         #: threads, hence the locks
         self._placement_index = PlacementIndex(threading.Lock)
-        #: quota tree workflow id -> (monotonic time read, its fleetq.io/preemption)
-        self._tree_modes: dict[str, tuple[float, str]] = {}
         #: the worker's event loop (the placement activity's thread queries through it)
         self._loop: asyncio.AbstractEventLoop | None = None
         with contextlib.suppress(RuntimeError):
@@ -295,43 +293,16 @@ class SchedulingActivities:
         flags = await asyncio.gather(*(gone(w) for w in inp.workflow_ids))
         return HolderVerdict(gone=[w for w, g in zip(inp.workflow_ids, flags, strict=True) if g])
 
-    async def _query_tree_preemption(self, tree_workflow_id: str) -> str:
-        assert self._client is not None
-        try:
-            handle = self._client.get_workflow_handle(tree_workflow_id)
-            raw = await handle.query(QuotaTreeHandlers.VIEW.name)
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                return PreemptionMode.NEVER.value
-            raise
-        return QuotaView.model_validate(raw).preemption
-
-    def tree_preemption(self, tree_workflow_id: str) -> bool:
-        """Whether the quota tree's ``fleetq.io/preemption`` is ``LowerPriority``, as its
-        quota workflow's ``view`` says (``Never`` when that workflow is not running or is
-        older than capacity preemption), read at most every TREE_POLICY_MAX_AGE seconds
-        per tree. Called from the placement activity's thread: the query runs on the
-        worker's event loop."""
-        now = time.monotonic()
-        with self._memo_lock:
-            cached = self._tree_modes.get(tree_workflow_id)
-        if cached is not None and now - cached[0] <= TREE_POLICY_MAX_AGE:
-            return cached[1] == PreemptionMode.LOWER_PRIORITY.value
-        loop = self._loop
-        if self._client is None or loop is None or loop.is_closed():
+    def capacity_preemption_on(self, tree_id: str) -> bool:
+        """Whether a job of the quota tree ``tree_id`` may plan a capacity preemption now,
+        as the fleet registry (which holds the tree's annotations; its snapshot at most
+        REGISTRY_MAX_AGE old) says: ``registry.preempts_for_capacity``. Without a
+        Temporal client (a bare adapter) never."""
+        if self._client is None:
             return False
-        future = asyncio.run_coroutine_threadsafe(
-            self._query_tree_preemption(tree_workflow_id), loop
-        )
-        try:
-            mode = future.result(timeout=TREE_POLICY_TIMEOUT)
-        except Exception as exc:  # no preemption this round; placement goes on
-            future.cancel()
-            log.warning("could not read the preemption policy of %s: %s", tree_workflow_id, exc)
-            return False
-        with self._memo_lock:
-            self._tree_modes[tree_workflow_id] = (time.monotonic(), mode)
-        return mode == PreemptionMode.LOWER_PRIORITY.value
+        state = self._registry_now()
+        return state is not None and preempts_for_capacity(
+            state, tree_id, datetime.now(UTC), REGISTRY_MAX_AGE)
 
     def _registry_now(self) -> RegistryState | None:
         """The registry snapshot (at most REGISTRY_MAX_AGE old), from an activity thread."""
@@ -345,13 +316,6 @@ class SchedulingActivities:
             return self._room.read()
         state = self._registry_now()
         return self._room.read() if state is not None and may_hold_claims(state) else []
-
-    def _may_claim(self) -> bool:
-        """Whether a capacity preemption may claim room now (``registry.may_claim``)."""
-        if self._client is None:
-            return True
-        state = self._registry_now()
-        return state is not None and may_claim(state, datetime.now(UTC), REGISTRY_MAX_AGE)
 
     def _running_gangs(self, names: Iterable[str]) -> list[RunningGang]:
         """Fleet jobs running on the members ``names``, from their capacity caches."""
@@ -491,8 +455,7 @@ class SchedulingActivities:
             or not inp.capacity_preemption
             or not inp.job_id
             or inp.tree_workflow_id is None
-            or not self.tree_preemption(inp.tree_workflow_id)
-            or not self._may_claim()
+            or not self.capacity_preemption_on(inp.tree_workflow_id)
         ):
             return
         plan = plan_capacity_preemption(

@@ -65,6 +65,19 @@ def may_claim(state: RegistryState, now: datetime, max_age: float) -> bool:
         (now - changed).total_seconds() > max_age)
 
 
+def preempts_for_capacity(
+    state: RegistryState, tree_id: str, now: datetime, max_age: float
+) -> bool:
+    """Whether a job of the quota tree ``tree_id`` (its workflow id) may plan a capacity
+    preemption now: the registry holds that tree, and its fleetq.io/preemption has been
+    LowerPriority for longer than ``max_age`` (:func:`may_claim`)."""
+    return (
+        state.tree is not None
+        and tree_workflow_id(state.tree) == tree_id
+        and may_claim(state, now, max_age)
+    )
+
+
 def created_key(kind: str, key: str) -> str:
     """``RegistryState.created``'s key: ``Kind/`` and the object's key in its own map
     (``PropagationPolicy/ns/name``, ``ClusterPropagationPolicy/name``, ``PriorityClass/name``,

@@ -103,7 +103,7 @@ class StubFleet:
 def _activities(allowed: bool) -> tuple[SchedulingActivities, StubFleet]:
     stub = StubFleet()
     acts = SchedulingActivities(None, lambda: stub)  # type: ignore[arg-type,return-value]
-    acts.tree_preemption = lambda tree_workflow_id: allowed  # type: ignore[method-assign]
+    acts.capacity_preemption_on = lambda tree_id: allowed  # type: ignore[method-assign]
     return acts, stub
 
 

@@ -48,9 +48,8 @@ class MemberView:
 
 
 def worker(env: WorkflowEnvironment, view: MemberView) -> SchedulingActivities:
-    acts = SchedulingActivities(env.client, lambda: view)  # type: ignore[arg-type,return-value]
-    acts.tree_preemption = lambda tree_workflow_id: True  # type: ignore[method-assign]
-    return acts
+    """A worker's activities: the tree's preemption mode comes from the registry."""
+    return SchedulingActivities(env.client, lambda: view)  # type: ignore[arg-type,return-value]
 
 
 def ask(job_id: str, priority: int, **kw: object) -> PlacementInput:
