@@ -67,7 +67,7 @@ from fleetq.models import (
     parse_policy,
 )
 from fleetq.naming import JOB_PURGE_WORKFLOW, REGISTRY_WORKFLOW_ID
-from fleetq.placement import ClusterChoice, PlacementIndex, RejectionCode, place_gang
+from fleetq.placement import ClusterChoice, PlacementIndex, place_gang
 from fleetq.preemption import RunningGang, plan_capacity_preemption
 from fleetq.registry import (
     RegistryState,
@@ -75,7 +75,6 @@ from fleetq.registry import (
     preempts_for_capacity,
     resolve_from_state,
 )
-from fleetq.rejection import Rejection
 from fleetq.room_claims import RoomClaim, claim_of, with_claims
 
 #: how stale the worker's view of the fleet registry may be when resolving a job's policy
@@ -103,20 +102,6 @@ def _in_groups(
         return cluster_groups.GroupChoice("", list(ranked))
     labels = {n: m.labels for n, m in members.items()}
     return cluster_groups.choose(terms, observed, ranked, labels)
-
-
-def _ruled_out(name: str, exclude: Sequence[str], terms: Sequence[ClusterAffinityTerm],
-               group: str) -> Rejection:
-    """Why ``name`` was not even judged: evicted from it earlier, or outside the policy's
-    clusterAffinity (or the round's clusterAffinities group)."""
-    if name in exclude:
-        return Rejection.of(RejectionCode.EVICTED, f"{name}: excluded (evicted earlier)").at(name)
-    why = (
-        f"{name}: " + cluster_groups.outside(terms, group).message
-        if terms
-        else f"{name}: not selected by the policy's clusterAffinity"
-    )
-    return Rejection.of(RejectionCode.AFFINITY_MISMATCH, why).at(name)
 
 
 async def deliver_quota_message(outbox: QuotaOutbox, inp: QuotaSignal) -> bool:
@@ -375,13 +360,9 @@ class SchedulingActivities:
         tolerations = [Toleration.model_validate(t) for t in inp.cluster_tolerations]
         members = fleet.clusters
         terms = [ClusterAffinityTerm.model_validate(t) for t in inp.cluster_groups]
-        eligible = [
-            name
-            for name, m in members.items()
-            if name not in inp.exclude and (affinity is None or affinity.allows(name, m.labels))
-        ] if not terms else cluster_groups.eligible(
-            terms, inp.group, {n: m.labels for n, m in members.items()}, inp.exclude
-        )
+        scope = cluster_groups.round_scope(
+            {n: m.labels for n, m in members.items()}, inp.exclude, affinity, terms, inp.group)
+        eligible = scope.judged
         snapshots = fleet.snapshots(eligible) if eligible else []
         claims = self._live_claims()
         others = [c for c in claims if c.preemptor != inp.job_id]
@@ -399,9 +380,8 @@ class SchedulingActivities:
         )
         rejections = {name: why.at(name) for name, why in decision.reasons.items()}
         chosen = _in_groups(terms, inp.group, decision.ranked, members)
-        for name in members:
-            if name not in eligible and name not in rejections:
-                rejections[name] = _ruled_out(name, inp.exclude, terms, inp.group)
+        for name, why in scope.ruled_out.items():
+            rejections.setdefault(name, why.at(name))
         verdict = PlacementVerdict(
             candidates=[
                 Candidate(

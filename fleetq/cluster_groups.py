@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from fleetq.models import ClusterAffinityTerm
+from fleetq.models import ClusterAffinity, ClusterAffinityTerm
 from fleetq.placement import ClusterChoice
+from fleetq.placement.filters import scope_rejection
 from fleetq.rejection import Rejection, RejectionCode
 
 
@@ -108,3 +109,38 @@ def in_first(
     """Whether ``cluster`` is in the group this round starts with (where a capacity
     preemption makes room: the gang would go there first)."""
     return overflow_order(terms[start_index(terms, observed)], cluster, labels) is not None
+
+
+@dataclass(frozen=True)
+class RoundScope:
+    """The members one placement round judges (name order), and why each other member is
+    not even looked at."""
+
+    judged: list[str]
+    ruled_out: dict[str, Rejection]
+
+
+def round_scope(
+    labels: Mapping[str, Mapping[str, str]],
+    exclude: Collection[str],
+    affinity: ClusterAffinity | None,
+    terms: Sequence[ClusterAffinityTerm],
+    observed: str,
+) -> RoundScope:
+    """Which of the members (``labels``: name -> labels) a round judges: with
+    clusterAffinities, those of the groups it may try (:func:`eligible`); else those in
+    the clusterAffinity. Evicted clusters never (``placement.filters.scope_rejection``
+    words every exclusion as the placement rule does)."""
+    if terms:
+        judged = eligible(terms, observed, labels, exclude)
+        inside = set(judged)
+        ruled_out = {
+            name: (scope_rejection(name, lab, None, exclude) or outside(terms, observed))
+            for name, lab in labels.items() if name not in inside
+        }
+        return RoundScope(judged, ruled_out)
+    reasons = {name: scope_rejection(name, lab, affinity, exclude) for name, lab in labels.items()}
+    return RoundScope(
+        sorted(n for n, why in reasons.items() if why is None),
+        {n: why for n, why in reasons.items() if why is not None},
+    )

@@ -5,7 +5,7 @@ the order choices are ranked in (score, then name)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from fleetq.capacity import ClusterSnapshot
 from fleetq.models import ClusterAffinity
@@ -14,22 +14,36 @@ from fleetq.placement.tolerations import TolerationLike, _taint_text, untolerate
 from fleetq.rejection import Rejection, RejectionCode
 
 
+def scope_rejection(
+    name: str,
+    labels: Mapping[str, str],
+    affinity: ClusterAffinity | None,
+    exclude: Collection[str],
+) -> Rejection | None:
+    """Why a round does not consider cluster ``name`` at all (evicted from it earlier, or
+    outside the gang's clusterAffinity), else None: the one scope filter, applied by the
+    placement activity before it reads a member and by the rule itself."""
+    if name in exclude:
+        return _EVICTED
+    if affinity is not None and not affinity.allows(name, labels):
+        if name in affinity.exclude:
+            return _AFFINITY["exclude"]
+        if affinity.clusterNames and name not in affinity.clusterNames:
+            return _AFFINITY["clusterNames"]
+        return _AFFINITY["labelSelector"]
+    return None
+
+
 def _cluster_reason(
     snap: ClusterSnapshot,
     affinity: ClusterAffinity | None,
     tolerations: Sequence[TolerationLike],
     exclude: Collection[str],
 ) -> Rejection | None:
-    name = snap.name
     code = RejectionCode
-    if name in exclude:
-        return _EVICTED
-    if affinity is not None and not affinity.allows(name, snap.labels):
-        if name in affinity.exclude:
-            return _AFFINITY["exclude"]
-        if affinity.clusterNames and name not in affinity.clusterNames:
-            return _AFFINITY["clusterNames"]
-        return _AFFINITY["labelSelector"]
+    out_of_scope = scope_rejection(snap.name, snap.labels, affinity, exclude)
+    if out_of_scope is not None:
+        return out_of_scope
     bad = untolerated_taints(snap.taints, tolerations) if snap.taints else None
     if bad:
         taint = _taint_text(bad[0])

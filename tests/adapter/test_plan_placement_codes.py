@@ -42,11 +42,11 @@ def test_rejections_carry_codes_for_capacity_eviction_and_affinity(
         )
     )
     assert ruled_out.codes()[a] is RejectionCode.EVICTED
-    assert ruled_out.messages()[a] == f"{a}: excluded (evicted earlier)"
+    # worded as the placement rule words it (one scope filter: placement.filters)
+    assert ruled_out.messages()[a] == "excluded (evicted)"
     for other in set(members) - {a, b}:
         assert ruled_out.codes()[other] is RejectionCode.AFFINITY_MISMATCH
-        assert ruled_out.messages()[other] == (
-            f"{other}: not selected by the policy's clusterAffinity"
-        )
+        assert ruled_out.messages()[other] == "not in clusterAffinity.clusterNames"
+        assert f"{other}: not in clusterAffinity.clusterNames" in ruled_out.reason()
     if b != a:
         assert ruled_out.codes()[b] is RejectionCode.INSUFFICIENT_CLUSTER_RESOURCE

@@ -11,7 +11,7 @@ from typing import Any
 
 from fleetq import cluster_groups as cg
 from fleetq.capacity import ClusterSnapshot, NodeCapacity
-from fleetq.models import ClusterAffinityTerm, Gang, GangPod, parse_object
+from fleetq.models import ClusterAffinity, ClusterAffinityTerm, Gang, GangPod, parse_object
 from fleetq.placement import place_gang
 from fleetq.rejection import RejectionCode
 
@@ -127,3 +127,25 @@ def test_a_policy_with_groups_gives_no_not_used_warning() -> None:
                      {"affinityName": "backup", "clusterNames": ["b1"]}]}},
     })
     assert upstream_warnings(policy) == []
+
+
+def test_a_round_scope_rules_out_as_the_placement_rule_does() -> None:
+    """One scope filter: a member the round does not look at is ruled out with the very
+    rejection place_gang gives the same member when it is handed every snapshot."""
+    affinity = ClusterAffinity(clusterNames=["a1", "a2", "b1"], exclude=["b1"])
+    scope = cg.round_scope(LABELS, ["a2"], affinity, [], "")
+    assert scope.judged == ["a1"]
+    everything = place_gang(gang(1), [snap(n, 8) for n in LABELS], affinity=affinity,
+                            exclude={"a2"})
+    assert scope.ruled_out == everything.reasons
+    assert {n: r.code for n, r in scope.ruled_out.items()} == {
+        "a2": RejectionCode.EVICTED, "b1": RejectionCode.AFFINITY_MISMATCH,
+        "c1": RejectionCode.AFFINITY_MISMATCH}
+
+
+def test_a_round_scope_with_groups_tries_the_observed_group_and_later_ones() -> None:
+    scope = cg.round_scope(LABELS, ["a1"], None, GROUPS, "backup")
+    assert scope.judged == ["b1"]
+    assert scope.ruled_out["a1"].code is RejectionCode.EVICTED
+    assert scope.ruled_out["a2"] == cg.outside(GROUPS, "backup")
+    assert scope.ruled_out["c1"] == cg.outside(GROUPS, "backup")

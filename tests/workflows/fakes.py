@@ -179,7 +179,7 @@ class FakeFleet:
         for name in self.names():
             c = self.clusters[name]
             if name in inp.exclude:
-                rej[name] = f"{name}: excluded (evicted earlier)"
+                rej[name] = "excluded (evicted)"
             elif not c.fits:
                 rej[name] = f"{name}: worker-1 needs cpu 2, largest free node has 1.5"
             else:
