@@ -348,6 +348,36 @@ def retry_pause(
     return pause
 
 
+@dataclass
+class Placing:
+    """The placement phase's state across its rounds: the backoff delay, whether its
+    rounds may consider capacity preemption (decided once, at the start of the round
+    after one that found no room: the job holds quota from a quota workflow), and
+    whether the last round found no room."""
+
+    delay: float = lifecycle.PLACEMENT_BACKOFF.initial
+    capacity: bool | None = None
+    no_room: bool = False
+
+    def round_capacity(self, progress: JobProgress, *, granted: bool) -> bool:
+        """Whether the round starting now asks for capacity preemption too."""
+        if self.capacity is None and self.no_room:
+            self.capacity = granted and progress.resolution.tree_workflow_id is not None
+        return bool(self.capacity)
+
+    def saw(self, verdict: PlacementVerdict) -> None:
+        """The round's verdict: did it find no room anywhere?"""
+        self.no_room = lifecycle.no_room(verdict)
+
+    def pause(self, progress: JobProgress, *, granted: bool, settings: RequeueSettings,
+              now: datetime) -> float:
+        """The pause before the next round (``retry_pause``); the backoff doubles."""
+        pause = retry_pause(progress, self.delay, capacity=bool(self.capacity), granted=granted,
+                            settings=settings, now=now)
+        self.delay = lifecycle.PLACEMENT_BACKOFF.after(self.delay)
+        return pause
+
+
 # ---------------------------------------------------------------------- one placement round
 
 

@@ -38,7 +38,10 @@ from fleetq.messages import (
     JobRef,
     JobView,
     PlacementInput,
+    PlacementVerdict,
     PodReservation,
+    PreemptSignal,
+    QuotaSignal,
     ReserveRequest,
     Resolution,
 )
@@ -60,6 +63,7 @@ from fleetq.preemption import (
     GRACE_ANNOTATION,
     PREEMPTIBLE_ANNOTATION,
     JobPreemptionPolicy,
+    PreemptionReason,
     job_policy,
 )
 
@@ -229,7 +233,44 @@ def admit(progress: JobProgress, grant: Grant, now: datetime) -> list[Notice]:
                      f"admitted by queue {grant.queue} (quota {grant.node})")]
 
 
+def give_back(progress: JobProgress, *, queued: bool, granted: bool,
+              job_id: str) -> QuotaSignal | None:
+    """The message that gives the job's quota back to its quota workflow: ``release``
+    what was granted, else ``cancel`` (leave the queue); None when the job queues in no
+    quota workflow (its policy does not queue, no tree was resolved)."""
+    tree_id = progress.resolution.tree_workflow_id
+    if not queued or tree_id is None:
+        return None
+    return QuotaSignal(tree_workflow_id=tree_id, signal=lifecycle.quota_return(granted=granted),
+                       job_id=job_id)
+
+
+def requeue(give: QuotaSignal, request: AdmissionRequest) -> QuotaSignal:
+    """Give the granted quota back and queue again in one message (``requeue``), so the
+    job is in its queue before the pass that hands out what it freed (issue 24)."""
+    return QuotaSignal(tree_workflow_id=give.tree_workflow_id, signal="requeue", request=request)
+
+
+def holding(progress: JobProgress, signal: PreemptSignal, *, granted: bool) -> bool:
+    """Whether a ``preempt`` signal finds the job holding what it is preempted for: its
+    grant, or (a capacity preemption) its bound copy under a policy without quota."""
+    capacity = signal.reason == PreemptionReason.CAPACITY.value
+    return granted or (capacity and progress.view.cluster is not None)
+
+
 # ---------------------------------------------------------------------- placing
+
+
+def placing_stops(progress: JobProgress) -> bool:
+    """After a placement pause: placing stops (nothing was bound) when a suspension was
+    asked for or the job was preempted; the life carries those out."""
+    return progress.suspension.wanted or progress.preempt is not None
+
+
+def may_fit(verdict: PlacementVerdict) -> bool:
+    """An Unschedulable job's placement after its members' nodes changed: some member
+    may hold the gang now (it queues again)."""
+    return bool(verdict.candidates) or not verdict.never
 
 
 def placement_input(progress: JobProgress, policy: PropagationPolicy, gang: Gang,
@@ -260,12 +301,6 @@ def capacity_input(placement: PlacementInput, progress: JobProgress) -> Placemen
         "capacity_preemption": lifecycle.may_plan_capacity(progress),
         "planned": lifecycle.planned_capacity(progress),
     })
-
-
-def capacity_asked(progress: JobProgress, *, granted: bool) -> bool:
-    """Whether placement may consider capacity preemption: the job holds quota from a
-    quota workflow."""
-    return granted and progress.resolution.tree_workflow_id is not None
 
 
 def bind_input(progress: JobProgress, cand: Candidate, *, job: JobRef, inp: JobInput,
@@ -333,6 +368,23 @@ def watching(policy: PropagationPolicy, gang: Gang, job: PyTorchJob,
     return Watching(tolerance=tolerance(policy), failover=policy.application_failover is not None,
                     pods=len(gang.pods), active_deadline_seconds=job.active_deadline_seconds,
                     rewatch_seconds=rewatch_seconds)
+
+
+def take_graceful_old(progress: JobProgress) -> str | None:
+    """purgeMode Gracefully: the old copy to purge now (the new copy is healthy, or the
+    grace period ended); none waits any more."""
+    old = progress.graceful_old
+    progress.graceful_old, progress.grace_deadline = None, None
+    return old
+
+
+def old_copy_purged(progress: JobProgress, old: str, why: str) -> list[Notice]:
+    """After purging the graceful old copy on ``old``: ``Purged`` and it is forgotten,
+    unless its purge was deferred (``PurgeDeferred`` said so)."""
+    if lifecycle.purge_deferred(progress.view, old):
+        return []
+    lifecycle.forget_copy(progress.view, old)
+    return [Announce("Normal", Reason.PURGED, f"old copy on {old} purged: {why}")]
 
 
 # ---------------------------------------------------------------------- failover
@@ -439,3 +491,34 @@ def resumed(progress: JobProgress, *, queued: bool) -> list[Notice]:
     progress.suspension.end()
     return [Announce("Normal", Reason.RESUMED, "resumed: placed again from the queue"),
             Transition("Queued" if queued else "Scheduling", "resumed")]
+
+
+# ---------------------------------------------------------------------- endings
+
+
+def left_copy_purged(view: JobView, cluster: str) -> list[Notice]:
+    """At the end, after purging the copy left on ``cluster`` while it did not answer:
+    ``Purged`` when its purger purged it (and took it off the list); else (PurgeFailed
+    said why) it is no longer waited for."""
+    if cluster in view.pending_purges:
+        view.pending_purges.remove(cluster)
+        return []
+    return [Announce("Normal", Reason.PURGED,
+                     f"copy on {cluster} purged as soon as it answered again")]
+
+
+def deleted(progress: JobProgress) -> tuple[list[str], list[Notice]]:
+    """The job was deleted from the fleet: the members to purge (besides a write in
+    flight), and what is said first."""
+    return lifecycle.copies_to_purge(progress, current=False), [
+        Announce("Normal", Reason.DELETED, "job deleted from the fleet; purging member copies")
+    ]
+
+
+def gone(progress: JobProgress, now: datetime) -> list[Notice]:
+    """Every copy of the deleted job is purged and its quota given back: Deleted."""
+    view = progress.view
+    view.copies, view.pending_purges, view.cluster = [], [], None
+    view.finished_at = now
+    return [Transition("Deleted", "deleted")]
+

@@ -158,6 +158,13 @@ class JobEffects:
             workflow.upsert_search_attributes(pairs)
             self._sa_last.update(changed)
 
+    def _history_long(self) -> bool:
+        """Whether the run should hand its progress to a new run (bounded history)."""
+        info = workflow.info()
+        return lifecycle.continue_as_new_due(
+            info.get_current_history_length(), info.is_continue_as_new_suggested()
+        )
+
     # ------------------------------------------------------------------ pauses and reads
     async def _sleep_or_retry(self, seconds: float, summary: str) -> None:
         """Pause ``seconds`` on a durable timer, cut short by ``retry_placement``."""

@@ -22,7 +22,7 @@ from workflows.job_queueing import JobQueueing
 with workflow.unsafe.imports_passed_through():
     from fleetq import activity_refs, job_machine, job_phases, lifecycle
     from fleetq.job_machine import Gate
-    from fleetq.lifecycle import PLACEMENT_BACKOFF, OldCopy, RequeueCause
+    from fleetq.lifecycle import OldCopy, RequeueCause
     from fleetq.messages import Candidate, CapacityPlanned, CapacityVictim, PreemptSignal
     from fleetq.messages import PlacementVerdict as Verdict
     from fleetq.preemption import PreemptionReason
@@ -35,38 +35,30 @@ class JobPlacing(JobQueueing):
     async def _schedule(self) -> bool:
         """Place, reserve and bind; retries with backoff while nothing fits. Returns False
         when the job can never be placed (every cluster excluded)."""
-        delay = PLACEMENT_BACKOFF.initial
-        #: capacity preemption may be asked for in this placement (the placement activity
-        #: reads whether the tree allows it); decided once a round found no room, at the
-        #: start of the next one: the patch marker then comes first in its workflow task
-        #: (after a local activity's marker in the same task, a query's replay refused it
-        #: as nondeterministic)
-        capacity: bool | None = None
-        no_room = False
+        placing = job_machine.Placing()
         while True:
+            granted = self._grant is not None
             gate = job_machine.placement_gate(
-                self._p, granted=self._grant is not None, settings=self._requeue_settings,
-                now=workflow.now(),
+                self._p, granted=granted, settings=self._requeue_settings, now=workflow.now()
             )
             if gate != Gate.PLACE:
                 return await self._stop_placing(gate)
             self._set_state("Scheduling", "evaluating member clusters")
             round_input = self._placement_input()
-            if capacity is None and no_room:
-                capacity = job_phases.capacity_asked(self._p, granted=self._grant is not None)
-            verdict = await self._plan_placement(round_input, capacity=bool(capacity))
-            no_room = lifecycle.no_room(verdict)
-            placed = await self._place_round(verdict, capacity=bool(capacity))
+            # capacity preemption is decided at the start of the round after one that found
+            # no room: its patch marker then comes first in its workflow task (after a local
+            # activity's marker in the same task, a query's replay refused it)
+            capacity = placing.round_capacity(self._p, granted=granted)
+            verdict = await self._plan_placement(round_input, capacity=capacity)
+            placing.saw(verdict)
+            placed = await self._place_round(verdict, capacity=capacity)
             if placed is not None:
                 return placed
-            pause = job_machine.retry_pause(
-                self._p, delay, capacity=bool(capacity), granted=self._grant is not None,
-                settings=self._requeue_settings, now=workflow.now(),
-            )
+            pause = placing.pause(self._p, granted=self._grant is not None,
+                                  settings=self._requeue_settings, now=workflow.now())
             await self._sleep_or_retry(pause, f"retry placement in {int(pause)}s")
-            if self._suspension.wanted or self._p.preempt is not None:
+            if job_phases.placing_stops(self._p):
                 return True  # the lifecycle suspends, or is preempted (nothing was bound)
-            delay = PLACEMENT_BACKOFF.after(delay)
 
     async def _stop_placing(self, gate: Gate) -> bool:
         """A placement round that does not run: False when the job failed."""

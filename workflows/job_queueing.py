@@ -160,25 +160,26 @@ class JobQueueing(JobEffects):
         ))
         await self._release_quota()
 
+    def _give_back(self) -> QuotaSignal | None:
+        queued = self._policy is not None and self._policy.queued
+        return job_phases.give_back(self._p, queued=queued, granted=self._grant is not None,
+                                    job_id=self._ref.workflow_id)
+
     async def _requeue_quota(self) -> None:
         """Give the quota back and queue again with the original submit time in one
-        message (``requeue``), so the job is in its queue before the pass that hands out
-        what it freed: no later job of its priority takes that room (issue 24). The
-        next admission wait then sends no ``enqueue`` (``JobProgress.requeued_in``)."""
-        tree_id = self._p.resolution.tree_workflow_id
-        if self._policy is None or not self._policy.queued or tree_id is None:
+        message (``job_phases.requeue``); the next admission wait then sends no
+        ``enqueue`` (``JobProgress.requeued_in``)."""
+        give = self._give_back()
+        if give is None:
             return
         if self._grant is None:  # nothing held: leave the queue as before
             await self._release_quota()
             return
         self._grant = None  # (a grant of the new wait may arrive while this is sent)
+        message = job_phases.requeue(give, self._admission_request())
+        tree_id = message.tree_workflow_id
         try:
-            sent = await self._signal_quota(
-                QuotaSignal(
-                    tree_workflow_id=tree_id, signal="requeue", request=self._admission_request()
-                ),
-                f"requeue in {tree_id}",
-            )
+            sent = await self._signal_quota(message, f"requeue in {tree_id}")
         except ActivityError as exc:  # its leak check returns the quota within a minute
             if cancelled_by_delete(exc):
                 raise
@@ -190,15 +191,13 @@ class JobQueueing(JobEffects):
                 workflow.logger.info("requeue: quota workflow %s is not running", tree_id)
 
     async def _release_quota(self) -> None:
-        tree_id = self._p.resolution.tree_workflow_id
-        if self._policy is None or not self._policy.queued or tree_id is None:
+        """Give the quota back (``job_phases.give_back``), delivered or not."""
+        message = self._give_back()
+        if message is None:
             return
-        signal = lifecycle.quota_return(granted=self._grant is not None)
+        signal, tree_id = message.signal, message.tree_workflow_id
         try:
-            sent = await self._signal_quota(
-                QuotaSignal(tree_workflow_id=tree_id, signal=signal, job_id=self._ref.workflow_id),
-                f"{signal} quota in {tree_id}",
-            )
+            sent = await self._signal_quota(message, f"{signal} quota in {tree_id}")
         except ActivityError as exc:  # its leak check returns the quota within a minute
             workflow.logger.warning("could not signal %s to %s: %s", signal, tree_id, exc)
         else:

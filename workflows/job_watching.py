@@ -22,7 +22,6 @@ from workflows.job_placing import JobPlacing
 with workflow.unsafe.imports_passed_through():
     from fleetq import activity_refs, job_machine, job_phases, lifecycle
     from fleetq.job_machine import Supervision
-    from fleetq.lifecycle import Reason
     from fleetq.messages import JobStatus, WatchInput
 
 WATCH_SECONDS = 300.0
@@ -100,12 +99,7 @@ class JobWatching(JobPlacing):
         if isinstance(command, job_machine.End):
             return command.outcome
         if isinstance(command, job_machine.ContinueIfLong):
-            info = workflow.info()
-            if lifecycle.continue_as_new_due(
-                info.get_current_history_length(), info.is_continue_as_new_suggested()
-            ):
-                return Supervision.CONTINUE
-            return None
+            return Supervision.CONTINUE if self._history_long() else None
         if isinstance(command, job_machine.Show):
             self._announce(command.notices)
         elif isinstance(command, job_machine.FlushSettled):
@@ -140,13 +134,10 @@ class JobWatching(JobPlacing):
 
     async def _purge_graceful_old(self, why: str) -> None:
         """purgeMode Gracefully: the old copy goes now (``why``), or is deferred."""
-        old = self._p.graceful_old
-        self._p.graceful_old, self._p.grace_deadline = None, None
+        old = job_phases.take_graceful_old(self._p)
         if old:
             await self._copies.purge_or_defer(old)
-            if not lifecycle.purge_deferred(self._p.view, old):  # (else PurgeDeferred)
-                lifecycle.forget_copy(self._p.view, old)
-                self._event("Normal", Reason.PURGED, f"old copy on {old} purged: {why}")
+            self._announce(job_phases.old_copy_purged(self._p, old, why))
 
     def _start_watch(self, cluster: str, settling: bool) -> ActivityHandle[JobStatus]:
         watch = activity_calls.start(

@@ -36,11 +36,10 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.admission import Grant
     from fleetq.job_input import JobInput
     from fleetq.job_machine import Phase, Supervision
-    from fleetq.lifecycle import Reason, RequeueCause
+    from fleetq.lifecycle import RequeueCause
     from fleetq.messages import AdmissibilitySignal, JobRef, JobView, PreemptSignal
     from fleetq.models import Gang, gang_of
     from fleetq.naming import job_workflow_id
-    from fleetq.preemption import PreemptionReason
     from workflows.errors import cancelled_by_delete, invalid_input
 
 #: continue-as-new once a run's history passes this many events (bench/history.py reads it)
@@ -160,13 +159,10 @@ class PyTorchJobWorkflow(JobWatching):
             if self._suspension.wanted:
                 return
             verdict = await self._plan_placement(self._placement_input(), capacity=False)
-            if verdict.candidates or not verdict.never:
+            if job_phases.may_fit(verdict):
                 self._announce(lifecycle.unparked(self._p, queued=self._pol.queued))
                 return
-            info = workflow.info()
-            if lifecycle.continue_as_new_due(
-                info.get_current_history_length(), info.is_continue_as_new_suggested()
-            ):
+            if self._history_long():
                 await self._continue_as_new()
 
     async def _suspend(self) -> None:
@@ -202,11 +198,7 @@ class PyTorchJobWorkflow(JobWatching):
         # Reservations were consumed by the pods; delete leftovers on every copy we hold.
         for cluster in list(view.pending_purges):
             await self._copies.purge_until_done(cluster, "purge copy left while unreachable")
-            if cluster in view.pending_purges:  # not purged: PurgeFailed said why
-                view.pending_purges.remove(cluster)
-            else:  # its purger purged it (and took it off the list)
-                self._event("Normal", Reason.PURGED,
-                            f"copy on {cluster} purged as soon as it answered again")
+            self._announce(job_phases.left_copy_purged(view, cluster))
         if self._p.graceful_old:
             await self._copies.purge_until_done(self._p.graceful_old, "purge old copy")
             self._p.graceful_old = None
@@ -218,16 +210,16 @@ class PyTorchJobWorkflow(JobWatching):
         self._publish()
 
     async def _on_deleted(self) -> None:
-        view = self._p.view
-        self._event("Normal", Reason.DELETED, "job deleted from the fleet; purging member copies")
+        """Deleted from the fleet: purge every copy (and a write in flight once it lands),
+        give the quota back."""
+        left, notices = job_phases.deleted(self._p)
+        self._announce(notices)
         in_flight = await self._copies.land_in_flight()  # purged after it lands
-        for cluster in in_flight + lifecycle.copies_to_purge(self._p, current=False):
+        for cluster in in_flight + left:
             await self._copies.purge_until_done(cluster, "purge on delete")
-        view.copies, view.pending_purges, view.cluster = [], [], None
         await self._settle_watches()
         await self._release_quota()
-        view.finished_at = workflow.now()
-        self._set_state("Deleted", "deleted")
+        self._announce(job_phases.gone(self._p, workflow.now()))
 
     # ================================================================== handlers
     @workflow.signal
@@ -262,13 +254,7 @@ class PyTorchJobWorkflow(JobWatching):
         again keeping its submit time."""
         if self._progress is None:
             return
-        holding = self._grant is not None
-        if (
-            not holding
-            and signal.reason == PreemptionReason.CAPACITY.value
-            and self._progress.view.cluster is not None
-        ):
-            holding = True  # a bound job of a policy without quota: it still makes room
+        holding = job_phases.holding(self._progress, signal, granted=self._grant is not None)
         notices = lifecycle.take_preemption(
             self._progress, signal, holding=holding, now=workflow.now()
         )

@@ -39,6 +39,7 @@ from fleetq.messages import (
     TERMINAL_STATES,
     JobStatus,
     JobView,
+    PlacementVerdict,
     PodStatus,
     PreemptSignal,
     Resolution,
@@ -347,6 +348,32 @@ def test_the_retry_pause_is_the_backoff_cut_short_by_the_placement_timeout() -> 
     assert pause(p, 60, capacity=False, granted=False, settings=settings_, now=at(100)) == 60
     p.view.deadline_at = at(105)
     assert pause(p, 60, capacity=False, granted=False, settings=settings_, now=at(100)) == 5
+
+
+def test_placing_asks_for_capacity_preemption_from_the_round_after_no_room_if_it_holds_quota(
+) -> None:
+    """The first round never preempts; once a round found no room anywhere, the rounds
+    after it may (decided once), only for a job granted quota by a quota workflow; the
+    pauses between rounds double from 2 s up to 60 s."""
+    settings_ = RequeueSettings()
+    p = unbound(admitted_at=at(0))
+    p.resolution.tree_workflow_id = "quota/tree"
+    full = PlacementVerdict(candidates=[], eligible=["a"])
+    placing = job_machine.Placing()
+    assert not placing.round_capacity(p, granted=True)
+    placing.saw(full)
+    pauses = [placing.pause(p, granted=False, settings=settings_, now=at(0)) for _ in range(7)]
+    assert pauses == [2, 4, 8, 16, 32, 60, 60]
+    assert placing.round_capacity(p, granted=True)
+    placing.saw(PlacementVerdict(candidates=[], eligible=[]))
+    assert placing.round_capacity(p, granted=False)  # decided once for the phase
+
+    waiting = job_machine.Placing()
+    waiting.saw(full)
+    assert not waiting.round_capacity(p, granted=False)  # holds no quota
+    no_tree = job_machine.Placing()
+    no_tree.saw(full)
+    assert not no_tree.round_capacity(unbound(), granted=True)  # no quota workflow
 
 
 # ---------------------------------------------------------------------- whole lives

@@ -15,7 +15,14 @@ from fleetq.admission import Grant
 from fleetq.fleet_config import RequeueSettings
 from fleetq.job_input import JobInput
 from fleetq.lifecycle import Announce, JobProgress, OldCopy, Reason, Transition
-from fleetq.messages import AdmissibilitySignal, Candidate, JobRef, PreemptSignal, Resolution
+from fleetq.messages import (
+    AdmissibilitySignal,
+    Candidate,
+    JobRef,
+    PlacementVerdict,
+    PreemptSignal,
+    Resolution,
+)
 from fleetq.models import Gang, PropagationPolicy, PyTorchJob, gang_of, parse_job
 from fleetq.quota import exceeds_max
 
@@ -181,10 +188,7 @@ def test_placement_leaves_out_the_members_the_job_was_evicted_from() -> None:
     placement = job_phases.placement_input(p, policy(), gang(), JOB_ID)
     assert placement.exclude == ["a"] and placement.job_ref == "default/train"
     assert placement.affinity is not None and placement.affinity["clusterNames"] == ["a", "b"]
-    assert not job_phases.capacity_asked(p, granted=True)  # no quota workflow
     p.resolution.tree_workflow_id = "quota/tree"
-    assert job_phases.capacity_asked(p, granted=True)
-    assert not job_phases.capacity_asked(p, granted=False)
     asked = job_phases.capacity_input(placement, p)
     assert asked.tree_workflow_id == "quota/tree" and asked.capacity_preemption
 
@@ -330,7 +334,7 @@ def test_a_suspension_leaves_the_queue_drops_a_preemption_and_forgets_the_placem
     p = fresh()
     bound_on(p, "a", T0, active_deadline_seconds=100)
     p.view.admitted, p.view.queue = True, "team"
-    p.preempt = PreemptSignal(preemptor="pytorchjob/default/high", reason="priority",
+    p.preempt = PreemptSignal(preemptor="pytorchjob/default/high", reason="Priority",
                               message="priority 1000 > 10")
     p.preempt_at = at(30)
     p.suspension.ask_suspend(p.view.state)
@@ -360,3 +364,96 @@ def test_watching_follows_the_policys_failover_and_the_gang() -> None:
     w = job_phases.watching(policy(), gang(), job(), 10.0)
     assert w.tolerance == 30 and w.failover and w.pods == len(gang().pods) == 2
     assert w.rewatch_seconds == 10.0
+
+
+# ---------------------------------------------------------------------- quota, preemption
+
+
+def test_quota_goes_back_as_release_when_granted_cancel_when_waiting_nothing_without_tree(
+) -> None:
+    p = fresh()
+    assert job_phases.give_back(p, queued=True, granted=True, job_id=JOB_ID) is None
+    p.resolution.tree_workflow_id = "quota/tree"
+    assert job_phases.give_back(p, queued=False, granted=True, job_id=JOB_ID) is None
+    release = job_phases.give_back(p, queued=True, granted=True, job_id=JOB_ID)
+    assert release is not None and release.signal == "release" and release.job_id == JOB_ID
+    cancel = job_phases.give_back(p, queued=True, granted=False, job_id=JOB_ID)
+    assert cancel is not None and cancel.signal == "cancel"
+    request = job_phases.admission_request(p, gang(), JOB_ID,
+                                           job_phases.preemption_policy(job()), at(99))
+    again = job_phases.requeue(release, request)
+    assert again.signal == "requeue" and again.tree_workflow_id == "quota/tree"
+    assert again.request is not None and again.request.submitted_at == T0.timestamp()
+
+
+def test_only_a_job_holding_quota_or_a_bound_copy_under_capacity_preemption_is_preempted(
+) -> None:
+    p = fresh()
+    priority = PreemptSignal(preemptor="pytorchjob/default/high", reason="Priority",
+                             message="priority 1000 > 10")
+    capacity = PreemptSignal(preemptor="pytorchjob/default/high", reason="Capacity",
+                             message="room on a")
+    assert job_phases.holding(p, priority, granted=True)
+    assert not job_phases.holding(p, priority, granted=False)
+    assert not job_phases.holding(p, capacity, granted=False)  # nothing bound
+    bound_on(p, "a", T0, granted=False)
+    assert job_phases.holding(p, capacity, granted=False)
+    assert not job_phases.holding(p, priority, granted=False)
+
+
+def test_placing_stops_for_a_suspension_or_a_preemption() -> None:
+    p = fresh()
+    assert not job_phases.placing_stops(p)
+    p.suspension.ask_suspend("Pending")
+    assert job_phases.placing_stops(p)
+    q = fresh()
+    q.preempt = PreemptSignal(preemptor="x", reason="Priority", message="m")
+    assert job_phases.placing_stops(q)
+
+
+def test_an_unschedulable_job_queues_again_once_some_member_may_fit() -> None:
+    never = PlacementVerdict(candidates=[], never="no member has nodes big enough")
+    assert not job_phases.may_fit(never)
+    assert job_phases.may_fit(PlacementVerdict(candidates=[], never=""))
+    assert job_phases.may_fit(PlacementVerdict(candidates=[Candidate(cluster="a", score=1)]))
+
+
+# ---------------------------------------------------------------------- copies and endings
+
+
+def test_the_graceful_old_copy_is_purged_once_and_forgotten_unless_deferred() -> None:
+    p = fresh()
+    bound_on(p, "a", T0)
+    fail_over(p, policy(purge="Gracefully"))
+    bound_on(p, "b", at(10))
+    assert job_phases.take_graceful_old(p) == "a"
+    assert job_phases.take_graceful_old(p) is None and p.grace_deadline is None
+    assert job_phases.old_copy_purged(p, "a", "new copy on b is healthy") == [
+        Announce("Normal", Reason.PURGED, "old copy on a purged: new copy on b is healthy")]
+    assert p.view.copies == ["b"]
+    q = fresh()
+    q.view.copies, q.view.pending_purges = ["a", "b"], ["a"]
+    assert job_phases.old_copy_purged(q, "a", "grace period ended") == []
+    assert "a" in q.view.copies
+
+
+def test_at_the_end_a_copy_left_while_unreachable_is_said_purged_only_when_it_was() -> None:
+    p = fresh()
+    p.view.pending_purges = ["a", "b"]
+    assert job_phases.left_copy_purged(p.view, "a") == []  # PurgeFailed said why
+    p.view.pending_purges.remove("b")  # its purger purged it
+    assert job_phases.left_copy_purged(p.view, "b") == [
+        Announce("Normal", Reason.PURGED, "copy on b purged as soon as it answered again")]
+    assert p.view.pending_purges == []
+
+
+def test_a_deleted_job_purges_every_copy_left_and_ends_deleted_with_none() -> None:
+    p = fresh()
+    bound_on(p, "a", T0)
+    p.view.copies.append("b")
+    p.view.pending_purges = ["c"]
+    left, said = job_phases.deleted(p)
+    assert set(left) == {"a", "b", "c"}
+    assert said[0].reason == Reason.DELETED  # type: ignore[union-attr]
+    assert job_phases.gone(p, at(5)) == [Transition("Deleted", "deleted")]
+    assert p.view.copies == [] and p.view.cluster is None and p.view.finished_at == at(5)
