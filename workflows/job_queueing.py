@@ -21,7 +21,7 @@ from workflows import activity_calls
 from workflows.job_effects import JobEffects
 
 with workflow.unsafe.imports_passed_through():
-    from fleetq import activity_refs, job_phases, lifecycle
+    from fleetq import activity_refs, job_phases, job_queue, lifecycle
     from fleetq.admission import AdmissionRequest, Grant
     from fleetq.lifecycle import RESOLVE_BACKOFF, RequeueCause
     from fleetq.messages import QuotaSignal, Resolution
@@ -62,62 +62,64 @@ class JobQueueing(JobEffects):
         )
 
     async def _wait_for_admission(self) -> None:
+        """Wait for the quota workflow's grant: ``job_queue.Queueing.step`` decides, this
+        carries its commands out in order (the last of a batch yields the next event)."""
         request = self._admission_request()
-        if not await self._back_off():
-            return  # suspended while backing off
-        delay = RESOLVE_BACKOFF.initial
-        while self._grant is None:
-            if self._suspension.wanted:  # suspended before the quota workflow took it
-                return
-            tree_id = self._p.resolution.tree_workflow_id
-            waiting = await self._enqueue(tree_id, request)
-            if waiting is not None:  # no tree, or its workflow is gone: resolve again later
-                self._set_state("Queued", waiting.reason)
-                await self._sleep_or_retry(delay, waiting.summary)
-                delay = RESOLVE_BACKOFF.after(delay)
-                self._p.resolution = await self._refresh_resolution()
-                continue
-            if not await self._await_grant(tree_id):
-                return  # suspended while waiting: it left the queue
-        self._admit(self._grant)
+        queueing = job_queue.Queueing()
+        event: job_queue.Event | None = job_queue.Begin()
+        while event is not None:
+            commands = queueing.step(self._p, event, grant=self._grant, now=workflow.now())
+            event = None
+            for command in commands:
+                event = await self._carry_out_queueing(command, request)
 
-    async def _enqueue(
-        self, tree_id: str | None, request: AdmissionRequest
-    ) -> job_phases.QueueWait | None:
-        """Put the job in its quota workflow's queue; else why not."""
-        if tree_id is None:
-            return job_phases.NO_TREE
-        if not job_phases.enqueue_needed(self._p, tree_id):  # already back in its queue
-            return None
+    async def _carry_out_queueing(
+        self, command: job_queue.Command, request: AdmissionRequest
+    ) -> job_queue.Event | None:
+        """Carry out one of the admission wait's commands; the event it yields, if any."""
+        if isinstance(command, job_queue.Show):
+            self._announce(command.notices)
+        elif isinstance(command, job_queue.WaitBackoff):
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self._suspension.wanted,
+                    timeout=command.seconds,
+                    timeout_summary=f"re-queue backoff {command.seconds:g}s",
+                )
+            return job_queue.BackoffEnded()
+        elif isinstance(command, job_queue.Enqueue):
+            return job_queue.Sent(command.tree_id, await self._enqueue(command.tree_id, request))
+        elif isinstance(command, job_queue.Pause):
+            await self._sleep_or_retry(command.seconds, command.summary)
+        elif isinstance(command, job_queue.Resolve):
+            self._p.resolution = await self._refresh_resolution()
+            return job_queue.Resolved()
+        elif isinstance(command, job_queue.AwaitChange):
+            if not command.at_once:
+                await workflow.wait_condition(
+                    lambda: self._grant is not None
+                    or self._suspension.wanted
+                    or self._p.admissibility_news
+                )
+            return job_queue.Changed()
+        elif isinstance(command, job_queue.Leave):
+            await self._release_quota()
+        elif isinstance(command, job_queue.Admit):
+            self._admit(command.grant)
+        return None
+
+    async def _enqueue(self, tree_id: str, request: AdmissionRequest) -> bool:
+        """Put the job in its quota workflow's queue; False when it is not running (or
+        did not answer)."""
         try:
-            sent = await self._signal_quota(
+            return await self._signal_quota(
                 QuotaSignal(tree_workflow_id=tree_id, signal="enqueue", request=request),
                 f"enqueue in {tree_id}",
             )
         except ActivityError as exc:
             if cancelled_by_delete(exc):
                 raise
-            sent = False
-        return None if sent else job_phases.tree_gone(tree_id)
-
-    async def _await_grant(self, tree_id: str | None) -> bool:
-        """Wait Queued (or Inadmissible) for the grant; False when a suspension came
-        first (the job then leaves the queue)."""
-        self._announce(job_phases.enqueued(str(tree_id)))
-        self._announce(job_phases.admissibility(self._p))  # (told while enqueueing)
-        while True:
-            await workflow.wait_condition(
-                lambda: self._grant is not None
-                or self._suspension.wanted
-                or self._p.admissibility_news
-            )
-            self._announce(job_phases.admissibility(self._p))
-            if self._grant is not None or self._suspension.wanted:
-                break
-        if self._grant is None:  # suspended while waiting: leave the queue
-            await self._release_quota()
             return False
-        return True
 
     def _admit(self, grant: Grant) -> None:
         """The quota workflow admitted the job."""
@@ -125,23 +127,6 @@ class JobQueueing(JobEffects):
         if created is not None:
             metrics.admission_latency((workflow.now() - created).total_seconds(), grant.queue)
         self._announce(job_phases.admit(self._p, grant, workflow.now()))
-
-    async def _back_off(self) -> bool:
-        """Wait out a re-queue backoff (a durable timer) before queueing again; False
-        when a suspension came first."""
-        left = lifecycle.backoff_left(self._p, workflow.now())
-        if left > 0:
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    lambda: self._suspension.wanted,
-                    timeout=left,
-                    timeout_summary=f"re-queue backoff {left:g}s",
-                )
-            if self._suspension.wanted:
-                return False
-        if self._p.requeue_at is not None:
-            self._announce(lifecycle.backoff_over(self._p))
-        return True
 
     async def _refresh_resolution(self) -> Resolution:
         """Look the quota tree up again, keeping the policy already resolved."""
