@@ -515,10 +515,13 @@ def deleted(progress: JobProgress) -> tuple[list[str], list[Notice]]:
     ]
 
 
-def gone(progress: JobProgress, now: datetime) -> list[Notice]:
-    """Every copy of the deleted job is purged and its quota given back: Deleted."""
+def all_purged(progress: JobProgress) -> None:
+    """Every copy of the deleted job is purged: none is left, it is bound nowhere."""
     view = progress.view
     view.copies, view.pending_purges, view.cluster = [], [], None
-    view.finished_at = now
-    return [Transition("Deleted", "deleted")]
 
+
+def gone(progress: JobProgress, now: datetime) -> list[Notice]:
+    """The deleted job's copies are purged and its quota given back: Deleted."""
+    progress.view.finished_at = now
+    return [Transition("Deleted", "deleted")]

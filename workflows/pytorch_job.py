@@ -217,6 +217,7 @@ class PyTorchJobWorkflow(JobWatching):
         in_flight = await self._copies.land_in_flight()  # purged after it lands
         for cluster in in_flight + left:
             await self._copies.purge_until_done(cluster, "purge on delete")
+        job_phases.all_purged(self._p)
         await self._settle_watches()
         await self._release_quota()
         self._announce(job_phases.gone(self._p, workflow.now()))

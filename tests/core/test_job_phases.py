@@ -455,5 +455,6 @@ def test_a_deleted_job_purges_every_copy_left_and_ends_deleted_with_none() -> No
     left, said = job_phases.deleted(p)
     assert set(left) == {"a", "b", "c"}
     assert said[0].reason == Reason.DELETED  # type: ignore[union-attr]
+    job_phases.all_purged(p)
     assert job_phases.gone(p, at(5)) == [Transition("Deleted", "deleted")]
     assert p.view.copies == [] and p.view.cluster is None and p.view.finished_at == at(5)
