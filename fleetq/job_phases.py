@@ -261,12 +261,6 @@ def holding(progress: JobProgress, signal: PreemptSignal, *, granted: bool) -> b
 # ---------------------------------------------------------------------- placing
 
 
-def placing_stops(progress: JobProgress) -> bool:
-    """After a placement pause: placing stops (nothing was bound) when a suspension was
-    asked for or the job was preempted; the life carries those out."""
-    return progress.suspension.wanted or progress.preempt is not None
-
-
 def may_fit(verdict: PlacementVerdict) -> bool:
     """An Unschedulable job's placement after its members' nodes changed: some member
     may hold the gang now (it queues again)."""

@@ -34,31 +34,34 @@ class JobPlacing(JobQueueing):
 
     async def _schedule(self) -> bool:
         """Place, reserve and bind; retries with backoff while nothing fits. Returns False
-        when the job can never be placed (every cluster excluded)."""
+        when the job can never be placed. The phase's course is
+        ``job_machine.Placing.step``'s; this carries its commands out."""
         placing = job_machine.Placing()
+        event: job_machine.PlacingEvent = job_machine.NextRound()
         while True:
-            granted = self._grant is not None
-            gate = job_machine.placement_gate(
-                self._p, granted=granted, settings=self._requeue_settings, now=workflow.now()
-            )
-            if gate != Gate.PLACE:
-                return await self._stop_placing(gate)
-            self._set_state("Scheduling", "evaluating member clusters")
-            round_input = self._placement_input()
-            # capacity preemption is decided at the start of the round after one that found
-            # no room: its patch marker then comes first in its workflow task (after a local
-            # activity's marker in the same task, a query's replay refused it)
-            capacity = placing.round_capacity(self._p, granted=granted)
-            verdict = await self._plan_placement(round_input, capacity=capacity)
-            placing.saw(verdict)
-            placed = await self._place_round(verdict, capacity=capacity)
-            if placed is not None:
-                return placed
-            pause = placing.pause(self._p, granted=self._grant is not None,
-                                  settings=self._requeue_settings, now=workflow.now())
-            await self._sleep_or_retry(pause, f"retry placement in {int(pause)}s")
-            if job_phases.placing_stops(self._p):
-                return True  # the lifecycle suspends, or is preempted (nothing was bound)
+            commands = placing.step(self._p, event, granted=self._grant is not None,
+                                    settings=self._requeue_settings, now=workflow.now())
+            for command in commands:
+                if isinstance(command, job_machine.Show):
+                    self._announce(command.notices)
+                elif isinstance(command, job_machine.StopPlacing):
+                    return await self._stop_placing(command.gate)
+                elif isinstance(command, job_machine.Placed):
+                    return command.placed
+                elif isinstance(command, job_machine.Plan):
+                    # capacity preemption is asked for from the round after one that found
+                    # no room: its patch marker then comes first in its workflow task
+                    # (after a local activity's marker in the same task, a query's replay
+                    # refused it as nondeterministic)
+                    verdict = await self._plan_placement(self._placement_input(),
+                                                         capacity=command.capacity)
+                    event = job_machine.Planned(verdict)
+                elif isinstance(command, job_machine.PlaceRound):
+                    placed = await self._place_round(command.verdict, capacity=command.capacity)
+                    event = job_machine.RoundOver(placed)
+                else:
+                    await self._sleep_or_retry(command.seconds, command.summary)
+                    event = job_machine.NextRound()
 
     async def _stop_placing(self, gate: Gate) -> bool:
         """A placement round that does not run: False when the job failed."""

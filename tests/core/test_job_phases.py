@@ -401,16 +401,6 @@ def test_only_a_job_holding_quota_or_a_bound_copy_under_capacity_preemption_is_p
     assert not job_phases.holding(p, priority, granted=False)
 
 
-def test_placing_stops_for_a_suspension_or_a_preemption() -> None:
-    p = fresh()
-    assert not job_phases.placing_stops(p)
-    p.suspension.ask_suspend("Pending")
-    assert job_phases.placing_stops(p)
-    q = fresh()
-    q.preempt = PreemptSignal(preemptor="x", reason="Priority", message="m")
-    assert job_phases.placing_stops(q)
-
-
 def test_an_unschedulable_job_queues_again_once_some_member_may_fit() -> None:
     never = PlacementVerdict(candidates=[], never="no member has nodes big enough")
     assert not job_phases.may_fit(never)
