@@ -1,15 +1,15 @@
-"""A job's life as pure decisions: which phase comes next (``next_phase``), and the bound
+"""A job's life as pure decisions: which phase comes next (``next_phase``), the bound
 job's watch as a transition function, ``step(progress, event, now, watching) ->
-(progress, commands)``.
+(progress, commands)``, and the placement phase as another (``Placing.step``, each
+round's candidates tried by ``round_step``).
 
 While a job is bound, everything that happens to it is one ``Event`` (a watch's
 ``Status``, a deadline's ``Timer``, a ``Suspend``, a ``Preempt`` signal, a deferred
 purge ``PurgerDone``); ``step`` decides, on a copy of the run's ``JobProgress`` (the
 one it is given is never changed), what the workflow must carry out, as ``Command``
-values in order. The workflow's watch loop only waits for the next event and carries
-the commands out, so whole job lives run through ``step`` in plain tests (no server).
-The rules themselves are ``fleetq.lifecycle``'s (``observe``, ``judge``,
-``next_deadline``, ...).
+values in order. The workflow only waits for the next event and carries the commands
+out, so whole job lives run in plain tests (no server). The rules themselves are
+``fleetq.lifecycle``'s; the admission wait is ``fleetq.job_queue``'s.
 """
 
 from __future__ import annotations

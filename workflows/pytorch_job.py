@@ -2,9 +2,9 @@
 reserve, bind, watch, fail over, finish.
 
 It only orchestrates: its life is a short loop over ``fleetq.job_machine.next_phase``;
-every decision is the pure core's (``fleetq.job_phases``, ``fleetq.job_machine``,
-``fleetq.lifecycle``) on the run's one ``JobProgress``, carried out by the parts it is
-built on (``job_effects`` < ``job_queueing`` < ``job_placing`` < ``job_watching``).
+every decision is the pure core's (``job_machine``, ``job_queue``, ``job_phases``,
+``lifecycle``) on the run's one ``JobProgress``, carried out by the parts it is built
+on (``job_effects`` < ``job_queueing`` < ``job_placing`` < ``job_watching``).
 Reads before the first write and quota messages are local activities, member writes
 regular ones (docs/decisions/008). Status is change-driven and the run continues-as-new,
 so a week-long job keeps a bounded history. Preemption, capacity preemption,
