@@ -1,15 +1,15 @@
-"""A job's life as pure decisions: which phase comes next (``next_phase``), and the bound
+"""A job's life as pure decisions: which phase comes next (``next_phase``), the bound
 job's watch as a transition function, ``step(progress, event, now, watching) ->
-(progress, commands)``.
+(progress, commands)``, and the placement phase as another (``Placing.step``, each
+round's candidates tried by ``round_step``).
 
 While a job is bound, everything that happens to it is one ``Event`` (a watch's
 ``Status``, a deadline's ``Timer``, a ``Suspend``, a ``Preempt`` signal, a deferred
 purge ``PurgerDone``); ``step`` decides, on a copy of the run's ``JobProgress`` (the
 one it is given is never changed), what the workflow must carry out, as ``Command``
-values in order. The workflow's watch loop only waits for the next event and carries
-the commands out, so whole job lives run through ``step`` in plain tests (no server).
-The rules themselves are ``fleetq.lifecycle``'s (``observe``, ``judge``,
-``next_deadline``, ...).
+values in order. The workflow only waits for the next event and carries the commands
+out, so whole job lives run in plain tests (no server). The rules themselves are
+``fleetq.lifecycle``'s; the admission wait is ``fleetq.job_queue``'s.
 """
 
 from __future__ import annotations
@@ -346,6 +346,131 @@ def retry_pause(
     if granted:
         pause = lifecycle.placement_timeout_pause(pause, progress, settings, now)
     return pause
+
+
+@dataclass(frozen=True)
+class NextRound:
+    """A placement round may start: the phase begins, or the pause after a round ended."""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The round's placement (a local activity) returned ``verdict``."""
+
+    verdict: PlacementVerdict
+
+
+@dataclass(frozen=True)
+class RoundOver:
+    """The round over the verdict ended (``placed``: True bound, False never placeable,
+    None waiting Pending for the next round)."""
+
+    placed: bool | None
+
+
+PlacingEvent = NextRound | Planned | RoundOver
+
+
+@dataclass(frozen=True)
+class StopPlacing:
+    """No round runs (``gate``): the deadline passed, a preemption, the placement timeout."""
+
+    gate: Gate
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Run the round's placement, with the capacity preemption part when ``capacity``;
+    then ``Planned``."""
+
+    capacity: bool
+
+
+@dataclass(frozen=True)
+class PlaceRound:
+    """Try the verdict's candidates (``start_round`` / ``round_step``); then ``RoundOver``."""
+
+    verdict: PlacementVerdict
+    capacity: bool
+
+
+@dataclass(frozen=True)
+class RetryIn:
+    """Pause ``seconds`` before the next round (cut short by ``retry_placement``); then
+    ``NextRound``."""
+
+    seconds: float
+
+    @property
+    def summary(self) -> str:
+        return f"retry placement in {int(self.seconds)}s"
+
+
+@dataclass(frozen=True)
+class Placed:
+    """The phase ends: ``placed`` False when the job can never be placed."""
+
+    placed: bool
+
+
+PlacingCommand = Show | StopPlacing | Plan | PlaceRound | RetryIn | Placed
+
+
+@dataclass
+class Placing:
+    """The placement phase as a transition function (``step``), and its state across
+    rounds: the backoff delay, whether its rounds may consider capacity preemption
+    (decided once, at the start of the round after one that found no room: the job
+    holds quota from a quota workflow), and whether the last round found no room."""
+
+    delay: float = lifecycle.PLACEMENT_BACKOFF.initial
+    capacity: bool | None = None
+    no_room: bool = False
+    rounds: int = 0
+
+    def step(self, progress: JobProgress, event: PlacingEvent, *, granted: bool,
+             settings: RequeueSettings, now: datetime) -> list[PlacingCommand]:
+        """What to carry out after ``event``; the last command of each batch but
+        ``StopPlacing`` and ``Placed`` yields the next event."""
+        if isinstance(event, Planned):
+            self.saw(event.verdict)
+            return [PlaceRound(event.verdict, bool(self.capacity))]
+        if isinstance(event, RoundOver):
+            if event.placed is not None:
+                return [Placed(event.placed)]
+            return [RetryIn(self.pause(progress, granted=granted, settings=settings, now=now))]
+        if self.rounds and placing_stops(progress):
+            return [Placed(True)]  # the life suspends, or is preempted (nothing was bound)
+        gate = placement_gate(progress, granted=granted, settings=settings, now=now)
+        if gate != Gate.PLACE:
+            return [StopPlacing(gate)]
+        self.rounds += 1
+        return [Show((Transition("Scheduling", "evaluating member clusters"),)),
+                Plan(self.round_capacity(progress, granted=granted))]
+
+    def round_capacity(self, progress: JobProgress, *, granted: bool) -> bool:
+        """Whether the round starting now asks for capacity preemption too."""
+        if self.capacity is None and self.no_room:
+            self.capacity = granted and progress.resolution.tree_workflow_id is not None
+        return bool(self.capacity)
+
+    def saw(self, verdict: PlacementVerdict) -> None:
+        """The round's verdict: did it find no room anywhere?"""
+        self.no_room = lifecycle.no_room(verdict)
+
+    def pause(self, progress: JobProgress, *, granted: bool, settings: RequeueSettings,
+              now: datetime) -> float:
+        """The pause before the next round (``retry_pause``); the backoff doubles."""
+        pause = retry_pause(progress, self.delay, capacity=bool(self.capacity), granted=granted,
+                            settings=settings, now=now)
+        self.delay = lifecycle.PLACEMENT_BACKOFF.after(self.delay)
+        return pause
+
+
+def placing_stops(progress: JobProgress) -> bool:
+    """After a placement pause: placing stops (nothing was bound) when a suspension was
+    asked for or the job was preempted; the life carries those out."""
+    return progress.suspension.wanted or progress.preempt is not None
 
 
 # ---------------------------------------------------------------------- one placement round

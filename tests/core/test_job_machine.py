@@ -39,6 +39,7 @@ from fleetq.messages import (
     TERMINAL_STATES,
     JobStatus,
     JobView,
+    PlacementVerdict,
     PodStatus,
     PreemptSignal,
     Resolution,
@@ -347,6 +348,97 @@ def test_the_retry_pause_is_the_backoff_cut_short_by_the_placement_timeout() -> 
     assert pause(p, 60, capacity=False, granted=False, settings=settings_, now=at(100)) == 60
     p.view.deadline_at = at(105)
     assert pause(p, 60, capacity=False, granted=False, settings=settings_, now=at(100)) == 5
+
+
+def test_placing_asks_for_capacity_preemption_only_holding_quota_of_a_quota_workflow() -> None:
+    full = PlacementVerdict(candidates=[], eligible=["a"])
+    waiting = job_machine.Placing()
+    waiting.saw(full)
+    assert not waiting.round_capacity(unbound(), granted=True)  # no quota workflow
+    p = unbound()
+    p.resolution.tree_workflow_id = "quota/tree"
+    assert not waiting.round_capacity(p, granted=True)  # decided once for the phase
+    holding = job_machine.Placing()
+    holding.saw(full)
+    assert not holding.round_capacity(p, granted=False) and holding.capacity is False
+
+
+def test_placing_stops_for_a_suspension_or_a_preemption() -> None:
+    p = unbound()
+    assert not job_machine.placing_stops(p)
+    p.suspension.ask_suspend("Pending")
+    assert job_machine.placing_stops(p)
+    q = unbound()
+    q.preempt = PreemptSignal(preemptor="x", reason="Priority", message="m")
+    assert job_machine.placing_stops(q)
+
+
+def placing_run(p: JobProgress, rounds: list[bool | None], *, granted: bool = True,
+                settings_: RequeueSettings | None = None,
+                between: Any = None) -> list[job_machine.PlacingCommand]:
+    """Drive the placement phase as the workflow does: each round's verdict finds no
+    room, each ``PlaceRound`` ends as ``rounds`` say (then None), each pause passes;
+    ``between(p, n)`` runs after the n-th pause."""
+    placing = job_machine.Placing()
+    event: job_machine.PlacingEvent = job_machine.NextRound()
+    full = PlacementVerdict(candidates=[], eligible=["a"])
+    now, seen, paused = 0.0, [], 0
+    for _ in range(60):
+        commands = placing.step(p, event, granted=granted,
+                                settings=settings_ or RequeueSettings(), now=at(now))
+        seen += commands
+        last = commands[-1]
+        if isinstance(last, job_machine.StopPlacing | job_machine.Placed):
+            return seen
+        if isinstance(last, job_machine.Plan):
+            event = job_machine.Planned(full)
+        elif isinstance(last, job_machine.PlaceRound):
+            event = job_machine.RoundOver(rounds.pop(0) if rounds else None)
+        else:
+            assert isinstance(last, job_machine.RetryIn)
+            now += last.seconds
+            paused += 1
+            if between is not None:
+                between(p, paused)
+            event = job_machine.NextRound()
+    raise AssertionError("the placement phase never ended")
+
+
+def test_placing_runs_rounds_with_doubling_pauses_until_one_binds() -> None:
+    p = unbound()
+    p.resolution.tree_workflow_id = "quota/tree"
+    seen = placing_run(p, [None, None, None, True])
+    assert seen[-1] == job_machine.Placed(True)
+    assert [c.seconds for c in seen if isinstance(c, job_machine.RetryIn)] == [2, 4, 8]
+    plans = [c.capacity for c in seen if isinstance(c, job_machine.Plan)]
+    assert plans == [False, True, True, True]  # from the round after no room
+    shown = [c for c in seen if isinstance(c, Show)]
+    assert len(shown) == 4 and shown[0].notices == (
+        Transition("Scheduling", "evaluating member clusters"),)
+
+
+def test_placing_ends_failed_when_no_member_ever_could() -> None:
+    assert placing_run(unbound(), [False])[-1] == job_machine.Placed(False)
+
+
+def test_a_placement_timeout_stops_placing_and_a_passed_deadline_fails_it() -> None:
+    settings_ = RequeueSettings(placementTimeoutSeconds=10)
+    seen = placing_run(unbound(admitted_at=at(0)), [], settings_=settings_)
+    assert seen[-1] == job_machine.StopPlacing(job_machine.Gate.TIMED_OUT)
+    assert sum(isinstance(c, job_machine.RetryIn) for c in seen) == 3  # 2 + 4 + 4 (cut)
+    late = unbound()
+    late.view.deadline_at = at(0)
+    assert placing_run(late, []) == [job_machine.StopPlacing(job_machine.Gate.DEADLINE)]
+
+
+def test_a_suspension_during_a_pause_ends_placing_with_nothing_bound() -> None:
+    def suspend(p: JobProgress, paused: int) -> None:
+        if paused == 2:
+            p.suspension.ask_suspend(p.view.state)
+
+    seen = placing_run(unbound(), [], between=suspend)
+    assert seen[-1] == job_machine.Placed(True)
+    assert sum(isinstance(c, job_machine.Plan) for c in seen) == 2
 
 
 # ---------------------------------------------------------------------- whole lives
