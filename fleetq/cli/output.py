@@ -20,6 +20,17 @@ from fleetq.kube_values import human_duration, parse_rfc3339
 OUTPUT_FORMATS = ("wide", "yaml", "json")
 
 
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``error: <message>`` on stderr; returns the Exit (status ``code``) to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def say(message: str) -> None:
+    """Progress, on stderr (stdout stays for what the command answers)."""
+    typer.echo(message, err=True)
+
+
 def check_output(fmt: str | None) -> str | None:
     if fmt is None or fmt == "":
         return None
