@@ -182,6 +182,37 @@ def quota_messages(events: Iterable[HistoryEvent]) -> Iterable[tuple[HistoryEven
                         {"signal": sig.signal_name, "job_id": arg})
 
 
+# ---------------------------------------------------------------------- manifests
+
+
+def gang_policy(name: str, namespace: str, queued: bool = False) -> dict[str, Any]:
+    """The walkthrough's PropagationPolicy for PyTorchJobs in ``namespace``: one gang on
+    one member cluster, failover after 30 s; ``queued`` holds jobs in their quota queue."""
+    spec: dict[str, Any] = {"suspension": {"scheduling": True}} if queued else {}
+    spec.update({
+        "propagateDeps": True,  # Karmada: application failover needs it
+        "failover": {"application": {"decisionConditions": {"tolerationSeconds": 30},
+                                     "purgeMode": "Immediately"}},
+        "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided",
+                                            "customSchedulingType": "Gang"}},
+        "resourceSelectors": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}],
+    })
+    return {"apiVersion": "policy.one.alibabacloud.com/v1alpha1", "kind": "PropagationPolicy",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def one_leaf_quota_tree(leaf: str, namespace: str, room: dict[str, Any],
+                        leaf_room: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An ElasticQuotaTree whose root (max = min = ``room``) has one leaf ``leaf`` for
+    ``namespace``, whose max is ``leaf_room`` (``room`` when not given)."""
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
+        "spec": {"root": {"name": "root", "max": room, "min": room, "children": [
+            {"name": leaf, "max": leaf_room or room, "namespaces": [namespace]}]}},
+    }
+
+
 # ---------------------------------------------------------------------- the stack
 
 

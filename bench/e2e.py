@@ -34,6 +34,8 @@ from bench.common import (
     RunStats,
     Stack,
     embedded_stack,
+    gang_policy,
+    one_leaf_quota_tree,
     payload_bytes,
     percentile,
     proc_cpu_seconds,
@@ -72,30 +74,13 @@ def topology(nodes: int = 60) -> dict[str, Any]:
 
 
 def quota_tree(max_jobs: int) -> dict[str, Any]:
-    big = {"cpu": 100000, "memory": "100000Gi", "nvidia.com/gpu": 10000,
-           "kube-queue/max-jobs": max_jobs}
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
-        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-        "spec": {"root": {"name": "root", "max": big, "min": big, "children": [
-            {"name": "bench", "max": big, "namespaces": [NAMESPACE]}]}},
-    }
+    return one_leaf_quota_tree("bench", NAMESPACE, {
+        "cpu": 100000, "memory": "100000Gi", "nvidia.com/gpu": 10000,
+        "kube-queue/max-jobs": max_jobs})
 
 
 def queued_policy() -> dict[str, Any]:
-    return {
-        "apiVersion": "policy.one.alibabacloud.com/v1alpha1", "kind": "PropagationPolicy",
-        "metadata": {"name": "bench-policy", "namespace": NAMESPACE},
-        "spec": {
-            "suspension": {"scheduling": True},
-            "propagateDeps": True,  # Karmada: application failover needs it
-            "failover": {"application": {"decisionConditions": {"tolerationSeconds": 30},
-                                         "purgeMode": "Immediately"}},
-            "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided",
-                                                "customSchedulingType": "Gang"}},
-            "resourceSelectors": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}],
-        },
-    }
+    return gang_policy("bench-policy", NAMESPACE, queued=True)
 
 
 def small_job(name: str) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from bench.command import bench_app, help_text, run_command
 from bench.common import (
     HISTORY_WARN_EVENTS,
     Phase,
+    one_leaf_quota_tree,
     peak_rss_mb,
     quota_messages,
     real_activities,
@@ -88,15 +89,9 @@ class Signaller:
 
 
 def quota_tree() -> dict[str, Any]:
-    big = {"cpu": 100000, "memory": "100000Gi", "kube-queue/max-jobs": 10_000_000}
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
-        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-        "spec": {"root": {"name": "root", "max": big, "min": big, "children": [
-            {"name": "deep", "max": {"cpu": 100000, "memory": "100000Gi",
-                                     "kube-queue/max-jobs": MAX_JOBS},
-             "namespaces": [NAMESPACE]}]}},
-    }
+    return one_leaf_quota_tree(
+        "deep", NAMESPACE, {"cpu": 100000, "memory": "100000Gi", "kube-queue/max-jobs": 10_000_000},
+        leaf_room={"cpu": 100000, "memory": "100000Gi", "kube-queue/max-jobs": MAX_JOBS})
 
 
 async def start_all(client: Client, workflow_ids: Sequence[str], concurrency: int,

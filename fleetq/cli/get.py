@@ -462,8 +462,8 @@ async def _get_tree(client: Client, args: GetArgs) -> None:
 def _read_over_http(args: GetArgs) -> bool:
     """Print ``get pytorchjob`` read over HTTP when an HTTP API serves this fleet (True),
     else print nothing (False: read through the SDK)."""
-    from fleetq.cli.context import read_info
     from fleetq.client.http_api import Unsupported, web_api
+    from fleetq.runtime.fleet_info import read_info
 
     try:
         info = read_info()

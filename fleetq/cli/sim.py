@@ -89,7 +89,8 @@ def _emulator_info_candidates(state_dir: Path | None) -> list[Path]:
     emulator lives in ``sim/``, or a ``sim serve --out-dir``); else next to
     ``FLEETQ_CONFIG``; else the running ``fleetq up`` of ``$FLEETQ_STATE_DIR`` (or
     ``~/.fleetq``); else ``$FLEETQ_SIM_DIR`` (``~/.fleetq/sim``)."""
-    from fleetq.cli.context import FLEET_CONFIG_ENV, default_state_dir, read_info
+    from fleetq.cli.context import FLEET_CONFIG_ENV
+    from fleetq.runtime.fleet_info import default_state_dir, read_info
 
     out: list[Path] = []
     if state_dir is not None:
@@ -111,7 +112,7 @@ def _emulator_info_candidates(state_dir: Path | None) -> list[Path]:
 
 def _control_url(control: str | None, state_dir: Path | None) -> str:
     """The control URL of the emulator of the fleet the other commands use."""
-    from fleetq.cli.context import pid_alive
+    from fleetq.runtime.fleet_info import pid_alive
 
     if control:
         return control.rstrip("/")

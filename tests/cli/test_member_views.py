@@ -23,7 +23,7 @@ from fleetq.client.connection import temporal_cli_path
 from fleetq.emulator.fleet import INFO_FILE as EMULATOR_INFO
 from fleetq.member_contract import MANAGED_BY, RESERVATION_AFFINITY
 from fleetq.naming import TASK_QUEUE
-from fleetq.runtime.embedded import FleetInfo, write_info
+from fleetq.runtime.fleet_info import FleetInfo, write_info
 from fleetq.runtime.supervisor import free_port
 from tests.cli.conftest import EXAMPLES, CliFleet
 

@@ -39,7 +39,8 @@ from fleetq.messages import (
     QuotaTreeInput,
 )
 from fleetq.naming import job_workflow_id
-from tests.workflows.fakes import ClusterScript, FakeFleet, load, policy, walkthrough_job
+from fleetq.testing.fake_fleet import ClusterScript, FakeFleet
+from tests.workflows.fakes import load, policy, walkthrough_job
 from tests.workflows.test_quota_workflow import wait_for
 from workflows import ALL_WORKFLOWS
 from workflows.quota_tree import QuotaTreeWorkflow
