@@ -7,11 +7,14 @@ server answers.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import ssl
 import tempfile
+import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,3 +168,24 @@ def api(request: pytest.FixtureRequest) -> Raw:
 def api_uncached(request: pytest.FixtureRequest) -> Raw:
     """Like ``api``, the real side without a watch cache (for 410 Gone)."""
     return raw_client(request, str(request.param))
+
+
+@contextlib.contextmanager
+def fresh_namespace(api: Raw, prefix: str) -> Iterator[str]:
+    """A namespace of its own on ``api``'s member (``<prefix><8 hex>``), deleted after."""
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
+    created = api("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    assert created.status == 201, created.body
+    try:
+        yield name
+    finally:
+        api("DELETE", f"/api/v1/namespaces/{name}")
+
+
+def eventually(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+    """``check()``'s first truthy value, polled (a real member acts asynchronously)."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := check()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert value, f"not within {timeout_s}s: {value!r}"
+    return value

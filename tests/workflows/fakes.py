@@ -1,6 +1,7 @@
 """The workflow tests' manifests and harness: example jobs and policies, a worker running
 the real workflows with a fake fleet (:mod:`fleetq.testing.fake_fleet`, the scripted
-activities), a registry workflow of its own, and stand-in capacity caches."""
+activities), a registry workflow of its own, stand-in capacity caches, a client that keeps
+its metrics, and a job's view read by its ``status`` query."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from temporalio.client import WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
+from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -143,3 +145,31 @@ class StubMember:
     cache: StubCache
     labels: dict[str, str] = field(default_factory=dict)
     reservation: bool = False
+
+
+async def metered_client(env: WorkflowEnvironment) -> tuple[Client, MetricBuffer]:
+    """A client on ``env``'s server whose runtime keeps its metrics in the buffer."""
+    buffer = MetricBuffer(10_000)
+    base = env.client
+    client = await Client.connect(
+        base.service_client.config.target_host,
+        namespace=base.namespace,
+        data_converter=base.data_converter,
+        runtime=Runtime(telemetry=TelemetryConfig(metrics=buffer)),
+    )
+    return client, buffer
+
+
+def counted(metrics: MetricBuffer, name: str, label: str) -> dict[str, int]:
+    """Every update of counter ``name`` in ``metrics`` so far, summed by ``label``'s value."""
+    out: dict[str, int] = {}
+    for u in metrics.retrieve_updates():
+        if u.metric.name == name:
+            key = str(u.attributes.get(label))
+            out[key] = out.get(key, 0) + int(u.value)
+    return out
+
+
+async def view_of(handle: WorkflowHandle[Any, Any]) -> JobView:
+    """A job's view, from its workflow's ``status`` query."""
+    return JobView.model_validate(await handle.query("status"))

@@ -35,7 +35,7 @@ from fleetq.messages import JobEvent, JobView
 from fleetq.models import parse_object
 from fleetq.naming import job_workflow_id
 from fleetq.topology import NodeGroup, parse_topology
-from tests.workflows.fakes import load_job, policy
+from tests.workflows.fakes import load_job, policy, view_of
 from worker import build_worker
 from workflows.quota_tree import QuotaTreeWorkflow, QuotaView
 
@@ -128,10 +128,6 @@ async def until(what: Callable[[], Any], ok: Callable[[Any], bool], timeout: flo
             return got
         assert loop.time() < deadline, f"not reached: {got!r}"[:2000]
         await asyncio.sleep(0.2)
-
-
-async def view_of(handle: WorkflowHandle[Any, Any]) -> JobView:
-    return JobView.model_validate(await handle.query("status"))
 
 
 def events(view: JobView, reason: str) -> list[JobEvent]:
