@@ -4,10 +4,12 @@ started from the binaries our dependencies ship (nothing is downloaded at run ti
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
 from temporalio.client import Client
+from temporalio.converter import DataConverter
 from temporalio.runtime import Runtime
 from temporalio.testing import WorkflowEnvironment
 
@@ -50,6 +52,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             print(f"[{name}] build failed: {exc}", flush=True)
 
 
+async def start_dev_server(*namespaces: str, data_converter: DataConverter = DATA_CONVERTER,
+                           search_attributes: bool = True, **options: Any
+                           ) -> WorkflowEnvironment:
+    """A Temporal dev server (in memory) of the pinned CLI with ``namespaces`` besides
+    ``default`` and (unless told not to) fleetq's search attributes registered; ``options``
+    are ``WorkflowEnvironment.start_local``'s."""
+    extra = [arg for ns in namespaces for arg in ("--namespace", ns)]
+    extra += options.pop("dev_server_extra_args", [])
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()), data_converter=data_converter,
+        search_attributes=search_attribute_keys() if search_attributes else (),
+        dev_server_extra_args=extra, **options)
+
+
 #: Namespaces created on the session dev server, one per test area.
 TEST_NAMESPACES = ("e2e", "cli", "reliability", "bench", "security")
 
@@ -57,15 +73,7 @@ TEST_NAMESPACES = ("e2e", "cli", "reliability", "bench", "security")
 @pytest_asyncio.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     """A Temporal dev server (in-memory) with fleetq's search attributes registered."""
-    extra: list[str] = []
-    for ns in TEST_NAMESPACES:
-        extra += ["--namespace", ns]
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=DATA_CONVERTER,
-        search_attributes=search_attribute_keys(),
-        dev_server_extra_args=extra,
-    )
+    env = await start_dev_server(*TEST_NAMESPACES)
     try:
         yield env
     finally:

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from fleetq.cli.local_servers import build_or_reuse, stop_on_signals
+from fleetq.cli.local_servers import Force, build_or_reuse, stop_on_signals
 from fleetq.cli.output import fail, say
 from fleetq.controlplane.build import BuildError, build, cached
 from fleetq.controlplane.runner import ControlPlaneError, RealFleet
@@ -34,9 +34,7 @@ INFO_FILE = "controlplane.json"
 
 
 @app.command("build")
-def build_cmd(
-    force: Annotated[bool, typer.Option(help="Rebuild even if the cache is warm")] = False,
-) -> None:
+def build_cmd(force: Force = False) -> None:
     """Build (or reuse) the control-plane binaries; prints where they are."""
     done, state = build_or_reuse(cached, build, force)
     typer.echo(f"{done.bin} ({state}; Kubernetes {done.version})")

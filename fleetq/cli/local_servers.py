@@ -9,12 +9,17 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Annotated, TypeVar
+
+import typer
 
 from fleetq.cli.output import fail, say
 from fleetq.gobuild import BuildError, Progress
 
 T = TypeVar("T")
+
+#: a build command's ``--force``
+Force = Annotated[bool, typer.Option(help="Rebuild even if the cache is warm")]
 
 
 def build_or_reuse(cached: Callable[[], T | None], build: Callable[..., T],

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from fleetq.cli.local_servers import build_or_reuse, stop_on_signals
+from fleetq.cli.local_servers import Force, build_or_reuse, stop_on_signals
 from fleetq.cli.output import fail, say
 from fleetq.temporal_cluster.build import BuildError, build, cached
 from fleetq.temporal_cluster.config import Layout
@@ -31,9 +31,7 @@ INFO_FILE = "temporal-cluster.json"
 
 
 @app.command("build")
-def build_cmd(
-    force: Annotated[bool, typer.Option(help="Rebuild even if the cache is warm")] = False,
-) -> None:
+def build_cmd(force: Force = False) -> None:
     """Build (or reuse) the Temporal server binaries; prints where they are."""
     done, state = build_or_reuse(cached, build, force)
     typer.echo(f"{done.root / 'bin'} ({state}; Temporal {done.version}; PostgreSQL "

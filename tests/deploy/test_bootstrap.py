@@ -36,10 +36,10 @@ from fleetq.client.connection import (
     current_build,
     describe_deployment,
     ensure_search_attributes,
-    temporal_cli_path,
 )
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.naming import REGISTRY_WORKFLOW_ID, job_workflow_id
+from tests.conftest import start_dev_server
 from tests.deploy.running_worker import RunningWorker, get, poll
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,12 +49,8 @@ NAMESPACES = ("boot-none", "boot-unset", "boot-first")
 
 @pytest_asyncio.fixture(scope="module")
 async def server() -> AsyncIterator[WorkflowEnvironment]:
-    extra: list[str] = []
-    for ns in NAMESPACES:
-        extra += ["--namespace", ns]
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER,
-        dev_server_extra_args=extra, dev_server_log_level="error")
+    env = await start_dev_server(*NAMESPACES, search_attributes=False,
+                                 dev_server_log_level="error")
     try:
         yield env
     finally:

@@ -40,15 +40,14 @@ from typer.testing import CliRunner
 
 from fleetq.cli import app
 from fleetq.client.connection import (
-    DATA_CONVERTER,
     ensure_search_attributes,
     set_current_version,
-    temporal_cli_path,
 )
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.naming import job_workflow_id
 from fleetq.preemption import PreemptionReason
 from fleetq.rejection import RejectionCode
+from tests.conftest import start_dev_server
 from tests.deploy.running_worker import RunningWorker, free_port, get, poll
 from workflows.metrics import DURATION_BUCKETS, JOB_STATES, PURGE_MODES
 
@@ -114,9 +113,7 @@ def worker(env: WorkflowEnvironment, members: EmulatedFleet, build: str) -> Runn
 
 @pytest_asyncio.fixture(scope="module")
 async def stack(members: EmulatedFleet) -> AsyncIterator[Stack]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER,
-        dev_server_log_level="error")
+    env = await start_dev_server(search_attributes=False, dev_server_log_level="error")
     client = env.client
     await ensure_search_attributes(client)
     a = worker(env, members, "a1").start()

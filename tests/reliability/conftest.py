@@ -31,12 +31,12 @@ from activities.fleet import Fleet
 from activities.kube_api import KubeApi
 from activities.scheduling import SchedulingActivities
 from fleetq.client.apply import apply_registry_object, apply_tree
-from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id
 from fleetq.testing.chaos import job_manifest, job_view, tree_manifest
+from tests.conftest import start_dev_server
 from worker import build_worker
 
 #: quota leaves (and their namespaces) every reliability test may use
@@ -190,12 +190,8 @@ def request_log() -> Iterator[RequestLog]:
 @pytest_asyncio.fixture(scope="session")
 async def stack(tmp_path_factory: pytest.TempPathFactory,
                 request_log: RequestLog) -> AsyncIterator[Stack]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=pydantic_data_converter,
-        search_attributes=search_attribute_keys(),
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server(data_converter=pydantic_data_converter,
+                                 dev_server_log_level="error")
     out = tmp_path_factory.mktemp("rel-emulator")
     emulated = EmulatedFleet(out_dir=out, start_delay=0.2).start()
     doc = _load_yaml(emulated.fleet_config_path)

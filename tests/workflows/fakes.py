@@ -20,7 +20,7 @@ from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from fleetq.messages import JobView
+from fleetq.messages import JobEvent, JobView
 from fleetq.preemption import RunningGang
 from fleetq.registry import RegistryState
 from fleetq.testing.fake_fleet import FakeFleet
@@ -173,3 +173,13 @@ def counted(metrics: MetricBuffer, name: str, label: str) -> dict[str, int]:
 async def view_of(handle: WorkflowHandle[Any, Any]) -> JobView:
     """A job's view, from its workflow's ``status`` query."""
     return JobView.model_validate(await handle.query("status"))
+
+
+def first_events_in_order(view: JobView, *reasons: str) -> list[JobEvent]:
+    """The first event of each of ``reasons`` in ``view``, asserting they came in that
+    order."""
+    seen = [e.reason for e in view.events]
+    assert all(r in seen for r in reasons), (reasons, seen)
+    at = [seen.index(r) for r in reasons]
+    assert at == sorted(at), (reasons, seen)
+    return [view.events[i] for i in at]

@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.client.apply import apply_objects
-from fleetq.client.connection import DATA_CONVERTER, search_attribute_keys, temporal_cli_path
+from fleetq.client.connection import DATA_CONVERTER
 from fleetq.client.jobs import start_job
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.fleet_config import RequeueSettings, load_fleet_config
@@ -35,6 +35,7 @@ from fleetq.messages import JobEvent, JobView
 from fleetq.models import parse_object
 from fleetq.naming import job_workflow_id
 from fleetq.topology import NodeGroup, parse_topology
+from tests.conftest import start_dev_server
 from tests.workflows.fakes import load_job, policy, view_of
 from worker import build_worker
 from workflows.quota_tree import QuotaTreeWorkflow, QuotaView
@@ -136,13 +137,7 @@ def events(view: JobView, reason: str) -> list[JobEvent]:
 
 @pytest_asyncio.fixture(scope="module")
 async def server() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=DATA_CONVERTER,
-        search_attributes=search_attribute_keys(),
-        dev_server_extra_args=["--namespace", "unsched-never", "--namespace", "unsched-ready",
-                               "--namespace", "unsched-apply"],
-    )
+    env = await start_dev_server("unsched-never", "unsched-ready", "unsched-apply")
     try:
         yield env
     finally:
