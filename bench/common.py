@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import typer
 import yaml
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
@@ -34,7 +35,7 @@ from activities.scheduling import SchedulingActivities
 from fleetq.client.connection import connect
 from fleetq.messages import QuotaBatch, QuotaMessage
 from fleetq.naming import CONTROL_TASK_QUEUE, REGISTRY_WORKFLOW_ID
-from fleetq.runtime.embedded import EmbeddedFleet
+from fleetq.runtime.embedded import EmbeddedFleet, TemporalKind
 from fleetq.runtime.supervisor import free_port
 from fleetq.testing.history import RunStats as RunStats
 from fleetq.testing.history import event_type_name as event_type_name
@@ -180,6 +181,19 @@ def quota_messages(events: Iterable[HistoryEvent]) -> Iterable[tuple[HistoryEven
                 else:
                     yield ev, QuotaMessage.model_validate(
                         {"signal": sig.signal_name, "job_id": arg})
+
+
+# ---------------------------------------------------------------------- options
+
+BUILT_TEMPORAL = ("the production-shaped Temporal built from its Go module (fleetq "
+                  "temporal-cluster build)")
+
+
+def temporal_option(cluster: str = BUILT_TEMPORAL) -> Any:
+    """A bench command's ``--temporal``: dev (the default) or cluster (``cluster`` says
+    what that is)."""
+    return typer.Option(TemporalKind.dev, "--temporal",
+                        help=f"dev: temporal server start-dev (SQLite); cluster: {cluster}")
 
 
 # ---------------------------------------------------------------------- manifests

@@ -44,6 +44,7 @@ from bench.common import (
     result_line,
     run_chain,
     run_main,
+    temporal_option,
 )
 from fleetq.client.apply import apply_objects
 from fleetq.client.jobs import start_job
@@ -606,10 +607,7 @@ def command(
         False, "--unsandboxed",
         help="experiment: run every workflow (jobs and baseline) without the Python SDK's "
              "sandbox"),
-    temporal: TemporalKind = typer.Option(
-        TemporalKind.dev, "--temporal",
-        help="dev: temporal server start-dev (SQLite); cluster: the production-shaped "
-             "Temporal built from its Go module (fleetq temporal-cluster build)"),
+    temporal: TemporalKind = temporal_option(),
 ) -> None:
     raise typer.Exit(run_main(run(Options(jobs, concurrency, warmup, run_seconds, rounds,
                                           unsandboxed, temporal.value))))

@@ -46,6 +46,7 @@ from bench.common import (
     result_line,
     run_chain,
     run_main,
+    temporal_option,
 )
 from fleetq.client.connection import temporal_cli_path
 from fleetq.runtime.embedded import TemporalKind
@@ -315,10 +316,7 @@ def command(
     concurrency: int = typer.Option(
         200, "--concurrency", min=1,
         help="start requests in flight at once (holders and baseline alike)"),
-    temporal: TemporalKind = typer.Option(
-        TemporalKind.dev, "--temporal",
-        help="dev: temporal server start-dev (SQLite); cluster: the production-shaped "
-             "Temporal built from its Go module (fleetq temporal-cluster build)"),
+    temporal: TemporalKind = temporal_option(),
 ) -> None:
     raise typer.Exit(run_main(run(Options(jobs, concurrency, temporal.value))))
 
