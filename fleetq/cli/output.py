@@ -55,6 +55,15 @@ def age(since: Any, now: datetime | None = None) -> str:
     return human_duration(((now or datetime.now(UTC)) - t).total_seconds())
 
 
+def namespaced(headers: list[str], rows: list[tuple[str, list[Any]]], all_namespaces: bool
+               ) -> tuple[list[str], list[list[Any]]]:
+    """A table of ``(namespace, row)`` s; with ``all_namespaces`` (kubectl's ``-A``) the
+    namespace is its first column, NAMESPACE."""
+    if all_namespaces:
+        return ["NAMESPACE", *headers], [[ns, *row] for ns, row in rows]
+    return headers, [row for _ns, row in rows]
+
+
 def plain_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     cells = [list(headers)] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
