@@ -4,10 +4,12 @@ started from the binaries our dependencies ship (nothing is downloaded at run ti
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 from temporalio.runtime import Runtime
@@ -142,3 +144,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             and item.get_closest_marker("timeout") is None
         ):
             item.add_marker(pytest.mark.timeout(240))
+
+
+def quick_fleet_config(fleet_config: Path, out: Path, connect_s: float, read_s: float) -> Path:
+    """A copy of an emulated fleet's config at ``out`` with short member timeouts and a
+    half-second capacity cache, so faults show within a test's patience."""
+    doc = yaml.safe_load(fleet_config.read_text())
+    doc["timeouts"] = {"connectSeconds": connect_s, "readSeconds": read_s}
+    doc["cacheTTLSeconds"] = 0.5
+    out.write_text(yaml.safe_dump(doc))
+    return out

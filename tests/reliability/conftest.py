@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
@@ -36,7 +35,7 @@ from fleetq.messages import JobView
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id
 from fleetq.testing.chaos import job_manifest, job_view, tree_manifest
-from tests.conftest import start_dev_server
+from tests.conftest import quick_fleet_config, start_dev_server
 from worker import build_worker
 
 #: quota leaves (and their namespaces) every reliability test may use
@@ -166,10 +165,6 @@ class Stack:
                              f"({v.state if v else '?'}: {v.reason if v else ''})")
 
 
-def _load_yaml(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
-
-
 @pytest.fixture(scope="session")
 def request_log() -> Iterator[RequestLog]:
     """Count every request ``KubeApi`` sends (all instances of this process)."""
@@ -194,11 +189,8 @@ async def stack(tmp_path_factory: pytest.TempPathFactory,
                                  dev_server_log_level="error")
     out = tmp_path_factory.mktemp("rel-emulator")
     emulated = EmulatedFleet(out_dir=out, start_delay=0.2).start()
-    doc = _load_yaml(emulated.fleet_config_path)
-    doc["timeouts"] = {"connectSeconds": CONNECT_S, "readSeconds": READ_S}
-    doc["cacheTTLSeconds"] = 0.5
-    cfg = out / "fleet-rel.yaml"
-    cfg.write_text(yaml.safe_dump(doc))
+    cfg = quick_fleet_config(emulated.fleet_config_path, out / "fleet-rel.yaml",
+                             CONNECT_S, READ_S)
     fleet = Fleet.from_config(cfg)
     logs = LogCapture()
     logs.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
