@@ -18,7 +18,7 @@ One dev server, one namespace per test (each test starts from an empty one).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +57,6 @@ async def server() -> AsyncIterator[WorkflowEnvironment]:
         await env.shutdown()
 
 
-@pytest.fixture(scope="module")
-def members() -> Iterator[EmulatedFleet]:
-    emulated = EmulatedFleet(start_delay=0.05).start()
-    try:
-        yield emulated
-    finally:
-        emulated.stop()
-
-
 async def namespace(server: WorkflowEnvironment, ns: str,
                     monkeypatch: pytest.MonkeyPatch) -> Client:
     """A client of the empty namespace ``ns`` (search attributes registered, as
@@ -93,6 +84,14 @@ async def registry_state(client: Client) -> dict[str, Any]:
     return state
 
 
+
+def start_worker(server: WorkflowEnvironment, members: EmulatedFleet, namespace: str,
+                 **options: Any) -> RunningWorker:
+    """A worker process on ``server``'s ``namespace`` over ``members``, started."""
+    return RunningWorker(dict(address=server.client.service_client.config.target_host,
+                              namespace=namespace, fleet_config=str(members.fleet_config_path),
+                              **options)).start()
+
 async def test_apply_without_any_worker_fails_with_one_line_and_applies_nothing(
         server: WorkflowEnvironment, members: EmulatedFleet,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,9 +102,7 @@ async def test_apply_without_any_worker_fails_with_one_line_and_applies_nothing(
         "no worker polls task queue fleetq-control (namespace boot-none): run fleetq worker "
         "(fleetq worker --versioning for a versioned deployment), or fleetq up"], r.output
     # nothing half-done: once a worker runs, the refused objects are not there
-    worker = RunningWorker(dict(address=server.client.service_client.config.target_host,
-                                namespace="boot-none",
-                                fleet_config=str(members.fleet_config_path))).start()
+    worker = start_worker(server, members, "boot-none")
     try:
         await worker.ready()
         state = await registry_state(client)
@@ -119,11 +116,8 @@ async def test_versioned_worker_without_a_current_version_is_unready_and_apply_s
         monkeypatch: pytest.MonkeyPatch) -> None:
     client = await namespace(server, "boot-unset", monkeypatch)
     monkeypatch.setenv("FLEETQ_DEPLOYMENT_NAME", "fleetq-unset")
-    worker = RunningWorker(dict(address=server.client.service_client.config.target_host,
-                                namespace="boot-unset",
-                                fleet_config=str(members.fleet_config_path),
-                                deployment=versioned("fleetq-unset", "u1"),
-                                set_current=False)).start()
+    worker = start_worker(server, members, "boot-unset",
+                          deployment=versioned("fleetq-unset", "u1"), set_current=False)
     try:
         url = worker.health_url + "/readyz"
 
@@ -154,10 +148,8 @@ async def test_first_versioned_worker_becomes_current_and_the_walkthrough_runs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     client = await namespace(server, "boot-first", monkeypatch)
     assert await describe_deployment(client, "fleetq-first") is None  # an empty namespace
-    worker = RunningWorker(dict(address=server.client.service_client.config.target_host,
-                                namespace="boot-first",
-                                fleet_config=str(members.fleet_config_path),
-                                deployment=versioned("fleetq-first", "f1"))).start()
+    worker = start_worker(server, members, "boot-first",
+                          deployment=versioned("fleetq-first", "f1"))
     try:
         await worker.ready()
         desc = await describe_deployment(client, "fleetq-first")

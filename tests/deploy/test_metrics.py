@@ -24,12 +24,11 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
@@ -92,15 +91,6 @@ class Stack:
     members: EmulatedFleet
     a: RunningWorker
     after_job: list[Sample]
-
-
-@pytest.fixture(scope="module")
-def members() -> Iterator[EmulatedFleet]:
-    emulated = EmulatedFleet(start_delay=0.05).start()
-    try:
-        yield emulated
-    finally:
-        emulated.stop()
 
 
 def worker(env: WorkflowEnvironment, members: EmulatedFleet, build: str) -> RunningWorker:

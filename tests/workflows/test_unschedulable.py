@@ -34,6 +34,7 @@ from fleetq.fleet_config import RequeueSettings, load_fleet_config
 from fleetq.messages import JobEvent, JobView
 from fleetq.models import parse_object
 from fleetq.naming import job_workflow_id
+from fleetq.testing.chaos import member_copies
 from fleetq.topology import NodeGroup, parse_topology
 from tests.conftest import start_dev_server
 from tests.workflows.fakes import load_job, policy, view_of
@@ -94,13 +95,7 @@ class Stack:
 
     def member_jobs(self, name: str) -> dict[str, int]:
         """cluster -> how many PyTorchJobs called ``name`` the member holds."""
-        out = {}
-        for c in self.emulated.members:
-            n = sum(1 for o in self.emulated.objects(c, "pytorchjobs")
-                    if o["metadata"]["name"] == name)
-            if n:
-                out[c] = n
-        return out
+        return member_copies(self.emulated, None, name, list(self.emulated.members))
 
     def member_pods(self, name: str) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
