@@ -170,6 +170,11 @@ def api_uncached(request: pytest.FixtureRequest) -> Raw:
     return raw_client(request, str(request.param))
 
 
+#: the PyTorchJob API group's path, and the merge-patch content type
+JOBS = "/apis/kubeflow.org/v1"
+MERGE = "application/merge-patch+json"
+
+
 @contextlib.contextmanager
 def fresh_namespace(api: Raw, prefix: str) -> Iterator[str]:
     """A namespace of its own on ``api``'s member (``<prefix><8 hex>``), deleted after."""
@@ -180,6 +185,13 @@ def fresh_namespace(api: Raw, prefix: str) -> Iterator[str]:
         yield name
     finally:
         api("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def ns(api: Raw) -> Iterator[str]:
+    """A namespace of the test's own on the member it runs against."""
+    with fresh_namespace(api, "ns-") as name:
+        yield name
 
 
 def eventually(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:

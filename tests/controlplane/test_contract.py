@@ -5,23 +5,12 @@ emulator was fixed until both kinds pass."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
+from .conftest import JOBS, MERGE, Raw, eventually
 
-from .conftest import Raw, eventually, fresh_namespace
-
-MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-JOBS = "/apis/kubeflow.org/v1"
-
-
-@pytest.fixture
-def ns(api: Raw) -> Iterator[str]:
-    with fresh_namespace(api, "c-") as name:
-        yield name
 
 
 def pod(name: str, requests: dict[str, str] | None = None,

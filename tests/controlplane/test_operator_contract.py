@@ -12,25 +12,17 @@ DeletePodsAndServices, CleanupJob), ``common/pod.go`` (ReconcilePods, createNewP
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from fleetq.emulator.kube_objects import finished_pod
 
-from .conftest import Raw, fresh_namespace
+from .conftest import JOBS, MERGE, Raw
 from .conftest import eventually as poll_until
 
-JOBS = "/apis/kubeflow.org/v1"
-MERGE = "application/merge-patch+json"
 JOB_NAME = "training.kubeflow.org/job-name"
-
-
-@pytest.fixture
-def ns(api: Raw) -> Iterator[str]:
-    with fresh_namespace(api, "op-") as name:
-        yield name
 
 
 def eventually(check: Callable[[], Any]) -> Any:
