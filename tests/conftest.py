@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import pytest_asyncio
@@ -22,6 +22,9 @@ from fleetq.client.connection import (
     temporal_cli_path,
     test_server_path,
 )
+
+if TYPE_CHECKING:
+    from fleetq.controlplane.build import Build
 
 #: test directories whose fixtures start real control planes or the production-shaped
 #: Temporal (built from Go modules; a cold build takes minutes)
@@ -52,6 +55,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             module.build(progress=lambda msg, n=name: print(f"[{n}] {msg}", flush=True))
         except module.BuildError as exc:
             print(f"[{name}] build failed: {exc}", flush=True)
+
+
+def real_control_plane(say: bool = False) -> Build:
+    """The control-plane build (built now if the cache is cold, its progress printed when
+    ``say``); the test fails saying what to run when it cannot be built."""
+    from fleetq.controlplane.build import BuildError, build
+
+    try:
+        return build(progress=(lambda msg: print(f"[controlplane] {msg}", flush=True))
+                     if say else None)
+    except BuildError as exc:
+        pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
 
 
 async def start_dev_server(*namespaces: str, data_converter: DataConverter = DATA_CONVERTER,

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from fleetq.topology import ClusterSpec, Topology, parse_topology
+from tests.conftest import real_control_plane
 
 CLUSTER = "cluster-x"
 TOPOLOGY: dict[str, Any] = {"clusters": [{
@@ -106,13 +107,9 @@ def real_plane() -> Iterator[Any]:
     """One real member: etcd, kube-apiserver, KWOK, the training-operator,
     kube-scheduler and the lifecycle controller (garbage collector), talked to directly
     (no fault proxy between: the contract is the API server's and the operator's)."""
-    from fleetq.controlplane.build import BuildError, build
     from fleetq.controlplane.runner import RealFleet
 
-    try:
-        binaries = build(progress=lambda msg: print(f"[controlplane] {msg}", flush=True))
-    except BuildError as exc:
-        pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
+    binaries = real_control_plane(say=True)
     with tempfile.TemporaryDirectory(prefix="fleetq-cp-") as out, \
             RealFleet(topology(), binaries, Path(out), fault_proxy=False) as fleet:
         yield fleet
@@ -123,13 +120,9 @@ def uncached_plane() -> Iterator[Any]:
     """A real member whose API server has no watch cache: watches go to etcd, so a
     compaction turns an older resourceVersion into 410 Gone at once (with the cache, a
     real server serves history it still holds in memory, minutes of it)."""
-    from fleetq.controlplane.build import BuildError, build
     from fleetq.controlplane.runner import RealFleet
 
-    try:
-        binaries = build()
-    except BuildError as exc:
-        pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
+    binaries = real_control_plane()
     hub = parse_topology({"clusters": [{"name": CLUSTER, "member": False}]})
     with tempfile.TemporaryDirectory(prefix="fleetq-cp-") as out, \
             RealFleet(hub, binaries, Path(out), apiserver_args=("--watch-cache=false",),

@@ -15,16 +15,12 @@ import pytest
 
 from fleetq.runtime.embedded import EmbeddedFleet
 from fleetq.runtime.supervisor import free_port
+from tests.conftest import real_control_plane
 
 
 @pytest.fixture(scope="module")
 def real_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]:
-    from fleetq.controlplane.build import BuildError, build
-
-    try:
-        build()
-    except BuildError as exc:
-        pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
+    real_control_plane()
     fleet = EmbeddedFleet(tmp_path_factory.mktemp("embedded-real"), port=free_port(),
                           ui_port=free_port(), members="real")
     fleet.start(timeout=300)
