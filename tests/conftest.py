@@ -3,7 +3,8 @@ started from the binaries our dependencies ship (nothing is downloaded at run ti
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from fleetq.client.connection import (
 
 if TYPE_CHECKING:
     from fleetq.controlplane.build import Build
+    from fleetq.runtime.embedded import EmbeddedFleet
 
 #: test directories whose fixtures start real control planes or the production-shaped
 #: Temporal (built from Go modules; a cold build takes minutes)
@@ -67,6 +69,22 @@ def real_control_plane(say: bool = False) -> Build:
                      if say else None)
     except BuildError as exc:
         pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
+
+
+@contextlib.contextmanager
+def embedded_fleet(state_dir: Path, timeout: float, grace: float = 2.0,
+                   **options: Any) -> Iterator[EmbeddedFleet]:
+    """``fleetq up``'s embedded fleet in ``state_dir`` on free ports (``options``: the
+    rest of :class:`EmbeddedFleet`'s), started within ``timeout`` s, stopped after."""
+    from fleetq.runtime.embedded import EmbeddedFleet
+    from fleetq.runtime.supervisor import free_port
+
+    fleet = EmbeddedFleet(state_dir, port=free_port(), ui_port=free_port(), **options)
+    fleet.start(timeout=timeout)
+    try:
+        yield fleet
+    finally:
+        fleet.stop(grace=grace)
 
 
 async def start_dev_server(*namespaces: str, data_converter: DataConverter = DATA_CONVERTER,
