@@ -20,7 +20,7 @@ import socket
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import urlencode
 
 import urllib3
@@ -257,6 +257,18 @@ class WatchStream:
 # --------------------------------------------------------------------------- the client
 
 
+class CallOptions(TypedDict, total=False):
+    """How :meth:`KubeApi.call` and :meth:`KubeApi.request` send one request: the JSON
+    ``body`` (None: none) and its ``content_type`` (default ``application/json``), the
+    (connect, read) ``timeout`` (default the client's) and whether to ``retry`` (True).
+    """
+
+    body: Any
+    content_type: str
+    timeout: tuple[float, float] | None
+    retry: bool
+
+
 class KubeApi:
     """Raw JSON access to one API server with timeouts and bounded retries.
 
@@ -333,44 +345,26 @@ class KubeApi:
         )
         return self._client.call_api(m, url, hdrs, b, post, _request_timeout=timeout)
 
-    def call(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: tuple[float, float] | None = None,
-        retry: bool = True,
-    ) -> tuple[int, Any]:
+    def call(self, method: str, path: str, **options: Unpack[CallOptions]) -> tuple[int, Any]:
         """One request with retries; returns ``(status, decoded JSON or None)`` for any
         definite answer (for tools that want the raw status; the verbs below raise
         typed errors instead); raises :class:`ClusterUnreachable` otherwise. A write is
         one OpenTelemetry span (``member POST``...), a child of the activity's span when
         tracing is on (a no-op otherwise)."""
+        args = (options.get("body"), options.get("content_type", "application/json"),
+                options.get("timeout"), options.get("retry", True))
         if method == "GET":
-            return self._call(method, path, body, content_type, timeout, retry)
+            return self._call(method, path, *args)
         with _TRACER.start_as_current_span(
             f"member {method}",
             attributes={"fleetq.member": self.name, "http.target": path.split("?", 1)[0]},
         ):
-            return self._call(method, path, body, content_type, timeout, retry)
+            return self._call(method, path, *args)
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: tuple[float, float] | None = None,
-        retry: bool = True,
-    ) -> Any:
+    def request(self, method: str, path: str, **options: Unpack[CallOptions]) -> Any:
         """:meth:`call` for a 2xx answer: its decoded body; any other definite answer
         raises its :class:`ApiError` subclass."""
-        status, obj = self.call(
-            method, path, body=body, content_type=content_type, timeout=timeout, retry=retry
-        )
+        status, obj = self.call(method, path, **options)
         if status >= 300:
             raise self._error(method, path, status, obj)
         return obj

@@ -24,6 +24,7 @@ from pathlib import Path
 import typer
 
 from bench.command import bench_app, run_command
+from bench.common import temporal_option
 from fleetq.runtime.embedded import TemporalKind
 from fleetq.testing.chaos import (
     CLUSTER_RESTARTS,
@@ -72,10 +73,9 @@ def command(
              "(fleetq controlplane build)"),
     workdir: str | None = typer.Option(None, "--workdir", help="keep logs and state here"),
     json_too: bool = typer.Option(False, "--json", help="print results as JSON too"),
-    temporal: TemporalKind = typer.Option(
-        TemporalKind.dev, "--temporal",
-        help="dev: temporal server start-dev (SQLite); cluster: the production-shaped "
-             "Temporal built from its Go module, which adds the history-kill restart"),
+    temporal: TemporalKind = temporal_option(
+        "the production-shaped Temporal built from its Go module, which adds the "
+        "history-kill restart"),
 ) -> None:
     raise typer.Exit(run(Options(points, restarts, members.value, workdir, json_too,
                                  temporal.value)))

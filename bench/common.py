@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import typer
 import yaml
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
@@ -34,7 +35,7 @@ from activities.scheduling import SchedulingActivities
 from fleetq.client.connection import connect
 from fleetq.messages import QuotaBatch, QuotaMessage
 from fleetq.naming import CONTROL_TASK_QUEUE, REGISTRY_WORKFLOW_ID
-from fleetq.runtime.embedded import EmbeddedFleet
+from fleetq.runtime.embedded import EmbeddedFleet, TemporalKind
 from fleetq.runtime.supervisor import free_port
 from fleetq.testing.history import RunStats as RunStats
 from fleetq.testing.history import event_type_name as event_type_name
@@ -180,6 +181,50 @@ def quota_messages(events: Iterable[HistoryEvent]) -> Iterable[tuple[HistoryEven
                 else:
                     yield ev, QuotaMessage.model_validate(
                         {"signal": sig.signal_name, "job_id": arg})
+
+
+# ---------------------------------------------------------------------- options
+
+BUILT_TEMPORAL = ("the production-shaped Temporal built from its Go module (fleetq "
+                  "temporal-cluster build)")
+
+
+def temporal_option(cluster: str = BUILT_TEMPORAL) -> Any:
+    """A bench command's ``--temporal``: dev (the default) or cluster (``cluster`` says
+    what that is)."""
+    return typer.Option(TemporalKind.dev, "--temporal",
+                        help=f"dev: temporal server start-dev (SQLite); cluster: {cluster}")
+
+
+# ---------------------------------------------------------------------- manifests
+
+
+def gang_policy(name: str, namespace: str, queued: bool = False) -> dict[str, Any]:
+    """The walkthrough's PropagationPolicy for PyTorchJobs in ``namespace``: one gang on
+    one member cluster, failover after 30 s; ``queued`` holds jobs in their quota queue."""
+    spec: dict[str, Any] = {"suspension": {"scheduling": True}} if queued else {}
+    spec.update({
+        "propagateDeps": True,  # Karmada: application failover needs it
+        "failover": {"application": {"decisionConditions": {"tolerationSeconds": 30},
+                                     "purgeMode": "Immediately"}},
+        "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided",
+                                            "customSchedulingType": "Gang"}},
+        "resourceSelectors": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}],
+    })
+    return {"apiVersion": "policy.one.alibabacloud.com/v1alpha1", "kind": "PropagationPolicy",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def one_leaf_quota_tree(leaf: str, namespace: str, room: dict[str, Any],
+                        leaf_room: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An ElasticQuotaTree whose root (max = min = ``room``) has one leaf ``leaf`` for
+    ``namespace``, whose max is ``leaf_room`` (``room`` when not given)."""
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
+        "spec": {"root": {"name": "root", "max": room, "min": room, "children": [
+            {"name": leaf, "max": leaf_room or room, "namespaces": [namespace]}]}},
+    }
 
 
 # ---------------------------------------------------------------------- the stack

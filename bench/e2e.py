@@ -34,6 +34,8 @@ from bench.common import (
     RunStats,
     Stack,
     embedded_stack,
+    gang_policy,
+    one_leaf_quota_tree,
     payload_bytes,
     percentile,
     proc_cpu_seconds,
@@ -42,6 +44,7 @@ from bench.common import (
     result_line,
     run_chain,
     run_main,
+    temporal_option,
 )
 from fleetq.client.apply import apply_objects
 from fleetq.client.jobs import start_job
@@ -72,30 +75,13 @@ def topology(nodes: int = 60) -> dict[str, Any]:
 
 
 def quota_tree(max_jobs: int) -> dict[str, Any]:
-    big = {"cpu": 100000, "memory": "100000Gi", "nvidia.com/gpu": 10000,
-           "kube-queue/max-jobs": max_jobs}
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
-        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-        "spec": {"root": {"name": "root", "max": big, "min": big, "children": [
-            {"name": "bench", "max": big, "namespaces": [NAMESPACE]}]}},
-    }
+    return one_leaf_quota_tree("bench", NAMESPACE, {
+        "cpu": 100000, "memory": "100000Gi", "nvidia.com/gpu": 10000,
+        "kube-queue/max-jobs": max_jobs})
 
 
 def queued_policy() -> dict[str, Any]:
-    return {
-        "apiVersion": "policy.one.alibabacloud.com/v1alpha1", "kind": "PropagationPolicy",
-        "metadata": {"name": "bench-policy", "namespace": NAMESPACE},
-        "spec": {
-            "suspension": {"scheduling": True},
-            "propagateDeps": True,  # Karmada: application failover needs it
-            "failover": {"application": {"decisionConditions": {"tolerationSeconds": 30},
-                                         "purgeMode": "Immediately"}},
-            "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided",
-                                                "customSchedulingType": "Gang"}},
-            "resourceSelectors": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}],
-        },
-    }
+    return gang_policy("bench-policy", NAMESPACE, queued=True)
 
 
 def small_job(name: str) -> dict[str, Any]:
@@ -621,10 +607,7 @@ def command(
         False, "--unsandboxed",
         help="experiment: run every workflow (jobs and baseline) without the Python SDK's "
              "sandbox"),
-    temporal: TemporalKind = typer.Option(
-        TemporalKind.dev, "--temporal",
-        help="dev: temporal server start-dev (SQLite); cluster: the production-shaped "
-             "Temporal built from its Go module (fleetq temporal-cluster build)"),
+    temporal: TemporalKind = temporal_option(),
 ) -> None:
     raise typer.Exit(run_main(run(Options(jobs, concurrency, warmup, run_seconds, rounds,
                                           unsandboxed, temporal.value))))

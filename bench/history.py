@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import typer
-from temporalio import activity
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -30,6 +28,7 @@ from bench.common import (
     HISTORY_WARN_EVENTS,
     RunStats,
     embedded_stack,
+    gang_policy,
     real_activities,
     result_line,
     run_chain,
@@ -38,25 +37,10 @@ from bench.common import (
 from fleetq.client.apply import apply_objects, load_for_apply
 from fleetq.client.connection import test_server_path
 from fleetq.messages import (
-    BindInput,
-    BindResult,
-    Candidate,
-    HolderCheck,
-    HolderVerdict,
-    JobStatus,
     JobView,
-    PlacementInput,
-    PlacementVerdict,
-    PodStatus,
-    PurgeInput,
-    PurgeResult,
-    ReserveInput,
-    ReserveResult,
-    Resolution,
-    ResolveInput,
-    WatchInput,
 )
 from fleetq.naming import job_workflow_id
+from fleetq.testing.fake_fleet import ClusterScript, FakeFleet
 from worker import build_worker
 from workflows import ALL_WORKFLOWS
 from workflows.pytorch_job import MAX_HISTORY_EVENTS
@@ -110,78 +94,14 @@ async def walkthrough(run_seconds: int) -> list[RunStats]:
 # ---------------------------------------------------------------------- 2. a week
 
 
-def gang_policy() -> dict[str, Any]:
-    return {
-        "apiVersion": "policy.one.alibabacloud.com/v1alpha1", "kind": "PropagationPolicy",
-        "metadata": {"name": "week-policy", "namespace": "default"},
-        "spec": {
-            "propagateDeps": True,  # Karmada: application failover needs it
-            "failover": {"application": {"decisionConditions": {"tolerationSeconds": 30},
-                                         "purgeMode": "Immediately"}},
-            "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided",
-                                                "customSchedulingType": "Gang"}},
-            "resourceSelectors": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}],
-        },
-    }
-
-
-class ScriptedCluster:
-    """Stand-ins for the worker's activities (same names): one member cluster ``sim-a``
-    on which a bound job is Created, then Running after 5 s, then Succeeded after
-    ``run_for`` (virtual time of the time-skipping server)."""
-
-    def __init__(self, run_for: timedelta) -> None:
-        self.run_for = run_for
-        self.bound_at: datetime | None = None
-
-    @activity.defn(name="resolve_policy")
-    async def resolve_policy(self, inp: ResolveInput) -> Resolution:
-        return Resolution(policy=gang_policy(), policy_reason="scripted")
-
-    @activity.defn(name="plan_placement")
-    async def plan_placement(self, inp: PlacementInput) -> PlacementVerdict:
-        assignment = {f"{g.role}-{i}": "sim-a-node-0"
-                      for g in inp.gang.groups for i in range(g.count)}
-        return PlacementVerdict(
-            candidates=[Candidate(cluster="sim-a", score=1.0, reservation=False,
-                                  assignment=assignment)],
-            eligible=["sim-a"])
-
-    @activity.defn(name="reserve")
-    async def reserve(self, inp: ReserveInput) -> ReserveResult:
-        return ReserveResult(ok=True)
-
-    @activity.defn(name="bind")
-    async def bind(self, inp: BindInput) -> BindResult:
-        self.bound_at = activity.info().current_attempt_scheduled_time
-        return BindResult(created=True, uid="uid-sim-a")
-
-    @activity.defn(name="watch_status")
-    async def watch_status(self, inp: WatchInput) -> JobStatus:
-        assert self.bound_at is not None
-        elapsed = (activity.info().current_attempt_scheduled_time - self.bound_at)
-        if elapsed >= self.run_for:
-            phase = "Succeeded"
-        elif elapsed.total_seconds() >= RUNNING_AFTER:
-            phase = "Running"
-        else:
-            phase = "Created"
-        pods = [PodStatus(name=f"{inp.job.name}-master-0", node="sim-a-node-0", phase=phase,
-                          ready=phase == "Running", restarts=0)]
-        return JobStatus(cluster=inp.cluster, health="Healthy", phase=phase,  # type: ignore[arg-type]
-                         pods=pods, observed=phase)
-
-    @activity.defn(name="purge")
-    async def purge(self, inp: PurgeInput) -> PurgeResult:
-        return PurgeResult(deleted=[])
-
-    @activity.defn(name="check_holders")
-    async def check_holders(self, inp: HolderCheck) -> HolderVerdict:
-        return HolderVerdict()
-
-    def all(self) -> list[Callable[..., Any]]:
-        return [self.resolve_policy, self.plan_placement, self.reserve, self.bind,
-                self.watch_status, self.purge, self.check_holders]
+def scripted_fleet(run_for: timedelta) -> FakeFleet:
+    """One member cluster ``sim-a`` on which a bound job is Created, then Running after
+    5 s, then Succeeded after ``run_for`` (virtual time of the time-skipping server)."""
+    succeeded = run_for.total_seconds()
+    return FakeFleet(
+        {"sim-a": ClusterScript(timeline=[(RUNNING_AFTER, "Healthy", "Running", ""),
+                                          (succeeded, "Healthy", "Succeeded", "")])},
+        policy_doc=gang_policy("week-policy", "default"))
 
 
 async def long_job(days: float, rewatch_seconds: float) -> tuple[JobView, list[RunStats]]:
@@ -193,9 +113,10 @@ async def long_job(days: float, rewatch_seconds: float) -> tuple[JobView, list[R
         data_converter=pydantic_data_converter)
     try:
         tq = f"bench-history-{uuid.uuid4().hex[:6]}"
-        script = ScriptedCluster(timedelta(days=days))
+        fleet = scripted_fleet(timedelta(days=days))
+        fleet.client = env.client
         async with Worker(env.client, task_queue=tq, workflows=ALL_WORKFLOWS,
-                          activities=script.all()):
+                          activities=fleet.activities()):
             wid = job_workflow_id("default", "week")
             handle = await env.client.start_workflow(
                 "PyTorchJobWorkflow",

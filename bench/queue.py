@@ -39,12 +39,14 @@ from bench.command import bench_app, help_text, run_command
 from bench.common import (
     HISTORY_WARN_EVENTS,
     Phase,
+    one_leaf_quota_tree,
     peak_rss_mb,
     quota_messages,
     real_activities,
     result_line,
     run_chain,
     run_main,
+    temporal_option,
 )
 from fleetq.client.connection import temporal_cli_path
 from fleetq.runtime.embedded import TemporalKind
@@ -88,15 +90,9 @@ class Signaller:
 
 
 def quota_tree() -> dict[str, Any]:
-    big = {"cpu": 100000, "memory": "100000Gi", "kube-queue/max-jobs": 10_000_000}
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
-        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-        "spec": {"root": {"name": "root", "max": big, "min": big, "children": [
-            {"name": "deep", "max": {"cpu": 100000, "memory": "100000Gi",
-                                     "kube-queue/max-jobs": MAX_JOBS},
-             "namespaces": [NAMESPACE]}]}},
-    }
+    return one_leaf_quota_tree(
+        "deep", NAMESPACE, {"cpu": 100000, "memory": "100000Gi", "kube-queue/max-jobs": 10_000_000},
+        leaf_room={"cpu": 100000, "memory": "100000Gi", "kube-queue/max-jobs": MAX_JOBS})
 
 
 async def start_all(client: Client, workflow_ids: Sequence[str], concurrency: int,
@@ -320,10 +316,7 @@ def command(
     concurrency: int = typer.Option(
         200, "--concurrency", min=1,
         help="start requests in flight at once (holders and baseline alike)"),
-    temporal: TemporalKind = typer.Option(
-        TemporalKind.dev, "--temporal",
-        help="dev: temporal server start-dev (SQLite); cluster: the production-shaped "
-             "Temporal built from its Go module (fleetq temporal-cluster build)"),
+    temporal: TemporalKind = temporal_option(),
 ) -> None:
     raise typer.Exit(run_main(run(Options(jobs, concurrency, temporal.value))))
 

@@ -35,6 +35,7 @@ from bench.command import bench_app, help_text, run_command
 from bench.common import (
     HISTORY_WARN_EVENTS,
     cpu_seconds,
+    one_leaf_quota_tree,
     percentile,
     quota_messages,
     real_activities,
@@ -68,13 +69,8 @@ COLUMNS = ("db ms", "offered/s", "jobs", "admitted", "admissions/s", "p50 s", "p
 
 def quota_tree() -> dict[str, Any]:
     """One leaf with room for every holder: the delay measured is the workflow's own."""
-    big = {"cpu": 100000, "memory": "100000Gi", "kube-queue/max-jobs": 100_000_000}
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
-        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-        "spec": {"root": {"name": "root", "max": big, "min": big, "children": [
-            {"name": "sustained", "max": big, "namespaces": [NAMESPACE]}]}},
-    }
+    return one_leaf_quota_tree("sustained", NAMESPACE, {
+        "cpu": 100000, "memory": "100000Gi", "kube-queue/max-jobs": 100_000_000})
 
 
 def event_seconds(ev: HistoryEvent) -> float:

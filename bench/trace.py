@@ -33,6 +33,7 @@ from bench.common import (
     Phase,
     bounded_gather,
     embedded_stack,
+    gang_policy,
     percentile,
     quota_messages,
     real_activities,
@@ -206,19 +207,7 @@ def tree_manifest(trace: Trace) -> dict[str, Any]:
 def policy_manifest(namespace: str) -> dict[str, Any]:
     """A PropagationPolicy for the trace's jobs in ``namespace``: queued through the quota
     tree, one gang on one member cluster (as the walkthrough's)."""
-    return {
-        "apiVersion": "policy.one.alibabacloud.com/v1alpha1", "kind": "PropagationPolicy",
-        "metadata": {"name": "trace-policy", "namespace": namespace},
-        "spec": {
-            "suspension": {"scheduling": True},
-            "propagateDeps": True,  # Karmada: application failover needs it
-            "failover": {"application": {"decisionConditions": {"tolerationSeconds": 30},
-                                         "purgeMode": "Immediately"}},
-            "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided",
-                                                "customSchedulingType": "Gang"}},
-            "resourceSelectors": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}],
-        },
-    }
+    return gang_policy("trace-policy", namespace, queued=True)
 
 
 # ---------------------------------------------------------------------- figures

@@ -13,7 +13,7 @@ a traceback.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Protocol
 
@@ -312,15 +312,21 @@ def _resolve_kubeconfigs(cfg: FleetConfig, base_dir: Path, source: str) -> None:
             )
 
 
-def load_fleet_config(path: str | Path) -> FleetConfig:
-    p = Path(path).expanduser()
+def read_yaml_file(path: Path, label: str, error: Callable[[str], Exception]) -> Any:
+    """The YAML document at ``path``; ``error("<label>: cannot read (...)")`` or
+    ``error("<label>: not valid YAML (<first line>)")`` raised when it cannot be had."""
     try:
-        text = p.read_text()
+        text = path.read_text()
     except OSError as exc:
-        raise FleetConfigError(f"fleet config {p}: cannot read ({exc.strerror})") from None
+        raise error(f"{label}: cannot read ({exc.strerror})") from None
     try:
-        doc = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-        raise FleetConfigError(f"fleet config {p}: not valid YAML ({first})") from None
+        raise error(f"{label}: not valid YAML ({first})") from None
+
+
+def load_fleet_config(path: str | Path) -> FleetConfig:
+    p = Path(path).expanduser()
+    doc = read_yaml_file(p, f"fleet config {p}", FleetConfigError)
     return parse_fleet_config(doc, p.resolve().parent, f"fleet config {p}")

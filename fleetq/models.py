@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -475,6 +476,15 @@ def qualified_name_error(value: str) -> str | None:
     return None
 
 
+def _qualified_name(v: str) -> str:
+    problem = qualified_name_error(v)
+    if problem is not None:
+        raise ValueError(problem)
+    return v
+
+
+#: a Kubernetes qualified name (a label key), validated as ``metav1validation`` does
+QualifiedName = Annotated[StrictStr, AfterValidator(_qualified_name)]
 Int32 = Annotated[StrictInt, Field(ge=-(2**31), le=2**31 - 1)]
 
 
@@ -546,10 +556,7 @@ def _affinity_name(v: str) -> str:
         raise ValueError("must not be empty")
     if len(v) > 32:
         raise ValueError("must be at most 32 characters")
-    problem = qualified_name_error(v)
-    if problem is not None:
-        raise ValueError(problem)
-    return v
+    return _qualified_name(v)
 
 
 class OverflowClusterAffinity(ClusterAffinity):
@@ -664,15 +671,7 @@ class SpreadConstraint(Strict):
 
 
 class WorkloadAffinityTerm(Strict):
-    groupByLabelKey: StrictStr
-
-    @field_validator("groupByLabelKey")
-    @classmethod
-    def _key(cls, v: str) -> str:
-        problem = qualified_name_error(v)
-        if problem is not None:
-            raise ValueError(problem)
-        return v
+    groupByLabelKey: QualifiedName
 
 
 class WorkloadAffinity(Strict):
@@ -756,17 +755,9 @@ class DecisionConditions(Strict):
 class StatePreservationRule(Strict):
     """One value carried from the old copy's ``status`` to the new copy as a label."""
 
-    aliasLabelName: StrictStr
+    #: Karmada validateStatePreservationRule: metav1validation.ValidateLabelName
+    aliasLabelName: QualifiedName
     jsonPath: StrictStr
-
-    @field_validator("aliasLabelName")
-    @classmethod
-    def _label(cls, v: str) -> str:
-        # Karmada validateStatePreservationRule: metav1validation.ValidateLabelName
-        problem = qualified_name_error(v)
-        if problem is not None:
-            raise ValueError(problem)
-        return v
 
 
 class StatePreservation(Strict):

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypedDict, Unpack
 
 from fleetq.models import ClusterPropagationPolicy, PropagationPolicy, ResourceSelector
 
@@ -107,18 +108,23 @@ def _best_selector(
     return best, index
 
 
-def best_match(
-    policies: Sequence[PropagationPolicy],
-    *,
-    api_version: str,
-    kind: str,
-    namespace: str,
-    name: str,
-    labels: Mapping[str, str],
-) -> PolicyMatch | None:
+class Resource(TypedDict):
+    """The resource a policy is matched against (keyword arguments of the matchers)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+
+
+def best_match(policies: Sequence[PropagationPolicy], **resource: Unpack[Resource]
+               ) -> PolicyMatch | None:
     """The winning policy with how and why it matched, or None: the resource's
     namespace's PropagationPolicies first, the ClusterPropagationPolicies only when none
     of those matches (rule 4); ``candidates`` counts the matching policies of both."""
+    api_version, kind, namespace = resource["api_version"], resource["kind"], resource["namespace"]
+    name, labels = resource["name"], resource["labels"]
     tiers: tuple[list[tuple[int, int, str, PropagationPolicy, MatchKind, int]], ...] = ([], [])
     for policy in policies:
         cluster = isinstance(policy, ClusterPropagationPolicy)
@@ -137,37 +143,19 @@ def best_match(
     return PolicyMatch(policy, how, index, len(tiers[0]) + len(tiers[1]))
 
 
-def match_policy(
-    policies: Sequence[PropagationPolicy],
-    *,
-    api_version: str,
-    kind: str,
-    namespace: str,
-    name: str,
-    labels: Mapping[str, str],
-) -> PropagationPolicy | None:
+def match_policy(policies: Sequence[PropagationPolicy], **resource: Unpack[Resource]
+                 ) -> PropagationPolicy | None:
     """The PropagationPolicy that governs the resource, or None when none matches."""
-    m = best_match(
-        policies, api_version=api_version, kind=kind, namespace=namespace, name=name, labels=labels
-    )
+    m = best_match(policies, **resource)
     return m.policy if m else None
 
 
-def explain_match(
-    policies: Sequence[PropagationPolicy],
-    *,
-    api_version: str,
-    kind: str,
-    namespace: str,
-    name: str,
-    labels: Mapping[str, str],
-) -> str:
+def explain_match(policies: Sequence[PropagationPolicy], **resource: Unpack[Resource]) -> str:
     """One line: which policy applies and why, or why none does."""
-    m = best_match(
-        policies, api_version=api_version, kind=kind, namespace=namespace, name=name, labels=labels
-    )
+    m = best_match(policies, **resource)
     if m is not None:
         return m.reason
+    kind, namespace, name = resource["kind"], resource["namespace"], resource["name"]
     cluster = sum(1 for p in policies if isinstance(p, ClusterPropagationPolicy))
     in_ns = sum(1 for p in policies if p.metadata.namespace == namespace
                 and not isinstance(p, ClusterPropagationPolicy))

@@ -11,11 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fleetq import resources as R
-from fleetq.fleet_config import ClusterName, TaintConfig, unique_cluster_names
+from fleetq.fleet_config import (
+    ClusterName,
+    TaintConfig,
+    read_yaml_file,
+    unique_cluster_names,
+)
 from fleetq.models import DNS1123_SUBDOMAIN, _loc_to_path, _pydantic_message
 
 DEFAULT_TOPOLOGY = Path(__file__).resolve().parent / "data" / "default-topology.yaml"
@@ -121,15 +125,7 @@ def parse_topology(doc: Any, source: str = "topology") -> Topology:
 
 def load_topology(path: str | Path) -> Topology:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise TopologyError(f"{p}: cannot read ({exc.strerror})") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TopologyError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return parse_topology(doc, str(p))
+    return parse_topology(read_yaml_file(p, str(p), TopologyError), str(p))
 
 
 def default_topology() -> Topology:

@@ -3,11 +3,16 @@ started from the binaries our dependencies ship (nothing is downloaded at run ti
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import pytest_asyncio
+import yaml
 from temporalio.client import Client
+from temporalio.converter import DataConverter
 from temporalio.runtime import Runtime
 from temporalio.testing import WorkflowEnvironment
 
@@ -18,6 +23,10 @@ from fleetq.client.connection import (
     temporal_cli_path,
     test_server_path,
 )
+
+if TYPE_CHECKING:
+    from fleetq.controlplane.build import Build
+    from fleetq.runtime.embedded import EmbeddedFleet
 
 #: test directories whose fixtures start real control planes or the production-shaped
 #: Temporal (built from Go modules; a cold build takes minutes)
@@ -50,6 +59,48 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             print(f"[{name}] build failed: {exc}", flush=True)
 
 
+def real_control_plane(say: bool = False) -> Build:
+    """The control-plane build (built now if the cache is cold, its progress printed when
+    ``say``); the test fails saying what to run when it cannot be built."""
+    from fleetq.controlplane.build import BuildError, build
+
+    try:
+        return build(progress=(lambda msg: print(f"[controlplane] {msg}", flush=True))
+                     if say else None)
+    except BuildError as exc:
+        pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
+
+
+@contextlib.contextmanager
+def embedded_fleet(state_dir: Path, timeout: float, grace: float = 2.0,
+                   **options: Any) -> Iterator[EmbeddedFleet]:
+    """``fleetq up``'s embedded fleet in ``state_dir`` on free ports (``options``: the
+    rest of :class:`EmbeddedFleet`'s), started within ``timeout`` s, stopped after."""
+    from fleetq.runtime.embedded import EmbeddedFleet
+    from fleetq.runtime.supervisor import free_port
+
+    fleet = EmbeddedFleet(state_dir, port=free_port(), ui_port=free_port(), **options)
+    fleet.start(timeout=timeout)
+    try:
+        yield fleet
+    finally:
+        fleet.stop(grace=grace)
+
+
+async def start_dev_server(*namespaces: str, data_converter: DataConverter = DATA_CONVERTER,
+                           search_attributes: bool = True, **options: Any
+                           ) -> WorkflowEnvironment:
+    """A Temporal dev server (in memory) of the pinned CLI with ``namespaces`` besides
+    ``default`` and (unless told not to) fleetq's search attributes registered; ``options``
+    are ``WorkflowEnvironment.start_local``'s."""
+    extra = [arg for ns in namespaces for arg in ("--namespace", ns)]
+    extra += options.pop("dev_server_extra_args", [])
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()), data_converter=data_converter,
+        search_attributes=search_attribute_keys() if search_attributes else (),
+        dev_server_extra_args=extra, **options)
+
+
 #: Namespaces created on the session dev server, one per test area.
 TEST_NAMESPACES = ("e2e", "cli", "reliability", "bench", "security")
 
@@ -57,15 +108,7 @@ TEST_NAMESPACES = ("e2e", "cli", "reliability", "bench", "security")
 @pytest_asyncio.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     """A Temporal dev server (in-memory) with fleetq's search attributes registered."""
-    extra: list[str] = []
-    for ns in TEST_NAMESPACES:
-        extra += ["--namespace", ns]
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=DATA_CONVERTER,
-        search_attributes=search_attribute_keys(),
-        dev_server_extra_args=extra,
-    )
+    env = await start_dev_server(*TEST_NAMESPACES)
     try:
         yield env
     finally:
@@ -134,3 +177,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             and item.get_closest_marker("timeout") is None
         ):
             item.add_marker(pytest.mark.timeout(240))
+
+
+def quick_fleet_config(fleet_config: Path, out: Path, connect_s: float, read_s: float) -> Path:
+    """A copy of an emulated fleet's config at ``out`` with short member timeouts and a
+    half-second capacity cache, so faults show within a test's patience."""
+    doc = yaml.safe_load(fleet_config.read_text())
+    doc["timeouts"] = {"connectSeconds": connect_s, "readSeconds": read_s}
+    doc["cacheTTLSeconds"] = 0.5
+    out.write_text(yaml.safe_dump(doc))
+    return out

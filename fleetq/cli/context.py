@@ -26,16 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
 import typer
 
 from fleetq.client.errors import ClientError
-from fleetq.runtime.fleet_info import (  # noqa: F401 - re-exported for the commands
-    INFO_FILE,
-    LOCK_FILE,
-    STATE_DIR_ENV,
-    FleetInfo,
-    default_state_dir,
-    pid_alive,
-    read_info,
-    write_info,
-)
+from fleetq.runtime.fleet_info import STATE_DIR_ENV, read_info
 
 if TYPE_CHECKING:
     from temporalio.client import Client

@@ -11,14 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import threading
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from fleetq.cli.local_servers import Force, build_or_reuse, stop_on_signals
+from fleetq.cli.output import fail, say
 from fleetq.controlplane.build import BuildError, build, cached
 from fleetq.controlplane.runner import ControlPlaneError, RealFleet
 from fleetq.emulator.fleet import INFO_FILE as EMULATOR_INFO_FILE
@@ -34,23 +33,10 @@ DEFAULT_DIR = Path("~/.fleetq/controlplane").expanduser()
 INFO_FILE = "controlplane.json"
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
-
-
 @app.command("build")
-def build_cmd(
-    force: Annotated[bool, typer.Option(help="Rebuild even if the cache is warm")] = False,
-) -> None:
+def build_cmd(force: Force = False) -> None:
     """Build (or reuse) the control-plane binaries; prints where they are."""
-    warm = None if force else cached()
-    start = time.monotonic()
-    try:
-        done = warm or build(force=force, progress=lambda msg: typer.echo(msg, err=True))
-    except BuildError as exc:
-        raise _fail(str(exc)) from None
-    state = "cached" if warm else f"built in {time.monotonic() - start:.0f}s"
+    done, state = build_or_reuse(cached, build, force)
     typer.echo(f"{done.bin} ({state}; Kubernetes {done.version})")
 
 
@@ -66,17 +52,15 @@ def serve(
     fault`` finds their fault control endpoint in ``<out-dir>/emulator.json``."""
     try:
         topo = load_topology(topology) if topology else default_topology()
-        binaries = build(progress=lambda msg: typer.echo(msg, err=True))
+        binaries = build(progress=say)
     except (TopologyError, BuildError) as exc:
-        raise _fail(str(exc)) from None
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        raise fail(str(exc)) from None
+    stop = stop_on_signals()
     fleet = RealFleet(topo, binaries, out_dir)
     try:
-        fleet.start(progress=lambda msg: typer.echo(msg, err=True))
+        fleet.start(progress=say)
     except ControlPlaneError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     info = out_dir / INFO_FILE
     control = out_dir / EMULATOR_INFO_FILE  # where `fleetq sim fault` looks
     doc = json.dumps({

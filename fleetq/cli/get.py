@@ -22,6 +22,7 @@ from fleetq.cli.output import (
     age,
     as_list,
     check_output,
+    namespaced,
     print_object,
     print_table,
 )
@@ -114,37 +115,28 @@ def print_job_table(views: Sequence[JobView | JobRow], *, wide: bool, all_namesp
     headers = ["NAME", "STATE", "AGE"]
     if wide:
         headers += ["CLUSTER", "QUEUE", "PRIORITY", "REASON"]
-    rows: list[list[Any]] = []
+    rows: list[tuple[str, list[Any]]] = []
     for v in views:
         row: list[Any] = [v.name, v.state, age(v.created_at)]
         if wide:
             queue = v.queue or (queues or {}).get((v.namespace, v.name)) or "<none>"
             row += [v.cluster or "<none>", queue, v.priority, v.reason or "-"]
-        rows.append(row)
-    if all_namespaces:
-        headers.insert(0, "NAMESPACE")
-        for v, r in zip(views, rows, strict=True):
-            r.insert(0, v.namespace)
-    print_table(headers, rows)
+        rows.append((v.namespace, row))
+    print_table(*namespaced(headers, rows, all_namespaces))
 
 
 def copy_rows(views: list[JobView], all_namespaces: bool) -> tuple[list[str], list[list[Any]]]:
     """``get pytorchjob -M`` from the workflows' view only (no fleet config to read the
     members with): one row per copy fleetq knows of (``ADOPTION Y`` = the fleet owns it)."""
     headers = ["NAME", "CLUSTER", "STATE", "AGE", "ADOPTION"]
-    rows: list[list[Any]] = []
+    rows: list[tuple[str, list[Any]]] = []
     for v in views:
         clusters = ([v.cluster] if v.cluster else []) + [c for c in v.copies if c != v.cluster]
         for c in clusters:
             state = v.state if c == v.cluster else "Evicted"
             # the copy's own metadata.creationTimestamp, as the job last read it
-            row: list[Any] = [v.name, c, state, age(v.copy_created.get(c)), "Y"]
-            if all_namespaces:
-                row.insert(0, v.namespace)
-            rows.append(row)
-    if all_namespaces:
-        headers.insert(0, "NAMESPACE")
-    return headers, rows
+            rows.append((v.namespace, [v.name, c, state, age(v.copy_created.get(c)), "Y"]))
+    return namespaced(headers, rows, all_namespaces)
 
 
 def pod_rows(views: list[JobView], all_namespaces: bool, wide: bool = False,
@@ -154,7 +146,7 @@ def pod_rows(views: list[JobView], all_namespaces: bool, wide: bool = False,
     headers = ["NAME", "CLUSTER", "READY", "STATUS", "RESTARTS", "AGE"]
     if wide:
         headers.append("NODE")
-    rows: list[list[Any]] = []
+    rows: list[tuple[str, list[Any]]] = []
     for v in views:
         if not v.cluster:
             continue
@@ -167,12 +159,8 @@ def pod_rows(views: list[JobView], all_namespaces: bool, wide: bool = False,
             ]
             if wide:
                 row.append(p.get("node") or "<none>")
-            if all_namespaces:
-                row.insert(0, v.namespace)
-            rows.append(row)
-    if all_namespaces:
-        headers.insert(0, "NAMESPACE")
-    return headers, rows
+            rows.append((v.namespace, row))
+    return namespaced(headers, rows, all_namespaces)
 
 
 def queue_rows(view: QuotaView, started: datetime | None,
@@ -380,19 +368,14 @@ def _policy_rows(items: list[tuple[str, str, dict[str, Any]]], with_ns: bool,
                  created: Callable[[str, str], datetime | None],
                  ) -> tuple[list[str], list[list[Any]]]:
     headers = ["NAME", "SCHEDULING", "QUEUED", "AGE"]
-    rows = []
+    rows: list[tuple[str, list[Any]]] = []
     for p_ns, p_name, doc in items:
         spec = doc.get("spec") or {}
         sched = ((spec.get("placement") or {}).get("replicaScheduling") or {}).get(
             "customSchedulingType") or "-"
         queued = bool((spec.get("suspension") or {}).get("scheduling"))
-        row: list[Any] = [p_name, sched, str(queued).lower(), age(created(p_ns, p_name))]
-        if with_ns:
-            row.insert(0, p_ns)
-        rows.append(row)
-    if with_ns:
-        headers.insert(0, "NAMESPACE")
-    return headers, rows
+        rows.append((p_ns, [p_name, sched, str(queued).lower(), age(created(p_ns, p_name))]))
+    return namespaced(headers, rows, with_ns)
 
 
 def _with_creation(doc: dict[str, Any], created: datetime | None) -> dict[str, Any]:
@@ -462,8 +445,8 @@ async def _get_tree(client: Client, args: GetArgs) -> None:
 def _read_over_http(args: GetArgs) -> bool:
     """Print ``get pytorchjob`` read over HTTP when an HTTP API serves this fleet (True),
     else print nothing (False: read through the SDK)."""
-    from fleetq.cli.context import read_info
     from fleetq.client.http_api import Unsupported, web_api
+    from fleetq.runtime.fleet_info import read_info
 
     try:
         info = read_info()

@@ -20,6 +20,17 @@ from fleetq.kube_values import human_duration, parse_rfc3339
 OUTPUT_FORMATS = ("wide", "yaml", "json")
 
 
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``error: <message>`` on stderr; returns the Exit (status ``code``) to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def say(message: str) -> None:
+    """Progress, on stderr (stdout stays for what the command answers)."""
+    typer.echo(message, err=True)
+
+
 def check_output(fmt: str | None) -> str | None:
     if fmt is None or fmt == "":
         return None
@@ -42,6 +53,15 @@ def age(since: Any, now: datetime | None = None) -> str:
     if t is None:
         return "<unknown>"
     return human_duration(((now or datetime.now(UTC)) - t).total_seconds())
+
+
+def namespaced(headers: list[str], rows: list[tuple[str, list[Any]]], all_namespaces: bool
+               ) -> tuple[list[str], list[list[Any]]]:
+    """A table of ``(namespace, row)`` s; with ``all_namespaces`` (kubectl's ``-A``) the
+    namespace is its first column, NAMESPACE."""
+    if all_namespaces:
+        return ["NAMESPACE", *headers], [[ns, *row] for ns, row in rows]
+    return headers, [row for _ns, row in rows]
 
 
 def plain_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:

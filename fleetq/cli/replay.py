@@ -26,6 +26,7 @@ from rich.table import Table
 
 from fleetq import resources as R
 from fleetq.admission import QueuePolicy
+from fleetq.cli.output import fail
 from fleetq.preemption import PreemptionMode, ReclaimMode
 from fleetq.simulator import (
     SimulationError,
@@ -40,11 +41,6 @@ from fleetq.simulator import (
 class Output(StrEnum):
     TEXT = "text"
     JSON = "json"
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(1)
 
 
 # --------------------------------------------------------------------------- text
@@ -481,7 +477,7 @@ def register(app: typer.Typer) -> None:
         placement failures by reason, queue lengths, and preemptions with the work they
         wasted, in virtual time."""
         if plot is not None and (missing := _plot_unavailable()):
-            raise _fail(missing)  # before a simulation that may take a while
+            raise fail(missing, 1)  # before a simulation that may take a while
         try:
             tr = with_overrides(
                 load_trace(trace),
@@ -490,17 +486,17 @@ def register(app: typer.Typer) -> None:
                 starvation_seconds=starvation_seconds,
             )
         except TraceError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc), 1) from None
         try:
             result = simulate(tr, policy)
         except SimulationError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc), 1) from None
         summary = result.summary()
         if plot is not None:
             try:
                 write_plot(result, plot, f"{trace.name} ({summary['policy']})")
             except OSError as exc:
-                raise _fail(f"--plot {plot}: cannot write ({exc.strerror})") from None
+                raise fail(f"--plot {plot}: cannot write ({exc.strerror})", 1) from None
         if output is Output.JSON:
             typer.echo(json.dumps(summary, indent=2))
         else:

@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
+from fleetq.cli.output import fail
 from fleetq.emulator.faults import ACTIONS
 from fleetq.emulator.fleet import INFO_FILE, Emulator, EmulatorError
 from fleetq.topology import TopologyError, default_topology, load_topology
@@ -29,11 +30,6 @@ app = typer.Typer(help="Member-cluster emulator (loopback Kubernetes API servers
                   no_args_is_help=True, rich_markup_mode=None)
 
 DEFAULT_DIR = Path(os.environ.get("FLEETQ_SIM_DIR", "~/.fleetq/sim")).expanduser()
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
 
 
 @app.command()
@@ -53,9 +49,9 @@ def serve(
     try:
         topo = load_topology(topology) if topology else default_topology()
     except TopologyError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if base_port is not None and not 1 <= base_port <= 65535 - len(topo.clusters):
-        raise _fail("--base-port must leave room for one port per cluster plus one")
+        raise fail("--base-port must leave room for one port per cluster plus one")
     emu = Emulator(topo, out_dir, state_file=state, host=host, base_port=base_port,
                    start_delay=start_delay)
 
@@ -84,7 +80,7 @@ def serve(
     try:
         asyncio.run(main())
     except EmulatorError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
 
 def _emulator_info_candidates(state_dir: Path | None) -> list[Path]:
@@ -93,7 +89,8 @@ def _emulator_info_candidates(state_dir: Path | None) -> list[Path]:
     emulator lives in ``sim/``, or a ``sim serve --out-dir``); else next to
     ``FLEETQ_CONFIG``; else the running ``fleetq up`` of ``$FLEETQ_STATE_DIR`` (or
     ``~/.fleetq``); else ``$FLEETQ_SIM_DIR`` (``~/.fleetq/sim``)."""
-    from fleetq.cli.context import FLEET_CONFIG_ENV, default_state_dir, read_info
+    from fleetq.cli.context import FLEET_CONFIG_ENV
+    from fleetq.runtime.fleet_info import default_state_dir, read_info
 
     out: list[Path] = []
     if state_dir is not None:
@@ -115,7 +112,7 @@ def _emulator_info_candidates(state_dir: Path | None) -> list[Path]:
 
 def _control_url(control: str | None, state_dir: Path | None) -> str:
     """The control URL of the emulator of the fleet the other commands use."""
-    from fleetq.cli.context import pid_alive
+    from fleetq.runtime.fleet_info import pid_alive
 
     if control:
         return control.rstrip("/")
@@ -130,7 +127,7 @@ def _control_url(control: str | None, state_dir: Path | None) -> str:
             continue  # left behind by an emulator that was killed
         return url
     looked = ", ".join(str(c) for c in candidates)
-    raise _fail(f"no running emulator found (looked for {looked}); pass --control URL or "
+    raise fail(f"no running emulator found (looked for {looked}); pass --control URL or "
                 "--state-dir DIR")
 
 
@@ -163,15 +160,15 @@ def _fault_body(action: str, target: str | None, *, status: int, rate: float,
                 retry_after: float | None, seconds: float) -> dict[str, Any]:
     """The emulator's fault request for ``action`` (one line on bad input)."""
     if action not in ACTIONS:
-        raise _fail(f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
+        raise fail(f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
     body: dict[str, Any] = {"action": action}
     if action == "fail-job":
         if not target:
-            raise _fail("fail-job needs NAMESPACE/NAME")
+            raise fail("fail-job needs NAMESPACE/NAME")
         body["job"] = target
     elif action in ("cordon", "uncordon"):
         if not target:
-            raise _fail(f"{action} needs a NODE")
+            raise fail(f"{action} needs a NODE")
         body["node"] = target
     elif action == "errors":
         body.update(status=status, rate=rate, retry_after=retry_after)
@@ -193,9 +190,9 @@ def _post_fault(url: str, body: dict[str, Any]) -> None:
             msg = json.loads(exc.read()).get("error", str(exc))
         except ValueError:
             msg = str(exc)
-        raise _fail(msg) from None
+        raise fail(msg) from None
     except (urllib.error.URLError, OSError) as exc:
-        raise _fail(f"cannot reach the emulator at {url}: {exc}") from None
+        raise fail(f"cannot reach the emulator at {url}: {exc}") from None
 
 
 from fleetq.cli import replay as _replay  # noqa: E402

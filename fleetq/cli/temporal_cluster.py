@@ -10,14 +10,13 @@ fleetq's search attributes registered. Point fleetq at it with ``TEMPORAL_ADDRES
 
 from __future__ import annotations
 
-import signal
-import threading
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from fleetq.cli.local_servers import Force, build_or_reuse, stop_on_signals
+from fleetq.cli.output import fail, say
 from fleetq.temporal_cluster.build import BuildError, build, cached
 from fleetq.temporal_cluster.config import Layout
 from fleetq.temporal_cluster.runner import ClusterError, TemporalCluster
@@ -31,27 +30,10 @@ DEFAULT_DIR = Path("~/.fleetq/temporal-cluster").expanduser()
 INFO_FILE = "temporal-cluster.json"
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
-
-
-def _say(msg: str) -> None:
-    typer.echo(msg, err=True)
-
-
 @app.command("build")
-def build_cmd(
-    force: Annotated[bool, typer.Option(help="Rebuild even if the cache is warm")] = False,
-) -> None:
+def build_cmd(force: Force = False) -> None:
     """Build (or reuse) the Temporal server binaries; prints where they are."""
-    warm = None if force else cached()
-    start = time.monotonic()
-    try:
-        done = warm or build(force=force, progress=_say)
-    except BuildError as exc:
-        raise _fail(str(exc)) from None
-    state = "cached" if warm else f"built in {time.monotonic() - start:.0f}s"
+    done, state = build_or_reuse(cached, build, force)
     typer.echo(f"{done.root / 'bin'} ({state}; Temporal {done.version}; PostgreSQL "
                f"{done.postgres})")
 
@@ -68,18 +50,16 @@ def up(
     """Run the cluster in the foreground until Ctrl-C; ``<state-dir>/temporal-cluster.json``
     says where it is once it serves."""
     try:
-        binaries = build(progress=_say)
+        binaries = build(progress=say)
     except BuildError as exc:
-        raise _fail(str(exc)) from None
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        raise fail(str(exc)) from None
+    stop = stop_on_signals()
     cluster = TemporalCluster(binaries, state_dir, Layout(histories, shards),
-                              frontend_port=port, progress=_say)
+                              frontend_port=port, progress=say)
     try:
         cluster.start()
     except ClusterError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     info = cluster.write_info(state_dir / INFO_FILE)
     typer.echo(f"Temporal gRPC   {cluster.address}   (TEMPORAL_ADDRESS={cluster.address})")
     typer.echo(f"processes       {', '.join(f'{n} {p}' for n, p in cluster.pids.items())}")
@@ -88,7 +68,7 @@ def up(
         while not stop.wait(1.0):
             dead = next((c for c in cluster.children if not c.alive()), None)
             if dead is not None:
-                raise _fail(f"{dead.name} exited: {dead.tail() or 'no output'} "
+                raise fail(f"{dead.name} exited: {dead.tail() or 'no output'} "
                             f"(log: {dead.log})")
     finally:
         cluster.stop()

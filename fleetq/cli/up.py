@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import typer
 
-from fleetq.cli.context import CliError, default_state_dir, guarded, is_tty
+from fleetq.cli.context import CliError, guarded, is_tty
+from fleetq.runtime.fleet_info import default_state_dir
 
 if TYPE_CHECKING:
     from fleetq.runtime.embedded import EmbeddedFleet

@@ -14,13 +14,10 @@ from typing import Annotated
 
 import typer
 
+from fleetq.cli.output import fail
+
 app = typer.Typer(help="The Temporal Web UI as a browser renders it (headless Chromium).",
                   no_args_is_help=True, rich_markup_mode=None)
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
 
 
 @app.command("build")
@@ -31,7 +28,7 @@ def build_cmd() -> None:
     try:
         binary = build(progress=lambda msg: typer.echo(msg, err=True))
     except BrowserError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     typer.echo(f"{binary} ({chromium_version(binary)})")
 
 
@@ -53,12 +50,12 @@ def show_cmd(
     from fleetq.runtime.fleet_info import default_state_dir, read_info
 
     if resource_kind(resource) != "pytorchjob":
-        raise _fail("fleetq webui show supports pytorchjob only")
+        raise fail("fleetq webui show supports pytorchjob only")
     url = ui
     if url is None:
         info = read_info(default_state_dir())
         if info is None or not info.ui_url:
-            raise _fail("no running fleetq up here: give the Web UI with --ui URL")
+            raise fail("no running fleetq up here: give the Web UI with --ui URL")
         url = info.ui_url
 
     async def body() -> list[str]:
@@ -76,6 +73,6 @@ def show_cmd(
     try:
         lines = asyncio.run(body())
     except BrowserError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     for line in lines:
         typer.echo(line)

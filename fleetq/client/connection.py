@@ -40,12 +40,10 @@ from temporalio.envconfig import ClientConfig
 from temporalio.exceptions import ApplicationError
 
 from fleetq.client.errors import ClientError
+from fleetq.client.job_reads import REFUSAL_TYPES
 from fleetq.naming import INT_ATTRIBUTES, KEYWORD_ATTRIBUTES
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
-
-#: failure types that refuse bad input: their message is the whole story
-REFUSAL_TYPES = frozenset({"InvalidManifest"})
 
 
 class RefusalFailureConverter(DefaultFailureConverter):

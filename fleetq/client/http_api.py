@@ -22,10 +22,20 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fleetq.client.job_reads import (  # noqa: F401 - the constants: re-exported
+    JOB_RESOURCE,
+    MAX_CONCURRENT_QUERIES,
+    REFUSAL_TYPES,
+    is_waiting,
+    latest_runs,
+    queue_label,
+    read_view,
+    run_now,
+)
 from fleetq.naming import JOB_PURGE_WORKFLOW, JOB_WORKFLOW
 
 if TYPE_CHECKING:
@@ -43,12 +53,6 @@ SDK_SETTINGS = ("TEMPORAL_ADDRESS", "TEMPORAL_API_KEY", "TEMPORAL_PROFILE",
                 "TEMPORAL_TLS_CLIENT_CERT_DATA", "TEMPORAL_TLS_CLIENT_KEY_DATA",
                 "TEMPORAL_TLS_SERVER_CA_CERT_DATA", "TEMPORAL_TLS_SERVER_NAME",
                 "TEMPORAL_CODEC_ENDPOINT", "TEMPORAL_GRPC_META")
-#: as :data:`fleetq.client.connection.REFUSAL_TYPES` (a test pins the two equal)
-REFUSAL_TYPES = frozenset({"InvalidManifest"})
-#: as :data:`fleetq.client.jobs.JOB_RESOURCE`
-JOB_RESOURCE = "pytorchjobs.kubeflow.org"
-#: as :data:`fleetq.client.jobs.MAX_CONCURRENT_QUERIES`
-MAX_CONCURRENT_QUERIES = 16
 #: seconds for one HTTP call; a query no worker answers in time goes to the SDK path
 #: (whose bounded waits say what to run)
 TIMEOUT = 5.0
@@ -273,8 +277,9 @@ class WebApi:
 
 
 # --------------------------------------------------------------------------- jobs
-# Mirrors fleetq.client.jobs (view_of, _failed_view, list_jobs, get_job, waiting_queues);
-# tests/cli/test_http_transport.py compares the two transports' output byte for byte.
+# The reads fleetq.client.jobs does through the SDK, over HTTP, by the same routines
+# (fleetq.client.job_reads); tests/cli/test_http_transport.py compares the two
+# transports' output byte for byte.
 
 
 #: :data:`fleetq.job_view.JobState`'s values (a test pins the two equal)
@@ -321,12 +326,6 @@ class JobRow:
             raise Unsupported("view does not validate") from None
 
 
-def _fallback(ns: str, name: str, state: str, reason: str, started: datetime | None,
-              cluster: str | None = None) -> JobRow:
-    return JobRow(namespace=ns, name=name, state=state, reason=reason, created_at=started,
-                  cluster=cluster or None)
-
-
 _ROW_TYPES: dict[str, tuple[type, ...]] = {
     "namespace": (str,), "name": (str,), "state": (str,), "reason": (str,),
     "cluster": (str, type(None)), "queue": (str, type(None)), "queued": (bool,),
@@ -363,42 +362,41 @@ def _decode_view(data: bytes | None) -> JobRow | None:
     return JobRow(**fields, source=bytes(data))
 
 
-def view_of(api: WebApi, ex: Execution) -> JobRow | None:
-    """:func:`fleetq.client.jobs.view_of` over HTTP."""
-    from fleetq.naming import parse_job_workflow_id
+class _HttpReads:
+    """:class:`~fleetq.client.job_reads.JobReads` of one execution over HTTP; a read not
+    understood raises :class:`Unsupported` (the caller reads through the SDK)."""
 
-    parsed = parse_job_workflow_id(ex.id)
-    if parsed is None or ex.workflow_type == JOB_PURGE_WORKFLOW:
-        return None
-    ns, name = parsed
-    if ex.status == "CANCELED":
-        return None
-    if ex.status == "RUNNING":
-        view = _decode_view(api.query(ex.id, "status"))
-        return view if view is not None else _fallback(ns, name, "Validating", "starting",
-                                                       ex.start_time)
-    if ex.status == "COMPLETED":
-        attrs = api.close_event(ex.id).get("workflowExecutionCompletedEventAttributes")
+    def __init__(self, api: WebApi, ex: Execution) -> None:
+        self.api, self.ex = api, ex
+
+    def fallback(self, ns: str, name: str, state: str, reason: str,
+                 cluster: str | None = None) -> JobRow:
+        return JobRow(namespace=ns, name=name, state=state, reason=reason,
+                      created_at=self.ex.start_time, cluster=cluster or None)
+
+    async def status(self, ns: str, name: str) -> JobRow | None:
+        return _decode_view(self.api.query(self.ex.id, "status"))
+
+    async def result(self, ns: str, name: str) -> JobRow:
+        attrs = self.api.close_event(self.ex.id).get("workflowExecutionCompletedEventAttributes")
         payloads = ((attrs or {}).get("result") or {}).get("payloads") or []
         view = _decode_view(_payload(payloads[0])) if len(payloads) == 1 else None
         if view is None:
             raise Unsupported("completed without a view")
         return view
-    if ex.status == "FAILED":
-        attrs = api.close_event(ex.id).get("workflowExecutionFailedEventAttributes")
+
+    async def failure(self) -> tuple[str, str | None]:
+        attrs = self.api.close_event(self.ex.id).get("workflowExecutionFailedEventAttributes")
         failure = (attrs or {}).get("failure")
         if not isinstance(failure, dict) or failure.get("encodedAttributes"):
             raise Unsupported("failure shape")
-        reason = failure.get("message") or ""
-        kind = (failure.get("applicationFailureInfo") or {}).get("type")
-        state = "Refused" if kind in REFUSAL_TYPES else "Failed"
-        reason = (reason.strip().splitlines() or ["failed"])[0]
-        return _fallback(ns, name, state, reason, ex.start_time)
-    if ex.status == "TERMINATED":
-        return _fallback(ns, name, "Failed", "workflow terminated", ex.start_time)
-    if ex.status == "TIMED_OUT":
-        return _fallback(ns, name, "Failed", "workflow timed out", ex.start_time)
-    return None
+        return (failure.get("message") or "",
+                (failure.get("applicationFailureInfo") or {}).get("type"))
+
+
+def view_of(api: WebApi, ex: Execution) -> JobRow | None:
+    """:func:`fleetq.client.jobs.view_of` over HTTP."""
+    return run_now(read_view(_HttpReads(api, ex), ex.id, ex.status, ex.workflow_type))
 
 
 def _bounded(fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
@@ -415,19 +413,10 @@ def _bounded(fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
 
 def list_jobs(api: WebApi, namespace: str | None) -> list[JobRow]:
     """:func:`fleetq.client.jobs.list_jobs` over HTTP."""
-    from fleetq.naming import parse_job_workflow_id
 
-    latest: dict[str, Execution] = {}
     query = f'WorkflowType = "{JOB_WORKFLOW}" OR WorkflowType = "{JOB_PURGE_WORKFLOW}"'
-    floor = datetime.min.replace(tzinfo=UTC)
-    for ex in api.list_workflows(query):
-        parsed = parse_job_workflow_id(ex.id)
-        if parsed is None or (namespace is not None and parsed[0] != namespace):
-            continue
-        seen = latest.get(ex.id)
-        if seen is None or (ex.start_time or floor) > (seen.start_time or floor):
-            latest[ex.id] = ex
-    views = _bounded(lambda ex: view_of(api, ex), latest.values())
+    latest = latest_runs(api.list_workflows(query), namespace)
+    views = _bounded(lambda ex: view_of(api, ex), latest)
     return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
 
 
@@ -453,8 +442,7 @@ def waiting_queues(api: WebApi, views: list[JobRow]) -> dict[tuple[str, str], st
     """:func:`fleetq.client.jobs.waiting_queues` over HTTP."""
     from fleetq.naming import REGISTRY_WORKFLOW_ID, job_workflow_id, tree_workflow_id
 
-    waiting = [v for v in views if v.state in ("Queued", "Inadmissible") or (
-        v.queued and not v.admitted and v.state in ("Validating", "Scheduling"))]
+    waiting = [v for v in views if is_waiting(v)]
     if not waiting:
         return {}
     state = _running_query(api, REGISTRY_WORKFLOW_ID, "state")
@@ -471,9 +459,8 @@ def waiting_queues(api: WebApi, views: list[JobRow]) -> dict[tuple[str, str], st
         info = None if data is None else json.loads(data)
         if not isinstance(info, dict):
             return None
-        if info.get("inadmissible") is not None:
-            return (v.namespace, v.name), f"{info.get('queue')} (inadmissible)"
-        return (v.namespace, v.name), f"{info.get('queue')} (#{info.get('position')})"
+        return (v.namespace, v.name), queue_label(info.get("queue"), info.get("position"),
+                                                  info.get("inadmissible") is not None)
 
     return dict(f for f in _bounded(one, waiting) if f is not None)
 

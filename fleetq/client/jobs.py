@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio.client import (
@@ -36,8 +36,17 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from fleetq.client.connection import REFUSAL_TYPES, has_search_attributes
+from fleetq.client.connection import has_search_attributes
 from fleetq.client.errors import ClientError, InvalidInput, NotFound
+from fleetq.client.job_reads import (  # noqa: F401 - JOB_RESOURCE: re-exported
+    JOB_RESOURCE,
+    MAX_CONCURRENT_QUERIES,
+    Gone,
+    is_waiting,
+    latest_runs,
+    queue_label,
+    read_view,
+)
 from fleetq.client.registry import QUERY_TIMEOUT, get_registry
 from fleetq.job_view import JobView
 from fleetq.naming import (
@@ -50,7 +59,6 @@ from fleetq.naming import (
     SA_STATE,
     TASK_QUEUE,
     job_workflow_id,
-    parse_job_workflow_id,
     tree_workflow_id,
 )
 from fleetq.resources import format_resources
@@ -60,8 +68,6 @@ if TYPE_CHECKING:  # the models and the admission core: only where a job is star
     from fleetq.admission import WaitInfo
     from fleetq.models import Gang, PyTorchJob
 
-MAX_CONCURRENT_QUERIES = 16
-JOB_RESOURCE = "pytorchjobs.kubeflow.org"
 
 # --------------------------------------------------------------------------- start
 
@@ -244,12 +250,6 @@ async def _describe(client: Client, workflow_id: str) -> Any:
 # --------------------------------------------------------------------------- read
 
 
-def _fallback_view(ns: str, name: str, state: str, reason: str,
-                   started: datetime | None, cluster: str | None = None) -> JobView:
-    return JobView(namespace=ns, name=name, state=state,  # type: ignore[arg-type]
-                   reason=reason, created_at=started, cluster=cluster or None)
-
-
 def _sa(execution: Any, key: str) -> str | None:
     attrs = getattr(execution, "search_attributes", None) or {}
     value = attrs.get(key)
@@ -258,63 +258,63 @@ def _sa(execution: Any, key: str) -> str | None:
     return str(value) if value else None
 
 
+class _SdkReads:
+    """:class:`~fleetq.client.job_reads.JobReads` of one execution through the SDK: an
+    unanswered read is a view saying why (the HTTP transport hands such reads here)."""
+
+    def __init__(self, client: Client, workflow_id: str, started: datetime | None,
+                 execution: Any) -> None:
+        self.client, self.workflow_id = client, workflow_id
+        self.started, self.execution = started, execution
+
+    def fallback(self, ns: str, name: str, state: str, reason: str,
+                 cluster: str | None = None) -> JobView:
+        return JobView(namespace=ns, name=name, state=state,  # type: ignore[arg-type]
+                       reason=reason, created_at=self.started, cluster=cluster or None)
+
+    async def status(self, ns: str, name: str) -> JobView | None:
+        handle = self.client.get_workflow_handle(self.workflow_id)
+        try:
+            view: JobView | None = await handle.query("status", result_type=JobView,
+                                                      rpc_timeout=QUERY_TIMEOUT)
+            return view
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise Gone(self.workflow_id) from None
+            state = _sa(self.execution, SA_STATE) or "Validating"
+            return self.fallback(ns, name, state, f"status unavailable (is a worker running?): "
+                                 f"{exc.message}", _sa(self.execution, SA_CLUSTER))
+        except Exception as exc:  # query failed inside the worker
+            return self.fallback(ns, name, "Validating", f"status query failed: {exc}")
+
+    async def result(self, ns: str, name: str) -> JobView:
+        try:
+            typed = self.client.get_workflow_handle(self.workflow_id, result_type=JobView)
+            result: JobView = await typed.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
+            return result
+        except Exception as exc:
+            return self.fallback(ns, name, "Failed", f"result unreadable: {exc}")
+
+    async def failure(self) -> tuple[str, str | None]:
+        try:
+            await self.client.get_workflow_handle(self.workflow_id).result(
+                follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
+        except WorkflowFailureError as exc:
+            cause = exc.cause
+            kind = cause.type if isinstance(cause, ApplicationError) else None
+            return getattr(cause, "message", None) or str(cause or exc), kind
+        except Exception as exc:
+            return str(exc), None
+        return "failed", None
+
+
 async def view_of(client: Client, workflow_id: str, status: WorkflowExecutionStatus | None,
                   started: datetime | None, execution: Any = None) -> JobView | None:
     """The job's view for one execution, or None when it was deleted (cancelled, or its
     latest run is the purge run of a delete)."""
-    parsed = parse_job_workflow_id(workflow_id)
-    if parsed is None or getattr(execution, "workflow_type", None) == JOB_PURGE_WORKFLOW:
-        return None
-    ns, name = parsed
-    handle = client.get_workflow_handle(workflow_id)
-    if status == WorkflowExecutionStatus.CANCELED:
-        return None
-    if status == WorkflowExecutionStatus.RUNNING:
-        try:
-            view = await handle.query("status", result_type=JobView, rpc_timeout=QUERY_TIMEOUT)
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                return None
-            state = _sa(execution, SA_STATE) or "Validating"
-            return _fallback_view(ns, name, state, f"status unavailable (is a worker running?): "
-                                  f"{exc.message}", started, _sa(execution, SA_CLUSTER))
-        except Exception as exc:  # query failed inside the worker
-            return _fallback_view(ns, name, "Validating", f"status query failed: {exc}", started)
-        if view is None:
-            return _fallback_view(ns, name, "Validating", "starting", started)
-        return view
-    if status == WorkflowExecutionStatus.COMPLETED:
-        try:
-            typed = client.get_workflow_handle(workflow_id, result_type=JobView)
-            result: JobView = await typed.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
-            return result
-        except Exception as exc:
-            return _fallback_view(ns, name, "Failed", f"result unreadable: {exc}", started)
-    if status == WorkflowExecutionStatus.FAILED:
-        return await _failed_view(handle, ns, name, started)
-    if status == WorkflowExecutionStatus.TERMINATED:
-        return _fallback_view(ns, name, "Failed", "workflow terminated", started)
-    if status == WorkflowExecutionStatus.TIMED_OUT:
-        return _fallback_view(ns, name, "Failed", "workflow timed out", started)
-    return None
-
-
-async def _failed_view(handle: Any, ns: str, name: str, started: datetime | None) -> JobView:
-    """A failed job workflow: ``Refused`` with the one-line reason when it refused its
-    input (a start by hand with an invalid manifest, a wrong workflow id, not a
-    PyTorchJob), else ``Failed``."""
-    reason, state = "failed", "Failed"
-    try:
-        await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
-    except WorkflowFailureError as exc:
-        cause = exc.cause
-        reason = getattr(cause, "message", None) or str(cause or exc)
-        if isinstance(cause, ApplicationError) and cause.type in REFUSAL_TYPES:
-            state = "Refused"
-    except Exception as exc:
-        reason = str(exc)
-    reason = (reason.strip().splitlines() or ["failed"])[0]
-    return _fallback_view(ns, name, state, reason, started)
+    return await read_view(_SdkReads(client, workflow_id, started, execution), workflow_id,
+                           status.name if status is not None else None,
+                           getattr(execution, "workflow_type", None))
 
 
 async def existing_job(client: Client, namespace: str, name: str
@@ -352,23 +352,15 @@ async def require_job(client: Client, namespace: str, name: str) -> JobView:
 async def list_jobs(client: Client, namespace: str | None) -> list[JobView]:
     """Every existing job (latest run per id), optionally in one namespace, sorted by
     namespace and name."""
-    latest: dict[str, WorkflowExecution] = {}
     query = f'WorkflowType = "{JOB_WORKFLOW}" OR WorkflowType = "{JOB_PURGE_WORKFLOW}"'
-    async for ex in client.list_workflows(query):
-        parsed = parse_job_workflow_id(ex.id)
-        if parsed is None or (namespace is not None and parsed[0] != namespace):
-            continue
-        seen = latest.get(ex.id)
-        if seen is None or (ex.start_time or datetime.min.replace(tzinfo=UTC)) > (
-                seen.start_time or datetime.min.replace(tzinfo=UTC)):
-            latest[ex.id] = ex
+    latest = latest_runs([ex async for ex in client.list_workflows(query)], namespace)
     gate = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
 
     async def one(ex: WorkflowExecution) -> JobView | None:
         async with gate:
             return await view_of(client, ex.id, ex.status, ex.start_time, ex)
 
-    views = await asyncio.gather(*(one(ex) for ex in latest.values()))
+    views = await asyncio.gather(*(one(ex) for ex in latest))
     return sorted((v for v in views if v is not None), key=lambda v: (v.namespace, v.name))
 
 
@@ -394,12 +386,6 @@ async def wait_info(client: Client, view: JobView, tree: str | None = None) -> W
         return None
 
 
-def is_waiting(view: JobView) -> bool:
-    """A job waiting in a queue for admission."""
-    return view.state in ("Queued", "Inadmissible") or (view.queued and not view.admitted
-                                      and view.state in ("Validating", "Scheduling"))
-
-
 async def waiting_queues(client: Client, views: list[JobView]) -> dict[tuple[str, str], str]:
     """``{(ns, name): "root-child-2-jfzsm (#3)"}`` for jobs waiting in a queue, from the
     quota workflow's ``wait_info`` (bounded concurrency)."""
@@ -416,9 +402,8 @@ async def waiting_queues(client: Client, views: list[JobView]) -> dict[tuple[str
             info = await wait_info(client, v, reg.tree)
         if info is None:
             return None
-        if info.inadmissible is not None:
-            return (v.namespace, v.name), f"{info.queue} (inadmissible)"
-        return (v.namespace, v.name), f"{info.queue} (#{info.position})"
+        return (v.namespace, v.name), queue_label(info.queue, info.position,
+                                                  info.inadmissible is not None)
 
     found = await asyncio.gather(*(one(v) for v in waiting))
     return dict(f for f in found if f is not None)

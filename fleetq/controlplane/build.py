@@ -12,18 +12,18 @@ keeps concurrent builds from racing. Cost: docs/controlplane.md.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fleetq import gobuild
+from fleetq.gobuild import BuildError, Progress
 
 KUBERNETES_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.7.3"
@@ -58,18 +58,10 @@ KOORDINATOR = ("github.com/koordinator-sh/koordinator", "v1.7.0",
 BUILD_DATE = "2026-10-27T12:01:04Z"
 CACHE_ENV = "FLEETQ_CONTROLPLANE_CACHE"
 SOURCE_ENV = "FLEETQ_CONTROLPLANE_SRC"
-GO_ENV = "FLEETQ_GO"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl")
 CONTROL_PLANE_DIRS = ("etcd", "kubernetes")
 STAMP = "build.json"
 OPERATORS = "operators"
-
-Progress = Callable[[str], None]
-
-
-class BuildError(RuntimeError):
-    """The control plane could not be built; the message is one line for the user."""
-
 
 @dataclass(frozen=True)
 class Build:
@@ -127,10 +119,7 @@ def cache_root() -> Path:
 
 
 def go_binary() -> str:
-    for candidate in (os.environ.get(GO_ENV), shutil.which("go"), "/usr/local/go/bin/go"):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    raise BuildError("no Go toolchain: install Go >= 1.26 (or set FLEETQ_GO to the go binary)")
+    return gobuild.go_binary("1.26")
 
 
 def version_ldflags(version: str = KUBERNETES_VERSION) -> str:
@@ -196,43 +185,10 @@ def cached(root: Path | None = None) -> Build | None:
     return found
 
 
-@contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("GOMAXPROCS", "2")  # 2 cores: keep compile memory and load in check
-    env.setdefault("GOFLAGS", "")
-    env["GOFLAGS"] = " ".join(f for f in (env["GOFLAGS"], "-buildvcs=false") if f)
-    return env
-
-
-def _run(argv: list[str], cwd: Path, log: Path) -> str:
-    with open(log, "ab") as fh:
-        fh.write(("$ " + " ".join(argv) + "\n").encode())
-        fh.flush()
-        proc = subprocess.run(argv, cwd=cwd, env=_env(), stdout=subprocess.PIPE,
-                              stderr=fh, check=False)
-        fh.write(proc.stdout)
-    if proc.returncode != 0:
-        tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
-        raise BuildError(f"{argv[0]} {argv[1]} failed in {cwd.name}: {tail} (log: {log})")
-    return proc.stdout.decode()
-
-
 def module_file(go: str, module: tuple[str, str, str], work: Path, log: Path) -> Path:
     """A file of an upstream module, from the Go module cache (downloaded if needed)."""
     path, version, rel = module
-    info = json.loads(_run([go, "mod", "download", "-json", f"{path}@{version}"], work, log))
-    found = Path(info["Dir"]) / rel
+    found = gobuild.module_dir(go, path, version, work, log) / rel
     if not found.is_file():
         raise BuildError(f"{rel} not found in {path}@{version}")
     return found
@@ -262,7 +218,7 @@ def _install(staging: Path, root: Path, subs: tuple[str, ...]) -> None:
 
 
 def _build_control_plane(root: Path, src: Path, go: str, force: bool, say: Progress) -> None:
-    with _locked(root):
+    with gobuild.locked(root):
         if not force and _stamp_matches(root, sources_digest) and all(
                 os.access(root / "bin" / b, os.X_OK) for b in BINARIES):
             return  # warm, or another process built it while we waited
@@ -275,14 +231,12 @@ def _build_control_plane(root: Path, src: Path, go: str, force: bool, say: Progr
         start = time.monotonic()
         ldflags = version_ldflags()
         say(f"building etcd {ETCD_VERSION} (log: {log})")
-        _run([go, "build", "-p", "2", "-trimpath", "-ldflags", "-s -w",
-              "-o", str(staging / "bin") + "/", "./cmd/etcd"], src / "etcd", log)
+        gobuild.go_build(go, str(staging / "bin") + "/", ["./cmd/etcd"], src / "etcd", log)
         say(f"building kube-apiserver, kube-scheduler, kubectl {KUBERNETES_VERSION} "
             "(cold: tens of minutes on 2 cores)")
-        _run([go, "build", "-p", "2", "-trimpath", "-ldflags", ldflags,
-              "-o", str(staging / "bin") + "/",
-              "./cmd/kube-apiserver", "./cmd/kube-scheduler", "./cmd/kubectl"],
-             src / "kubernetes", log)
+        gobuild.go_build(go, str(staging / "bin") + "/",
+                         ["./cmd/kube-apiserver", "./cmd/kube-scheduler", "./cmd/kubectl"],
+                         src / "kubernetes", log, ldflags=ldflags)
         for module in (LEGACY_PYTORCHJOB_CRD, KOORDINATOR):
             crd = module_file(go, module, src / "kubernetes", log)
             shutil.copyfile(crd, staging / "crds" / crd.name)
@@ -301,7 +255,7 @@ def _build_control_plane(root: Path, src: Path, go: str, force: bool, say: Progr
 def _build_operators(root: Path, src: Path, go: str, force: bool, say: Progress) -> None:
     """The training-operator's and KWOK's own main packages (``tool`` directives of our
     wrapper modules), and the files the runner reads from their modules."""
-    with _locked(root):
+    with gobuild.locked(root):
         if not force and _stamp_matches(root, operators_digest) and all(
                 os.access(root / "bin" / b, os.X_OK) for b in OPERATOR_BINARIES):
             return
@@ -318,8 +272,8 @@ def _build_operators(root: Path, src: Path, go: str, force: bool, say: Progress)
                        else KWOK_MODULE)[1]
             say(f"building {name} {version} (log: {log})")
             t0 = time.monotonic()
-            _run([go, "build", "-p", "2", "-trimpath", "-ldflags", "-s -w",
-                  "-o", str(staging / "bin" / name), package], src / module_dir, log)
+            gobuild.go_build(go, str(staging / "bin" / name), [package], src / module_dir,
+                             log)
             seconds[name] = round(time.monotonic() - t0, 1)
         work = src / "training-operator"
         crd = module_file(go, TRAINING_OPERATOR, work, log)

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetq import gobuild
 from fleetq.controlplane import build as B
 
 KUEUE_MODULE = ("sigs.k8s.io/kueue", "v0.17.0")
@@ -108,7 +109,7 @@ def build_kueue(control_plane_root: Path | None = None, force: bool = False,
     if not (src / KUEUE_DIR / "go.mod").is_file():
         raise B.BuildError(f"Kueue harness sources not found at {src / KUEUE_DIR}")
     go = B.go_binary()
-    with B._locked(root):
+    with gobuild.locked(root):
         if not force and B._stamp_matches(root, kueue_digest) and _complete(root):
             return KueueBuild(root, cp / "bin")
         log = root / "build.log"
@@ -121,11 +122,9 @@ def build_kueue(control_plane_root: Path | None = None, force: bool = False,
         say(f"building Kueue's scheduler performance harness {KUEUE_MODULE[1]} "
             f"(minimalkueue, runner; log: {log})")
         work = src / KUEUE_DIR
-        B._run([go, "build", "-p", "2", "-trimpath", "-ldflags", "-s -w",
-                "-o", str(staging / "bin") + "/", *KUEUE_BINARIES.values()], work, log)
-        info = json.loads(B._run([go, "mod", "download", "-json", "@".join(KUEUE_MODULE)],
-                                 work, log))
-        module = Path(info["Dir"])
+        gobuild.go_build(go, str(staging / "bin") + "/", list(KUEUE_BINARIES.values()), work,
+                         log)
+        module = gobuild.module_dir(go, *KUEUE_MODULE, work, log)
         for rel, sub in KUEUE_FILES:
             found = module / rel
             if found.is_dir():

@@ -30,7 +30,6 @@ T = TypeVar("T")
 #: Headers that belong to one hop (or that aiohttp recomputes), never forwarded.
 HOP = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "content-length",
                  "content-encoding", "upgrade", "proxy-connection", "te", "trailer"})
-REASONS = {429: "TooManyRequests", 503: "ServiceUnavailable", 504: "Timeout"}
 
 
 @dataclass
@@ -77,14 +76,8 @@ class Proxy:
             return web.Response(status=400, text="fault proxy: request incomplete")
         if f.latency > 0:
             await asyncio.sleep(f.latency)
-        if f.should_fail():
-            code = f.error_status or 500
-            headers = {}
-            if f.retry_after is not None:
-                headers["Retry-After"] = str(max(1, round(f.retry_after)))
-            err = ApiError(code, REASONS.get(code, "InternalError"),
-                           f"injected fault: HTTP {code}", headers=headers)
-            return web.json_response(err.status(), status=code, headers=headers)
+        if (err := f.injected_error()) is not None:
+            return web.json_response(err.status(), status=err.code, headers=err.headers)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
         for attempt in range(3):
             try:

@@ -532,16 +532,8 @@ class Handler:
         faults = self.cluster.faults
         if faults.latency > 0:
             await asyncio.sleep(faults.latency)
-        if faults.should_fail():
-            code = faults.error_status or 500
-            headers = {}
-            if faults.retry_after is not None:
-                headers["Retry-After"] = str(max(1, round(faults.retry_after)))
-            reason = {429: "TooManyRequests", 503: "ServiceUnavailable",
-                      504: "Timeout"}.get(code, "InternalError")
-            return status_response(
-                ApiError(code, reason, f"injected fault: HTTP {code}", headers=headers)
-            )
+        if (err := faults.injected_error()) is not None:
+            return status_response(err)
         try:
             return await handler(request)
         except web.HTTPNotFound:

@@ -184,7 +184,6 @@ class ClusterController:
         prefix: str,
         labels: Mapping[str, str],
     ) -> list[str]:
-        """Create ``count`` already-running, ownerless pods spread over schedulable nodes
-        (benchmark background load; no controller churn)."""
+        """:func:`~fleetq.emulator.pods.add_running_pods` on this cluster's store."""
         return add_running_pods(self.store, self.ledger, self.name, count, namespace,
                                 requests, prefix, labels)

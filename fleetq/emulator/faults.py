@@ -15,8 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from fleetq.emulator.store import ApiError
+
 if TYPE_CHECKING:
     from fleetq.emulator.fleet import Emulator
+
+
+#: the ``Status`` reason of an injected error, by HTTP code (else ``InternalError``)
+ERROR_REASONS = {429: "TooManyRequests", 503: "ServiceUnavailable", 504: "Timeout"}
 
 
 @dataclass
@@ -37,6 +43,18 @@ class Faults:
 
     def should_fail(self) -> bool:
         return self.error_status is not None and self._rng.random() < self.error_rate
+
+    def injected_error(self) -> ApiError | None:
+        """The error to answer this request with (at :attr:`error_rate`): HTTP
+        :attr:`error_status` with its Kubernetes reason and ``Retry-After``; None: serve it."""
+        if not self.should_fail():
+            return None
+        code = self.error_status or 500
+        headers = {}
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(max(1, round(self.retry_after)))
+        return ApiError(code, ERROR_REASONS.get(code, "InternalError"),
+                        f"injected fault: HTTP {code}", headers=headers)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

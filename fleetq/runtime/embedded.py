@@ -28,16 +28,7 @@ from typing import Any
 from fleetq.client.connection import connect, ensure_search_attributes, temporal_cli_path
 from fleetq.client.registry import registry
 from fleetq.naming import INT_ATTRIBUTES, KEYWORD_ATTRIBUTES, TASK_QUEUE
-from fleetq.runtime.fleet_info import (  # noqa: F401 - the fleetq.json contract, re-exported
-    INFO_FILE,
-    LOCK_FILE,
-    STATE_DIR_ENV,
-    FleetInfo,
-    default_state_dir,
-    pid_alive,
-    read_info,
-    write_info,
-)
+from fleetq.runtime.fleet_info import INFO_FILE, LOCK_FILE, FleetInfo, read_info, write_info
 from fleetq.runtime.supervisor import Child, port_in_use, spawn_child
 
 Progress = Callable[[str], None]

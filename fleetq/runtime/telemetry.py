@@ -17,11 +17,8 @@ import asyncio
 import logging
 import os
 import socket
-import threading
 import urllib.request
 from collections.abc import Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from temporalio.client import Client
 from temporalio.runtime import (
@@ -36,6 +33,7 @@ from temporalio.runtime import (
 
 from fleetq.client.connection import RateLimitedExportErrors
 from fleetq.naming import CONTROL_TASK_QUEUE, TASK_QUEUE
+from fleetq.runtime.http_thread import QuietHandler, ServerThread
 from workflows import metrics
 
 log = logging.getLogger("fleetq.telemetry")
@@ -171,7 +169,7 @@ def tree_exposition(
     return "\n".join(out) + "\n"
 
 
-class MetricsEndpoint:
+class MetricsEndpoint(ServerThread):
     """``/metrics`` on ``host:port``: Temporal core's scrape (``core_url``) and the tree
     gauges of the quota workflows this worker runs (``owned``: their workflow ids; None
     until :func:`watch_tree_ownership` first decided, meaning every tree this process
@@ -184,37 +182,14 @@ class MetricsEndpoint:
         self.owned: set[str] | None = None
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 if self.path.partition("?")[0] != "/metrics":
                     self.send_error(404)
                     return
-                body = endpoint.scrape().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(200, endpoint.scrape(), "text/plain; version=0.0.4")
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                return
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="fleetq-metrics", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> MetricsEndpoint:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler, port, host, "fleetq-metrics")
 
     def trees(self) -> dict[str, metrics.TreeReport]:
         reports = metrics.tree_reports()

@@ -19,8 +19,8 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+
+from fleetq.runtime.http_thread import QuietHandler, ServerThread
 
 READY_PATH = "/readyz"
 LIVE_PATH = "/livez"
@@ -98,7 +98,7 @@ class WorkerHealth:
         return ok, checks
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     health: WorkerHealth
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -108,51 +108,24 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == LIVE_PATH:
             ok, checks = self.health.liveness()
         else:
-            self._reply(404, "not found\n", "text/plain")
+            self.reply(404, "not found\n", "text/plain")
             return
         if "verbose" in query:
-            self._reply(200 if ok else 503, json.dumps({"ok": ok, "checks": checks}) + "\n",
-                        "application/json")
+            self.reply(200 if ok else 503, json.dumps({"ok": ok, "checks": checks}) + "\n",
+                       "application/json")
             return
         lines = [f"{n}: {d}" for n, d in sorted(checks.items()) if not d.startswith("ok")]
-        self._reply(200 if ok else 503, "ok\n" if ok else "\n".join(lines) + "\n",
-                    "text/plain")
-
-    def _reply(self, code: int, body: str, ctype: str) -> None:
-        data = body.encode()
-        self.send_response(code)
-        self.send_header("Content-Type", f"{ctype}; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - probes are noisy
-        return
+        self.reply(200 if ok else 503, "ok\n" if ok else "\n".join(lines) + "\n",
+                   "text/plain")
 
 
-class HealthServer:
+class HealthServer(ServerThread):
     """``/readyz`` and ``/livez`` of ``health`` on ``host:port`` (port 0: any free one),
     served from a daemon thread."""
 
     def __init__(self, health: WorkerHealth, port: int, host: str = "127.0.0.1") -> None:
         handler = type("Handler", (_Handler,), {"health": health})
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="fleetq-health", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> HealthServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        super().__init__(handler, port, host, "fleetq-health")
 
     def __enter__(self) -> HealthServer:
         return self.start()

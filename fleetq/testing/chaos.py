@@ -446,16 +446,18 @@ async def poll(check: Callable[[], Awaitable[Any]], timeout: float, step: float 
         await asyncio.sleep(step)
 
 
-def _member_jobs(fleet: EmulatedFleet, cluster: str, namespace: str,
+def _member_jobs(fleet: EmulatedFleet, cluster: str, namespace: str | None,
                  name: str) -> list[dict[str, Any]]:
-    """The PyTorchJobs <ns>/<name> on one member."""
+    """The PyTorchJobs <ns>/<name> on one member (``namespace`` None: in any)."""
     return [o for o in fleet.objects(cluster, "pytorchjobs")
-            if o["metadata"]["name"] == name and o["metadata"].get("namespace") == namespace]
+            if o["metadata"]["name"] == name
+            and namespace in (None, o["metadata"].get("namespace"))]
 
 
-def member_copies(fleet: EmulatedFleet, namespace: str, name: str,
+def member_copies(fleet: EmulatedFleet, namespace: str | None, name: str,
                   members: Sequence[str] = MEMBERS) -> dict[str, int]:
-    """``{cluster: number of PyTorchJobs <ns>/<name>}`` over the members (0s dropped)."""
+    """``{cluster: number of PyTorchJobs <ns>/<name>}`` over the members (0s dropped;
+    ``namespace`` None: in any namespace)."""
     out: dict[str, int] = {}
     for c in members:
         n = len(_member_jobs(fleet, c, namespace, name))

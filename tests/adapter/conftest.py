@@ -36,6 +36,7 @@ from activities.fleet import Fleet
 from activities.kube_api import KubeApi
 from activities.member_cluster import KubernetesMemberCluster
 from fleetq.messages import JobRef
+from tests.conftest import real_control_plane
 
 REAL_KUBECONFIG = os.environ.get("FLEETQ_TEST_KUBECONFIG")
 REAL_CONTEXTS = [c for c in os.environ.get("FLEETQ_TEST_CONTEXTS", "").split(",") if c]
@@ -101,13 +102,9 @@ def live_fleet(members: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         with EmulatedFleet(_load_topology(TOPOLOGY), out_dir=out) as fleet:
             yield fleet
         return
-    from fleetq.controlplane.build import BuildError, build
     from fleetq.controlplane.runner import RealFleet
 
-    try:
-        binaries = build(progress=lambda msg: print(f"[controlplane] {msg}", flush=True))
-    except BuildError as exc:
-        pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
+    binaries = real_control_plane(say=True)
     with RealFleet(_load_topology(TOPOLOGY), binaries, out) as real:
         yield real
 

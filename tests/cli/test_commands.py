@@ -17,6 +17,7 @@ import yaml
 
 from fleetq.cli.output import plain_table
 from fleetq.runtime.supervisor import free_port
+from fleetq.testing.chaos import member_copies
 from tests.cli.conftest import EXAMPLES, CliFleet
 
 TREE = str(EXAMPLES / "elasticquotatree.yaml")
@@ -30,13 +31,7 @@ def table(output: str) -> list[list[str]]:
 
 
 def member_jobs(cli: CliFleet, name: str) -> dict[str, int]:
-    counts = {}
-    for cluster in cli.emulated.members:
-        n = sum(1 for o in cli.emulated.objects(cluster, "pytorchjobs")
-                if o["metadata"]["name"] == name)
-        if n:
-            counts[cluster] = n
-    return counts
+    return member_copies(cli.emulated, None, name, list(cli.emulated.members))
 
 
 async def wait_state(cli: CliFleet, name: str, state: str, timeout: float = 30,

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
 from activities.fleet import Fleet
@@ -31,10 +30,8 @@ from fleetq.cli import get as get_module
 from fleetq.cli import output
 from fleetq.client import http_api, jobs
 from fleetq.client.connection import (
-    DATA_CONVERTER,
     REFUSAL_TYPES,
     connect,
-    search_attribute_keys,
     temporal_cli_path,
 )
 from fleetq.emulator.fleet import EmulatedFleet
@@ -42,6 +39,7 @@ from fleetq.naming import TASK_QUEUE
 from fleetq.runtime.supervisor import free_port
 from tests.cli.conftest import CliFleet
 from tests.cli.test_commands import JOB_YAML, POLICY, TREE, wait_state
+from tests.conftest import start_dev_server
 from worker import build_worker
 
 NS = "default"
@@ -78,9 +76,7 @@ async def web_fleet(tmp_path_factory: pytest.TempPathFactory
     """A dev server with its Web UI (whose server answers the HTTP API), an emulated
     fleet and a worker; the CLI's env, and the UI's URL."""
     ui_port = free_port()
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER,
-        search_attributes=search_attribute_keys(), ui=True, ui_port=ui_port)
+    env = await start_dev_server(ui=True, ui_port=ui_port)
     emulated = EmulatedFleet(start_delay=0.05).start()
     fleet = Fleet.from_config(emulated.fleet_config_path)
     client = await connect(env.client.service_client.config.target_host)

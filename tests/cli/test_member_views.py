@@ -23,7 +23,7 @@ from fleetq.client.connection import temporal_cli_path
 from fleetq.emulator.fleet import INFO_FILE as EMULATOR_INFO
 from fleetq.member_contract import MANAGED_BY, RESERVATION_AFFINITY
 from fleetq.naming import TASK_QUEUE
-from fleetq.runtime.embedded import FleetInfo, write_info
+from fleetq.runtime.fleet_info import FleetInfo, write_info
 from fleetq.runtime.supervisor import free_port
 from tests.cli.conftest import EXAMPLES, CliFleet
 
@@ -62,6 +62,17 @@ async def poll(what: str, check: Callable[[], Awaitable[Any]], timeout: float = 
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
+async def apply_job(cli: CliFleet, name: str, namespace: str = NS) -> None:
+    r = await cli.run("apply", "-f", "-", stdin=job_doc(name, namespace))
+    assert r.exit_code == 0, r.output
+
+
+async def apply_running(cli: CliFleet, name: str, namespace: str = NS) -> str:
+    """Apply the job and wait until it runs; its cluster."""
+    await apply_job(cli, name, namespace)
+    return await running_on(cli, name, namespace)
+
+
 async def running_on(cli: CliFleet, name: str, namespace: str = NS) -> str:
     """Wait until the job runs with all 3 pods; its cluster."""
 
@@ -96,9 +107,7 @@ async def views_policy(cli_fleet: CliFleet) -> None:
 async def test_evicted_copy_still_running_shows_with_its_pods(cli_fleet: CliFleet,
                                                               views_policy: None) -> None:
     cli = cli_fleet
-    r = await cli.run("apply", "-f", "-", stdin=job_doc("twice"))
-    assert r.exit_code == 0, r.output
-    current = await running_on(cli, "twice")
+    current = await apply_running(cli, "twice")
     other = next(c for c in cli.emulated.members if c != current)
     # A copy of the job left running on another member — what a purge that never
     # reached a partitioned member leaves behind: fleetq's own object, labels included.
@@ -180,9 +189,7 @@ async def test_evicted_copy_still_running_shows_with_its_pods(cli_fleet: CliFlee
 async def test_failed_copy_never_shows_running(cli_fleet: CliFleet,
                                                views_policy: None) -> None:
     cli = cli_fleet
-    r = await cli.run("apply", "-f", "-", stdin=job_doc("breaks"))
-    assert r.exit_code == 0, r.output
-    cluster = await running_on(cli, "breaks")
+    cluster = await apply_running(cli, "breaks")
     r = await cli.run("sim", "fault", cluster, "fail-job", f"{NS}/breaks")
     assert r.exit_code == 0, r.output
 
@@ -206,9 +213,7 @@ async def test_failed_copy_never_shows_running(cli_fleet: CliFleet,
 async def test_unreachable_member_shows_unknown(cli_fleet: CliFleet,
                                                 views_policy: None) -> None:
     cli = cli_fleet
-    r = await cli.run("apply", "-f", "-", stdin=job_doc("silent"))
-    assert r.exit_code == 0, r.output
-    cluster = await running_on(cli, "silent")
+    cluster = await apply_running(cli, "silent")
     r = await cli.run("sim", "fault", cluster, "unreachable")
     assert r.exit_code == 0, r.output
     try:
@@ -251,12 +256,9 @@ async def test_queue_column_names_the_queue_and_position(cli_fleet: CliFleet,
     cli = cli_fleet
     r = await cli.run("apply", "-f", TREE, "-f", QUEUE_POLICY)
     assert r.exit_code == 0, r.output
-    r = await cli.run("apply", "-f", "-", stdin=job_doc("q-first", "default"))
-    assert r.exit_code == 0, r.output
-    await running_on(cli, "q-first", "default")
+    await apply_running(cli, "q-first", "default")
     for name in ("q-second", "q-third"):
-        r = await cli.run("apply", "-f", "-", stdin=job_doc(name, "default"))
-        assert r.exit_code == 0, r.output
+        await apply_job(cli, name, "default")
 
     async def queued() -> dict[str, list[str]] | None:
         rows = await rows_of(cli, "get", "pytorchjob", "-o", "wide")

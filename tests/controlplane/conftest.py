@@ -7,11 +7,14 @@ server answers.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import ssl
 import tempfile
+import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ import pytest
 import yaml
 
 from fleetq.topology import ClusterSpec, Topology, parse_topology
+from tests.conftest import real_control_plane
 
 CLUSTER = "cluster-x"
 TOPOLOGY: dict[str, Any] = {"clusters": [{
@@ -103,13 +107,9 @@ def real_plane() -> Iterator[Any]:
     """One real member: etcd, kube-apiserver, KWOK, the training-operator,
     kube-scheduler and the lifecycle controller (garbage collector), talked to directly
     (no fault proxy between: the contract is the API server's and the operator's)."""
-    from fleetq.controlplane.build import BuildError, build
     from fleetq.controlplane.runner import RealFleet
 
-    try:
-        binaries = build(progress=lambda msg: print(f"[controlplane] {msg}", flush=True))
-    except BuildError as exc:
-        pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
+    binaries = real_control_plane(say=True)
     with tempfile.TemporaryDirectory(prefix="fleetq-cp-") as out, \
             RealFleet(topology(), binaries, Path(out), fault_proxy=False) as fleet:
         yield fleet
@@ -120,13 +120,9 @@ def uncached_plane() -> Iterator[Any]:
     """A real member whose API server has no watch cache: watches go to etcd, so a
     compaction turns an older resourceVersion into 410 Gone at once (with the cache, a
     real server serves history it still holds in memory, minutes of it)."""
-    from fleetq.controlplane.build import BuildError, build
     from fleetq.controlplane.runner import RealFleet
 
-    try:
-        binaries = build()
-    except BuildError as exc:
-        pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
+    binaries = real_control_plane()
     hub = parse_topology({"clusters": [{"name": CLUSTER, "member": False}]})
     with tempfile.TemporaryDirectory(prefix="fleetq-cp-") as out, \
             RealFleet(hub, binaries, Path(out), apiserver_args=("--watch-cache=false",),
@@ -165,3 +161,36 @@ def api(request: pytest.FixtureRequest) -> Raw:
 def api_uncached(request: pytest.FixtureRequest) -> Raw:
     """Like ``api``, the real side without a watch cache (for 410 Gone)."""
     return raw_client(request, str(request.param))
+
+
+#: the PyTorchJob API group's path, and the merge-patch content type
+JOBS = "/apis/kubeflow.org/v1"
+MERGE = "application/merge-patch+json"
+
+
+@contextlib.contextmanager
+def fresh_namespace(api: Raw, prefix: str) -> Iterator[str]:
+    """A namespace of its own on ``api``'s member (``<prefix><8 hex>``), deleted after."""
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
+    created = api("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    assert created.status == 201, created.body
+    try:
+        yield name
+    finally:
+        api("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def ns(api: Raw) -> Iterator[str]:
+    """A namespace of the test's own on the member it runs against."""
+    with fresh_namespace(api, "ns-") as name:
+        yield name
+
+
+def eventually(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+    """``check()``'s first truthy value, polled (a real member acts asynchronously)."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := check()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert value, f"not within {timeout_s}s: {value!r}"
+    return value

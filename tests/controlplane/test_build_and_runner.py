@@ -13,21 +13,17 @@ from fleetq.controlplane.build import (
     KUBERNETES_VERSION,
     OPERATOR_BINARIES,
     Build,
-    BuildError,
-    build,
     cached,
 )
 from fleetq.controlplane.runner import ControlPlane
 from fleetq.emulator.tls import make_material
 from fleetq.topology import parse_topology
+from tests.conftest import real_control_plane
 
 
 @pytest.fixture(scope="module")
 def binaries() -> Build:
-    try:
-        return build()
-    except BuildError as exc:
-        pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
+    return real_control_plane()
 
 
 def test_a_warm_build_is_a_stamp_read(binaries: Build) -> None:

@@ -5,26 +5,12 @@ emulator was fixed until both kinds pass."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
 from typing import Any
 
-import pytest
+from .conftest import JOBS, MERGE, Raw, eventually
 
-from .conftest import Raw
-
-MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-JOBS = "/apis/kubeflow.org/v1"
-
-
-@pytest.fixture
-def ns(api: Raw) -> Iterator[str]:
-    name = f"c-{uuid.uuid4().hex[:8]}"
-    created = api("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    assert created.status == 201, created.body
-    yield name
-    api("DELETE", f"/api/v1/namespaces/{name}")
 
 
 def pod(name: str, requests: dict[str, str] | None = None,
@@ -56,16 +42,6 @@ def create(api: Raw, path: str, body: dict[str, Any]) -> dict[str, Any]:
     assert r.status == 201, r.body
     assert isinstance(r.body, dict)
     return r.body
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not (value := check()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert value, f"not within {timeout_s}s: {value!r}"
-    return value
 
 
 # ---------------------------------------------------------------- paging

@@ -7,13 +7,12 @@ two racing writers wins), and the spec is validated the same way."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from .conftest import Raw
+from .conftest import Raw, fresh_namespace
 
 GROUP = "/apis/coordination.k8s.io/v1"
 
@@ -21,11 +20,8 @@ GROUP = "/apis/coordination.k8s.io/v1"
 @pytest.fixture
 def leases(api: Raw) -> Iterator[str]:
     """The Lease collection of a fresh namespace."""
-    ns = f"l-{uuid.uuid4().hex[:8]}"
-    created = api("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
-    assert created.status == 201, created.body
-    yield f"{GROUP}/namespaces/{ns}/leases"
-    api("DELETE", f"/api/v1/namespaces/{ns}")
+    with fresh_namespace(api, "l-") as ns:
+        yield f"{GROUP}/namespaces/{ns}/leases"
 
 
 def lease(name: str, holder: str, **spec: Any) -> dict[str, Any]:

@@ -12,38 +12,23 @@ DeletePodsAndServices, CleanupJob), ``common/pod.go`` (ReconcilePods, createNewP
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from fleetq.emulator.kube_objects import finished_pod
 
-from .conftest import Raw
+from .conftest import JOBS, MERGE, Raw
+from .conftest import eventually as poll_until
 
-JOBS = "/apis/kubeflow.org/v1"
-MERGE = "application/merge-patch+json"
 JOB_NAME = "training.kubeflow.org/job-name"
 
 
-@pytest.fixture
-def ns(api: Raw) -> Iterator[str]:
-    name = f"op-{uuid.uuid4().hex[:8]}"
-    created = api("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    assert created.status == 201, created.body
-    yield name
-    api("DELETE", f"/api/v1/namespaces/{name}")
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not (value := check()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert value, f"not within {timeout_s}s: {value!r}"
-    return value
+def eventually(check: Callable[[], Any]) -> Any:
+    """:func:`~tests.controlplane.conftest.eventually` with the operator's 30 s (it
+    reconciles pods and services in rounds)."""
+    return poll_until(check, timeout_s=30.0)
 
 
 def template(annotations: dict[str, str] | None = None) -> dict[str, Any]:

@@ -14,24 +14,15 @@ from typing import Any
 import pytest
 
 from fleetq.runtime.embedded import EmbeddedFleet
-from fleetq.runtime.supervisor import free_port
+from tests.conftest import embedded_fleet, real_control_plane
 
 
 @pytest.fixture(scope="module")
 def real_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]:
-    from fleetq.controlplane.build import BuildError, build
-
-    try:
-        build()
-    except BuildError as exc:
-        pytest.fail(f"no real control plane (fleetq controlplane build, needs Go >= 1.26): {exc}")
-    fleet = EmbeddedFleet(tmp_path_factory.mktemp("embedded-real"), port=free_port(),
-                          ui_port=free_port(), members="real")
-    fleet.start(timeout=300)
-    try:
+    real_control_plane()
+    with embedded_fleet(tmp_path_factory.mktemp("embedded-real"), 300,
+                        members="real") as fleet:
         yield fleet
-    finally:
-        fleet.stop(grace=2.0)
 
 
 def test_walkthrough_runs_on_real_members_and_kubectl_sees_it(

@@ -6,11 +6,8 @@ from __future__ import annotations
 import json
 import random
 import re
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from pydantic import ValidationError
 
 from fleetq.admission import (
@@ -22,28 +19,17 @@ from fleetq.admission import (
     WaitInfo,
 )
 from fleetq.messages import QuotaTreeInput
-from fleetq.models import ElasticQuotaTree, parse_tree
+from fleetq.models import parse_tree
 from fleetq.quota import SUFFIX_ALPHABET
 from fleetq.quota_state import pack_state, unpack_carried, unpack_state
+from tests.core.trees import make_tree, walkthrough
 
-WALKTHROUGH = Path(__file__).resolve().parents[2] / "examples" / "elasticquotatree.yaml"
 GPU = "nvidia.com/gpu"
 JOBS = "kube-queue/max-jobs"
 
 
-def make_tree(root: dict[str, Any], name: str = "tree") -> ElasticQuotaTree:
-    return parse_tree(
-        {
-            "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-            "kind": "ElasticQuotaTree",
-            "metadata": {"name": name, "namespace": "kube-system"},
-            "spec": {"root": root},
-        }
-    )
 
 
-def walkthrough() -> ElasticQuotaTree:
-    return parse_tree(yaml.safe_load(WALKTHROUGH.read_text()))
 
 
 def req(

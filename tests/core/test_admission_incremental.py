@@ -206,6 +206,19 @@ TestIncrementalPassEqualsFullPass.settings = settings(
 )
 
 
+def count_picks(a: Any) -> list[str]:
+    """The queue nodes ``a`` examines from now on (its ``_pick`` counted), in order."""
+    examined: list[str] = []
+    original = a._pick
+
+    def counting(q: Any, *args: Any) -> Any:
+        examined.append(q.node)
+        return original(q, *args)
+
+    a._pick = counting
+    return examined
+
+
 def test_a_release_examines_the_queues_it_can_unblock_not_the_tree() -> None:
     """100 backlogged leaves under 10 parents: a release in one leaf whose parent is
     full re-checks that parent's leaves (blocked there), not the other 90."""
@@ -232,14 +245,7 @@ def test_a_release_examines_the_queues_it_can_unblock_not_the_tree() -> None:
                     job_id=f"pytorchjob/p{p}-l{i}/j{n}", namespace=f"p{p}-l{i}",
                     request={"cpu": 4000}, submitted_at=float(n)), float(n))
     a.schedule(1000.0)
-    examined: list[str] = []
-    original = a._pick
-
-    def counting(q: Any, *args: Any) -> Any:
-        examined.append(q.node)
-        return original(q, *args)
-
-    a._pick = counting  # type: ignore[method-assign,assignment]
+    examined = count_picks(a)
     holder = next(h for h in a.holders() if "/p3-" in h)
     a.release(holder)
     grants = a.schedule(1001.0)
@@ -272,14 +278,7 @@ def test_a_small_job_waiting_for_the_root_ranks_as_itself_not_as_its_head() -> N
                                    priority=prio, request={"cpu": cpu}, submitted_at=float(n))
             assert inc.enqueue(req, float(n)) == full.enqueue(req, float(n))
     assert inc.schedule(100.0) == full.schedule(100.0) == []
-    examined: list[str] = []
-    original = inc._pick
-
-    def counting(q: Any, *args: Any) -> Any:
-        examined.append(q.node)
-        return original(q, *args)
-
-    inc._pick = counting  # type: ignore[method-assign,assignment]
+    examined = count_picks(inc)
     for a in (inc, full):
         assert a.release("pytorchjob/l7/j8")
     grants = inc.schedule(101.0)

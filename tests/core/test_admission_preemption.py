@@ -5,30 +5,20 @@ continue-as-new (and older states without them still load)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fleetq.admission import (
     Admission,
     AdmissionRequest,
     Grant,
     HolderPolicy,
 )
-from fleetq.models import ElasticQuotaTree, parse_tree
+from fleetq.models import ElasticQuotaTree
 from fleetq.preemption import PreemptionReason, plan_preemptions
 from fleetq.quota_state import pack_state, unpack_state
+from tests.core.trees import make_tree
 
 JOBS = "kube-queue/max-jobs"
 
 
-def make_tree(root: dict[str, Any], **annotations: str) -> ElasticQuotaTree:
-    return parse_tree(
-        {
-            "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-            "kind": "ElasticQuotaTree",
-            "metadata": {"name": "tree", "namespace": "kube-system", "annotations": annotations},
-            "spec": {"root": root},
-        }
-    )
 
 
 def one_job_leaf(**annotations: str) -> ElasticQuotaTree:

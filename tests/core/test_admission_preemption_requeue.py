@@ -12,17 +12,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from fleetq.admission import Admission, AdmissionRequest, Grant, QueuePolicy, WaitInfo
-from fleetq.models import ElasticQuotaTree, parse_tree
+from fleetq.models import ElasticQuotaTree
+from tests.core.trees import make_tree
 
 JOBS = "kube-queue/max-jobs"
 
 
-def make_tree(root: dict[str, Any], **annotations: str) -> ElasticQuotaTree:
-    return parse_tree({
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
-        "metadata": {"name": "tree", "namespace": "kube-system", "annotations": annotations},
-        "spec": {"root": root},
-    })
 
 
 def one_job_leaf() -> ElasticQuotaTree:

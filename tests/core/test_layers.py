@@ -17,7 +17,7 @@ CONTRACTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["import
 # fleetq's packages that are edges, not core: each has a contract of its own or sits in
 # the layers. Everything else under fleetq/ is the pure core.
 EDGE_PACKAGES = {"cli", "client", "runtime", "emulator", "controlplane", "temporal_cluster",
-                 "testing", "data"}
+                 "testing", "data", "gobuild"}
 
 
 def test_import_contracts_hold() -> None:

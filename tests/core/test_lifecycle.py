@@ -3,7 +3,6 @@ in ``fleetq describe`` / the Temporal UI and when a job fails over, purges or fa
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,7 +12,6 @@ from fleetq.job_input import InvalidJobInput, JobInput
 from fleetq.lifecycle import (
     Announce,
     Due,
-    JobProgress,
     OldCopy,
     Reason,
     Refresh,
@@ -22,30 +20,20 @@ from fleetq.lifecycle import (
 from fleetq.messages import (
     Candidate,
     JobStatus,
-    JobView,
     MemberTaint,
     PlacementVerdict,
-    Resolution,
 )
 from fleetq.models import ApplicationFailover, ClusterFailover, PurgeMode
 from fleetq.naming import SA_CLUSTER, SA_PRIORITY, SA_QUEUE, SA_STATE
 from fleetq.rejection import Rejection, RejectionCode
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def progress(**view: Any) -> JobProgress:
-    fields: dict[str, Any] = {"namespace": "default", "name": "train", "state": "Running"}
-    fields.update(view)
-    return JobProgress(view=JobView(**fields), resolution=Resolution())
+from tests.core.job_progress import at
+from tests.core.job_progress import job_progress as progress
 
 
 def status(health: str = "Healthy", phase: str = "Running", **more: Any) -> JobStatus:
     return JobStatus(cluster="a", health=health, phase=phase, **more)  # type: ignore[arg-type]
 
 
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
 
 
 # ---------------------------------------------------------------------- health

@@ -4,24 +4,16 @@ its grace period ends: it may finish first), and what it holds afterwards."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fleetq import lifecycle
 from fleetq.lifecycle import Announce, Due, JobProgress, Reason, Transition
-from fleetq.messages import JobStatus, JobView, PreemptSignal, Resolution
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
+from fleetq.messages import JobStatus, PreemptSignal
+from tests.core.job_progress import at, job_progress
 
 
 def progress(**view: Any) -> JobProgress:
-    fields: dict[str, Any] = {"namespace": "default", "name": "low", "state": "Running"}
-    fields.update(view)
-    return JobProgress(view=JobView(**fields), resolution=Resolution())
+    return job_progress(**{"name": "low", **view})
 
 
 def signal(grace: int = 30, message: str = "priority 1000 > 10") -> PreemptSignal:

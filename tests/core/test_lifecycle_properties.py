@@ -3,24 +3,20 @@ the failover timer, the backoffs, the deadlines, the event log and the purge tar
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetq import lifecycle
-from fleetq.lifecycle import Backoff, Due, JobProgress, Reason
-from fleetq.messages import JobStatus, JobView, Resolution
+from fleetq.lifecycle import Backoff, Due, Reason
+from fleetq.messages import JobStatus
+from tests.core.job_progress import T0
+from tests.core.job_progress import job_progress as progress
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 HEALTHS = ("Healthy", "Unhealthy", "Unknown")
 
 
-def progress(**view: Any) -> JobProgress:
-    fields: dict[str, Any] = {"namespace": "default", "name": "train", "state": "Running"}
-    fields.update(view)
-    return JobProgress(view=JobView(**fields), resolution=Resolution())
 
 
 steps = st.lists(

@@ -7,7 +7,6 @@ events aggregated as client-go does (tools/record/events_cache.go)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,20 +23,13 @@ from fleetq.fleet_config import (
     requeue_settings,
 )
 from fleetq.lifecycle import Announce, Due, JobProgress, Reason, RequeueCause, Transition
-from fleetq.messages import JobStatus, JobView, PlacementVerdict, PodStatus, Resolution
+from fleetq.messages import JobStatus, PlacementVerdict, PodStatus
 from fleetq.rejection import Rejection, RejectionCode
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
+from tests.core.job_progress import at, job_progress
 
 
 def progress(**view: Any) -> JobProgress:
-    fields: dict[str, Any] = {"namespace": "default", "name": "big", "state": "Scheduling"}
-    fields.update(view)
-    return JobProgress(view=JobView(**fields), resolution=Resolution())
+    return job_progress(**{"name": "big", "state": "Scheduling", **view})
 
 
 NEVER = "no member can ever hold master-0 (cpu 40): the largest eligible node has 32"

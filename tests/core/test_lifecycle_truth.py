@@ -24,26 +24,19 @@ from fleetq import lifecycle
 from fleetq.cli.get import copy_rows
 from fleetq.cli.output import age
 from fleetq.lifecycle import Announce, JobProgress, Reason, Transition
-from fleetq.messages import JobStatus, JobView, MemberTaint, Resolution
+from fleetq.messages import JobStatus, JobView, MemberTaint
 from fleetq.models import ApplicationFailover
 from fleetq.naming import SA_STATE
+from tests.core.job_progress import at, job_progress
 from workflows.metrics import JOB_STATES
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 UNREACHABLE = "cluster.karmada.io/unreachable:NoExecute"
 
 
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
 
 
 def progress(**view: Any) -> JobProgress:
-    fields: dict[str, Any] = {
-        "namespace": "default", "name": "train", "state": "Running", "cluster": "a",
-        "copies": ["a"],
-    }
-    fields.update(view)
-    return JobProgress(view=JobView(**fields), resolution=Resolution())
+    return job_progress(**{"cluster": "a", "copies": ["a"], **view})
 
 
 def status(health: str = "Healthy", phase: str = "Running", **more: Any) -> JobStatus:

@@ -12,7 +12,7 @@ import pytest
 
 from fleetq.admission import Admission, AdmissionRequest, Grant
 from fleetq.capacity import ClusterSnapshot, NodeCapacity
-from fleetq.models import ElasticQuotaTree, Gang, GangPod, ManifestError, parse_job, parse_tree
+from fleetq.models import Gang, GangPod, ManifestError, parse_job
 from fleetq.placement import place_gang
 from fleetq.preemption import (
     AdmittedJob,
@@ -38,20 +38,12 @@ from fleetq.preemption import (
     tree_policy,
     weighted_shares,
 )
+from tests.core.trees import make_tree
 
 JOBS = "kube-queue/max-jobs"
 CPU = "cpu"
 
 
-def make_tree(root: dict[str, Any], **annotations: str) -> ElasticQuotaTree:
-    return parse_tree(
-        {
-            "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-            "kind": "ElasticQuotaTree",
-            "metadata": {"name": "tree", "namespace": "kube-system", "annotations": annotations},
-            "spec": {"root": root},
-        }
-    )
 
 
 def job_doc(**annotations: str) -> dict[str, Any]:

@@ -6,34 +6,19 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from fleetq.models import ElasticQuotaTree, parse_tree
 from fleetq.quota import SUFFIX_ALPHABET, QuotaTree, queue_name
+from tests.core.trees import make_tree, walkthrough
 
-WALKTHROUGH = Path(__file__).resolve().parents[2] / "examples" / "elasticquotatree.yaml"
 GPU = "nvidia.com/gpu"
 JOBS = "kube-queue/max-jobs"
 SUFFIX = f"[{SUFFIX_ALPHABET}]{{5}}"
 
 
-def make_tree(root: dict[str, Any], name: str = "tree") -> ElasticQuotaTree:
-    return parse_tree(
-        {
-            "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-            "kind": "ElasticQuotaTree",
-            "metadata": {"name": name, "namespace": "kube-system"},
-            "spec": {"root": root},
-        }
-    )
 
 
-def walkthrough() -> ElasticQuotaTree:
-    return parse_tree(yaml.safe_load(WALKTHROUGH.read_text()))
 
 
 def job(cpu: float = 0, gpu: int = 0, **extra: int) -> dict[str, int]:

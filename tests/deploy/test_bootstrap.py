@@ -18,7 +18,7 @@ One dev server, one namespace per test (each test starts from an empty one).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +36,10 @@ from fleetq.client.connection import (
     current_build,
     describe_deployment,
     ensure_search_attributes,
-    temporal_cli_path,
 )
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.naming import REGISTRY_WORKFLOW_ID, job_workflow_id
+from tests.conftest import start_dev_server
 from tests.deploy.running_worker import RunningWorker, get, poll
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,25 +49,12 @@ NAMESPACES = ("boot-none", "boot-unset", "boot-first")
 
 @pytest_asyncio.fixture(scope="module")
 async def server() -> AsyncIterator[WorkflowEnvironment]:
-    extra: list[str] = []
-    for ns in NAMESPACES:
-        extra += ["--namespace", ns]
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER,
-        dev_server_extra_args=extra, dev_server_log_level="error")
+    env = await start_dev_server(*NAMESPACES, search_attributes=False,
+                                 dev_server_log_level="error")
     try:
         yield env
     finally:
         await env.shutdown()
-
-
-@pytest.fixture(scope="module")
-def members() -> Iterator[EmulatedFleet]:
-    emulated = EmulatedFleet(start_delay=0.05).start()
-    try:
-        yield emulated
-    finally:
-        emulated.stop()
 
 
 async def namespace(server: WorkflowEnvironment, ns: str,
@@ -97,6 +84,14 @@ async def registry_state(client: Client) -> dict[str, Any]:
     return state
 
 
+
+def start_worker(server: WorkflowEnvironment, members: EmulatedFleet, namespace: str,
+                 **options: Any) -> RunningWorker:
+    """A worker process on ``server``'s ``namespace`` over ``members``, started."""
+    return RunningWorker(dict(address=server.client.service_client.config.target_host,
+                              namespace=namespace, fleet_config=str(members.fleet_config_path),
+                              **options)).start()
+
 async def test_apply_without_any_worker_fails_with_one_line_and_applies_nothing(
         server: WorkflowEnvironment, members: EmulatedFleet,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,9 +102,7 @@ async def test_apply_without_any_worker_fails_with_one_line_and_applies_nothing(
         "no worker polls task queue fleetq-control (namespace boot-none): run fleetq worker "
         "(fleetq worker --versioning for a versioned deployment), or fleetq up"], r.output
     # nothing half-done: once a worker runs, the refused objects are not there
-    worker = RunningWorker(dict(address=server.client.service_client.config.target_host,
-                                namespace="boot-none",
-                                fleet_config=str(members.fleet_config_path))).start()
+    worker = start_worker(server, members, "boot-none")
     try:
         await worker.ready()
         state = await registry_state(client)
@@ -123,11 +116,8 @@ async def test_versioned_worker_without_a_current_version_is_unready_and_apply_s
         monkeypatch: pytest.MonkeyPatch) -> None:
     client = await namespace(server, "boot-unset", monkeypatch)
     monkeypatch.setenv("FLEETQ_DEPLOYMENT_NAME", "fleetq-unset")
-    worker = RunningWorker(dict(address=server.client.service_client.config.target_host,
-                                namespace="boot-unset",
-                                fleet_config=str(members.fleet_config_path),
-                                deployment=versioned("fleetq-unset", "u1"),
-                                set_current=False)).start()
+    worker = start_worker(server, members, "boot-unset",
+                          deployment=versioned("fleetq-unset", "u1"), set_current=False)
     try:
         url = worker.health_url + "/readyz"
 
@@ -158,10 +148,8 @@ async def test_first_versioned_worker_becomes_current_and_the_walkthrough_runs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     client = await namespace(server, "boot-first", monkeypatch)
     assert await describe_deployment(client, "fleetq-first") is None  # an empty namespace
-    worker = RunningWorker(dict(address=server.client.service_client.config.target_host,
-                                namespace="boot-first",
-                                fleet_config=str(members.fleet_config_path),
-                                deployment=versioned("fleetq-first", "f1"))).start()
+    worker = start_worker(server, members, "boot-first",
+                          deployment=versioned("fleetq-first", "f1"))
     try:
         await worker.ready()
         desc = await describe_deployment(client, "fleetq-first")

@@ -24,12 +24,11 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
@@ -40,15 +39,14 @@ from typer.testing import CliRunner
 
 from fleetq.cli import app
 from fleetq.client.connection import (
-    DATA_CONVERTER,
     ensure_search_attributes,
     set_current_version,
-    temporal_cli_path,
 )
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.naming import job_workflow_id
 from fleetq.preemption import PreemptionReason
 from fleetq.rejection import RejectionCode
+from tests.conftest import start_dev_server
 from tests.deploy.running_worker import RunningWorker, free_port, get, poll
 from workflows.metrics import DURATION_BUCKETS, JOB_STATES, PURGE_MODES
 
@@ -95,15 +93,6 @@ class Stack:
     after_job: list[Sample]
 
 
-@pytest.fixture(scope="module")
-def members() -> Iterator[EmulatedFleet]:
-    emulated = EmulatedFleet(start_delay=0.05).start()
-    try:
-        yield emulated
-    finally:
-        emulated.stop()
-
-
 def worker(env: WorkflowEnvironment, members: EmulatedFleet, build: str) -> RunningWorker:
     return RunningWorker(dict(
         address=env.client.service_client.config.target_host, namespace="default",
@@ -114,9 +103,7 @@ def worker(env: WorkflowEnvironment, members: EmulatedFleet, build: str) -> Runn
 
 @pytest_asyncio.fixture(scope="module")
 async def stack(members: EmulatedFleet) -> AsyncIterator[Stack]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()), data_converter=DATA_CONVERTER,
-        dev_server_log_level="error")
+    env = await start_dev_server(search_attributes=False, dev_server_log_level="error")
     client = env.client
     await ensure_search_attributes(client)
     a = worker(env, members, "a1").start()

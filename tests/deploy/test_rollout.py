@@ -21,12 +21,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkerDeploymentVersion
@@ -37,7 +35,7 @@ from temporalio.worker import Replayer, WorkerDeploymentConfig
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.client.apply import apply_tree
-from fleetq.client.connection import search_attribute_keys, temporal_cli_path
+from fleetq.client.connection import temporal_cli_path
 from fleetq.client.jobs import delete_job
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView, QuotaView
@@ -50,6 +48,7 @@ from fleetq.testing.chaos import (
     policy_manifest,
     tree_manifest,
 )
+from tests.conftest import quick_fleet_config, start_dev_server
 from tests.deploy.incompatible_job import MEMO_KEY, IncompatibleJobWorkflow
 from worker import FleetqWorker, build_worker
 from workflows.fleet_registry import FleetRegistryWorkflow
@@ -207,20 +206,12 @@ async def failed_tasks(handle: WorkflowHandle[Any, Any]) -> list[str]:
 
 @pytest_asyncio.fixture(scope="module")
 async def rollout(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rollout]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=pydantic_data_converter,
-        search_attributes=search_attribute_keys(),
-        dev_server_log_level="error",
-        dev_server_extra_args=DRAIN_FLAGS,
-    )
+    env = await start_dev_server(data_converter=pydantic_data_converter,
+                                 dev_server_log_level="error", dev_server_extra_args=DRAIN_FLAGS)
     out = tmp_path_factory.mktemp("rollout-emulator")
     emulated = EmulatedFleet(out_dir=out, start_delay=0.2).start()
-    doc: dict[str, Any] = yaml.safe_load(Path(emulated.fleet_config_path).read_text())
-    doc["timeouts"] = {"connectSeconds": 1.0, "readSeconds": 2.0}
-    doc["cacheTTLSeconds"] = 0.5
-    cfg = out / "fleet-rollout.yaml"
-    cfg.write_text(yaml.safe_dump(doc))
+    cfg = quick_fleet_config(emulated.fleet_config_path, out / "fleet-rollout.yaml",
+                             1.0, 2.0)
     fleet = Fleet.from_config(cfg)
     try:
         yield Rollout(env, emulated, fleet)

@@ -38,9 +38,7 @@ from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.cli import app
 from fleetq.client.connection import (
-    DATA_CONVERTER,
     connect,
-    search_attribute_keys,
     setup_tracing,
     temporal_cli_path,
 )
@@ -48,6 +46,7 @@ from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.naming import job_workflow_id
 from fleetq.runtime.telemetry import metrics_runtime, otlp_metrics_url
 from fleetq.testing.chaos import job_manifest, policy_manifest, tree_manifest
+from tests.conftest import start_dev_server
 from worker import build_worker
 
 NS = "traced"
@@ -78,12 +77,7 @@ def traced_env() -> Iterator[None]:
 @pytest_asyncio.fixture(scope="module")
 async def traced_fleet(spans: InMemorySpanExporter, traced_env: None
                        ) -> AsyncIterator[tuple[WorkflowEnvironment, EmulatedFleet]]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=DATA_CONVERTER,
-        search_attributes=search_attribute_keys(),
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server(dev_server_log_level="error")
     emulated = EmulatedFleet(start_delay=0.05).start()
     fleet = Fleet.from_config(emulated.fleet_config_path)
     address = env.client.service_client.config.target_host

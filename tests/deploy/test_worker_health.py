@@ -31,12 +31,13 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import WorkerDeploymentConfig
 
 from fleetq.client.apply import apply_tree
-from fleetq.client.connection import search_attribute_keys, temporal_cli_path
+from fleetq.client.connection import temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id
 from fleetq.runtime.worker_health import LIVE_PATH, READY_PATH, WorkerHealth
 from fleetq.testing.chaos import job_manifest, policy_manifest, tree_manifest
+from tests.conftest import start_dev_server
 from tests.deploy.running_worker import free_port, get, poll
 from worker import run_worker
 
@@ -58,12 +59,8 @@ class Running:
 
 @pytest_asyncio.fixture(scope="module")
 async def running() -> AsyncIterator[Running]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=pydantic_data_converter,
-        search_attributes=search_attribute_keys(),
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server(data_converter=pydantic_data_converter,
+                                 dev_server_log_level="error")
     emulated = EmulatedFleet(start_delay=0.05).start()
     # a member that does not answer: its cache cannot sync, the worker must not be ready
     emulated.set_reachable("cluster-a", False)

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
@@ -31,12 +30,12 @@ from activities.fleet import Fleet
 from activities.kube_api import KubeApi
 from activities.scheduling import SchedulingActivities
 from fleetq.client.apply import apply_registry_object, apply_tree
-from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id
 from fleetq.testing.chaos import job_manifest, job_view, tree_manifest
+from tests.conftest import quick_fleet_config, start_dev_server
 from worker import build_worker
 
 #: quota leaves (and their namespaces) every reliability test may use
@@ -166,10 +165,6 @@ class Stack:
                              f"({v.state if v else '?'}: {v.reason if v else ''})")
 
 
-def _load_yaml(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
-
-
 @pytest.fixture(scope="session")
 def request_log() -> Iterator[RequestLog]:
     """Count every request ``KubeApi`` sends (all instances of this process)."""
@@ -190,19 +185,12 @@ def request_log() -> Iterator[RequestLog]:
 @pytest_asyncio.fixture(scope="session")
 async def stack(tmp_path_factory: pytest.TempPathFactory,
                 request_log: RequestLog) -> AsyncIterator[Stack]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=pydantic_data_converter,
-        search_attributes=search_attribute_keys(),
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server(data_converter=pydantic_data_converter,
+                                 dev_server_log_level="error")
     out = tmp_path_factory.mktemp("rel-emulator")
     emulated = EmulatedFleet(out_dir=out, start_delay=0.2).start()
-    doc = _load_yaml(emulated.fleet_config_path)
-    doc["timeouts"] = {"connectSeconds": CONNECT_S, "readSeconds": READ_S}
-    doc["cacheTTLSeconds"] = 0.5
-    cfg = out / "fleet-rel.yaml"
-    cfg.write_text(yaml.safe_dump(doc))
+    cfg = quick_fleet_config(emulated.fleet_config_path, out / "fleet-rel.yaml",
+                             CONNECT_S, READ_S)
     fleet = Fleet.from_config(cfg)
     logs = LogCapture()
     logs.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))

@@ -17,20 +17,18 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
 from temporalio.client import WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.cli.describe import describe_lines
-from fleetq.client.connection import search_attribute_keys, temporal_cli_path
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
 from fleetq.testing.chaos import job_manifest, member_copies, member_copy_uids, policy_manifest
 from fleetq.topology import parse_topology
+from tests.conftest import quick_fleet_config, start_dev_server
 from tests.reliability.conftest import CONNECT_S, READ_S, LogCapture, RequestLog, Stack
 from tests.workflows.test_e2e import record
 from worker import build_worker
@@ -71,19 +69,12 @@ def tree() -> dict[str, Any]:
 
 @pytest_asyncio.fixture(scope="module")
 async def fleet3(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=pydantic_data_converter,
-        search_attributes=search_attribute_keys(),
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server(data_converter=pydantic_data_converter,
+                                 dev_server_log_level="error")
     out = tmp_path_factory.mktemp("cap-emulator")
     emulated = EmulatedFleet(parse_topology(topology()), out_dir=out, start_delay=0.2).start()
-    doc = yaml.safe_load(emulated.fleet_config_path.read_text())
-    doc["timeouts"] = {"connectSeconds": CONNECT_S, "readSeconds": READ_S}
-    doc["cacheTTLSeconds"] = 0.5
-    cfg = out / "fleet-cap.yaml"
-    cfg.write_text(yaml.safe_dump(doc))
+    cfg = quick_fleet_config(emulated.fleet_config_path, out / "fleet-cap.yaml",
+                             CONNECT_S, READ_S)
     fleet = Fleet.from_config(cfg)
     logs = LogCapture()
     logs.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))

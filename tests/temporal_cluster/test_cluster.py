@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from fleetq.runtime.embedded import EmbeddedFleet
-from fleetq.runtime.supervisor import free_port
 from fleetq.temporal_cluster.build import Build, BuildError, build
+from tests.conftest import embedded_fleet
 
 NAMESPACE = "cluster-test"
 
@@ -31,13 +31,9 @@ def binaries() -> Build:
 @pytest.fixture(scope="module")
 def fleet(binaries: Build, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[EmbeddedFleet]:
-    fleet = EmbeddedFleet(tmp_path_factory.mktemp("cluster-fleet"), port=free_port(),
-                          ui_port=free_port(), temporal="cluster")
-    fleet.start(timeout=180)
-    try:
+    with embedded_fleet(tmp_path_factory.mktemp("cluster-fleet"), 180, grace=5.0,
+                        temporal="cluster") as fleet:
         yield fleet
-    finally:
-        fleet.stop(grace=5.0)
 
 
 def manifests(name: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -26,7 +26,7 @@ import yaml
 
 from fleetq.runtime.browser import BUILD_HINT, BrowserError, Chromium, build, user_metadata
 from fleetq.runtime.embedded import EmbeddedFleet
-from fleetq.runtime.supervisor import free_port
+from tests.conftest import embedded_fleet
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -46,13 +46,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]:
     except BrowserError as exc:
         pytest.fail(f"no Chromium for the Web UI tests ({exc}): run {BUILD_HINT}",
                     pytrace=False)
-    fleet = EmbeddedFleet(tmp_path_factory.mktemp("webui"), port=free_port(),
-                          ui_port=free_port())
-    fleet.start(timeout=120)
-    try:
+    with embedded_fleet(tmp_path_factory.mktemp("webui"), 120) as fleet:
         yield fleet
-    finally:
-        fleet.stop(grace=2.0)
 
 
 def _high_job(examples: Path, out: Path) -> Path:

@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
 
-from tests.workflows.fakes import ClusterScript, FakeFleet, Harness, policy, running_harness
+from fleetq.testing.fake_fleet import ClusterScript, FakeFleet
+from tests.workflows.fakes import Harness, policy, running_harness
 
 
 @pytest_asyncio.fixture

@@ -19,7 +19,7 @@ import pytest
 import pytest_asyncio
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
-from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
+from temporalio.runtime import MetricBuffer
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -39,7 +39,15 @@ from fleetq.messages import (
     QuotaTreeInput,
 )
 from fleetq.naming import job_workflow_id
-from tests.workflows.fakes import ClusterScript, FakeFleet, load, policy, walkthrough_job
+from fleetq.testing.fake_fleet import ClusterScript, FakeFleet
+from tests.workflows.fakes import (
+    counted,
+    load,
+    metered_client,
+    policy,
+    view_of,
+    walkthrough_job,
+)
 from tests.workflows.test_quota_workflow import wait_for
 from workflows import ALL_WORKFLOWS
 from workflows.quota_tree import QuotaTreeWorkflow
@@ -110,12 +118,7 @@ class CapEnv:
 
     def counted(self, name: str, label: str) -> dict[str, int]:
         assert self.metrics is not None
-        out: dict[str, int] = {}
-        for u in self.metrics.retrieve_updates():
-            if u.metric.name == name:
-                key = str(u.attributes.get(label))
-                out[key] = out.get(key, 0) + int(u.value)
-        return out
+        return counted(self.metrics, name, label)
 
     async def start_tree(self) -> WorkflowHandle[Any, Any]:
         """The walkthrough tree with room for ten jobs in its leaf (quota admits every
@@ -168,14 +171,7 @@ async def _cap_env(env: WorkflowEnvironment, client: Client,
 @pytest_asyncio.fixture
 async def cenv(dev_env: WorkflowEnvironment) -> AsyncIterator[CapEnv]:
     """Dev server (real time), on a client whose runtime keeps metrics in a buffer."""
-    buffer = MetricBuffer(10_000)
-    base = dev_env.client
-    client = await Client.connect(
-        base.service_client.config.target_host,
-        namespace=base.namespace,
-        data_converter=base.data_converter,
-        runtime=Runtime(telemetry=TelemetryConfig(metrics=buffer)),
-    )
+    client, buffer = await metered_client(dev_env)
     async for e in _cap_env(dev_env, client, buffer):
         yield e
 
@@ -191,10 +187,6 @@ async def tcenv() -> AsyncIterator[CapEnv]:
             yield e
     finally:
         await env.shutdown()
-
-
-async def view_of(handle: WorkflowHandle[Any, Any]) -> JobView:
-    return JobView.model_validate(await handle.query("status"))
 
 
 async def until(handle: WorkflowHandle[Any, Any], ok: Any, timeout: float = 60) -> JobView:

@@ -29,7 +29,7 @@ from fleetq.messages import JobView
 from fleetq.models import parse_object
 from fleetq.naming import job_workflow_id
 from tests.conftest import namespace_client
-from tests.workflows.fakes import load, policy, walkthrough_job
+from tests.workflows.fakes import first_events_in_order, load, policy, walkthrough_job
 from worker import build_worker, metrics_runtime
 from workflows.quota_tree import QuotaTreeWorkflow, QuotaView
 
@@ -241,15 +241,8 @@ async def test_failover_after_the_job_fails_on_its_cluster(stack: Stack) -> None
         timeout=90,
     )
     assert view.evicted == [first.cluster]
-    reasons = [e.reason for e in view.events]
-    assert (
-        reasons.index("Unhealthy")
-        < reasons.index("FailoverStarted")
-        < reasons.index("Evicted")
-        < reasons.index("Rescheduled")
-    )
-    unhealthy = next(e for e in view.events if e.reason == "Unhealthy")
-    started = next(e for e in view.events if e.reason == "FailoverStarted")
+    unhealthy, started, _, _ = first_events_in_order(
+        view, "Unhealthy", "FailoverStarted", "Evicted", "Rescheduled")
     assert (started.time - unhealthy.time).total_seconds() >= 2
     assert list(stack.member_copies("flaky")) == [view.cluster]  # old copy purged
     await handle.cancel()

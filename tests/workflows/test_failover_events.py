@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.workflows.fakes import (
-    Harness,
-    policy,
-    walkthrough_job,
-)
+from tests.workflows.fakes import Harness, policy, walkthrough_job
 from tests.workflows.test_job_lifecycle import events
 
 pytestmark = [pytest.mark.timeout(60)]

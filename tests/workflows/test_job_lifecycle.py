@@ -14,14 +14,8 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from fleetq.messages import JobView
-from tests.workflows.fakes import (
-    ClusterScript,
-    FakeFleet,
-    Harness,
-    policy,
-    running_harness,
-    walkthrough_job,
-)
+from fleetq.testing.fake_fleet import ClusterScript, FakeFleet
+from tests.workflows.fakes import Harness, policy, running_harness, walkthrough_job
 
 # No reruns: a test here that depends on the machine's speed is a bug to fix. (One was:
 # at a failover or grace deadline the job started a watch with a 1 ms timer beside it; a

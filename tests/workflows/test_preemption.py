@@ -15,13 +15,12 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from temporalio.client import (
-    Client,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.exceptions import ApplicationError
-from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
+from temporalio.runtime import MetricBuffer
 from temporalio.testing import WorkflowEnvironment
 
 from fleetq.admission import WaitInfo
@@ -29,7 +28,14 @@ from fleetq.cli.describe import describe_lines
 from fleetq.messages import JobEvent, JobView
 from fleetq.naming import job_workflow_id
 from fleetq.registry import RegistryState
-from tests.workflows.fakes import load, policy, walkthrough_job
+from tests.workflows.fakes import (
+    counted,
+    load,
+    metered_client,
+    policy,
+    view_of,
+    walkthrough_job,
+)
 from tests.workflows.test_e2e import record
 from tests.workflows.test_quota_workflow import Env, _env, wait_for
 from workflows.fleet_registry import FleetRegistryWorkflow
@@ -44,26 +50,13 @@ class Metered(Env):
     metrics: MetricBuffer
 
     def counted(self, name: str, label: str) -> dict[str, int]:
-        """Every update of counter ``name`` so far, summed by the value of ``label``."""
-        out: dict[str, int] = {}
-        for u in self.metrics.retrieve_updates():
-            if u.metric.name == name:
-                key = str(u.attributes.get(label))
-                out[key] = out.get(key, 0) + int(u.value)
-        return out
+        return counted(self.metrics, name, label)
 
 
 @pytest_asyncio.fixture
 async def penv(dev_env: WorkflowEnvironment) -> AsyncIterator[Metered]:
     """The workers of ``_env`` on a client whose runtime keeps the metrics in a buffer."""
-    buffer = MetricBuffer(10_000)
-    base = dev_env.client
-    client = await Client.connect(
-        base.service_client.config.target_host,
-        namespace=base.namespace,
-        data_converter=base.data_converter,
-        runtime=Runtime(telemetry=TelemetryConfig(metrics=buffer)),
-    )
+    client, buffer = await metered_client(dev_env)
     async for e in _env(dev_env, client):
         e.fleet.clusters["cluster-a"].timeline = [(0.5, "Healthy", "Running", "")]
         metered = Metered(e.env, e.tq, e.fleet)
@@ -96,10 +89,6 @@ async def start(env: Env, manifest: dict[str, Any]) -> WorkflowHandle[Any, Any]:
         id=job_workflow_id(ns, name),
         task_queue=env.tq,
     )
-
-
-async def view_of(handle: WorkflowHandle[Any, Any]) -> JobView:
-    return JobView.model_validate(await handle.query("status"))
 
 
 async def in_state(handle: WorkflowHandle[Any, Any], *states: str) -> JobView:

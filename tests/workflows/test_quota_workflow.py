@@ -18,9 +18,10 @@ from temporalio.worker import Worker
 
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
+from fleetq.testing.fake_fleet import ClusterScript, FakeFleet
 from fleetq.testing.history import RunStats, run_chain
 from fleetq.testing.holder import HolderInput, QuotaHolder
-from tests.workflows.fakes import ClusterScript, FakeFleet, load, policy, walkthrough_job
+from tests.workflows.fakes import load, policy, walkthrough_job
 from workflows import ALL_WORKFLOWS
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
 

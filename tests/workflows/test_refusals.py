@@ -17,7 +17,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from fleetq.client.connection import DATA_CONVERTER
-from tests.workflows.fakes import ClusterScript, FakeFleet, policy, walkthrough_job
+from fleetq.testing.fake_fleet import ClusterScript, FakeFleet
+from tests.workflows.fakes import policy, walkthrough_job
 from workflows import ALL_WORKFLOWS
 
 

@@ -26,7 +26,8 @@ from fleetq.client.connection import DATA_CONVERTER
 from fleetq.fleet_config import RequeueSettings
 from fleetq.messages import JobView, QuotaTreeInput, Resolution, ResolveInput
 from fleetq.naming import job_workflow_id
-from tests.workflows.fakes import ClusterScript, FakeFleet, load, policy, walkthrough_job
+from fleetq.testing.fake_fleet import ClusterScript, FakeFleet
+from tests.workflows.fakes import load, policy, walkthrough_job
 from workflows import ALL_WORKFLOWS
 from workflows.quota_tree import QuotaTreeWorkflow, QuotaView
 

@@ -12,10 +12,7 @@ import pytest
 from temporalio.client import WorkflowHandle
 
 from fleetq.messages import JobView
-from tests.workflows.fakes import (
-    Harness,
-    walkthrough_job,
-)
+from tests.workflows.fakes import Harness, walkthrough_job
 from tests.workflows.test_job_lifecycle import events
 
 pytestmark = [pytest.mark.timeout(60)]

@@ -18,7 +18,7 @@ from datetime import UTC, timedelta
 from fleetq.cluster_health import TAINT_UNREACHABLE
 from fleetq.kube_values import parse_rfc3339
 from fleetq.member_contract import job_phase
-from tests.workflows.fakes import policy, walkthrough_job
+from tests.workflows.fakes import first_events_in_order, policy, walkthrough_job
 from tests.workflows.test_e2e import Stack, stack, upserted_states, wait_view
 from tests.workflows.test_state_preservation_e2e import member_job
 
@@ -61,21 +61,13 @@ async def test_a_failed_copy_shows_unhealthy_until_it_fails_over(stack: Stack) -
     )
     new = view.cluster
     assert new is not None and view.evicted == [old]
-    reasons = [e.reason for e in view.events]
-    assert (
-        reasons.index("Unhealthy")
-        < reasons.index("FailoverStarted")
-        < reasons.index("Evicted")
-        < reasons.index("Rescheduled")
-    )
-    unhealthy = next(e for e in view.events if e.reason == "Unhealthy")
-    started = next(e for e in view.events if e.reason == "FailoverStarted")
-    evicted = next(e for e in view.events if e.reason == "Evicted")
+    unhealthy, started, evicted, _ = first_events_in_order(
+        view, "Unhealthy", "FailoverStarted", "Evicted", "Rescheduled")
     assert (started.time - unhealthy.time).total_seconds() >= TOLERATION
     waited = int(evicted.message.split(" after ")[1].split("s;")[0])
     assert waited >= TOLERATION
     assert evicted.message == f"evicted from {old} after {waited}s; old copy purged first"
-    assert "PurgeDeferred" not in reasons
+    assert all(e.reason != "PurgeDeferred" for e in view.events)
     assert list(stack.member_copies("honest")) == [new]  # purged first, as it says
     new_created = parse_rfc3339(member_job(stack, new, "honest")["metadata"]["creationTimestamp"])
     assert view.copy_created == {new: new_created}  # the purged copy's is gone with it
@@ -135,15 +127,8 @@ async def test_a_taint_eviction_is_announced_when_scheduled_and_recorded_when_do
         stack.emulated.set_reachable(old, True)
     done = await wait_view(handle, lambda v: any(e.reason == "Purged" for e in v.events),
                            timeout=60)
-    reasons = [e.reason for e in done.events]
-    assert (
-        reasons.index("TaintEviction")
-        < reasons.index("FailoverStarted")
-        < reasons.index("PurgeDeferred")
-        < reasons.index("Evicted")
-        < reasons.index("Rescheduled")
-        < reasons.index("Purged")
-    ), reasons
+    first_events_in_order(done, "TaintEviction", "FailoverStarted", "PurgeDeferred", "Evicted",
+                          "Rescheduled", "Purged")
     assert old not in stack.member_copies("tainted")  # purged, as it now says
     assert old not in done.copy_created
     await handle.cancel()

@@ -27,15 +27,17 @@ from temporalio.testing import WorkflowEnvironment
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.client.apply import apply_objects
-from fleetq.client.connection import DATA_CONVERTER, search_attribute_keys, temporal_cli_path
+from fleetq.client.connection import DATA_CONVERTER
 from fleetq.client.jobs import start_job
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.fleet_config import RequeueSettings, load_fleet_config
 from fleetq.messages import JobEvent, JobView
 from fleetq.models import parse_object
 from fleetq.naming import job_workflow_id
+from fleetq.testing.chaos import member_copies
 from fleetq.topology import NodeGroup, parse_topology
-from tests.workflows.fakes import load_job, policy
+from tests.conftest import start_dev_server
+from tests.workflows.fakes import load_job, policy, view_of
 from worker import build_worker
 from workflows.quota_tree import QuotaTreeWorkflow, QuotaView
 
@@ -93,13 +95,7 @@ class Stack:
 
     def member_jobs(self, name: str) -> dict[str, int]:
         """cluster -> how many PyTorchJobs called ``name`` the member holds."""
-        out = {}
-        for c in self.emulated.members:
-            n = sum(1 for o in self.emulated.objects(c, "pytorchjobs")
-                    if o["metadata"]["name"] == name)
-            if n:
-                out[c] = n
-        return out
+        return member_copies(self.emulated, None, name, list(self.emulated.members))
 
     def member_pods(self, name: str) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -130,23 +126,13 @@ async def until(what: Callable[[], Any], ok: Callable[[Any], bool], timeout: flo
         await asyncio.sleep(0.2)
 
 
-async def view_of(handle: WorkflowHandle[Any, Any]) -> JobView:
-    return JobView.model_validate(await handle.query("status"))
-
-
 def events(view: JobView, reason: str) -> list[JobEvent]:
     return [e for e in view.events if e.reason == reason]
 
 
 @pytest_asyncio.fixture(scope="module")
 async def server() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=DATA_CONVERTER,
-        search_attributes=search_attribute_keys(),
-        dev_server_extra_args=["--namespace", "unsched-never", "--namespace", "unsched-ready",
-                               "--namespace", "unsched-apply"],
-    )
+    env = await start_dev_server("unsched-never", "unsched-ready", "unsched-apply")
     try:
         yield env
     finally:

@@ -23,11 +23,12 @@ from temporalio.testing import WorkflowEnvironment
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from activities.unschedulable_wake import UNSCHEDULABLE_QUERY
-from fleetq.client.connection import DATA_CONVERTER, search_attribute_keys, temporal_cli_path
+from fleetq.client.connection import DATA_CONVERTER
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.fleet_config import load_fleet_config
 from fleetq.lifecycle import UNSCHEDULABLE_BACKSTOP_SECONDS
 from fleetq.topology import NodeGroup, parse_topology
+from tests.conftest import start_dev_server
 from tests.workflows.fakes import policy
 from tests.workflows.test_unschedulable import TOPOLOGY, TREE, Stack, events, job, until, view_of
 from worker import FleetqWorker, build_worker
@@ -39,12 +40,7 @@ NAMESPACE = "unsched-restart"
 
 @pytest_asyncio.fixture
 async def server() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli_path()),
-        data_converter=DATA_CONVERTER,
-        search_attributes=search_attribute_keys(),
-        dev_server_extra_args=["--namespace", NAMESPACE],
-    )
+    env = await start_dev_server(NAMESPACE)
     try:
         yield env
     finally:
