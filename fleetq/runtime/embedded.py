@@ -27,7 +27,7 @@ from typing import Any
 
 from fleetq.client.connection import connect, ensure_search_attributes, temporal_cli_path
 from fleetq.client.registry import registry
-from fleetq.naming import INT_ATTRIBUTES, KEYWORD_ATTRIBUTES, TASK_QUEUE
+from fleetq.naming import CONTROL_TASK_QUEUE, INT_ATTRIBUTES, KEYWORD_ATTRIBUTES, TASK_QUEUE
 from fleetq.runtime.fleet_info import INFO_FILE, LOCK_FILE, FleetInfo, read_info, write_info
 from fleetq.runtime.supervisor import Child, port_in_use, spawn_child
 
@@ -311,12 +311,13 @@ class EmbeddedFleet:
         from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
         client = await connect(self.address)
-        resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-            namespace=client.namespace, task_queue=TaskQueue(name=TASK_QUEUE),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
-        if not resp.pollers:
-            await asyncio.sleep(0.2)
-            return False
+        for queue in (TASK_QUEUE, CONTROL_TASK_QUEUE):  # jobs', and the quota and registry's
+            resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+                namespace=client.namespace, task_queue=TaskQueue(name=queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+            if not resp.pollers:
+                await asyncio.sleep(0.2)
+                return False
         await registry(client)  # the registry workflow, started if absent
         return True
 

@@ -62,11 +62,11 @@ def test_a_pytorchjob_runs_to_succeeded_on_the_cluster(fleet: EmbeddedFleet) -> 
     from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
     from fleetq.client.apply import apply_registry_object
-    from fleetq.client.connection import connect, has_search_attributes
+    from fleetq.client.connection import connect, has_search_attributes, routing
     from fleetq.client.jobs import start_job
     from fleetq.messages import JobView
     from fleetq.models import parse_job
-    from fleetq.naming import job_workflow_id
+    from fleetq.naming import CONTROL_TASK_QUEUE, TASK_QUEUE, job_workflow_id
 
     assert fleet.cluster is not None
     names = [c.name for c in fleet.children]
@@ -78,6 +78,10 @@ def test_a_pytorchjob_runs_to_succeeded_on_the_cluster(fleet: EmbeddedFleet) -> 
         client = await connect(fleet.address)
         info = await client.workflow_service.get_system_info(GetSystemInfoRequest())
         assert await has_search_attributes(client)
+        # started means both of the worker's task queues are polled: an apply at once
+        # (the registry's update, on the control queue) is not refused for "no worker"
+        for queue in (TASK_QUEUE, CONTROL_TASK_QUEUE):
+            assert (await routing(client, queue)).problem() is None, queue
         policy, job = manifests("on-cluster")
         await apply_registry_object(client, policy)
         await start_job(client, parse_job(job), job, run_seconds=2)
