@@ -130,20 +130,27 @@ def test_a_few_dozen_workloads_through_kueue_and_fleetq_side_by_side(
     assert re.search(r"^figure +kueue +fleetq +fleetq ÷ kueue$", out, re.M), out
     assert re.search(r"^workloads admitted +40/40 +40/40 +1\.00$", out, re.M), out
     rows: dict[str, tuple[float, float, float]] = {}
+    printed: dict[str, tuple[str, str, str]] = {}
     for line in out.splitlines():
         m = re.match(rf"^(.+?) +{NUMBER} +{NUMBER} +{NUMBER}$", line)
         if m:
             rows[m[1]] = (float(m[2]), float(m[3]), float(m[4]))
+            printed[m[1]] = (m[2], m[3], m[4])
     wanted = ["admissions/s", "usage (cpu in use / nominal)", "span, first to last event, s",
               *(f"{c}: {w} time to admission, s" for c in CLASSES for w in ("mean", "p99"))]
     assert [w for w in wanted if w not in rows] == [], out
-    half = 0.005  # every figure is printed with 2 decimals: each is within ±half of its value
+    def half(text: str) -> float:
+        """Half a unit of the last decimal printed: the figure is within ±this of it."""
+        decimals = len(text.split(".")[1]) if "." in text else 0
+        return 0.5 * 10.0 ** -decimals
+
     for name in wanted:
         kueue, fleetq, ratio = rows[name]
-        if kueue > half:  # the ratio printed is the unrounded figures', within rounding
-            low = max(fleetq - half, 0.0) / (kueue + half) - half
-            high = (fleetq + half) / (kueue - half) + half
-            assert low <= ratio <= high, (name, kueue, fleetq, ratio)
+        hk, hf, hr = (half(t) for t in printed[name])
+        if kueue > hk:  # the ratio printed is the unrounded figures', within rounding
+            low = max(fleetq - hf, 0.0) / (kueue + hk) - hr
+            high = (fleetq + hf) / (kueue - hk) + hr
+            assert low <= ratio <= high, (name, printed[name])
     for name in ("admissions/s", "usage (cpu in use / nominal)"):
         assert all(x > 0 for x in rows[name][:2]), name  # both sides measured a run
     assert 0 < rows["usage (cpu in use / nominal)"][0] <= 1.5
