@@ -47,6 +47,7 @@ from bench.common import (
     temporal_option,
 )
 from fleetq.client.apply import apply_objects
+from fleetq.client.connection import until_polled
 from fleetq.client.jobs import start_job
 from fleetq.messages import JobView
 from fleetq.models import parse_job, parse_policy, parse_tree
@@ -420,6 +421,7 @@ async def run(args: Options) -> int:
                                extra_activities=[bench_noop], **extra)
         try:
             async with worker:
+                await until_polled(client)  # the in-process worker polls both queues
                 tree, pol = quota_tree(args.jobs * args.rounds * 10 + 1000), queued_policy()
                 for line in await apply_objects(
                         client, [(parse_tree(tree), tree), (parse_policy(pol), pol)]):

@@ -35,7 +35,7 @@ from bench.common import (
     run_main,
 )
 from fleetq.client.apply import apply_objects, load_for_apply
-from fleetq.client.connection import test_server_path
+from fleetq.client.connection import test_server_path, until_polled
 from fleetq.messages import (
     JobView,
 )
@@ -74,6 +74,7 @@ async def walkthrough(run_seconds: int) -> list[RunStats]:
         acts = real_activities(client, stack.fleet_config)
         try:
             async with build_worker(client, acts):
+                await until_polled(client)  # the in-process worker polls both queues
                 for line in await apply_objects(client, objects, run_seconds=run_seconds,
                                                 priority_classes=classes):
                     print(line.line)

@@ -44,6 +44,7 @@ from bench.common import (
 from bench.e2e import timings
 from fleetq import resources as R
 from fleetq.client.apply import apply_objects
+from fleetq.client.connection import until_polled
 from fleetq.client.jobs import start_job
 from fleetq.member_contract import RUN_SECONDS_ANNOTATION
 from fleetq.messages import JobView
@@ -437,6 +438,7 @@ async def run_real(trace: Trace, plan: Sequence[PlannedJob], args: Options,
                               max_concurrent_activities=args.activity_slots)
         try:
             async with worker:
+                await until_polled(client)  # the in-process worker polls both queues
                 objects: list[tuple[Any, dict[str, Any]]] = [(parse_tree(tree), tree)]
                 for ns in namespaces:
                     pol = policy_manifest(ns)
