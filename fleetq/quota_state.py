@@ -164,13 +164,15 @@ def pack_state(state: AdmissionState, manifest: dict[str, Any] | None = None) ->
     return _MAGIC + _frame(_pack_body(state, manifest))
 
 
-def pack_next(admission: Admission, manifest: dict[str, Any] | None = None) -> bytes:
+def pack_next(
+    admission: Admission, manifest: dict[str, Any] | None = None, share: float = DELTA_SHARE
+) -> bytes:
     """What the quota workflow carries into its next run: the state it was restored from
     (its packed bytes, unchanged) with one more frame, what changed since
     (:meth:`Admission.to_delta`), so the pack costs what changed in the run, not every
     waiting job; or the whole state packed anew (:func:`pack_state`) when there is no
     journal (a new workflow, a new tree), the tree manifest is not the carried one, or
-    the deltas would add more than :data:`DELTA_SHARE` of the whole state's bytes or
+    the deltas would add more than ``share`` of the whole state's bytes or
     pass :data:`CARRIED_LIMIT` (so a run carries at most that much more than a whole
     pack would, and the next run replays a bounded chain)."""
     journal = admission.journal
@@ -188,7 +190,7 @@ def pack_next(admission: Admission, manifest: dict[str, Any] | None = None) -> b
     }
     body = _frame(_pack_body(delta.part, None, extra, _DELTA_FILTERS))
     deltas = len(journal.carried) - len(_MAGIC) - len(frames[0]) - 8 + len(body)
-    if deltas > DELTA_SHARE * len(frames[0]) or len(journal.carried) + len(body) > CARRIED_LIMIT:
+    if deltas > share * len(frames[0]) or len(journal.carried) + len(body) > CARRIED_LIMIT:
         return pack_state(admission.to_state(), manifest)
     return journal.carried + body
 
