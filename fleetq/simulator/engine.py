@@ -18,7 +18,6 @@ import heapq
 import random
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import replace
 
 import numpy as np
 
@@ -147,17 +146,9 @@ class Simulation:
         self.admission = Admission(trace.tree, self.policy, spec.starvationSeconds)
         # fair sharing of borrowed quota, as the quota workflow turns it on
         self.admission.fair_weights = fair_sharing_weights(trace.tree)
-        live = cluster_snapshots(trace.topology)
-        #: the nodes as jobs bind and leave them (changed in place)
-        self.nodes = {s.name: {n.name: n for n in s.nodes} for s in live}
-        self.node_pos = {s.name: {n.name: i for i, n in enumerate(s.nodes)} for s in live}
-        #: what placement sees: per cluster a snapshot whose node objects are never
-        #: changed, a new snapshot object with new objects for the nodes that changed
-        #: after each bind or release (``_touch``), so placement's index derives its view
-        #: from the last one at the cost of those nodes (not a full build)
-        self.snapshots = [replace(s, nodes=list(map(_frozen, s.nodes))) for s in live]
+        self.snapshots = cluster_snapshots(trace.topology)
         self.by_cluster = {s.name: s for s in self.snapshots}
-        self.cluster_pos = {s.name: i for i, s in enumerate(self.snapshots)}
+        self.nodes = {s.name: {n.name: n for n in s.nodes} for s in self.snapshots}
         self.version = 0
         groups = spec.jobs
         self.gangs = trace.gangs
@@ -174,8 +165,7 @@ class Simulation:
         #: placement's views of the snapshots, kept warm across decisions
         self.placement_index = PlacementIndex()
         self.shapes = [
-            [_shapes(pod_groups(gang), snap, self.nodes[snap.name], self.placement_index)
-             for snap in self.snapshots]
+            [_shapes(pod_groups(gang), snap, self.placement_index) for snap in self.snapshots]
             for gang in self.gangs
         ]
         starts = [g.start for g in groups if g.count > 0]
@@ -426,8 +416,8 @@ class Simulation:
         for node, req in job.binding:
             R.add_into(node.requested, req, -1)
             node.pods_used -= 1
-        self._touch(job.cluster, [node for node, _ in job.binding])
         job.binding = []
+        self._touch(job.cluster)
         alloc = self.alloc_now[job.cluster]
         R.add_into(alloc, self.totals[job.gid], -1)
         alloc[R.PODS] = alloc.get(R.PODS, 0) - len(self.pods[job.gid]) * R.MILLI
@@ -532,18 +522,9 @@ class Simulation:
             self.qlen_series[grant.queue].set(t, self.qlen[grant.queue])
             self._granted(waiting, t)
 
-    def _touch(self, cluster: str, changed: list[NodeCapacity]) -> None:
-        """``changed`` nodes of ``cluster`` were bound to or released: a new snapshot
-        of the cluster for placement, with new objects for those nodes."""
+    def _touch(self, cluster: str) -> None:
         self.version += 1
-        old = self.by_cluster[cluster]
-        nodes = list(old.nodes)
-        pos = self.node_pos[cluster]
-        for node in changed:
-            nodes[pos[node.name]] = _frozen(node)
-        snap = replace(old, nodes=nodes, resource_version=str(self.version))
-        self.by_cluster[cluster] = snap
-        self.snapshots[self.cluster_pos[cluster]] = snap
+        self.by_cluster[cluster].resource_version = str(self.version)
         self.changed_clusters.add(cluster)
 
     # ------------------------------------------------------------------ placement
@@ -630,7 +611,7 @@ class Simulation:
         job.binding = binding
         job.cluster = cluster
         job.started = t
-        self._touch(cluster, [node for node, _ in binding])
+        self._touch(cluster)
         alloc = self.alloc_now[cluster]
         R.add_into(alloc, self.totals[job.gid])
         alloc[R.PODS] = alloc.get(R.PODS, 0) + len(self.pods[job.gid]) * R.MILLI
@@ -782,20 +763,14 @@ class Simulation:
 _Shape = tuple[tuple[tuple[str, int], ...], int, list[NodeCapacity]]
 
 
-def _frozen(node: NodeCapacity) -> NodeCapacity:
-    """A copy of ``node`` as it is now, for placement's snapshots (never changed)."""
-    return replace(node, requested=dict(node.requested))
-
-
 def _shapes(
-    groups: list[PodGroup], snap: ClusterSnapshot, by_name: Mapping[str, NodeCapacity],
-    index: PlacementIndex,
+    groups: list[PodGroup], snap: ClusterSnapshot, index: PlacementIndex
 ) -> list[_Shape]:
     """Per pod group of a gang (placement's grouping): its positive requests, its pod
     count and the nodes of ``snap`` it may use (schedulable, nodeSelector matched, hard
-    taints tolerated) as the simulation changes them (``by_name``), for
-    :meth:`Simulation._may_fit`."""
+    taints tolerated), for :meth:`Simulation._may_fit`."""
     cols = index.columns_of(snap)
+    by_name = {n.name: n for n in snap.nodes}
     out: list[_Shape] = []
     for g in groups:
         usable = np.flatnonzero(cols.usable_mask(g.selector, g.tolerations)).tolist()
