@@ -2,10 +2,11 @@
 many bytes does a waiting job add to the state it carries across continue-as-new?
 
 Pure core only (no Temporal): one quota-workflow task for one ``release`` message on trees
-of 1,000, 200 and 6 leaves (target: at 1,000 leaves at most 2x the cost at 6), and the
-packed continue-as-new state per waiting job against Temporal's 512 KiB payload warning
-(target: 100,000 waiting jobs within it). Method: BENCHMARKS.md "Bench methods";
-figures: §6.
+of 1,000, 200 and 6 leaves, its continue-as-new pack (``pack_next``) amortised over a
+cycle of runs from one whole pack to the next (target: at 1,000 leaves at most 2x the
+cost at 6), and the packed state per waiting job against Temporal's 512 KiB payload
+warning (target: 100,000 waiting jobs within it). Method: BENCHMARKS.md "Bench methods"
+and §6; figures: §6.
 
 Run: ``python -m bench.admission [--parents 10] [--leaves 100] [--waiting-per-leaf 20]
 [--repeats 300] [--bytes-jobs 100000]``. Last two lines: ``RESULT admission1000 <ratio>

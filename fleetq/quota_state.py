@@ -3,8 +3,11 @@ manifest as one compact ``binary/plain`` payload.
 
 Columnar (job ids split into token columns, integers as the narrowest arrays, repeated
 strings interned) and LZMA-compressed, so 100,000 waiting jobs stay under half of
-Temporal's 2 MiB payload limit (BENCHMARKS.md, section 6). Deterministic: it runs inside
-the workflow. One format until the first release (docs/decisions/001-one-baseline.md).
+Temporal's 2 MiB payload limit. A run carries the bytes it was restored from unchanged
+plus a delta of what changed in it (:func:`pack_next`), so its pack costs what changed,
+not the backlog; a whole pack again once the deltas outgrow it (BENCHMARKS.md, section
+6). Deterministic: it runs inside the workflow. One format until the first release
+(docs/decisions/001-one-baseline.md).
 """
 
 from __future__ import annotations
