@@ -356,6 +356,16 @@ class Journal:
         if self.h_new.pop(job_id, 0) is not None:
             self.h_gone[job_id] = self.h_pos[job_id]
 
+    def changes(self) -> int:
+        """Jobs added, gone or newly skipped since the restore (an upper bound on the
+        records a delta carries), against :meth:`restored`."""
+        return (len(self.w_new) + len(self.h_new) + len(self.w_gone) + len(self.h_gone)
+                + len(self.skipped))
+
+    def restored(self) -> int:
+        """Waiting jobs and holders of the restored state."""
+        return len(self.w_pos) + len(self.h_pos)
+
     def restored_waiting(self, job_id: str) -> int | None:
         """The restored position of a waiting job that has been waiting since the
         restore (None for one added since)."""

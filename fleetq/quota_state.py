@@ -179,11 +179,14 @@ def pack_next(
     pass :data:`CARRIED_LIMIT` (so a run carries at most that much more than a whole
     pack would, and the next run replays a bounded chain)."""
     journal = admission.journal
-    delta = admission.to_delta()
-    if journal is None or delta is None or (
-        manifest is not journal.manifest and manifest != journal.manifest
+    if (
+        journal is None
+        or (manifest is not journal.manifest and manifest != journal.manifest)
+        or journal.changes() > share * journal.restored()  # (its delta alone is too big)
     ):
         return pack_state(admission.to_state(), manifest)
+    delta = admission.to_delta()
+    assert delta is not None
     frames = _frames(journal.carried)
     extra = {
         "wg": _gaps(delta.w_gone),
