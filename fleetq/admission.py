@@ -166,6 +166,74 @@ class AdmissionState(BaseModel):
     x: dict[str, str] = Field(default_factory=dict)
 
 
+class StateDelta(BaseModel):
+    """What changed in an :class:`Admission` since the state it was restored from
+    (:meth:`Admission.to_delta`): positions (in that state's ``w`` / ``h``) of the jobs
+    that left, skip times that restored waiting jobs got, and, as ``part`` (no tree),
+    the jobs added since and everything that is not per job (plans, settings). A new
+    holder that waited in that state is not in ``part.h`` but named by that position in
+    ``h_ref`` (one per new holder, in order; -1: the next of ``part.h``)."""
+
+    w_gone: list[int] = Field(default_factory=list)
+    h_gone: list[int] = Field(default_factory=list)
+    h_ref: list[int] = Field(default_factory=list)
+    skips: list[tuple[int, float]] = Field(default_factory=list)
+    part: AdmissionState = Field(default_factory=AdmissionState)
+
+    def apply(self, state: AdmissionState) -> AdmissionState:
+        """``state`` (the one the delta is relative to) with the delta applied."""
+        part = self.part
+        ns_ix = {name: i for i, name in enumerate(state.ns)}
+        shape_ix = {tuple(sorted(sh.items())): i for i, sh in enumerate(state.shapes)}
+        ns, shapes = list(state.ns), list(state.shapes)
+        ns_map = []
+        for name in part.ns:
+            if name not in ns_ix:
+                ns_ix[name] = len(ns)
+                ns.append(name)
+            ns_map.append(ns_ix[name])
+        shape_map = []
+        for sh in part.shapes:
+            key = tuple(sorted(sh.items()))
+            if key not in shape_ix:
+                shape_ix[key] = len(shapes)
+                shapes.append(sh)
+            shape_map.append(shape_ix[key])
+        h_new = iter(part.h)
+        new_holders = [
+            (state.w[ref][0], state.w[ref][1], state.w[ref][4]) if ref >= 0 else next(h_new)
+            for ref in self.h_ref
+        ]
+        w = list(state.w)
+        for pos, t in self.skips:
+            r = w[pos]
+            w[pos] = (r[0], r[1], r[2], r[3], r[4], t)
+        w_gone = {w[i][0] for i in self.w_gone}
+        h_gone = {state.h[i][0] for i in self.h_gone}
+        gone_w, gone_h = set(self.w_gone), set(self.h_gone)
+        w = [r for i, r in enumerate(w) if i not in gone_w] if gone_w else w
+        w.extend((r[0], ns_map[r[1]], r[2], r[3], shape_map[r[4]], r[5]) for r in part.w)
+        h = [r for i, r in enumerate(state.h) if i not in gone_h] if gone_h else list(state.h)
+        h.extend(
+            r if ref >= 0 else (r[0], ns_map[r[1]], shape_map[r[2]])
+            for r, ref in zip(new_holders, self.h_ref, strict=True)
+        )
+        hp = {k: v for k, v in state.hp.items() if k not in h_gone}
+        for ref in self.h_ref:
+            if ref >= 0:
+                job_id, priority = state.w[ref][0], state.w[ref][2]
+                policy = (priority, *state.wp.get(job_id, _DEFAULT_HOLDER[1:]))
+                if policy != _DEFAULT_HOLDER:
+                    hp[job_id] = policy  # type: ignore[assignment]
+        hp.update(part.hp)
+        wp = {k: v for k, v in state.wp.items() if k not in w_gone}
+        wp.update(part.wp)
+        return AdmissionState.model_construct(
+            tree=state.tree, policy=part.policy, starve=part.starve, shapes=shapes, ns=ns,
+            w=w, h=h, hp=hp, wp=wp, p=part.p, d=part.d, dirty=part.dirty, x=part.x,
+        )
+
+
 #: (node, resource, quantity): a request is short of that resource at that node, and
 #: cannot fit until that quantity of it is free there
 _Short = tuple[str, str, int]
@@ -226,6 +294,84 @@ class _Job:
             preemptible=self.preemptible,
             grace_seconds=self.grace_seconds,
         )
+
+
+class Journal:
+    """What changed in an :class:`Admission` since it was restored from a carried state
+    (:meth:`Admission.start_journal`), so that the continue-as-new pack encodes only
+    that (:func:`fleetq.quota_state.pack_next`) instead of every waiting job.
+
+    Waiting jobs and holders keep their order in the state (``w`` / ``h``): the jobs of
+    the restored state that are still there, in their order, then those added since, in
+    the order they were added (a job that left and came back is both gone and added)."""
+
+    __slots__ = ("carried", "manifest", "w_pos", "h_pos", "w_gone", "h_gone", "w_new",
+                 "h_new", "w_back", "skipped")
+
+    def __init__(
+        self,
+        carried: bytes,
+        manifest: dict[str, Any] | None,
+        waiting: Sequence[str],
+        holders: Sequence[str],
+    ) -> None:
+        #: the packed state this instance was restored from, and the tree manifest in it
+        self.carried = carried
+        self.manifest = manifest
+        #: restored waiting jobs / holders -> their position in the restored state
+        self.w_pos = {job_id: i for i, job_id in enumerate(waiting)}
+        self.h_pos = {job_id: i for i, job_id in enumerate(holders)}
+        #: restored jobs that left -> their position in the restored state
+        self.w_gone: dict[str, int] = {}
+        self.h_gone: dict[str, int] = {}
+        #: jobs added since (and still there), in the order they were added
+        self.w_new: dict[str, None] = {}
+        self.h_new: dict[str, None] = {}
+        #: restored waiting jobs that left and were queued again (maybe with another
+        #: request: not named by their restored position when they hold quota)
+        self.w_back: dict[str, None] = {}
+        #: keys of waiting jobs that got a skip time since (restored ones among them)
+        self.skipped: list[Key] = []
+
+    def waiting_added(self, job_id: str) -> None:
+        self.w_new[job_id] = None
+        if job_id in self.w_gone:
+            self.w_back[job_id] = None
+
+    def restored_holder(self, job_id: str) -> int:
+        """The restored position of a holder that waited in the restored state with the
+        request it holds quota for, else -1."""
+        if job_id in self.w_back:
+            return -1
+        return self.w_gone.get(job_id, -1)
+
+    def waiting_left(self, job_id: str) -> None:
+        if self.w_new.pop(job_id, 0) is not None:  # (not added since: a restored job)
+            self.w_gone[job_id] = self.w_pos[job_id]
+
+    def holder_added(self, job_id: str) -> None:
+        self.h_new[job_id] = None
+
+    def holder_left(self, job_id: str) -> None:
+        if self.h_new.pop(job_id, 0) is not None:
+            self.h_gone[job_id] = self.h_pos[job_id]
+
+    def changes(self) -> int:
+        """Jobs added, gone or newly skipped since the restore (an upper bound on the
+        records a delta carries), against :meth:`restored`."""
+        return (len(self.w_new) + len(self.h_new) + len(self.w_gone) + len(self.h_gone)
+                + len(self.skipped))
+
+    def restored(self) -> int:
+        """Waiting jobs and holders of the restored state."""
+        return len(self.w_pos) + len(self.h_pos)
+
+    def restored_waiting(self, job_id: str) -> int | None:
+        """The restored position of a waiting job that has been waiting since the
+        restore (None for one added since)."""
+        if job_id in self.w_new or job_id in self.w_gone:
+            return None
+        return self.w_pos.get(job_id)
 
 
 class Admission:
@@ -295,6 +441,9 @@ class Admission:
         #: jobs that became inadmissible (their reason) or admissible again (None) since
         #: :meth:`admissibility_changes`, so a caller can tell each job
         self._admissibility: dict[str, Inadmissible | None] = {}
+        #: changes since the carried state this instance was restored from (None: none
+        #: carried, or the queues were rebuilt since: the next pack is a whole one)
+        self.journal: Journal | None = None
         self._rebuild_queues({})
 
     @property
@@ -318,6 +467,7 @@ class Admission:
         return sid
 
     def _rebuild_queues(self, skipped: dict[str, float]) -> None:
+        self.journal = None  # (skip times and inadmissible jobs may all change)
         self._queues = {n.name: JobQueue(n.queue, n.name, self._shapes) for n in self.quota}
         before = self._inadmissible
         self._inadmissible = {}
@@ -543,6 +693,9 @@ class Admission:
         node = self.quota.admit(job.job_id, job.namespace, self._shapes[shape])
         self._usage_changed(node, False)
         self._admitted[job.job_id] = job
+        if self.journal is not None:
+            self.journal.waiting_left(job.job_id)
+            self.journal.holder_added(job.job_id)
         return Grant(job_id=job.job_id, queue=q.name, node=node)
 
     def _admit_preemptors(self, now: float) -> list[Grant]:
@@ -632,6 +785,8 @@ class Admission:
             req.grace_seconds,
         )
         self._waiting[job.job_id] = job
+        if self.journal is not None:
+            self.journal.waiting_added(job.job_id)
         q = self._place(job, None)
         why = self._inadmissible.get(job.job_id)
         if why is not None:  # nothing changes for the queue
@@ -651,6 +806,8 @@ class Admission:
         job = self._waiting.pop(job_id, None)
         if job is None:
             return False
+        if self.journal is not None:
+            self.journal.waiting_left(job_id)
         self._queues[job.queue].remove(job.key, job.shape)
         self._admissibility.pop(job_id, None)
         if self._inadmissible.pop(job_id, None) is not None:
@@ -668,6 +825,8 @@ class Admission:
         :class:`PendingPlan`); a draining plan with no victim left ends."""
         if self._admitted.pop(job_id, None) is None:
             return False
+        if self.journal is not None:
+            self.journal.holder_left(job_id)
         node = self.quota.holdings[job_id].node
         self.quota.release(job_id)
         self._usage_changed(node, True)
@@ -1144,6 +1303,82 @@ class Admission:
             d=[plan.model_copy(deep=True) for plan in self._draining],
             dirty=self._dirty,
             x={v: p for v, p in self._stuck.items() if v in self._admitted},
+        )
+
+    def start_journal(self, carried: bytes, manifest: dict[str, Any] | None = None) -> None:
+        """Record from now on what changes, relative to the state this instance was just
+        restored from (``carried``, as packed, with the tree's ``manifest``), for
+        :meth:`to_delta`."""
+        self.journal = Journal(carried, manifest, list(self._waiting), list(self._admitted))
+        for q in self._queues.values():
+            q.skip_log = self.journal.skipped
+
+    def to_delta(self) -> StateDelta | None:
+        """What changed since :meth:`start_journal` (None: no journal, a whole state is
+        needed): the restored state with it applied (:meth:`StateDelta.apply`) is
+        :meth:`to_state`, up to how shapes and namespaces are numbered. Costs what
+        changed, not the state."""
+        j = self.journal
+        if j is None:
+            return None
+        shapes: dict[int, int] = {}
+        namespaces: dict[str, int] = {}
+
+        def s(i: int) -> int:
+            return shapes.setdefault(i, len(shapes))
+
+        def n(ns: str) -> int:
+            return namespaces.setdefault(ns, len(namespaces))
+
+        waiting = [self._waiting[job_id] for job_id in j.w_new]
+        holders = [self._admitted[job_id] for job_id in j.h_new]
+        w = [
+            (jb.job_id, n(jb.namespace), jb.priority, jb.submitted_at, s(jb.shape),
+             self._queues[jb.queue].skipped_at.get(jb.key))
+            for jb in waiting
+        ]
+        # a holder that waited in the restored state is named by its position there
+        h_ref = [j.restored_holder(jb.job_id) for jb in holders]
+        h = [
+            (jb.job_id, n(jb.namespace), s(jb.shape))
+            for jb, ref in zip(holders, h_ref, strict=True)
+            if ref < 0
+        ]
+        skips: dict[int, float] = {}
+        for key in j.skipped:
+            pos = j.restored_waiting(key[2])
+            if pos is not None:
+                job = self._waiting[key[2]]
+                skips[pos] = self._queues[job.queue].skipped_at[job.key]
+        part = AdmissionState.model_construct(
+            tree=None,
+            policy=QueuePolicy(self.policy),
+            starve=self.starvation_seconds,
+            shapes=[self._shapes[i] for i in shapes],
+            ns=list(namespaces),
+            w=w,
+            h=h,
+            hp={  # (a holder named by its restored position: as it waited there)
+                jb.job_id: (jb.priority, jb.preemptible, jb.grace_seconds)
+                for jb, ref in zip(holders, h_ref, strict=True)
+                if ref < 0 and (jb.priority, jb.preemptible, jb.grace_seconds) != _DEFAULT_HOLDER
+            },
+            wp={
+                jb.job_id: (jb.preemptible, jb.grace_seconds)
+                for jb in waiting
+                if (jb.preemptible, jb.grace_seconds) != _DEFAULT_HOLDER[1:]
+            },
+            p=[plan.model_copy(deep=True) for plan in self._plans.values()],
+            d=[plan.model_copy(deep=True) for plan in self._draining],
+            dirty=self._dirty,
+            x={v: p for v, p in self._stuck.items() if v in self._admitted},
+        )
+        return StateDelta(
+            w_gone=sorted(j.w_gone.values()),
+            h_gone=sorted(j.h_gone.values()),
+            h_ref=h_ref,
+            skips=sorted(skips.items()),
+            part=part,
         )
 
     def _outstanding(self, plan: PendingPlan) -> PendingPlan:

@@ -52,6 +52,9 @@ class JobQueue:
         self._res_count: dict[str, int] = {}
         #: jobs that can never be admitted under the current tree, and why
         self.inadmissible: dict[Key, Inadmissible] = {}
+        #: where jobs that get a skip time are noted, if anywhere (the admission's
+        #: continue-as-new journal)
+        self.skip_log: list[Key] | None = None
 
     def __len__(self) -> int:
         """Waiting jobs that may be admitted (not the inadmissible ones)."""
@@ -140,6 +143,8 @@ class JobQueue:
         for k in self.fresh[:i]:
             self.skipped_at[k] = now
             heapq.heappush(self._skip_heap, (now, k))
+        if self.skip_log is not None:
+            self.skip_log.extend(self.fresh[:i])
         del self.fresh[:i]
 
     def promote(self, now: float, bound: float) -> None:

@@ -3,8 +3,11 @@ manifest as one compact ``binary/plain`` payload.
 
 Columnar (job ids split into token columns, integers as the narrowest arrays, repeated
 strings interned) and LZMA-compressed, so 100,000 waiting jobs stay under half of
-Temporal's 2 MiB payload limit (BENCHMARKS.md, section 6). Deterministic: it runs inside
-the workflow. One format until the first release (docs/decisions/001-one-baseline.md).
+Temporal's 2 MiB payload limit. A run carries the bytes it was restored from unchanged
+plus a delta of what changed in it (:func:`pack_next`), so its pack costs what changed,
+not the backlog; a whole pack again once the deltas outgrow it (BENCHMARKS.md, section
+6). Deterministic: it runs inside the workflow. One format until the first release
+(docs/decisions/001-one-baseline.md).
 """
 
 from __future__ import annotations
@@ -20,13 +23,21 @@ from typing import Any
 from fleetq.admission import (
     _DEFAULT_HOLDER,
     DEFAULT_GRACE_SECONDS,
+    Admission,
     AdmissionState,
     PendingPlan,
     QueuePolicy,
+    StateDelta,
 )
 
-#: the first bytes of :func:`pack_state`'s output (fleetq admission, format 3)
-_MAGIC = b"FQA3"
+#: the first bytes of a carried state (fleetq admission, format 4: a whole state, then
+#: zero or more deltas, each an 8-byte little-endian length and an LZMA blob)
+_MAGIC = b"FQA4"
+#: :func:`pack_next` packs the whole state anew once the deltas carried would pass this
+#: share of the whole state's packed bytes
+DELTA_SHARE = 1.0
+#: ... or the carried bytes this many (half of Temporal's 2 MiB payload error limit)
+CARRIED_LIMIT = 1024 * 1024
 #: LZMA2 settings of :func:`pack_state`. Measured on the 100,000-job state of ``fleetq
 #: bench admission`` with an earlier column layout (whole pack, thread CPU): preset 1,
 #: 11.1 B per waiting job in ~0.8 s; preset 1 in the normal (optimal parsing) mode,
@@ -34,6 +45,10 @@ _MAGIC = b"FQA3"
 #: workflow task, which the SDK fails as deadlocked after 2 s without yielding: the
 #: fastest wins.
 _LZMA_FILTERS: list[dict[str, int]] = [{"id": lzma.FILTER_LZMA2, "preset": 1}]
+#: ... of a delta (:func:`pack_next`, tens of KiB): a smaller dictionary sets up faster
+_DELTA_FILTERS: list[dict[str, int]] = [
+    {"id": lzma.FILTER_LZMA2, "preset": 1, "dict_size": 1 << 18}
+]
 #: job ids are split into tokens at this character, one column per token position
 _TOKEN_SEP = "-"
 #: (priority, preemptible, grace_seconds) / (preemptible, grace_seconds) of a job that
@@ -147,6 +162,82 @@ def _micros(times: list[float]) -> list[int] | None:
 
 
 def pack_state(state: AdmissionState, manifest: dict[str, Any] | None = None) -> bytes:
+    """``state`` and the tree's ``manifest`` packed whole (see :func:`_pack_body`): a
+    carried state with no delta after it."""
+    return _MAGIC + _frame(_pack_body(state, manifest))
+
+
+def pack_next(
+    admission: Admission, manifest: dict[str, Any] | None = None, share: float = DELTA_SHARE
+) -> bytes:
+    """What the quota workflow carries into its next run: the state it was restored from
+    (its packed bytes, unchanged) with one more frame, what changed since
+    (:meth:`Admission.to_delta`), so the pack costs what changed in the run, not every
+    waiting job; or the whole state packed anew (:func:`pack_state`) when there is no
+    journal (a new workflow, a new tree), the tree manifest is not the carried one, or
+    the deltas would add more than ``share`` of the whole state's bytes or
+    pass :data:`CARRIED_LIMIT` (so a run carries at most that much more than a whole
+    pack would, and the next run replays a bounded chain)."""
+    journal = admission.journal
+    if (
+        journal is None
+        or (manifest is not journal.manifest and manifest != journal.manifest)
+        or journal.changes() > share * journal.restored()  # (its delta alone is too big)
+    ):
+        return pack_state(admission.to_state(), manifest)
+    delta = admission.to_delta()
+    assert delta is not None
+    frames = _frames(journal.carried)
+    extra = {
+        "wg": _gaps(delta.w_gone),
+        "hg": _gaps(delta.h_gone),
+        "hr": delta.h_ref,
+        "sk": [[i, t] for i, t in delta.skips],
+    }
+    body = _frame(_pack_body(delta.part, None, extra, _DELTA_FILTERS))
+    deltas = len(journal.carried) - len(_MAGIC) - len(frames[0]) - 8 + len(body)
+    if deltas > share * len(frames[0]) or len(journal.carried) + len(body) > CARRIED_LIMIT:
+        return pack_state(admission.to_state(), manifest)
+    return journal.carried + body
+
+
+def restore(carried: bytes) -> tuple[Admission, dict[str, Any] | None]:
+    """The :class:`Admission` a run continues with from what the previous run carried
+    (:func:`pack_next`), journalling from there, and the tree manifest carried."""
+    state, manifest = unpack_carried(carried)
+    admission = Admission.from_state(state)
+    admission.start_journal(carried, manifest)
+    return admission, manifest
+
+
+def _gaps(positions: list[int]) -> list[int]:
+    """Sorted positions as the first and the differences (small numbers pack small)."""
+    return [b - a for a, b in pairwise([0, *positions])]
+
+
+def _frame(blob: bytes) -> bytes:
+    return len(blob).to_bytes(8, "little") + blob
+
+
+def _frames(packed: bytes) -> list[bytes]:
+    """The LZMA blobs of a carried state: the whole state, then each delta."""
+    if not packed.startswith(_MAGIC):
+        raise ValueError("not a packed admission state (format 4)")
+    out = []
+    at = len(_MAGIC)
+    while at < len(packed):
+        size = int.from_bytes(packed[at:at + 8], "little")
+        out.append(packed[at + 8:at + 8 + size])
+        at += 8 + size
+    return out
+
+
+def _pack_body(
+    state: AdmissionState,
+    manifest: dict[str, Any] | None,
+    extra: dict[str, Any] | None = None,
+    filters: list[dict[str, int]] = _LZMA_FILTERS,
+) -> bytes:
     """``state`` (and the tree's ``manifest`` as the quota workflow last applied it, so the
     continue-as-new input carries the tree only here) as compact bytes, for the
     continue-as-new input as a ``binary/plain`` payload (no JSON, no base64).
@@ -211,11 +302,12 @@ def pack_state(state: AdmissionState, manifest: dict[str, Any] | None = None) ->
         # ``to_state``; kept so that unpacking gives back exactly what was packed)
         "wpx": {k: list(v) for k, v in state.wp.items() if k not in w_ids},
         "hpx": {k: list(v) for k, v in state.hp.items() if k not in h_ids},
+        **(extra or {}),
     }
     body = bytearray()
     for section in [json.dumps(header, separators=(",", ":")).encode(), *cols.sections]:
         body += len(section).to_bytes(8, "little") + section
-    return _MAGIC + lzma.compress(bytes(body), filters=_LZMA_FILTERS)
+    return lzma.compress(bytes(body), filters=filters)
 
 
 def _little_endian(col: array[Any]) -> bytes:
@@ -225,10 +317,24 @@ def _little_endian(col: array[Any]) -> bytes:
 
 
 def unpack_carried(packed: bytes) -> tuple[AdmissionState, dict[str, Any] | None]:
-    """The state and the tree manifest :func:`pack_state` packed."""
-    if not packed.startswith(_MAGIC):
-        raise ValueError("not a packed admission state (format 3)")
-    body = lzma.decompress(packed[len(_MAGIC):])
+    """The state (every delta applied) and the tree manifest :func:`pack_state` or
+    :func:`pack_next` packed."""
+    frames = _frames(packed)
+    state, header = _unpack_body(frames[0])
+    for blob in frames[1:]:
+        part, extra = _unpack_body(blob)
+        state = StateDelta(
+            w_gone=list(accumulate(extra["wg"])),
+            h_gone=list(accumulate(extra["hg"])),
+            h_ref=extra["hr"],
+            skips=[(i, t) for i, t in extra["sk"]],
+            part=part,
+        ).apply(state)
+    return state, header["manifest"]
+
+
+def _unpack_body(blob: bytes) -> tuple[AdmissionState, dict[str, Any]]:
+    body = lzma.decompress(blob)
     sections: list[bytes] = []
     at = 0
     while at < len(body):
@@ -275,7 +381,7 @@ def unpack_carried(packed: bytes) -> tuple[AdmissionState, dict[str, Any] | None
         dirty=header["dirty"],
         x=header["x"],
     )
-    return state, header["manifest"]
+    return state, header
 
 
 def unpack_state(packed: bytes) -> AdmissionState:

@@ -60,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from fleetq.queue_views import QueueTable
     from fleetq.quota import Inadmissible
-    from fleetq.quota_state import pack_state, unpack_carried
+    from fleetq.quota_state import pack_next, restore
     from workflows import metrics
 
 __all__ = ["QuotaTreeInput", "QuotaTreeWorkflow", "QuotaView"]
@@ -78,8 +78,7 @@ class QuotaTreeWorkflow:
         self._input = inp
         self._tree_doc: dict[str, Any] | None = inp.tree
         if carried is not None:  # continued as new: the state and the tree's manifest
-            state, self._tree_doc = unpack_carried(carried)
-            self._admission = Admission.from_state(state)
+            self._admission, self._tree_doc = restore(carried)
         else:
             tree = parse_tree(inp.tree) if inp.tree else None
             policy, starve = self._queue_settings(tree, inp)
@@ -187,7 +186,7 @@ class QuotaTreeWorkflow:
                 leak_check_seconds=inp.leak_check_seconds,
                 generation=inp.generation + 1,
             ),
-            pack_state(self._admission.to_state(), self._tree_doc),
+            pack_next(self._admission, self._tree_doc),
         ])
 
     @staticmethod

@@ -95,7 +95,10 @@ class ClusterColumns:
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         nodes = tuple(snapshot.nodes)
-        parts = _node_columns(nodes) or _node_columns_exact(nodes)
+        parts = (
+            _node_columns_exact(nodes) if len(nodes) <= _EXACT_NODES
+            else _node_columns(nodes) or _node_columns_exact(nodes)
+        )
         codes, index = _taint_codes(nodes)
         names_snap = np.array(list(map(_NAME, nodes)), dtype=object)
         self._fill(nodes, parts, names_snap, list(map(_LABELS, nodes)), codes, index)
@@ -473,6 +476,10 @@ def _taint_codes(
     return codes, index
 
 
+#: clusters of at most this many nodes are built node by node (no derived views for
+#: them): below that, numpy's per-call overhead makes the vectorised build slower
+#: (16 nodes: 57 against 82 us; 32 nodes: 104 against 93 us)
+_EXACT_NODES = 16
 #: a view is derived from the previous one while at most this many nodes changed (or
 #: a sixteenth of them, if more): beyond that a full build is about as fast
 _PATCH_MIN = 8
@@ -492,12 +499,14 @@ def _derived(prev: ClusterColumns, nodes: Sequence[NodeCapacity]) -> ClusterColu
     by the vectorised path and only a few objects are new."""
     old = prev.nodes
     n = len(nodes)
-    raw = prev.raw
-    if len(old) != n or raw is None:
+    if len(old) != n:
         return None
     diff = list(compress(range(n), map(is_not, old, nodes)))
     if not diff:
         return prev
+    raw = prev.raw
+    if raw is None:
+        return None
     if len(diff) > max(_PATCH_MIN, n // 16):
         return None
     new = [nodes[j] for j in diff]
