@@ -20,7 +20,7 @@ from enum import Enum
 
 from fleetq import lifecycle
 from fleetq.fleet_config import RequeueSettings
-from fleetq.lifecycle import Announce, Deadline, Due, JobProgress, Notice, Reason, Transition
+from fleetq.lifecycle import Announce, Deadline, Due, JobProgress, Reason, Show, Transition
 from fleetq.messages import (
     TERMINAL_STATES,
     Candidate,
@@ -94,13 +94,6 @@ Event = Status | Timer | Suspend | Preempt | PurgerDone
 
 
 # ---------------------------------------------------------------------- commands
-
-
-@dataclass(frozen=True)
-class Show:
-    """Announce these notices (events, state transitions, a refresh), in order."""
-
-    notices: tuple[Notice, ...]
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from datetime import datetime
 from fleetq import job_phases, lifecycle
 from fleetq.admission import Grant
 from fleetq.job_phases import QueueWait
-from fleetq.lifecycle import RESOLVE_BACKOFF, JobProgress, Notice, Transition
+from fleetq.lifecycle import RESOLVE_BACKOFF, JobProgress, Show, Transition
 
 # ---------------------------------------------------------------------- events
 
@@ -56,13 +56,6 @@ Event = Begin | BackoffEnded | Sent | Resolved | Changed
 
 
 # ---------------------------------------------------------------------- commands
-
-
-@dataclass(frozen=True)
-class Show:
-    """Announce these notices, in order."""
-
-    notices: tuple[Notice, ...]
 
 
 @dataclass(frozen=True)

@@ -174,6 +174,14 @@ class Refresh:
 Notice = Announce | Transition | Refresh
 
 
+@dataclass(frozen=True)
+class Show:
+    """A command of the job's machines (``job_machine``, ``job_queue``): announce these
+    notices (events, state transitions, a refresh), in order."""
+
+    notices: tuple[Notice, ...]
+
+
 # ---------------------------------------------------------------------- backoff
 
 
