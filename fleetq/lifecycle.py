@@ -182,6 +182,15 @@ class Show:
     notices: tuple[Notice, ...]
 
 
+@dataclass(frozen=True)
+class Pause:
+    """A command of the job's machines: pause ``seconds`` on a durable timer (its
+    ``summary``), cut short by ``retry_placement``."""
+
+    seconds: float
+    summary: str
+
+
 # ---------------------------------------------------------------------- backoff
 
 
