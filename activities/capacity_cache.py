@@ -100,11 +100,7 @@ def condense_pod(obj: Mapping[str, Any]) -> _Use | None:
     phase = (obj.get("status") or {}).get("phase")
     if not node or phase in TERMINATED:
         return None
-    try:
-        req = pod_requests(spec)
-    except (R.QuantityError, ValueError):
-        req = {}
-    return _Use(str(node), req, True)
+    return _Use(str(node), _requests(spec), True)
 
 
 def condense_reservation(obj: Mapping[str, Any]) -> _Use | None:
@@ -115,11 +111,15 @@ def condense_reservation(obj: Mapping[str, Any]) -> _Use | None:
     node = status.get("nodeName") or tspec.get("nodeName")
     if not node:
         return None
+    return _Use(str(node), _requests(tspec), False)
+
+
+def _requests(spec: Mapping[str, Any]) -> R.Resources:
+    """The pod spec's requests; one whose quantities do not parse counts as none."""
     try:
-        req = pod_requests(tspec)
+        return pod_requests(spec)
     except (R.QuantityError, ValueError):
-        req = {}
-    return _Use(str(node), req, False)
+        return {}
 
 
 class _State:

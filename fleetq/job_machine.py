@@ -20,7 +20,7 @@ from enum import Enum
 
 from fleetq import lifecycle
 from fleetq.fleet_config import RequeueSettings
-from fleetq.lifecycle import Announce, Deadline, Due, JobProgress, Notice, Reason, Transition
+from fleetq.lifecycle import Announce, Deadline, Due, JobProgress, Pause, Reason, Show, Transition
 from fleetq.messages import (
     TERMINAL_STATES,
     Candidate,
@@ -94,13 +94,6 @@ Event = Status | Timer | Suspend | Preempt | PurgerDone
 
 
 # ---------------------------------------------------------------------- commands
-
-
-@dataclass(frozen=True)
-class Show:
-    """Announce these notices (events, state transitions, a refresh), in order."""
-
-    notices: tuple[Notice, ...]
 
 
 @dataclass(frozen=True)
@@ -395,25 +388,13 @@ class PlaceRound:
 
 
 @dataclass(frozen=True)
-class RetryIn:
-    """Pause ``seconds`` before the next round (cut short by ``retry_placement``); then
-    ``NextRound``."""
-
-    seconds: float
-
-    @property
-    def summary(self) -> str:
-        return f"retry placement in {int(self.seconds)}s"
-
-
-@dataclass(frozen=True)
 class Placed:
     """The phase ends: ``placed`` False when the job can never be placed."""
 
     placed: bool
 
 
-PlacingCommand = Show | StopPlacing | Plan | PlaceRound | RetryIn | Placed
+PlacingCommand = Show | StopPlacing | Plan | PlaceRound | Pause | Placed
 
 
 @dataclass
@@ -438,7 +419,8 @@ class Placing:
         if isinstance(event, RoundOver):
             if event.placed is not None:
                 return [Placed(event.placed)]
-            return [RetryIn(self.pause(progress, granted=granted, settings=settings, now=now))]
+            seconds = self.pause(progress, granted=granted, settings=settings, now=now)
+            return [Pause(seconds, f"retry placement in {int(seconds)}s")]  # then NextRound
         if self.rounds and placing_stops(progress):
             return [Placed(True)]  # the life suspends, or is preempted (nothing was bound)
         gate = placement_gate(progress, granted=granted, settings=settings, now=now)

@@ -17,7 +17,7 @@ from datetime import datetime
 from fleetq import job_phases, lifecycle
 from fleetq.admission import Grant
 from fleetq.job_phases import QueueWait
-from fleetq.lifecycle import RESOLVE_BACKOFF, JobProgress, Notice, Transition
+from fleetq.lifecycle import RESOLVE_BACKOFF, JobProgress, Pause, Show, Transition
 
 # ---------------------------------------------------------------------- events
 
@@ -59,13 +59,6 @@ Event = Begin | BackoffEnded | Sent | Resolved | Changed
 
 
 @dataclass(frozen=True)
-class Show:
-    """Announce these notices, in order."""
-
-    notices: tuple[Notice, ...]
-
-
-@dataclass(frozen=True)
 class WaitBackoff:
     """Wait ``seconds`` (a durable timer) or until a suspension is asked for; then
     ``BackoffEnded``."""
@@ -78,14 +71,6 @@ class Enqueue:
     """Send ``enqueue`` to the quota workflow ``tree_id``; then ``Sent``."""
 
     tree_id: str
-
-
-@dataclass(frozen=True)
-class Pause:
-    """Pause ``seconds`` (``summary``), cut short by ``retry_placement``."""
-
-    seconds: float
-    summary: str
 
 
 @dataclass(frozen=True)

@@ -76,22 +76,24 @@ def human_duration(seconds: float) -> str:
         return f"{s}s"
     minutes = s // 60
     if minutes < 10:
-        rest = s % 60
-        return f"{minutes}m" if rest == 0 else f"{minutes}m{rest}s"
+        return _two_units(minutes, "m", s % 60, "s")
     if minutes < 180:
         return f"{minutes}m"
     hours = minutes // 60
     if hours < 8:
-        rest = minutes % 60
-        return f"{hours}h" if rest == 0 else f"{hours}h{rest}m"
+        return _two_units(hours, "h", minutes % 60, "m")
     if hours < 48:
         return f"{hours}h"
     if hours < 24 * 8:
-        rest = hours % 24
-        return f"{hours // 24}d" if rest == 0 else f"{hours // 24}d{rest}h"
+        return _two_units(hours // 24, "d", hours % 24, "h")
     if hours < 24 * 365 * 2:
         return f"{hours // 24}d"
     years, days = hours // (24 * 365), (hours // 24) % 365
-    if hours < 24 * 365 * 8 and days:
-        return f"{years}y{days}d"
+    if hours < 24 * 365 * 8:
+        return _two_units(years, "y", days, "d")
     return f"{years}y"
+
+
+def _two_units(whole: int, unit: str, rest: int, rest_unit: str) -> str:
+    """``5h2m``, or ``5h`` when nothing is left over."""
+    return f"{whole}{unit}" if rest == 0 else f"{whole}{unit}{rest}{rest_unit}"

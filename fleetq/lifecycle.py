@@ -174,6 +174,23 @@ class Refresh:
 Notice = Announce | Transition | Refresh
 
 
+@dataclass(frozen=True)
+class Show:
+    """A command of the job's machines (``job_machine``, ``job_queue``): announce these
+    notices (events, state transitions, a refresh), in order."""
+
+    notices: tuple[Notice, ...]
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A command of the job's machines: pause ``seconds`` on a durable timer (its
+    ``summary``), cut short by ``retry_placement``."""
+
+    seconds: float
+    summary: str
+
+
 # ---------------------------------------------------------------------- backoff
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +36,7 @@ from activities.kube_api import KubeApi
 from activities.member_cluster import KubernetesMemberCluster
 from fleetq.messages import JobRef
 from tests.conftest import real_control_plane
+from tests.polling import eventually as eventually
 
 REAL_KUBECONFIG = os.environ.get("FLEETQ_TEST_KUBECONFIG")
 REAL_CONTEXTS = [c for c in os.environ.get("FLEETQ_TEST_CONTEXTS", "").split(",") if c]
@@ -219,17 +219,6 @@ def job_factory(fleet: Fleet) -> Iterator[Callable[..., JobRef]]:
         for m in fleet.clusters.values():
             with contextlib.suppress(Exception):  # best effort: it may be unreachable
                 m.purge(ref)
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 10.0, step_s: float = 0.05) -> Any:
-    """Poll ``check`` until it returns something truthy; fail with its last value."""
-    deadline = time.monotonic() + timeout_s
-    value = check()
-    while not value and time.monotonic() < deadline:
-        time.sleep(step_s)
-        value = check()
-    assert value, f"condition not met within {timeout_s}s (last value {value!r})"
-    return value
 
 
 def manifest(

@@ -11,7 +11,6 @@ import contextlib
 import json
 import ssl
 import tempfile
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -25,6 +24,7 @@ import yaml
 
 from fleetq.topology import ClusterSpec, Topology, parse_topology
 from tests.conftest import real_control_plane
+from tests.polling import eventually as eventually
 
 CLUSTER = "cluster-x"
 TOPOLOGY: dict[str, Any] = {"clusters": [{
@@ -187,10 +187,3 @@ def ns(api: Raw) -> Iterator[str]:
         yield name
 
 
-def eventually(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    """``check()``'s first truthy value, polled (a real member acts asynchronously)."""
-    deadline = time.monotonic() + timeout_s
-    while not (value := check()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert value, f"not within {timeout_s}s: {value!r}"
-    return value

@@ -21,6 +21,7 @@ from fleetq.admission import Admission, AdmissionRequest, Grant, QueuePolicy
 from fleetq.models import parse_tree
 from fleetq.preemption import fair_sharing_weights, plan_preemptions
 from tests.core.test_admission_properties import JOB_IDS, NAMESPACES, SHAPES, trees
+from tests.core.trees import tree_doc
 
 
 def _nodes(doc: dict[str, Any]) -> list[str]:
@@ -60,21 +61,16 @@ def _root_bound(mins: bool) -> dict[str, Any]:
             node["min"] = {"cpu": 1}
         return node
 
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "t1", "namespace": "kube-system", "annotations": {}},
-        "spec": {"root": {
-            "name": "root", "min": {"cpu": 4}, "max": {"cpu": 4, "nvidia.com/gpu": 3,
-                                                       "kube-queue/max-jobs": 5},
-            "children": [
-                {"name": "p0", "max": {"cpu": 3}, "min": {"cpu": 2},
-                 "children": [leaf("l0", "ns0"), leaf("l1", "ns1")]},
-                {"name": "p1", "max": {"nvidia.com/gpu": 2}, "min": {"cpu": 2},
-                 "children": [leaf("l2", "ns2"), leaf("l3", "ns3")]},
-            ],
-        }},
-    }
+    return tree_doc({
+        "name": "root", "min": {"cpu": 4}, "max": {"cpu": 4, "nvidia.com/gpu": 3,
+                                                   "kube-queue/max-jobs": 5},
+        "children": [
+            {"name": "p0", "max": {"cpu": 3}, "min": {"cpu": 2},
+             "children": [leaf("l0", "ns0"), leaf("l1", "ns1")]},
+            {"name": "p1", "max": {"nvidia.com/gpu": 2}, "min": {"cpu": 2},
+             "children": [leaf("l2", "ns2"), leaf("l3", "ns3")]},
+        ],
+    }, "t1")
 
 
 @st.composite
@@ -229,12 +225,7 @@ def test_a_release_examines_the_queues_it_can_unblock_not_the_tree() -> None:
             for i in range(10)
         ]
         children.append({"name": f"p{p}", "max": {"cpu": 8}, "children": leaves})
-    doc = {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "t", "namespace": "kube-system"},
-        "spec": {"root": {"name": "root", "max": {"cpu": 80}, "children": children}},
-    }
+    doc = tree_doc({"name": "root", "max": {"cpu": 80}, "children": children}, "t")
     a = Admission(parse_tree(doc), QueuePolicy.PRIORITY, 300)
     n = 0
     for p in range(10):
@@ -261,12 +252,7 @@ def test_a_small_job_waiting_for_the_root_ranks_as_itself_not_as_its_head() -> N
     indexed the queue's wait for 1 cpu at the root under its own rank: ``bench.sim_scale``
     checked 18 queues a pass that way)."""
     leaves = [{"name": f"l{i}", "namespaces": [f"l{i}"]} for i in range(20)]
-    doc = {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "t", "namespace": "kube-system"},
-        "spec": {"root": {"name": "root", "max": {"cpu": 20}, "children": leaves}},
-    }
+    doc = tree_doc({"name": "root", "max": {"cpu": 20}, "children": leaves}, "t")
     inc = Admission(parse_tree(doc), QueuePolicy.PRIORITY, 300)
     full = Admission(parse_tree(doc), QueuePolicy.PRIORITY, 300)
     full.incremental = False

@@ -14,15 +14,10 @@ from fleetq.admission import (
 from fleetq.models import parse_tree
 from fleetq.preemption import plan_preemptions
 from fleetq.quota_state import pack_state, unpack_state
+from tests.core.trees import tree_doc
 
-TREE = {
-    "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-    "kind": "ElasticQuotaTree",
-    "metadata": {"name": "t", "namespace": "kube-system",
-                 "annotations": {"fleetq.io/preemption": "LowerPriority"}},
-    "spec": {"root": {"name": "root", "max": {"cpu": 4},
-                      "namespaces": ["team"]}},
-}
+TREE = tree_doc({"name": "root", "max": {"cpu": 4}, "namespaces": ["team"]}, "t",
+               **{"fleetq.io/preemption": "LowerPriority"})
 LOW, HIGH, SMALL = "pytorchjob/team/low", "pytorchjob/team/high", "pytorchjob/team/small"
 
 

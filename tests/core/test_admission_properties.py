@@ -47,6 +47,7 @@ from fleetq.admission import (
 from fleetq.models import parse_tree
 from fleetq.quota_state import pack_state, unpack_carried, unpack_state
 from fleetq.resources import parse_resources
+from tests.core.trees import tree_doc
 
 GPU = "nvidia.com/gpu"
 JOBS = "kube-queue/max-jobs"
@@ -107,12 +108,7 @@ def trees(draw: st.DrawFn) -> dict[str, Any]:
     root["children"] = children
     if not children:
         leaf(root)
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": draw(st.sampled_from(["t1", "t2"])), "namespace": "kube-system"},
-        "spec": {"root": root},
-    }
+    return tree_doc(root, draw(st.sampled_from(["t1", "t2"])))
 
 
 # --------------------------------------------------------------------------- reference
@@ -313,18 +309,14 @@ class Reference:
 # --------------------------------------------------------------------------- machine
 
 
-ONE_GPU_LEAF = {
-    "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-    "kind": "ElasticQuotaTree",
-    "metadata": {"name": "gpu", "namespace": "kube-system"},
-    "spec": {
-        "root": {
-            "name": "root",
-            "max": {GPU: 4},
-            "children": [{"name": "team", "max": {JOBS: 6}, "namespaces": NAMESPACES[:4]}],
-        }
+ONE_GPU_LEAF = tree_doc(
+    {
+        "name": "root",
+        "max": {GPU: 4},
+        "children": [{"name": "team", "max": {JOBS: 6}, "namespaces": NAMESPACES[:4]}],
     },
-}
+    "gpu",
+)
 
 
 class Machine(RuleBasedStateMachine):
@@ -499,22 +491,18 @@ class AdmissionMachine(Machine):
         self.start(tree, policy, starve)
 
 
-GUARANTEED_AND_BORROWER = {
-    "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-    "kind": "ElasticQuotaTree",
-    "metadata": {"name": "min", "namespace": "kube-system"},
-    "spec": {
-        "root": {
-            "name": "root",
-            "min": {"cpu": 4},
-            "max": {"cpu": 8, JOBS: 3},
-            "children": [
-                {"name": "g", "min": {"cpu": 3}, "namespaces": NAMESPACES[:2]},
-                {"name": "b", "namespaces": NAMESPACES[2:4]},
-            ],
-        }
+GUARANTEED_AND_BORROWER = tree_doc(
+    {
+        "name": "root",
+        "min": {"cpu": 4},
+        "max": {"cpu": 8, JOBS: 3},
+        "children": [
+            {"name": "g", "min": {"cpu": 3}, "namespaces": NAMESPACES[:2]},
+            {"name": "b", "namespaces": NAMESPACES[2:4]},
+        ],
     },
-}
+    "min",
+)
 
 
 class FixedTreeMachine(Machine):

@@ -395,7 +395,7 @@ def placing_run(p: JobProgress, rounds: list[bool | None], *, granted: bool = Tr
         elif isinstance(last, job_machine.PlaceRound):
             event = job_machine.RoundOver(rounds.pop(0) if rounds else None)
         else:
-            assert isinstance(last, job_machine.RetryIn)
+            assert isinstance(last, job_machine.Pause)
             now += last.seconds
             paused += 1
             if between is not None:
@@ -409,7 +409,7 @@ def test_placing_runs_rounds_with_doubling_pauses_until_one_binds() -> None:
     p.resolution.tree_workflow_id = "quota/tree"
     seen = placing_run(p, [None, None, None, True])
     assert seen[-1] == job_machine.Placed(True)
-    assert [c.seconds for c in seen if isinstance(c, job_machine.RetryIn)] == [2, 4, 8]
+    assert [c.seconds for c in seen if isinstance(c, job_machine.Pause)] == [2, 4, 8]
     plans = [c.capacity for c in seen if isinstance(c, job_machine.Plan)]
     assert plans == [False, True, True, True]  # from the round after no room
     shown = [c for c in seen if isinstance(c, Show)]
@@ -425,7 +425,7 @@ def test_a_placement_timeout_stops_placing_and_a_passed_deadline_fails_it() -> N
     settings_ = RequeueSettings(placementTimeoutSeconds=10)
     seen = placing_run(unbound(admitted_at=at(0)), [], settings_=settings_)
     assert seen[-1] == job_machine.StopPlacing(job_machine.Gate.TIMED_OUT)
-    assert sum(isinstance(c, job_machine.RetryIn) for c in seen) == 3  # 2 + 4 + 4 (cut)
+    assert sum(isinstance(c, job_machine.Pause) for c in seen) == 3  # 2 + 4 + 4 (cut)
     late = unbound()
     late.view.deadline_at = at(0)
     assert placing_run(late, []) == [job_machine.StopPlacing(job_machine.Gate.DEADLINE)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from kubernetes import client, config
 
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.topology import parse_topology
+from tests.polling import eventually
 
 SMALL = {
     "clusters": [
@@ -59,15 +59,8 @@ def custom(alpha: client.ApiClient) -> client.CustomObjectsApi:
 
 
 def wait_for(pred: Callable[[], Any], timeout: float = 5.0, every: float = 0.05) -> Any:
-    """Poll until ``pred()`` is truthy; return its value or fail with the last value."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
+    """:func:`tests.polling.eventually` with the emulator's 5 s."""
+    return eventually(pred, timeout, every)
 
 
 def pytorchjob(

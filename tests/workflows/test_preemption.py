@@ -176,18 +176,27 @@ async def test_high_priority_preempts_the_running_low_job_which_runs_again_after
     await record(qh, "quota-preemption")
 
 
-async def test_a_victim_terminated_while_stopping_is_released_and_the_plan_completes(
-        penv: Env) -> None:
-    qh = await penv.start_tree(
-        preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}), leak_check_seconds=1)
-    low = await start(penv, job("doomed", LOW, **{"fleetq.io/preemption-grace-seconds": "600"}))
+async def stopping_victim(env: Env, qh: WorkflowHandle[Any, Any], victim: str,
+                          preemptor: str) -> tuple[WorkflowHandle[Any, Any],
+                                                   WorkflowHandle[Any, Any]]:
+    """A low job ``victim`` Running with a 600 s grace period, and a high ``preemptor``
+    whose preemption plan names it: the victim is stopping."""
+    low = await start(env, job(victim, LOW, **{"fleetq.io/preemption-grace-seconds": "600"}))
     await in_state(low, "Running")
-    high = await start(penv, job("next", HIGH))
+    high = await start(env, job(preemptor, HIGH))
 
     async def planned() -> bool:
         return (await quota_view(qh)).preempting == {high.id: [low.id]}
 
     await wait_for(planned)
+    return low, high
+
+
+async def test_a_victim_terminated_while_stopping_is_released_and_the_plan_completes(
+        penv: Env) -> None:
+    qh = await penv.start_tree(
+        preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}), leak_check_seconds=1)
+    low, high = await stopping_victim(penv, qh, "doomed", "next")
     await low.terminate("gone while stopping")
     # the holder check returns the victim's quota; the preemptor is admitted and runs
     await in_state(high, "Running")
@@ -221,14 +230,7 @@ async def test_a_victim_with_nothing_bound_gives_way_at_once(penv: Metered) -> N
 async def test_a_victim_deleted_while_stopping_releases_and_the_preemptor_runs(
         penv: Metered) -> None:
     qh = await penv.start_tree(preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}))
-    low = await start(penv, job("dropped", LOW, **{"fleetq.io/preemption-grace-seconds": "600"}))
-    await in_state(low, "Running")
-    high = await start(penv, job("wanted", HIGH))
-
-    async def planned() -> bool:
-        return (await quota_view(qh)).preempting == {high.id: [low.id]}
-
-    await wait_for(planned)
+    low, high = await stopping_victim(penv, qh, "dropped", "wanted")
     await low.cancel()  # fleetq delete: its copy is purged and its quota released
     await in_state(high, "Running")
     assert (await view_of(low)).state == "Deleted"
