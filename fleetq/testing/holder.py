@@ -65,15 +65,17 @@ class QuotaHolder:
             await workflow.get_external_workflow_handle(inp.tree_id).signal(
                 message.signal, message.signal_arg())
             return
-        sent = await workflow.execute_local_activity(
+        ack = await workflow.execute_local_activity(
             "signal_quota",
             message,
-            result_type=bool,
+            result_type=QuotaAck,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
         )
-        if not sent:
+        if not ack.running:
             raise RuntimeError(f"quota workflow {inp.tree_id} is not running")
+        if ack.grant is not None:  # admitted at once: the reply carries the grant
+            self.grants.append(ack.grant)
 
     @workflow.signal
     def admitted(self, grant: Grant) -> None:
