@@ -51,6 +51,7 @@ from fleetq.messages import (
     PlacementVerdict,
     PurgeInput,
     PurgeResult,
+    QuotaAck,
     QuotaSignal,
     ReserveRequest,
     ReserveResult,

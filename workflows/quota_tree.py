@@ -87,6 +87,8 @@ class QuotaTreeWorkflow:
             self._admission = Admission(tree, policy, starve)
         self._dirty = True
         self._immediate: list[Grant] = []
+        #: a pass ran in an update handler (the main loop then only redraws and re-arms)
+        self._passed = False
         self._grants_sent = 0
         self._inflight: set[asyncio.Future[None]] = set()
         self._leaks: list[str] = []
@@ -123,7 +125,7 @@ class QuotaTreeWorkflow:
             timeout, plan_due = self._wake_after(inp, last_leak_check)
             try:
                 await workflow.wait_condition(
-                    lambda: self._dirty or self._stop,
+                    lambda: self._dirty or self._stop or self._passed,
                     timeout=timeout,
                     timeout_summary=(
                         "drop preemption plans whose victims did not stop"
@@ -139,6 +141,7 @@ class QuotaTreeWorkflow:
                     last_leak_check = workflow.now()
             if self._stop:
                 return
+            self._passed = False
             while self._dirty and not self._should_continue(inp):
                 self._dirty = False
                 self._grant()
@@ -394,6 +397,7 @@ class QuotaTreeWorkflow:
             # this reply: no grant signal (a write on this execution) and no signal
             # event and workflow task on the job's side
             self._dirty = False
+            self._passed = True  # the main loop redraws the details and re-arms its timers
             receipt.grants = self._grant(reply_to=queued)
         return receipt
 

@@ -15,7 +15,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from fleetq.admission import AdmissionRequest, Grant
-from fleetq.messages import QuotaSignal
+from fleetq.messages import QuotaAck, QuotaSignal
 
 ONE_JOB = {"kube-queue/max-jobs": 1000}  # one job, in milli-units
 
@@ -59,8 +59,7 @@ class QuotaHolder:
             await workflow.sleep(inp.linger_seconds)
         return len(self.grants)
 
-    @staticmethod
-    async def _send(inp: HolderInput, message: QuotaSignal) -> None:
+    async def _send(self, inp: HolderInput, message: QuotaSignal) -> None:
         if inp.via == "signal":
             await workflow.get_external_workflow_handle(inp.tree_id).signal(
                 message.signal, message.signal_arg())
