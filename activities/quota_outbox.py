@@ -28,7 +28,7 @@ from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from fleetq.handler_refs import QuotaTreeHandlers
-from fleetq.messages import QuotaBatch, QuotaMessage, QuotaReceipt, QuotaSignal
+from fleetq.messages import QuotaAck, QuotaBatch, QuotaMessage, QuotaReceipt, QuotaSignal
 
 #: messages per update: a batch of enqueues is ~250 bytes a message, so this keeps an
 #: update's payload far below Temporal's 2 MB limit
@@ -54,7 +54,7 @@ class QuotaRefused(Exception):
 class _Mailbox:
     """Messages waiting for one quota workflow, and the task sending them."""
 
-    pending: list[tuple[QuotaMessage, asyncio.Future[bool]]] = field(default_factory=list)
+    pending: list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]] = field(default_factory=list)
     sender: asyncio.Task[None] | None = None
 
 
@@ -89,10 +89,11 @@ class QuotaOutbox:
             "fleetq_quota_delivery_failures",
             "quota update batches that failed (their senders retry)", "1")
 
-    async def send(self, inp: QuotaSignal) -> bool:
-        """Deliver one message to the current run of ``inp.tree_workflow_id``: True once
-        it is applied, False when no such workflow is running. Raises ``QuotaRefused``
-        when the quota workflow refused an enqueue, and any delivery error as is."""
+    async def send(self, inp: QuotaSignal) -> QuotaAck:
+        """Deliver one message to the current run of ``inp.tree_workflow_id``: applied
+        (with the grant of an enqueue admitted at once), or not running. Raises
+        ``QuotaRefused`` when the quota workflow refused an enqueue, and any delivery
+        error as is."""
         if inp.signal in ("enqueue", "requeue") and inp.request is None:
             raise ApplicationError(
                 f"signal_quota: {inp.signal} needs a request",
@@ -100,7 +101,7 @@ class QuotaOutbox:
                 non_retryable=True,
             )
         message = QuotaMessage(signal=inp.signal, request=inp.request, job_id=inp.job_id)
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[QuotaAck] = asyncio.get_running_loop().create_future()
         box = self._boxes.setdefault(inp.tree_workflow_id, _Mailbox())
         box.pending.append((message, done))
         if box.sender is None or box.sender.done():
@@ -128,14 +129,14 @@ class QuotaOutbox:
                 elif isinstance(outcome, QuotaReceipt):
                     reason = outcome.refused.get(message.subject())
                     if reason is None:
-                        future.set_result(True)
+                        future.set_result(QuotaAck(grant=outcome.grants.get(message.subject())))
                     else:
                         future.set_exception(QuotaRefused(reason))
                 else:
-                    future.set_result(bool(outcome))
+                    future.set_result(QuotaAck(running=bool(outcome)))
 
     async def _deliver(
-        self, handle: Any, box: _Mailbox, batch: list[tuple[QuotaMessage, asyncio.Future[bool]]]
+        self, handle: Any, box: _Mailbox, batch: list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]]
     ) -> Any:
         """Send ``batch`` as one update: the receipt, False (no such workflow) or the
         error. Refused for the server's in-flight cap, it waits and sends again, taking

@@ -51,6 +51,7 @@ from fleetq.messages import (
     PlacementVerdict,
     PurgeInput,
     PurgeResult,
+    QuotaAck,
     QuotaSignal,
     ReserveRequest,
     ReserveResult,
@@ -104,9 +105,9 @@ def _in_groups(
     return cluster_groups.choose(terms, observed, ranked, labels)
 
 
-async def deliver_quota_message(outbox: QuotaOutbox, inp: QuotaSignal) -> bool:
-    """``signal_quota``'s work: True once the quota workflow applied the message, False
-    when it is not running; a refused enqueue is a non-retryable failure naming why."""
+async def deliver_quota_message(outbox: QuotaOutbox, inp: QuotaSignal) -> QuotaAck:
+    """``signal_quota``'s work: applied (with the grant of an enqueue admitted at once)
+    or not running; a refused enqueue is a non-retryable failure naming why."""
     try:
         return await outbox.send(inp)
     except QuotaRefused as exc:
@@ -249,7 +250,7 @@ class SchedulingActivities:
             return state, policies
 
     @activity.defn(name="signal_quota")
-    async def signal_quota(self, inp: QuotaSignal) -> bool:
+    async def signal_quota(self, inp: QuotaSignal) -> QuotaAck:
         if self._client is None:
             raise ApplicationError("this worker has no Temporal client", non_retryable=True)
         if self._outbox is None:

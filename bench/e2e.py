@@ -53,6 +53,7 @@ from fleetq.messages import JobView
 from fleetq.models import parse_job, parse_policy, parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id, quota_workflow_id
 from fleetq.runtime.embedded import TemporalKind
+from fleetq.testing.history import grants_in, grants_received
 from worker import build_worker
 
 T = TypeVar("T")
@@ -274,6 +275,9 @@ class _HistoryClock:
         # is counted from the start of the task that sent it
         if self.enqueued is None and local_activity_type(ev) == "signal_quota":
             self.enqueued = self.last_task_started
+        if self.enqueued is not None and grants_received([ev]):
+            # admitted at once: the grant came in the enqueue's answer
+            self.add("enqueue -> admitted", _t(ev) - self.enqueued)
 
     def signaled(self, ev: Any) -> None:
         got = ev.workflow_execution_signaled_event_attributes
@@ -350,8 +354,8 @@ async def quota_profile(client: Client) -> tuple[list[RunStats], dict[str, list[
     first = desc.raw_description.workflow_execution_info.first_run_id or None
     runs, events = await run_chain(client, wid, first, keep_events=True)
     out = timings(events)
-    # inside the semaphore: enqueue received (update or signal) -> its grant signal sent
-    # (the grant is initiated by the workflow task that decided it)
+    # inside the semaphore: enqueue received (update or signal) -> its grant sent (a
+    # signal initiated by the workflow task that decided it, or the update's reply)
     received: dict[str, float] = {}
     enqueued_by: dict[int, list[str]] = {}
     for ev, m in quota_messages(events):
@@ -361,10 +365,8 @@ async def quota_profile(client: Client) -> tuple[list[RunStats], dict[str, list[
         if id(ev) in enqueued_by:
             for job in enqueued_by[id(ev)]:
                 received.setdefault(job, _t(ev))
-        elif ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
-            sent = ev.signal_external_workflow_execution_initiated_event_attributes
-            job = sent.workflow_execution.workflow_id
-            if sent.signal_name == "admitted" and job in received:
+        for job in grants_in(ev):
+            if job in received:
                 out.setdefault("enqueue received -> grant sent", []).append(
                     _t(ev) - received.pop(job))
     return runs, out

@@ -51,6 +51,7 @@ from bench.common import (
 from fleetq.client.connection import temporal_cli_path
 from fleetq.runtime.embedded import TemporalKind
 from fleetq.testing.chaos import code_task_failures
+from fleetq.testing.history import grants_sent
 from fleetq.testing.holder import HolderInput, QuotaHolder
 from worker import build_worker
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow, QuotaView
@@ -133,15 +134,9 @@ async def wait_view(handle: WorkflowHandle[Any, Any], pred: Any, what: str,
 
 
 def granted(events: Sequence[Any]) -> list[str]:
-    """Job ids the quota workflow sent an ``admitted`` signal to, in order, from its
-    history (every run)."""
-    out: list[str] = []
-    for ev in events:
-        if ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
-            s = ev.signal_external_workflow_execution_initiated_event_attributes
-            if s.signal_name == "admitted":
-                out.append(s.workflow_execution.workflow_id)
-    return out
+    """Job ids the quota workflow granted, in order, from its history (every run): by
+    ``admitted`` signal or in a ``submit`` update's reply."""
+    return [job for _ev, job in grants_sent(events)]
 
 
 def check_order(events: Sequence[Any], burst: set[str]) -> tuple[list[str], list[str]]:

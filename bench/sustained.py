@@ -44,7 +44,7 @@ from bench.common import (
     run_main,
 )
 from fleetq.temporal_cluster.latency_proxy import read_stats
-from fleetq.testing.history import RunStats
+from fleetq.testing.history import RunStats, grants_sent
 from fleetq.testing.holder import HolderInput, QuotaHolder
 from worker import build_worker
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow
@@ -78,13 +78,11 @@ def event_seconds(ev: HistoryEvent) -> float:
 
 
 def grant_times(events: Sequence[HistoryEvent]) -> dict[str, list[float]]:
-    """Job id -> when the quota workflow sent it ``admitted`` (every run)."""
+    """Job id -> when the quota workflow granted it (every run): its ``admitted`` signal
+    initiated, or the ``submit`` update that answered the grant completed."""
     out: dict[str, list[float]] = {}
-    for ev in events:
-        if ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
-            s = ev.signal_external_workflow_execution_initiated_event_attributes
-            if s.signal_name == "admitted":
-                out.setdefault(s.workflow_execution.workflow_id, []).append(event_seconds(ev))
+    for ev, job in grants_sent(events):
+        out.setdefault(job, []).append(event_seconds(ev))
     return out
 
 

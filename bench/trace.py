@@ -62,6 +62,7 @@ from fleetq.simulator import Trace, TraceError, load_trace
 from fleetq.simulator.engine import Simulation
 from fleetq.simulator.series import stats
 from fleetq.simulator.trace import JobGroupSpec, RunRange
+from fleetq.testing.history import grants_in
 from worker import build_worker
 
 TARGET_USAGE = 0.8
@@ -298,21 +299,18 @@ class Holdings:
 
 
 def quota_holdings(events: Sequence[Any], cpu: dict[str, float]) -> Holdings:
-    """From the quota workflow's history: each grant signal it sent (``+cpu``) and each
-    release or requeue it took (``-cpu``; one of a job that holds nothing changes
-    nothing)."""
+    """From the quota workflow's history: each grant it sent (``+cpu``; by signal or in a
+    ``submit`` update's reply) and each release or requeue it took (``-cpu``; one of a
+    job that holds nothing changes nothing)."""
     out = Holdings([], {}, {})
     held: set[str] = set()
     for ev in events:
         t = ev.event_time.seconds + ev.event_time.nanos / 1e9
-        if ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
-            sent = ev.signal_external_workflow_execution_initiated_event_attributes
-            job = sent.workflow_execution.workflow_id
-            if sent.signal_name == "admitted" and job in cpu and job not in held:
+        for job in grants_in(ev):
+            if job in cpu and job not in held:
                 held.add(job)
                 out.changes.append((t, cpu[job]))
                 out.granted.setdefault(job, []).append(t)
-            continue
         for _ev, m in quota_messages([ev]):
             # a preempted job's requeue gives its quota back as a release does (and it
             # is granted again later): without it a victim counted as holding from its

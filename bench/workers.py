@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 
 from bench.command import bench_app, help_text, run_command
@@ -47,6 +46,7 @@ from fleetq.client.jobs import start_job
 from fleetq.models import parse_job, parse_tree
 from fleetq.naming import job_workflow_id
 from fleetq.runtime.supervisor import Child, free_port, spawn_child
+from fleetq.testing.history import grants_received
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBMIT_CONCURRENCY = 200
@@ -108,15 +108,15 @@ class Metrics:
 
 
 async def admission_latency(client: Client, name: str) -> float | None:
-    """Seconds from the job workflow's start to its ``admitted`` signal (its history)."""
+    """Seconds from the job workflow's start to its grant (its history: the ``admitted``
+    signal, or the enqueue's answer when admitted at once)."""
     handle = client.get_workflow_handle(job_workflow_id(NAMESPACE, name))
     start: float | None = None
     async for ev in handle.fetch_history_events():
         t = ev.event_time.ToDatetime().timestamp()
         if start is None:
             start = t
-        if (ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-                and ev.workflow_execution_signaled_event_attributes.signal_name == "admitted"):
+        if grants_received([ev]):
             return t - start
     return None
 

@@ -31,7 +31,10 @@ class ActivityRef(Generic[I, O]):
 RESOLVE_POLICY: ActivityRef[m.ResolveInput, m.Resolution] = ActivityRef(
     "resolve_policy", m.ResolveInput, m.Resolution
 )
-SIGNAL_QUOTA: ActivityRef[m.QuotaSignal, bool] = ActivityRef("signal_quota", m.QuotaSignal, bool)
+#: the grant comes back in the answer when an enqueue is admitted at once
+SIGNAL_QUOTA: ActivityRef[m.QuotaSignal, m.QuotaAck] = ActivityRef(
+    "signal_quota", m.QuotaSignal, m.QuotaAck
+)
 CHECK_HOLDERS: ActivityRef[m.HolderCheck, m.HolderVerdict] = ActivityRef(
     "check_holders", m.HolderCheck, m.HolderVerdict
 )

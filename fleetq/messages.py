@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from fleetq.admission import AdmissionRequest, QueueInfo, QueuePolicy
+from fleetq.admission import AdmissionRequest, Grant, QueueInfo, QueuePolicy
 from fleetq.capacity import Taint
 from fleetq.fleet_config import RequeueSettings
 from fleetq.job_view import TERMINAL_STATES as TERMINAL_STATES  # re-exported: the job's view
@@ -483,8 +483,19 @@ class QuotaBatch(BaseModel):
 
 
 class QuotaReceipt(BaseModel):
-    """What ``submit`` returns: how many messages it applied, and the enqueues it refused
-    (job id -> reason, e.g. a request that no quota node can ever admit)."""
+    """What ``submit`` returns: how many messages it applied, the enqueues it refused
+    (job id -> reason, e.g. a request that no quota node can ever admit), and the grants
+    of the batch's enqueues it admitted at once (job id -> grant: no ``admitted`` signal
+    follows for those)."""
 
     applied: int = 0
     refused: dict[str, str] = Field(default_factory=dict)
+    grants: dict[str, Grant] = Field(default_factory=dict)
+
+
+class QuotaAck(BaseModel):
+    """``signal_quota``'s answer: whether the quota workflow runs (and applied the
+    message), and an enqueue's grant when it was admitted at once (in the reply)."""
+
+    running: bool = True
+    grant: Grant | None = None

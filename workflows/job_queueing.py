@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetq import activity_refs, job_phases, job_queue, lifecycle
     from fleetq.admission import AdmissionRequest, Grant
     from fleetq.lifecycle import RESOLVE_BACKOFF, RequeueCause
-    from fleetq.messages import QuotaSignal, Resolution
+    from fleetq.messages import QuotaAck, QuotaSignal, Resolution
     from fleetq.models import PropagationPolicy
     from workflows import metrics
     from workflows.errors import cancelled_by_delete, invalid_input
@@ -110,9 +110,10 @@ class JobQueueing(JobEffects):
 
     async def _enqueue(self, tree_id: str, request: AdmissionRequest) -> bool:
         """Put the job in its quota workflow's queue; False when it is not running (or
-        did not answer)."""
+        did not answer). Admitted at once, the grant comes with the answer (no
+        ``admitted`` signal follows)."""
         try:
-            return await self._signal_quota(
+            ack = await self._signal_quota(
                 QuotaSignal(tree_workflow_id=tree_id, signal="enqueue", request=request),
                 f"enqueue in {tree_id}",
             )
@@ -120,6 +121,9 @@ class JobQueueing(JobEffects):
             if cancelled_by_delete(exc):
                 raise
             return False
+        if ack.grant is not None:
+            self._grant = ack.grant
+        return ack.running
 
     def _admit(self, grant: Grant) -> None:
         """The quota workflow admitted the job."""
@@ -164,13 +168,16 @@ class JobQueueing(JobEffects):
         message = job_phases.requeue(give, self._admission_request())
         tree_id = message.tree_workflow_id
         try:
-            sent = await self._signal_quota(message, f"requeue in {tree_id}")
+            ack = await self._signal_quota(message, f"requeue in {tree_id}")
         except ActivityError as exc:  # its leak check returns the quota within a minute
             if cancelled_by_delete(exc):
                 raise
             workflow.logger.warning("could not requeue in %s: %s", tree_id, exc)
         else:
-            if sent:
+            if ack.grant is not None:  # admitted again at once, in the answer
+                self._grant = ack.grant
+                self._admit(ack.grant)
+            elif ack.running:  # back in its queue: the next wait sends no enqueue
                 self._p.requeued_in = tree_id
             else:
                 workflow.logger.info("requeue: quota workflow %s is not running", tree_id)
@@ -182,18 +189,18 @@ class JobQueueing(JobEffects):
             return
         signal, tree_id = message.signal, message.tree_workflow_id
         try:
-            sent = await self._signal_quota(message, f"{signal} quota in {tree_id}")
+            ack = await self._signal_quota(message, f"{signal} quota in {tree_id}")
         except ActivityError as exc:  # its leak check returns the quota within a minute
             workflow.logger.warning("could not signal %s to %s: %s", signal, tree_id, exc)
         else:
-            if not sent:  # quota workflow gone: nothing is held there
+            if not ack.running:  # quota workflow gone: nothing is held there
                 workflow.logger.info("%s: quota workflow %s is not running", signal, tree_id)
         self._grant = None
 
-    async def _signal_quota(self, message: QuotaSignal, summary: str) -> bool:
-        """Send one signal to the quota workflow (a local activity using the client: no
-        workflow-to-workflow signal events or acknowledgement task); False when the
-        quota workflow is not running.
+    async def _signal_quota(self, message: QuotaSignal, summary: str) -> QuotaAck:
+        """Send one message to the quota workflow (a local activity using the client: no
+        workflow-to-workflow signal events or acknowledgement task): whether it runs, and
+        an enqueue's grant when it admitted the job at once.
 
         Retried until delivered (only deleting the job stops it): under overload the
         quota workflow may not answer for minutes, and a message given up on is a job

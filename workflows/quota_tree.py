@@ -15,6 +15,7 @@ get a ``preempt`` signal, and a preemptor is admitted once its last victim relea
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
@@ -85,6 +86,8 @@ class QuotaTreeWorkflow:
             self._admission = Admission(tree, policy, starve)
         self._dirty = True
         self._immediate: list[Grant] = []
+        #: a pass ran in an update handler (the main loop then only redraws and re-arms)
+        self._passed = False
         self._grants_sent = 0
         self._inflight: set[asyncio.Future[None]] = set()
         self._leaks: list[str] = []
@@ -121,7 +124,7 @@ class QuotaTreeWorkflow:
             timeout, plan_due = self._wake_after(inp, last_leak_check)
             try:
                 await workflow.wait_condition(
-                    lambda: self._dirty or self._stop,
+                    lambda: self._dirty or self._stop or self._passed,
                     timeout=timeout,
                     timeout_summary=(
                         "drop preemption plans whose victims did not stop"
@@ -137,6 +140,7 @@ class QuotaTreeWorkflow:
                     last_leak_check = workflow.now()
             if self._stop:
                 return
+            self._passed = False
             while self._dirty and not self._should_continue(inp):
                 self._dirty = False
                 self._grant()
@@ -197,7 +201,9 @@ class QuotaTreeWorkflow:
             or info.get_current_history_length() > inp.max_history_events
         )
 
-    def _grant(self) -> None:
+    def _grant(self, reply_to: Collection[str] = ()) -> dict[str, Grant]:
+        """One scheduling pass: grants are signalled, except those of ``reply_to``'s jobs
+        (returned: the ``submit`` update answers them), then preemptions planned."""
         now = workflow.now().timestamp()
         self._admission.fair_weights = self._fair_weights
         for dropped in self._admission.expire_plans(now):
@@ -209,17 +215,20 @@ class QuotaTreeWorkflow:
             )
         grants = self._immediate + self._admission.schedule(now)
         self._immediate = []
-        self._dispatch(grants)
+        replies = {g.job_id: g for g in grants if g.job_id in reply_to}
+        self._grants_sent += len(replies)
+        self._dispatch([g for g in grants if g.job_id not in replies])
         self._tell_admissibility()
         if self._preemption_on:
             try:
                 plans = plan_preemptions(self._admission, now)
             except Exception as exc:  # never let a planning error take the semaphore down
                 workflow.logger.error("preemption planning failed: %s", exc)
-                return
+                return replies
             for plan in plans:
                 for victim in plan.victims:
                     self._dispatch_preempt(victim)
+        return replies
 
     def _dispatch_preempt(self, victim: Victim) -> None:
         """Tell one victim to stop, without waiting for the delivery (as grants)."""
@@ -374,11 +383,21 @@ class QuotaTreeWorkflow:
         continues-as-new does not make Temporal refuse the continue-as-new: the server
         hands it to the next run (the client retries it there)."""
         receipt = QuotaReceipt()
+        queued: set[str] = set()
         for message in batch.messages:
             refused = self._apply(message)
             if refused is not None:
                 receipt.refused[message.subject()] = refused
+            elif message.signal in ("enqueue", "requeue"):
+                queued.add(message.subject())
             receipt.applied += 1
+        if queued and self._dirty and not self._should_continue(self._input):
+            # the scheduling pass runs now, so a job admitted at once learns it from
+            # this reply: no grant signal (a write on this execution) and no signal
+            # event and workflow task on the job's side
+            self._dirty = False
+            self._passed = True  # the main loop redraws the details and re-arms its timers
+            receipt.grants = self._grant(reply_to=queued)
         return receipt
 
     # The single-message signals: what ``temporal workflow signal`` and jobs started by

@@ -51,6 +51,7 @@ from fleetq.naming import (
 )
 from fleetq.runtime.embedded import dev_server_argv
 from fleetq.runtime.supervisor import Child, free_port, spawn_child
+from fleetq.testing.history import grants_received
 from fleetq.topology import DEFAULT_TOPOLOGY, Topology, parse_topology
 
 if TYPE_CHECKING:
@@ -340,12 +341,6 @@ def signalled(events: list[Any], name: str) -> bool:
         e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
         and e.workflow_execution_signaled_event_attributes.signal_name == name
         for e in events)
-
-
-def signal_count(events: list[Any], name: str) -> int:
-    return sum(1 for e in events
-               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-               and e.workflow_execution_signaled_event_attributes.signal_name == name)
 
 
 def preempt_reasons(events: list[Any]) -> list[str]:
@@ -720,16 +715,14 @@ class _JobProbe:
 
     async def admitted(self) -> str:
         events = await history_events(self.handle)
-        return "admitted signal" if signalled(events, "admitted") else ""
+        return "admitted (grant received)" if grants_received(events) else ""
 
     async def placing(self) -> str:
-        """The workflow task after the grant is running: it runs capacity and
-        placement (a local activity) inside it."""
+        """A workflow task after the grant's event is running (the grant by signal: the
+        task that runs capacity and placement; in the enqueue's answer, placement ran in
+        the task that got it, and this is the task after)."""
         events = await history_events(self.handle)
-        grants = [e.event_id for e in events if e.event_type
-                  == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-                  and e.workflow_execution_signaled_event_attributes.signal_name
-                  == "admitted"]
+        grants = [e.event_id for e in grants_received(events)]
         return "placement task started" if grants and any(
             e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
             and e.event_id > grants[0] for e in events) else ""
@@ -774,7 +767,7 @@ def _admission_problems(wid: str, view: JobView | None, events: list[Any],
     problems: list[str] = []
     # one leaf, max-jobs 1, one grant: a second `admitted` would be a double admission
     # (the quota workflow granting a re-sent enqueue again after the crash)
-    if (admissions := signal_count(events, "admitted")) != 1 + preempted:
+    if (admissions := len(grants_received(events))) != 1 + preempted:
         problems.append(f"{wid}: admitted {admissions} times, expected "
                         + ("twice (preempted once)" if preempted else "exactly once"))
     if preempted and (told := sum(e.count for e in (view.events if view else [])

@@ -30,6 +30,7 @@ from fleetq.messages import (
     PodStatus,
     PurgeInput,
     PurgeResult,
+    QuotaAck,
     QuotaSignal,
     Resolution,
     ResolveInput,
@@ -213,7 +214,7 @@ class FakeFleet:
         return await self.purge(inp)
 
     @activity.defn(name="signal_quota")
-    async def signal_quota(self, inp: QuotaSignal) -> bool:
+    async def signal_quota(self, inp: QuotaSignal) -> QuotaAck:
         """The real delivery (the worker's outbox): the quota workflow under test is real."""
         assert self.client is not None
         self.calls.append(("signal_quota", inp.signal))

@@ -1,11 +1,15 @@
 """History walking the tests and the benches share: a workflow's runs followed along its
 continue-as-new links, with per-run event counts and payload sizes (the quota workflow's
 tests check its history stays bounded; ``bench.history``, ``bench.queue`` and
-``bench.e2e`` print the same figures)."""
+``bench.e2e`` print the same figures), and the grants a quota workflow sent and a job
+received, by signal or in the ``submit`` update's reply."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
@@ -75,3 +79,60 @@ async def run_chain(client: Client, workflow_id: str, run_id: str | None = None,
         if next_rid is None:
             return runs, kept
         rid = next_rid
+
+
+def _json_payloads(payloads: Any) -> list[Any]:
+    return [json.loads(p.data) if p.data else None for p in payloads.payloads]
+
+
+def local_activity_result(event: HistoryEvent, activity_type: str) -> Any:
+    """The decoded result of a local activity of ``activity_type`` recorded by this
+    marker event, else None."""
+    if not event.HasField("marker_recorded_event_attributes"):
+        return None
+    attrs = event.marker_recorded_event_attributes
+    data, result = attrs.details.get("data"), attrs.details.get("result")
+    if data is None or result is None or not data.payloads or not result.payloads:
+        return None
+    if json.loads(data.payloads[0].data).get("activity_type") != activity_type:
+        return None
+    return _json_payloads(result)[0]
+
+
+def grants_received(events: Iterable[HistoryEvent]) -> list[HistoryEvent]:
+    """The events of a job's history that brought it a grant: an ``admitted`` signal, or
+    the marker of a ``signal_quota`` whose answer carries one (admitted at once, in the
+    quota workflow's reply)."""
+    out: list[HistoryEvent] = []
+    for ev in events:
+        if ev.HasField("workflow_execution_signaled_event_attributes"):
+            if ev.workflow_execution_signaled_event_attributes.signal_name == "admitted":
+                out.append(ev)
+        else:
+            ack = local_activity_result(ev, "signal_quota")
+            if isinstance(ack, dict) and ack.get("grant") is not None:
+                out.append(ev)
+    return out
+
+
+def grants_in(ev: HistoryEvent) -> list[str]:
+    """The jobs a quota workflow's history event granted: an ``admitted`` signal it sent
+    (its initiated event), or the grants its ``submit`` update answered (the update's
+    completed event)."""
+    if ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
+        sent = ev.signal_external_workflow_execution_initiated_event_attributes
+        return [sent.workflow_execution.workflow_id] if sent.signal_name == "admitted" else []
+    if ev.HasField("workflow_execution_update_completed_event_attributes"):
+        outcome = ev.workflow_execution_update_completed_event_attributes.outcome
+        if outcome.HasField("success") and outcome.success.payloads:
+            receipt = _json_payloads(outcome.success)[0]
+            if isinstance(receipt, dict):
+                return list(receipt.get("grants") or {})
+    return []
+
+
+def grants_sent(events: Iterable[HistoryEvent]) -> Iterator[tuple[HistoryEvent, str]]:
+    """The grants in a quota workflow's history, in order, with the job each went to."""
+    for ev in events:
+        for job in grants_in(ev):
+            yield ev, job

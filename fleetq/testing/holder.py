@@ -15,7 +15,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from fleetq.admission import AdmissionRequest, Grant
-from fleetq.messages import QuotaSignal
+from fleetq.messages import QuotaAck, QuotaSignal
 
 ONE_JOB = {"kube-queue/max-jobs": 1000}  # one job, in milli-units
 
@@ -59,21 +59,22 @@ class QuotaHolder:
             await workflow.sleep(inp.linger_seconds)
         return len(self.grants)
 
-    @staticmethod
-    async def _send(inp: HolderInput, message: QuotaSignal) -> None:
+    async def _send(self, inp: HolderInput, message: QuotaSignal) -> None:
         if inp.via == "signal":
             await workflow.get_external_workflow_handle(inp.tree_id).signal(
                 message.signal, message.signal_arg())
             return
-        sent = await workflow.execute_local_activity(
+        ack = await workflow.execute_local_activity(
             "signal_quota",
             message,
-            result_type=bool,
+            result_type=QuotaAck,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
         )
-        if not sent:
+        if not ack.running:
             raise RuntimeError(f"quota workflow {inp.tree_id} is not running")
+        if ack.grant is not None:  # admitted at once: the reply carries the grant
+            self.grants.append(ack.grant)
 
     @workflow.signal
     def admitted(self, grant: Grant) -> None:

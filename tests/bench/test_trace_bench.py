@@ -200,3 +200,31 @@ def test_a_requeued_victim_holds_nothing_until_it_is_granted_again() -> None:
     held = quota_holdings(events, {"j": 4.0})
     assert held.changes == [(0.0, 4.0), (2.0, -4.0), (5.0, 4.0), (6.0, -4.0)]
     assert time_averaged(held.changes, 0.0, 10.0) == pytest.approx((2 + 1) * 4 / 10)
+
+
+def _answered(t: float, grants: list[str]) -> Any:
+    """A ``submit`` update completing at ``t`` whose receipt grants ``grants`` (jobs
+    admitted in the pass the update ran)."""
+    import json
+
+    from temporalio.api.history.v1 import HistoryEvent
+
+    ev = HistoryEvent()
+    ev.event_time.FromNanoseconds(int(t * 1e9))
+    receipt = {"applied": len(grants), "refused": {},
+               "grants": {j: {"job_id": j, "queue": "q", "node": "n"} for j in grants}}
+    done = ev.workflow_execution_update_completed_event_attributes
+    done.outcome.success.payloads.add(data=json.dumps(receipt).encode())
+    return ev
+
+
+def test_a_grant_in_a_submit_reply_holds_quota_as_a_signalled_one() -> None:
+    """Jobs admitted at once learn their grant from the ``submit`` update's reply, with
+    no ``admitted`` signal: the usage reader must count those grants too."""
+    from bench.trace import quota_holdings
+
+    events = [_answered(1.0, ["a", "b"]), _signal_sent(3.0, "c"),
+              _signalled(4.0, "release", "a")]
+    held = quota_holdings(events, {"a": 1.0, "b": 2.0, "c": 4.0})
+    assert held.changes == [(1.0, 1.0), (1.0, 2.0), (3.0, 4.0), (4.0, -1.0)]
+    assert held.granted == {"a": [1.0], "b": [1.0], "c": [3.0]}

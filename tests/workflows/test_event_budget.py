@@ -15,8 +15,9 @@ from tests.workflows.test_e2e import Stack, stack  # noqa: F401  (the module's r
 
 #: events of a small queued job from submit to Succeeded (was 41: a 600 s pods-ready
 #: timer started beside the first watch and cancelled when its pods ran; 39: reserve and
-#: bind were two activities, one workflow task apart)
-SMALL_JOB_EVENTS = 33
+#: bind were two activities, one workflow task apart; 33: the grant came as an
+#: ``admitted`` signal and woke the job in a workflow task of its own)
+SMALL_JOB_EVENTS = 29
 
 
 async def test_a_small_queued_job_costs_a_pinned_number_of_history_events(
@@ -31,5 +32,8 @@ async def test_a_small_queued_job_costs_a_pinned_number_of_history_events(
     assert len(events) == SMALL_JOB_EVENTS, sorted(kinds.items())
     # no timer is started for a deadline the watch returns before (job_machine.arms_timer)
     assert kinds["TIMER_STARTED"] == 0 and kinds["TIMER_CANCELED"] == 0
+    # admitted at once: the grant came in the enqueue's answer (the quota workflow's
+    # ``submit`` reply), so no ``admitted`` signal and no task to take it
+    assert kinds["WORKFLOW_EXECUTION_SIGNALED"] == 0
     # one upsert per lasting state (Running, Succeeded)
     assert kinds["UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"] == 2

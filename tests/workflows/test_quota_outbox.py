@@ -19,7 +19,7 @@ from temporalio.worker import Worker
 from activities.quota_outbox import QuotaOutbox, QuotaRefused
 from activities.scheduling import deliver_quota_message
 from fleetq.admission import AdmissionRequest
-from fleetq.messages import QuotaBatch, QuotaReceipt, QuotaSignal
+from fleetq.messages import QuotaAck, QuotaBatch, QuotaReceipt, QuotaSignal
 
 
 @workflow.defn(name="OutboxTarget", sandboxed=False)
@@ -101,7 +101,7 @@ async def test_a_burst_of_messages_goes_out_in_few_batches_in_order(
     outbox = QuotaOutbox(client, max_batch=50)
     jobs = [f"job-{i:03d}" for i in range(300)]
     sent = await asyncio.gather(*(outbox.send(enqueue(tree, j)) for j in jobs))
-    assert sent == [True] * 300
+    assert sent == [QuotaAck()] * 300  # applied, none granted (the target grants none)
     seen = await client.get_workflow_handle(tree).query(OutboxTarget.messages)
     assert [s[1] for s in seen] == jobs  # every message once, in the order sent
     # one update in flight at a time: the first goes alone, the rest wait and coalesce
@@ -114,14 +114,15 @@ async def test_release_and_cancel_carry_the_job_id(target: tuple[Client, str, st
     outbox = QuotaOutbox(client)
     for kind in ("release", "cancel"):
         msg = QuotaSignal(tree_workflow_id=tree, signal=kind, job_id=f"{kind}-me")
-        assert await outbox.send(msg) is True
+        assert await outbox.send(msg) == QuotaAck()
     seen = await client.get_workflow_handle(tree).query(OutboxTarget.messages)
     assert [(s[0], s[1]) for s in seen] == [("release", "release-me"), ("cancel", "cancel-me")]
 
 
 async def test_no_such_quota_workflow_is_false(target: tuple[Client, str, str]) -> None:
     client, _, _ = target
-    assert await QuotaOutbox(client).send(enqueue("quota/none/such", "j")) is False
+    assert await QuotaOutbox(client).send(enqueue("quota/none/such", "j")) == QuotaAck(
+        running=False)
 
 
 async def test_a_refused_enqueue_fails_only_its_own_sender(
@@ -134,7 +135,7 @@ async def test_a_refused_enqueue_fails_only_its_own_sender(
         outbox.send(enqueue(tree, "bad-1")),
         return_exceptions=True,
     )
-    assert good is True
+    assert good == QuotaAck()
     assert isinstance(bad, QuotaRefused) and "can ever admit" in str(bad)
     # the local activity turns it into one non-retryable failure naming the job and why
     with pytest.raises(ApplicationError) as err:
@@ -154,7 +155,7 @@ async def test_a_quota_workflow_without_submit_gets_single_signals(
         outbox.send(enqueue(old, "a")),
         outbox.send(QuotaSignal(tree_workflow_id=old, signal="release", job_id="a")),
     )
-    assert sent == [True, True]
+    assert sent == [QuotaAck(), QuotaAck()]
     seen = await client.get_workflow_handle(old).query(OldQuotaTarget.messages)
     assert [tuple(s) for s in seen] == [("enqueue", "a"), ("release", "a")]
 

@@ -19,7 +19,7 @@ from temporalio.worker import Worker
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
 from fleetq.testing.fake_fleet import ClusterScript, FakeFleet
-from fleetq.testing.history import RunStats, run_chain
+from fleetq.testing.history import RunStats, grants_received, grants_sent, run_chain
 from fleetq.testing.holder import HolderInput, QuotaHolder
 from tests.workflows.fakes import load, policy, walkthrough_job
 from workflows import ALL_WORKFLOWS
@@ -333,3 +333,35 @@ async def test_bad_queue_policy_annotation_is_rejected(qenv: Env) -> None:
         await qh.execute_update(QuotaTreeWorkflow.apply_tree, bad)
     assert ("ElasticQuotaTree kube-system/elasticquotatree: metadata.annotations."
             "fleetq.io/queue-policy must be Priority or Block") in str(info.value.cause)
+
+
+async def test_a_job_admitted_at_once_gets_its_grant_in_the_reply_not_by_signal(
+    qenv: Env,
+) -> None:
+    """Admitted in the pass its own ``submit`` update runs, a job learns of the grant from
+    the update's reply: no ``admitted`` signal (no write on the tree's execution per
+    grant, no event and workflow task on the job's side). A job that has to wait still
+    gets its grant by signal when its turn comes. Each job is granted exactly once."""
+    qh = await qenv.start_tree(load("elasticquotatree.yaml"))  # max-jobs 1 at the leaf
+    first = await qenv.holder(qh.id, "first", hold=True)
+    await wait_for(lambda: first.query(QuotaHolder.granted))
+    second = await qenv.holder(qh.id, "second", hold=True)
+    await wait_for(lambda: _waiting(qh, 1))
+    await first.signal(QuotaHolder.finish)
+    await wait_for(lambda: second.query(QuotaHolder.granted))
+    await second.signal(QuotaHolder.finish)
+    assert await first.result() == 1 and await second.result() == 1
+
+    first_events = (await first.fetch_history()).events
+    (got,) = grants_received(first_events)
+    assert got.HasField("marker_recorded_event_attributes")  # the enqueue's answer
+    second_events = (await second.fetch_history()).events
+    (got,) = grants_received(second_events)
+    assert got.workflow_execution_signaled_event_attributes.signal_name == "admitted"
+
+    tree_events = (await qh.fetch_history()).events  # (one run: no continue-as-new yet)
+    sent = [(ev.WhichOneof("attributes"), job) for ev, job in grants_sent(tree_events)]
+    assert sent == [
+        ("workflow_execution_update_completed_event_attributes", first.id),
+        ("signal_external_workflow_execution_initiated_event_attributes", second.id),
+    ]
