@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         QueuePolicy,
         WaitInfo,
     )
+    from fleetq.handler_refs import JobHandlers
     from fleetq.messages import (
         AdmissibilitySignal,
         HolderCheck,
@@ -244,7 +245,8 @@ class QuotaTreeWorkflow:
             grace_seconds=victim.grace_seconds,
         )
         try:
-            await workflow.get_external_workflow_handle(victim.job_id).signal("preempt", signal)
+            await workflow.get_external_workflow_handle(victim.job_id).signal(
+                JobHandlers.PREEMPT.name, signal)
         except Exception as exc:
             # The victim's workflow is gone: its quota comes back at once.
             workflow.logger.info("preemption of %s not delivered: %s", victim.job_id, exc)
@@ -274,13 +276,15 @@ class QuotaTreeWorkflow:
 
     async def _tell(self, job_id: str, signal: AdmissibilitySignal) -> None:
         try:
-            await workflow.get_external_workflow_handle(job_id).signal("admissibility", signal)
+            await workflow.get_external_workflow_handle(job_id).signal(
+                JobHandlers.ADMISSIBILITY.name, signal)
         except Exception as exc:
             workflow.logger.info("admissibility of %s not delivered: %s", job_id, exc)
 
     async def _deliver(self, grant: Grant) -> None:
         try:
-            await workflow.get_external_workflow_handle(grant.job_id).signal("admitted", grant)
+            await workflow.get_external_workflow_handle(grant.job_id).signal(
+                JobHandlers.ADMITTED.name, grant)
         except Exception as exc:
             # The job workflow is gone: its quota comes back at once.
             workflow.logger.info("grant to %s not delivered: %s", grant.job_id, exc)
