@@ -239,15 +239,23 @@ def _under(prefix: str, exc: ValueError) -> ValueError:
     return ValueError(f"@{prefix} {msg}")
 
 
-def _resource_map(v: Any) -> dict[str, Any]:
-    """Check a ``{resource: quantity}`` mapping. A bad quantity is reported as
-    ``@<resource> <message>`` so the error path ends with the resource's name."""
+def is_resource_name(name: object) -> bool:
+    """A Kubernetes resource name (a qualified name of at most 253 characters)."""
+    return isinstance(name, str) and len(name) <= 253 and bool(RESOURCE_NAME.fullmatch(name))
+
+
+def resource_map(
+    v: Any, valid_name: Callable[[object], bool] = is_resource_name
+) -> dict[str, Any]:
+    """Check a ``{resource: quantity}`` mapping (names by ``valid_name``). A bad quantity
+    is reported as ``@<resource> <message>`` so the error path ends with the resource's
+    name."""
     if v is None:
         return {}
     if not isinstance(v, Mapping):
         raise ValueError("must be a mapping of resource name to quantity")
     for name, q in v.items():
-        if not isinstance(name, str) or len(name) > 253 or not RESOURCE_NAME.fullmatch(name):
+        if not valid_name(name):
             raise ValueError(f"has an invalid resource name {str(name)[:64]!r}")
         try:
             R.parse_milli(q)
@@ -272,7 +280,7 @@ class QuotaNodeSpec(Strict):
     @field_validator("min", "max", mode="before")
     @classmethod
     def _quantities(cls, v: Any) -> dict[str, Any]:
-        return _resource_map(v)
+        return resource_map(v)
 
     @field_validator("name")
     @classmethod
@@ -1043,7 +1051,7 @@ class PodTemplate(Open):
         _check_node_selector(spec.get("nodeSelector"))
         _check_tolerations(spec.get("tolerations"))
         try:
-            _resource_map(spec.get("overhead"))
+            resource_map(spec.get("overhead"))
         except ValueError as exc:
             raise _under("overhead", exc) from None
         _check_priority(spec)
@@ -1065,7 +1073,7 @@ def _check_container_list(spec: Mapping[str, Any], key: str) -> None:
             raise ValueError(f"@{key}[{i}].resources must be a mapping")
         for part in ("requests", "limits"):
             try:
-                _resource_map(res.get(part))
+                resource_map(res.get(part))
             except ValueError as exc:
                 raise _under(f"{key}[{i}].resources.{part}", exc) from None
 
@@ -1217,7 +1225,7 @@ class SchedulingPolicy(Strict):
     @field_validator("minResources", mode="before")
     @classmethod
     def _min_resources(cls, v: Any) -> dict[str, Any] | None:
-        return None if v is None else _resource_map(v)
+        return None if v is None else resource_map(v)
 
 
 class RunPolicy(Strict):

@@ -32,7 +32,6 @@ from pydantic import (
     model_validator,
 )
 
-from fleetq import resources as R
 from fleetq.admission import QueuePolicy
 from fleetq.models import (
     DEFAULT_STARVATION_SECONDS,
@@ -49,6 +48,7 @@ from fleetq.models import (
     gang_of,
     parse_job,
     parse_tree,
+    resource_map,
 )
 from fleetq.preemption import (
     PREEMPTION_ANNOTATION,
@@ -115,18 +115,9 @@ def _message(err: Any) -> str:
 
 
 def _check_requests(v: Any) -> dict[str, Any]:
-    if v is None:
-        return {}
-    if not isinstance(v, Mapping):
-        raise ValueError("must be a mapping of resource name to quantity")
-    for name, q in v.items():
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"has an invalid resource name {str(name)[:64]!r}")
-        try:
-            R.parse_milli(q)
-        except R.QuantityError as exc:
-            raise ValueError(f"@{name} {exc}") from None
-    return dict(v)
+    """A job's requests: any non-empty resource name (traces name their own), each a
+    valid quantity (``fleetq.models.resource_map``)."""
+    return resource_map(v, valid_name=lambda name: isinstance(name, str) and bool(name))
 
 
 class JobGroupSpec(BaseModel):
