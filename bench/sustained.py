@@ -230,6 +230,13 @@ async def running_holders(client: Client, task_queue: str) -> int:
     return got.count
 
 
+async def ended_holders(client: Client, task_queue: str) -> int:
+    """Holders of ``task_queue`` that have ended (visibility: late, but never lower)."""
+    got = await client.count_workflows(
+        f'TaskQueue = "{task_queue}" AND ExecutionStatus != "Running"')
+    return got.count
+
+
 async def run_point(client: Client, cluster: Any, task_queue: str, control_queue: str,
                     latency_ms: float, rate: float, opts: Options) -> Point:
     point = Point(latency_ms, rate, opts.seconds)
@@ -245,6 +252,7 @@ async def run_point(client: Client, cluster: Any, task_queue: str, control_queue
     errors: list[str] = []
     cpu0, own0 = cluster.cpu_seconds(), cpu_seconds()
     proxy0 = read_stats(cluster.db_proxy_stats) or {}
+    ended0 = await ended_holders(client, task_queue)
 
     async def start(job_id: str) -> None:
         asked[job_id] = time.time()
@@ -275,7 +283,7 @@ async def run_point(client: Client, cluster: Any, task_queue: str, control_queue
             sample.add_done_callback(
                 lambda f: point.backlog.append(f.result()) if not f.exception() else None)
     await asyncio.gather(*starts)
-    await _drain(client, task_queue, point, opts)
+    await _drain(client, task_queue, ended0 + n - len(errors), point, opts)  # started ones
     cpu1, own1 = cluster.cpu_seconds(), cpu_seconds()
     proxy1 = read_stats(cluster.db_proxy_stats) or {}
     point.load = os.getloadavg()
@@ -293,14 +301,18 @@ async def run_point(client: Client, cluster: Any, task_queue: str, control_queue
     return point
 
 
-async def _drain(client: Client, task_queue: str, point: Point, opts: Options) -> None:
-    """Wait until every holder is granted and released; past ``opts.drain_seconds`` the
-    point is marked not drained, with a problem saying how many still run."""
+async def _drain(client: Client, task_queue: str, ended: int, point: Point,
+                 opts: Options) -> None:
+    """Wait until every holder of the point has ended (``ended`` holders of the task
+    queue have, counting earlier points'): granted and released. Counting the ended, not
+    the running, is safe while visibility lags: a holder just started and not yet listed
+    as running would otherwise let the point end, and its tree stop, under it. Past
+    ``opts.drain_seconds`` the point is marked not drained, saying how many still run."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + opts.drain_seconds
     while True:
-        left = await running_holders(client, task_queue)
-        if left == 0:
+        left = ended - await ended_holders(client, task_queue)
+        if left <= 0:
             return
         if loop.time() > deadline:
             point.drained = False
