@@ -18,7 +18,7 @@ import heapq
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,6 +38,16 @@ DEFAULT_GRACE_SECONDS = 30
 #: within seconds of its grace period when its member answers
 PLAN_MARGIN_SECONDS = 120
 
+
+
+_K = TypeVar("_K")
+
+class _Numbered(dict[_K, int]):
+    """Numbers keys in the order they are first seen (a packed state's shape and
+    namespace tables): calling it with a key gives the key's number."""
+
+    def __call__(self, key: _K) -> int:
+        return self.setdefault(key, len(self))
 
 class AdmissionRequest(BaseModel):
     """One job asking for quota (travels through workflow history: keep it small)."""
@@ -1254,14 +1264,8 @@ class Admission:
     # ------------------------------------------------------------------ persistence
 
     def to_state(self) -> AdmissionState:
-        shapes: dict[int, int] = {}
-        namespaces: dict[str, int] = {}
-
-        def s(i: int) -> int:
-            return shapes.setdefault(i, len(shapes))
-
-        def n(ns: str) -> int:
-            return namespaces.setdefault(ns, len(namespaces))
+        s: _Numbered[int] = _Numbered()  # shape ids, as packed
+        n: _Numbered[str] = _Numbered()  # namespaces, as packed
 
         skipped = self._skip_times()
         w = [
@@ -1293,8 +1297,8 @@ class Admission:
             tree=tree.model_dump(mode="json", exclude_none=True) if tree is not None else None,
             policy=QueuePolicy(self.policy),
             starve=self.starvation_seconds,
-            shapes=[self._shapes[i] for i in shapes],
-            ns=list(namespaces),
+            shapes=[self._shapes[i] for i in s],
+            ns=list(n),
             w=w,
             h=h,
             hp=hp,
@@ -1321,14 +1325,8 @@ class Admission:
         j = self.journal
         if j is None:
             return None
-        shapes: dict[int, int] = {}
-        namespaces: dict[str, int] = {}
-
-        def s(i: int) -> int:
-            return shapes.setdefault(i, len(shapes))
-
-        def n(ns: str) -> int:
-            return namespaces.setdefault(ns, len(namespaces))
+        s: _Numbered[int] = _Numbered()  # shape ids, as packed
+        n: _Numbered[str] = _Numbered()  # namespaces, as packed
 
         waiting = [self._waiting[job_id] for job_id in j.w_new]
         holders = [self._admitted[job_id] for job_id in j.h_new]
@@ -1354,8 +1352,8 @@ class Admission:
             tree=None,
             policy=QueuePolicy(self.policy),
             starve=self.starvation_seconds,
-            shapes=[self._shapes[i] for i in shapes],
-            ns=list(namespaces),
+            shapes=[self._shapes[i] for i in s],
+            ns=list(n),
             w=w,
             h=h,
             hp={  # (a holder named by its restored position: as it waited there)
