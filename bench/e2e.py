@@ -13,7 +13,6 @@ Last line: ``RESULT e2e <ratio> (target 0.7)``.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import statistics
 import sys
@@ -53,7 +52,7 @@ from fleetq.messages import JobView
 from fleetq.models import parse_job, parse_policy, parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id, quota_workflow_id
 from fleetq.runtime.embedded import TemporalKind
-from fleetq.testing.history import grants_in, grants_received
+from fleetq.testing.history import grants_in, grants_received, local_activity_type
 from worker import build_worker
 
 T = TypeVar("T")
@@ -165,19 +164,6 @@ async def run_baseline(client: Client, n: int, activities: float, concurrency: i
         return got
 
     await submit_then_wait(list(counts), concurrency, start, wait)
-
-
-def local_activity_type(ev: Any) -> str | None:
-    """The activity type of a local-activity marker, else None. Local activities count as
-    activities: the baseline runs one regular no-op activity for each of them."""
-    if not ev.HasField("marker_recorded_event_attributes"):
-        return None
-    attrs = ev.marker_recorded_event_attributes
-    if attrs.marker_name != "core_local_activity":
-        return None
-    data = attrs.details.get("data")
-    doc = json.loads(data.payloads[0].data) if data is not None and data.payloads else {}
-    return str(doc.get("activity_type") or "local activity")
 
 
 def payload_stats(msg: Any) -> tuple[int, int]:

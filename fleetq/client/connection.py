@@ -548,21 +548,30 @@ async def routing(client: Client, task_queue: str) -> Routing:
     return Routing(task_queue, client.namespace, versioned, unversioned, current, known, name)
 
 
+async def unpolled(client: Client) -> str | None:
+    """The problem line of the first of fleetq's task queues (the jobs', then the control
+    queue of the quota and registry workflows) that no worker polls, else None."""
+    from fleetq.naming import CONTROL_TASK_QUEUE, TASK_QUEUE
+
+    for queue in (TASK_QUEUE, CONTROL_TASK_QUEUE):
+        problem = (await routing(client, queue)).problem()
+        if problem is not None:
+            return problem
+    return None
+
+
 async def until_polled(client: Client, timeout: float = 60.0) -> None:
-    """Return once some worker polls both of fleetq's task queues (the jobs' and the
-    control queue of the quota and registry workflows), so an apply at once is not
-    refused for "no worker"; :class:`NoWorker` naming the queue after ``timeout``."""
+    """Return once some worker polls both of fleetq's task queues (:func:`unpolled`), so
+    an apply at once is not refused for "no worker"; :class:`NoWorker` naming the queue
+    after ``timeout``."""
     import asyncio
     import time
 
-    from fleetq.naming import CONTROL_TASK_QUEUE, TASK_QUEUE
-
     deadline = time.monotonic() + timeout
-    for queue in (TASK_QUEUE, CONTROL_TASK_QUEUE):
-        while (problem := (await routing(client, queue)).problem()) is not None:
-            if time.monotonic() >= deadline:
-                raise NoWorker(problem)
-            await asyncio.sleep(0.1)
+    while (problem := await unpolled(client)) is not None:
+        if time.monotonic() >= deadline:
+            raise NoWorker(problem)
+        await asyncio.sleep(0.1)
 
 
 def _timedelta(seconds: float) -> Any:

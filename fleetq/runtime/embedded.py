@@ -25,9 +25,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from fleetq.client.connection import connect, ensure_search_attributes, temporal_cli_path
+from fleetq.client.connection import (
+    connect,
+    ensure_search_attributes,
+    temporal_cli_path,
+    unpolled,
+)
 from fleetq.client.registry import registry
-from fleetq.naming import CONTROL_TASK_QUEUE, INT_ATTRIBUTES, KEYWORD_ATTRIBUTES, TASK_QUEUE
+from fleetq.naming import INT_ATTRIBUTES, KEYWORD_ATTRIBUTES
 from fleetq.runtime.fleet_info import INFO_FILE, LOCK_FILE, FleetInfo, read_info, write_info
 from fleetq.runtime.supervisor import Child, port_in_use, spawn_child
 
@@ -306,18 +311,10 @@ class EmbeddedFleet:
         self._wait(child, "fleetq worker", _answers(self._worker_polling), deadline)
 
     async def _worker_polling(self) -> bool:
-        from temporalio.api.enums.v1 import TaskQueueType
-        from temporalio.api.taskqueue.v1 import TaskQueue
-        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
         client = await connect(self.address)
-        for queue in (TASK_QUEUE, CONTROL_TASK_QUEUE):  # jobs', and the quota and registry's
-            resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-                namespace=client.namespace, task_queue=TaskQueue(name=queue),
-                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
-            if not resp.pollers:
-                await asyncio.sleep(0.2)
-                return False
+        if await unpolled(client) is not None:  # both task queues, jobs' and control
+            await asyncio.sleep(0.2)
+            return False
         await registry(client)  # the registry workflow, started if absent
         return True
 

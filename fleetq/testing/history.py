@@ -85,18 +85,25 @@ def _json_payloads(payloads: Any) -> list[Any]:
     return [json.loads(p.data) if p.data else None for p in payloads.payloads]
 
 
-def local_activity_result(event: HistoryEvent, activity_type: str) -> Any:
-    """The decoded result of a local activity of ``activity_type`` recorded by this
-    marker event, else None."""
+def local_activity_type(event: HistoryEvent) -> str | None:
+    """The activity type of a local-activity marker event, else None."""
     if not event.HasField("marker_recorded_event_attributes"):
         return None
     attrs = event.marker_recorded_event_attributes
-    data, result = attrs.details.get("data"), attrs.details.get("result")
-    if data is None or result is None or not data.payloads or not result.payloads:
+    if attrs.marker_name != "core_local_activity":
         return None
-    if json.loads(data.payloads[0].data).get("activity_type") != activity_type:
+    data = attrs.details.get("data")
+    doc = json.loads(data.payloads[0].data) if data is not None and data.payloads else {}
+    return str(doc.get("activity_type") or "local activity")
+
+
+def local_activity_result(event: HistoryEvent, activity_type: str) -> Any:
+    """The decoded result of a local activity of ``activity_type`` recorded by this
+    marker event, else None."""
+    if local_activity_type(event) != activity_type:
         return None
-    return _json_payloads(result)[0]
+    result = event.marker_recorded_event_attributes.details.get("result")
+    return _json_payloads(result)[0] if result is not None and result.payloads else None
 
 
 def grants_received(events: Iterable[HistoryEvent]) -> list[HistoryEvent]:
