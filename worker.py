@@ -40,6 +40,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import (
+    PollerBehaviorAutoscaling,
     Worker,
     WorkerDeploymentConfig,
 )
@@ -409,6 +410,12 @@ def build_worker(
     workflows = [*base, *extra_workflows]
     warm_workflow_bytecode(workflows)
     kwargs.setdefault("workflow_runner", workflow_runner())
+    # Pollers that scale with the load: each poll of a task costs the server a database
+    # transaction before it answers, so a fixed 5 pollers cap the tasks a worker takes at
+    # ~5 / transaction time (at 5 ms database latency, 3.5 jobs/s; BENCHMARKS §11).
+    for tasks in ("workflow", "activity"):
+        if f"max_concurrent_{tasks}_task_polls" not in kwargs:
+            kwargs.setdefault(f"{tasks}_task_poller_behavior", PollerBehaviorAutoscaling())
     jobs = Worker(
         client,
         task_queue=task_queue,

@@ -1,14 +1,24 @@
 """Benchmark: one quota tree under sustained load on production persistence (issue 28).
 
-Job-shaped holder workflows, messaging as jobs do (batched ``submit`` updates), are
-started at each rate of a ladder against one real ``QuotaTreeWorkflow`` on the
-production-shaped Temporal, PostgreSQL at each added latency; measured: admissions/s,
-request → grant p50/p99 per window, continue-as-new runs. A point is *bounded* when every
-holder was granted once, 90 % of the rate was reached and the p99 did not grow. Method:
-BENCHMARKS.md "Bench methods"; figures: §11.
+At each rate of a ladder, jobs ask one real ``QuotaTreeWorkflow`` on the
+production-shaped Temporal (PostgreSQL at each added latency, ``--shards`` history
+shards) for quota, in one of two feeds:
 
-Run: ``fleetq bench sustained [--latencies 0,5,20] [--rates 10,20,40,80,160]
-[--seconds 600]``. Last line: ``RESULT sustained <admissions/s> (target 100)``.
+* ``--feed jobs``: job-shaped holder workflows, each messaging as a job does (the
+  ``signal_quota`` local activity, the worker's batched ``submit`` updates): the whole
+  per-job path, so the Temporal cluster's writes for every job's start and tasks count;
+* ``--feed tree``: the tree alone, as ``--outboxes`` workers' ``QuotaOutbox`` instances
+  deliver jobs' enqueue and release (the worker's own batching code, in this process),
+  with no job workflow behind them: the semaphore's own ceiling.
+
+Measured: admissions/s, request → grant p50/p99 per window, continue-as-new runs per
+second and events per run. A point is *bounded* when every job was granted once, 90 % of
+the rate was reached and the p99 did not grow. Method: BENCHMARKS.md "Bench methods";
+figures: §11.
+
+Run: ``fleetq bench sustained [--feed tree] [--latencies 0,5,20]
+[--rates 10,20,40,80,160] [--seconds 600]``. Last line:
+``RESULT sustained <admissions/s> (target 100)``.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from activities.quota_outbox import QuotaOutbox, QuotaRefused
 from bench.command import bench_app, help_text, run_command
 from bench.common import (
     HISTORY_WARN_EVENTS,
@@ -43,9 +54,12 @@ from bench.common import (
     run_chain,
     run_main,
 )
+from fleetq.admission import AdmissionRequest
+from fleetq.messages import QuotaAck, QuotaSignal
+from fleetq.temporal_cluster.config import Layout
 from fleetq.temporal_cluster.latency_proxy import read_stats
 from fleetq.testing.history import RunStats, grants_sent
-from fleetq.testing.holder import HolderInput, QuotaHolder
+from fleetq.testing.holder import ONE_JOB, HolderInput, QuotaHolder
 from worker import build_worker
 from workflows.quota_tree import QuotaTreeInput, QuotaTreeWorkflow
 
@@ -62,9 +76,16 @@ RATE_SHARE = 0.9
 P99_GROWTH = 2.0
 P99_FLOOR_SECONDS = 1.0
 
-COLUMNS = ("db ms", "offered/s", "jobs", "admitted", "admissions/s", "p50 s", "p99 s",
-           "p99 first→last", "enqueue→grant p99 s", "grant signal p99 s", "runs/s",
-           "events/run", "max events", "bounded")
+#: the two feeds (module docstring)
+FEEDS = ("jobs", "tree")
+#: a tree-feed message whose update failed is sent again as ``signal_quota``'s local
+#: activity retries it: after 1 s, doubling, at most 10 s apart
+RESEND_INITIAL_SECONDS = 1.0
+RESEND_MAX_SECONDS = 10.0
+
+COLUMNS = ("feed", "shards", "db ms", "offered/s", "jobs", "admitted", "admissions/s",
+           "p50 s", "p99 s", "p99 first→last", "enqueue→grant p99 s", "grant signal p99 s",
+           "runs/s", "events/run", "max events", "bounded")
 
 
 def quota_tree() -> dict[str, Any]:
@@ -166,11 +187,20 @@ class Point:
     latency_ms: float
     rate: float
     seconds: float
+    feed: str = "jobs"
+    shards: int = 64
     jobs: int = 0
     admitted: int = 0
     duplicates: int = 0
     #: holders granted again because their enqueue was sent again (a timed-out update)
     regranted: int = 0
+    #: tree feed: messages sent again after their update failed (as a job's local
+    #: activity retries)
+    resent: int = 0
+    #: tree feed: enqueues not admitted in the reply (their grant went by signal)
+    granted_by_signal: int = 0
+    #: jobs feed: where a sample of holders spent their time, stage -> seconds (p50, p99)
+    stages: dict[str, tuple[float, float]] = field(default_factory=dict)
     admissions_per_s: float = math.nan
     p50: float = math.nan
     p99: float = math.nan
@@ -201,7 +231,8 @@ class Point:
                      or self.p99_last <= P99_FLOOR_SECONDS))
 
     def row(self) -> list[str]:
-        return [f"{self.latency_ms:g}", f"{self.rate:g}", str(self.jobs), str(self.admitted),
+        return [self.feed, str(self.shards), f"{self.latency_ms:g}", f"{self.rate:g}",
+                str(self.jobs), str(self.admitted),
                 f"{self.admissions_per_s:.1f}", f"{self.p50:.2f}", f"{self.p99:.2f}",
                 f"{self.p99_first:.2f}→{self.p99_last:.2f}", f"{self.in_tree_p99:.2f}",
                 f"{percentile(self.tasks.signal_round_trip, 99):.2f}",
@@ -239,8 +270,8 @@ async def ended_holders(client: Client, task_queue: str) -> int:
 
 async def run_point(client: Client, cluster: Any, task_queue: str, control_queue: str,
                     latency_ms: float, rate: float, opts: Options) -> Point:
-    point = Point(latency_ms, rate, opts.seconds)
-    tag = f"{latency_ms:g}ms-{rate:g}-{uuid.uuid4().hex[:6]}"
+    point = Point(latency_ms, rate, opts.seconds, feed=opts.feed, shards=opts.shards)
+    tag = f"{opts.feed}-{latency_ms:g}ms-{rate:g}-{uuid.uuid4().hex[:6]}"
     qh = await client.start_workflow(
         QuotaTreeWorkflow.run, QuotaTreeInput(tree=quota_tree()),
         id=f"quota/sustained-{tag}", task_queue=control_queue)
@@ -248,42 +279,13 @@ async def run_point(client: Client, cluster: Any, task_queue: str, control_queue
     n = max(1, round(rate * opts.seconds))
     point.jobs = n
     asked: dict[str, float] = {}
-    starts: set[asyncio.Task[None]] = set()
     errors: list[str] = []
     cpu0, own0 = cluster.cpu_seconds(), cpu_seconds()
     proxy0 = read_stats(cluster.db_proxy_stats) or {}
-    ended0 = await ended_holders(client, task_queue)
-
-    async def start(job_id: str) -> None:
-        asked[job_id] = time.time()
-        try:
-            await client.start_workflow(
-                QuotaHolder.run, HolderInput(tree_id=qh.id, namespace=NAMESPACE),
-                id=job_id, task_queue=task_queue)
-        except Exception as exc:  # noqa: BLE001 - counted, reported
-            errors.append(f"start {job_id}: {exc}")
-
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    wall0 = time.time()
-    next_sample = opts.window
-    for i in range(n):
-        due = t0 + i / rate
-        wait = due - loop.time()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        point.feed_lag = max(point.feed_lag, loop.time() - due)
-        task = asyncio.ensure_future(start(f"sus-{tag}-{i:06d}"))
-        starts.add(task)
-        task.add_done_callback(starts.discard)
-        if loop.time() - t0 >= next_sample:
-            next_sample += opts.window
-            # a sample of the backlog (holders started and not yet released), off the feed
-            sample = asyncio.ensure_future(running_holders(client, task_queue))
-            sample.add_done_callback(
-                lambda f: point.backlog.append(f.result()) if not f.exception() else None)
-    await asyncio.gather(*starts)
-    await _drain(client, task_queue, ended0 + n - len(errors), point, opts)  # started ones
+    if opts.feed == "tree":
+        wall0 = await _feed_tree(client, qh.id, tag, n, point, asked, errors, opts)
+    else:
+        wall0 = await _feed_jobs(client, qh.id, task_queue, tag, n, point, asked, errors, opts)
     cpu1, own1 = cluster.cpu_seconds(), cpu_seconds()
     proxy1 = read_stats(cluster.db_proxy_stats) or {}
     point.load = os.getloadavg()
@@ -299,6 +301,154 @@ async def run_point(client: Client, cluster: Any, task_queue: str, control_queue
     point.cpu = _cpu_groups(cpu0, cpu1, own1 - own0)
     _proxy_holds(point, proxy0, proxy1)
     return point
+
+
+async def _paced(n: int, rate: float, point: Point, launch: Any, sample: Any,
+                 window: float) -> tuple[float, list[asyncio.Task[None]]]:
+    """Call ``launch(i)`` for i in 0..n-1 at ``rate`` per second (each a task of its own)
+    and ``sample()`` every ``window`` seconds; returns the wall clock at the start and the
+    tasks."""
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    wall0 = time.time()
+    next_sample = window
+    tasks: list[asyncio.Task[None]] = []
+    for i in range(n):
+        due = t0 + i / rate
+        wait = due - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        point.feed_lag = max(point.feed_lag, loop.time() - due)
+        tasks.append(asyncio.ensure_future(launch(i)))
+        if loop.time() - t0 >= next_sample:
+            next_sample += window
+            sample()
+    return wall0, tasks
+
+
+async def _feed_jobs(client: Client, tree_id: str, task_queue: str, tag: str, n: int,
+                     point: Point, asked: dict[str, float], errors: list[str],
+                     opts: Options) -> float:
+    """Start ``n`` holder workflows at the point's rate and wait until they have ended;
+    returns the wall clock at the start."""
+    ended0 = await ended_holders(client, task_queue)
+
+    async def start(i: int) -> None:
+        job_id = f"sus-{tag}-{i:06d}"
+        asked[job_id] = time.time()
+        try:
+            await client.start_workflow(
+                QuotaHolder.run, HolderInput(tree_id=tree_id, namespace=NAMESPACE),
+                id=job_id, task_queue=task_queue)
+        except Exception as exc:  # noqa: BLE001 - counted, reported
+            errors.append(f"start {job_id}: {exc}")
+
+    def sample() -> None:
+        # the backlog (holders started and not yet released), off the feed
+        got = asyncio.ensure_future(running_holders(client, task_queue))
+        got.add_done_callback(
+            lambda f: point.backlog.append(f.result()) if not f.exception() else None)
+
+    wall0, starts = await _paced(n, point.rate, point, start, sample, opts.window)
+    await asyncio.gather(*starts)
+    await _drain(client, task_queue, ended0 + n - len(errors), point, opts)  # started ones
+    point.stages = await holder_stages(client, asked, HOLDER_SAMPLE)
+    return wall0
+
+
+#: holders whose histories the jobs feed reads for :func:`holder_stages`
+HOLDER_SAMPLE = 60
+
+
+async def holder_stages(client: Client, asked: dict[str, float],
+                        sample: int) -> dict[str, tuple[float, float]]:
+    """Where holders spent their time before their grant, from every ``len // sample``-th
+    holder's history: ``start`` (asked → WorkflowExecutionStarted), ``dispatch`` (→ its
+    first workflow task started) and ``task`` (→ that task completed: the enqueue's local
+    activity and reply). Each is (p50, p99) seconds."""
+    ids = sorted(asked)[:: max(1, len(asked) // sample)]
+    stages: dict[str, list[float]] = {"start": [], "dispatch": [], "task": []}
+    for job_id in ids:
+        try:
+            events = (await client.get_workflow_handle(job_id).fetch_history()).events
+        except Exception:  # noqa: BLE001 - a sample, not a measurement of its own
+            continue
+        started = next((e for e in events
+                        if e.HasField("workflow_execution_started_event_attributes")), None)
+        task_started = next((e for e in events
+                             if e.HasField("workflow_task_started_event_attributes")), None)
+        task_done = next((e for e in events
+                          if e.HasField("workflow_task_completed_event_attributes")), None)
+        if started is None or task_started is None or task_done is None:
+            continue
+        stages["start"].append(event_seconds(started) - asked[job_id])
+        stages["dispatch"].append(event_seconds(task_started) - event_seconds(started))
+        stages["task"].append(event_seconds(task_done) - event_seconds(task_started))
+    return {k: (percentile(v, 50), percentile(v, 99)) for k, v in stages.items() if v}
+
+
+async def _feed_tree(client: Client, tree_id: str, tag: str, n: int, point: Point,
+                     asked: dict[str, float], errors: list[str], opts: Options) -> float:
+    """``n`` jobs' enqueue and release at the point's rate through ``opts.outboxes``
+    outboxes (job i through outbox i mod k, as k workers would); waits until every job
+    has released, at most ``opts.drain_seconds`` after the feed; returns the wall clock
+    at the start."""
+    outboxes = [QuotaOutbox(client) for _ in range(opts.outboxes)]
+    open_jobs: set[str] = set()
+
+    async def job(i: int) -> None:
+        job_id = f"sus-{tag}-{i:06d}"
+        box = outboxes[i % len(outboxes)]
+        asked[job_id] = time.time()
+        open_jobs.add(job_id)
+        request = AdmissionRequest(job_id=job_id, namespace=NAMESPACE,
+                                   request=dict(ONE_JOB), submitted_at=asked[job_id])
+        try:
+            ack = await _send(box, QuotaSignal(tree_workflow_id=tree_id, signal="enqueue",
+                                               request=request), point)
+            if ack.grant is None:
+                # Queued (e.g. the run was continuing as new): its grant goes by signal,
+                # to no workflow here, and the tree takes the quota back when that
+                # signal fails. The grant is in the history all the same.
+                point.granted_by_signal += 1
+                return
+            await _send(box, QuotaSignal(tree_workflow_id=tree_id, signal="release",
+                                         job_id=job_id), point)
+        except Exception as exc:  # noqa: BLE001 - counted, reported
+            errors.append(f"{job_id}: {exc}")
+        finally:
+            open_jobs.discard(job_id)
+
+    wall0, tasks = await _paced(n, point.rate, point, job,
+                                lambda: point.backlog.append(len(open_jobs)), opts.window)
+    _done, late = await asyncio.wait(tasks, timeout=opts.drain_seconds)
+    if late:
+        point.drained = False
+        point.problems.append(f"{len(late)} jobs not released {opts.drain_seconds:g} s "
+                              "after the feed ended")
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+    return wall0
+
+
+async def _send(box: QuotaOutbox, message: QuotaSignal, point: Point) -> QuotaAck:
+    """Deliver ``message`` through ``box``, sending it again after a failed update as
+    ``signal_quota``'s local activity would be retried; a refusal is final."""
+    delay = RESEND_INITIAL_SECONDS
+    while True:
+        try:
+            ack = await box.send(message)
+        except QuotaRefused:
+            raise
+        except Exception:  # noqa: BLE001 - a failed delivery: sent again, counted
+            point.resent += 1
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, RESEND_MAX_SECONDS)
+            continue
+        if not ack.running:
+            raise RuntimeError(f"quota workflow {message.tree_workflow_id} is not running")
+        return ack
 
 
 async def _drain(client: Client, task_queue: str, ended: int, point: Point,
@@ -350,8 +500,12 @@ def _grant_delays(point: Point, asked: dict[str, float], grants: dict[str, list[
     in_tree = [grants[j][0] - enqueued[j] for j in delays if j in enqueued]
     if not delays:
         return
-    last_grant = max(grants[j][0] for j in delays)
-    point.admissions_per_s = len(delays) / max(1e-9, last_grant - wall0)
+    firsts = sorted(grants[j][0] for j in delays)
+    last_grant = firsts[-1]
+    # the rate grants went out at, first to last: a point's fixed lead-in (its first
+    # grant's delay) does not count against a short point
+    point.admissions_per_s = ((len(firsts) - 1) / (last_grant - firsts[0])
+                              if last_grant > firsts[0] else math.nan)
     values = list(delays.values())
     point.p50, point.p99 = percentile(values, 50), percentile(values, 99)
     point.in_tree_p99 = percentile(in_tree, 99)
@@ -413,14 +567,18 @@ def describe(p: Point) -> str:
     cpu = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(p.cpu.items()))
     held = (f">= {p.proxy_min_held_ms:.1f} ms, mean {p.proxy_mean_held_ms or 0:.1f} ms"
             if p.proxy_min_held_ms is not None else "n/a")
-    return (f"  db {p.latency_ms:g} ms, offered {p.rate:g}/s for {p.seconds:g} s: "
-            f"{p.admitted}/{p.jobs} admitted ({p.regranted} granted again after a re-sent "
-            f"enqueue), {p.admissions_per_s:.1f}/s, p50 {p.p50:.2f} s, "
+    return (f"  {p.feed} feed, {p.shards} shards, db {p.latency_ms:g} ms, offered "
+            f"{p.rate:g}/s for {p.seconds:g} s: {p.admitted}/{p.jobs} admitted "
+            f"({p.regranted} granted again after a re-sent enqueue; {p.resent} messages "
+            f"sent again; {p.granted_by_signal} granted by signal), {p.admissions_per_s:.1f}/s, p50 {p.p50:.2f} s, "
             f"p99 {p.p99:.2f} s (from the job's enqueue {p.in_tree_p99:.2f} s); p99 per "
             f"{len(p.windows)} windows: [{wins}]; running holders per window: {p.backlog}; "
             f"feed fell behind by {p.feed_lag:.2f} s at most; quota runs {p.runs} "
             f"({p.runs_per_s:.3f}/s), {p.events_per_run:.0f} events per full run, max "
-            f"{p.max_events}; {p.tasks.summary()}; CPU {cpu}; db proxy {p.proxy_chunks} "
+            f"{p.max_events}; {p.tasks.summary()}; "
+            + "".join(f"holders' {k} p50 {a:.2f} / p99 {b:.2f} s; "
+                      for k, (a, b) in p.stages.items())
+            + f"CPU {cpu}; db proxy {p.proxy_chunks} "
             f"chunks, each held {held}; load {p.load[0]:.1f}/{p.load[1]:.1f}/{p.load[2]:.1f}; "
             f"bounded: {'yes' if p.bounded else 'no'}"
             + "".join(f"\n    problem: {x}" for x in p.problems))
@@ -432,8 +590,8 @@ async def run_latency(binaries: Any, latency_ms: float, opts: Options) -> list[P
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     points: list[Point] = []
     with tempfile.TemporaryDirectory(prefix="fleetq-bench-sustained-", dir=shm) as tmp:
-        cluster = TemporalCluster(binaries, Path(tmp), db_latency_ms=latency_ms,
-                                  progress=print)
+        cluster = TemporalCluster(binaries, Path(tmp), Layout(shards=opts.shards),
+                                  db_latency_ms=latency_ms, progress=print)
         await asyncio.to_thread(cluster.start, 300.0)
         try:
             client = await Client.connect(cluster.address,
@@ -469,9 +627,12 @@ async def run(opts: Options) -> int:
         points += await run_latency(binaries, latency, opts)
     ref = REFERENCE_LATENCY_MS if REFERENCE_LATENCY_MS in opts.latencies else opts.latencies[0]
     print()
-    print(f"one tree, holders started at a steady rate for {opts.seconds:g} s per point "
-          f"(windows of {opts.window:g} s), production-shaped Temporal, PostgreSQL behind "
-          "the latency proxy (added each way)")
+    fed = ("holder workflows started" if opts.feed == "jobs"
+           else f"enqueues and releases from {opts.outboxes} outboxes")
+    print(f"one tree, {fed} at a steady rate for {opts.seconds:g} s per point "
+          f"(windows of {opts.window:g} s), production-shaped Temporal with "
+          f"{opts.shards} history shards, PostgreSQL behind the latency proxy (added each "
+          "way)")
     print(table(points))
     for latency in opts.latencies:
         print(f"highest bounded rate at db {latency:g} ms: {best(points, latency):.1f} "
@@ -492,6 +653,9 @@ class Options:
     seconds: float = 600.0
     window: float = 10.0
     drain_seconds: float = 120.0
+    feed: str = "jobs"
+    outboxes: int = 8
+    shards: int = 64
 
 
 def parse_list(value: str, what: str) -> list[float]:
@@ -518,13 +682,25 @@ def command(
     window: float = typer.Option(10.0, "--window", min=0.5,
                                  help="seconds per delay window (p99 over time)"),
     drain: float = typer.Option(120.0, "--drain", min=1.0,
-                                help="seconds after the feed for every holder to finish"),
+                                help="seconds after the feed for every job to finish"),
+    feed: str = typer.Option("jobs", "--feed",
+                             help="jobs: holder workflows; tree: outboxes, no job workflows"),
+    outboxes: int = typer.Option(8, "--outboxes", min=1, max=10,
+                                 help="tree feed: workers' outboxes (one update in flight "
+                                      "each; the server allows 10)"),
+    shards: int = typer.Option(
+        64, "--shards", min=1,
+        help="history shards (at most one database write at a time each; "
+             "`fleetq temporal-cluster up` makes 4)"),
 ) -> None:
     rate_list = parse_list(rates, "--rates")
     if any(r <= 0 for r in rate_list):
         raise typer.BadParameter(f"--rates: every rate must be positive; got {rates!r}")
+    if feed not in FEEDS:
+        raise typer.BadParameter(f"--feed: one of {', '.join(FEEDS)}; got {feed!r}")
     raise typer.Exit(run_main(run(Options(parse_list(latencies, "--latencies"), rate_list,
-                                          seconds, window, drain))))
+                                          seconds, window, drain, feed, outboxes,
+                                          shards))))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

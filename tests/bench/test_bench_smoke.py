@@ -241,7 +241,8 @@ BENCH_FLAGS = {
     "cli_latency": ("--repeat", "--fleetq"),
     "kueue": ("--generator", "--cohorts", "--queues", "--workloads", "--stretch", "--out",
               "--timeout"),
-    "sustained": ("--latencies", "--rates", "--seconds", "--window", "--drain"),
+    "sustained": ("--latencies", "--rates", "--seconds", "--window", "--drain", "--feed",
+                  "--outboxes", "--shards"),
 }
 
 

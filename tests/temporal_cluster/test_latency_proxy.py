@@ -83,16 +83,18 @@ def test_a_tiny_sustained_run_admits_every_holder_once(
     # exit code 1: a 2/s point cannot reach the 100/s target; the run itself completed
     assert code == 1, out
     assert re.fullmatch(r"RESULT sustained \d+\.\d+ \(target 100\.0\)", lines[-1]), lines[-1]
-    header = next(line for line in lines if line.startswith("| db ms"))
+    header = next(line for line in lines if line.startswith("| feed "))
     assert [c.strip() for c in header.strip("|").split("|")] == list(sustained.COLUMNS)
-    row = next(line for line in lines if line.startswith("| 1 "))
+    row = next(line for line in lines if line.startswith("| jobs "))
     cells = dict(zip(sustained.COLUMNS, (c.strip() for c in row.strip("|").split("|")),
                      strict=True))
     assert cells["offered/s"] == "2"
     assert cells["jobs"] == cells["admitted"] == "6"
     assert int(cells["max events"]) > 0
-    detail = next(line for line in lines if line.startswith("  db 1 ms"))
+    detail = next(line for line in lines if line.startswith("  jobs feed"))
     assert "6/6 admitted" in detail
+    # where the holders spent their time, read from their own histories
+    assert re.search(r"holders' dispatch p50 [\d.]+ / p99 [\d.]+ s", detail), detail
     assert "problem:" not in out
     # the database really was behind the proxy, at the asked delay
     held = re.search(r"db proxy (\d+) chunks, each held >= ([\d.]+) ms", detail)
@@ -100,10 +102,34 @@ def test_a_tiny_sustained_run_admits_every_holder_once(
     assert int(held[1]) > 0 and float(held[2]) >= 1.0
 
 
+def test_a_tiny_tree_feed_admits_every_job_once_in_the_submit_reply(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The tree feed: jobs' enqueues and releases from two workers' outboxes, no job
+    workflow; every job is granted exactly once, in its enqueue's reply (the grants are
+    read from the quota workflow's history)."""
+    from bench import sustained
+
+    code = sustained.main(["--feed", "tree", "--outboxes", "2", "--shards", "2",
+                           "--latencies", "1", "--rates", "4", "--seconds", "3",
+                           "--window", "1", "--drain", "120"])
+    out = capsys.readouterr().out
+    assert code == 1, out  # 4/s cannot reach the 100/s target; the run completed
+    row = next(line for line in out.splitlines() if line.startswith("| tree "))
+    cells = dict(zip(sustained.COLUMNS, (c.strip() for c in row.strip("|").split("|")),
+                     strict=True))
+    assert (cells["feed"], cells["shards"], cells["db ms"]) == ("tree", "2", "1")
+    assert cells["jobs"] == cells["admitted"] == "12"
+    assert cells["grant signal p99 s"] == "nan"  # no grant went by signal
+    detail = next(line for line in out.splitlines() if line.startswith("  tree feed"))
+    assert "12/12 admitted" in detail and "0 granted by signal" in detail, detail
+    assert "problem:" not in out
+
+
 @pytest.mark.parametrize(("argv", "says"), [
     (["--rates", "10,abc"], "--rates: a comma-separated list of numbers, got '10,abc'"),
     (["--rates", "0"], "--rates: every rate must be positive"),
     (["--latencies", "-5"], "--latencies: at least one number, none negative"),
+    (["--feed", "pods"], "--feed: one of jobs, tree; got 'pods'"),
 ])
 def test_a_bad_ladder_is_one_line_before_anything_starts(
         argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
