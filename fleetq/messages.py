@@ -391,6 +391,11 @@ class QuotaTreeInput(BaseModel):
     max_history_events: int = 2500
     leak_check_seconds: float = 60
     generation: int = 0
+    #: external signals (grants, preemptions, admissibility notices) in flight at once;
+    #: the rest wait in order. Temporal fails every workflow task that would leave more
+    #: than ``limit.numPendingSignals.error`` (2,000 by default) pending, which would
+    #: stop the tree for good
+    max_signals_in_flight: int = Field(default=1000, ge=1)
 
 
 class QuotaView(BaseModel):

@@ -15,7 +15,9 @@ get a ``preempt`` signal, and a preemptor is admitted once its last victim relea
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+import functools
+from collections import deque
+from collections.abc import Callable, Collection, Coroutine
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
@@ -91,6 +93,8 @@ class QuotaTreeWorkflow:
         self._passed = False
         self._grants_sent = 0
         self._inflight: set[asyncio.Future[None]] = set()
+        #: signals waiting for room in the window of ``max_signals_in_flight``
+        self._unsent: deque[Callable[[], Coroutine[Any, Any, None]]] = deque()
         self._leaks: list[str] = []
         self._details = ""
         self._stop = False
@@ -179,7 +183,8 @@ class QuotaTreeWorkflow:
         self._immediate = []
         self._tell_admissibility()  # (the next run does not tell them again)
         await workflow.wait_condition(
-            lambda: not self._inflight and workflow.all_handlers_finished()
+            lambda: not self._inflight and not self._unsent
+            and workflow.all_handlers_finished()
         )
 
     def _continue_as_new(self, inp: QuotaTreeInput) -> NoReturn:
@@ -190,6 +195,7 @@ class QuotaTreeWorkflow:
                 max_history_events=inp.max_history_events,
                 leak_check_seconds=inp.leak_check_seconds,
                 generation=inp.generation + 1,
+                max_signals_in_flight=inp.max_signals_in_flight,
             ),
             pack_next(self._admission, self._tree_doc),
         ])
@@ -233,9 +239,22 @@ class QuotaTreeWorkflow:
 
     def _dispatch_preempt(self, victim: Victim) -> None:
         """Tell one victim to stop, without waiting for the delivery (as grants)."""
-        task = asyncio.ensure_future(self._preempt(victim))
+        self._signal(functools.partial(self._preempt, victim))
+
+    def _signal(self, send: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Start one external signal now, or in order once fewer than
+        ``max_signals_in_flight`` are in flight (a delivery finishing makes room)."""
+        if len(self._inflight) >= self._input.max_signals_in_flight:
+            self._unsent.append(send)
+            return
+        task = asyncio.ensure_future(send())
         self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
+        task.add_done_callback(self._signalled)
+
+    def _signalled(self, task: asyncio.Future[None]) -> None:
+        self._inflight.discard(task)
+        while self._unsent and len(self._inflight) < self._input.max_signals_in_flight:
+            self._signal(self._unsent.popleft())
 
     async def _preempt(self, victim: Victim) -> None:
         signal = PreemptSignal(
@@ -261,18 +280,15 @@ class QuotaTreeWorkflow:
         """Send grants without waiting for their delivery, so the next scheduling pass
         runs in the very next workflow task instead of one signal round trip later."""
         for grant in grants:
-            task = asyncio.ensure_future(self._deliver(grant))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+            self._signal(functools.partial(self._deliver, grant))
 
     def _tell_admissibility(self) -> None:
         """Tell every waiting job that became inadmissible, or was queued again, since
         the last time (a signal each, sent like grants); a job that is gone is not
         waited for: its cancel follows."""
         for job_id, why in self._admission.admissibility_changes().items():
-            task = asyncio.ensure_future(self._tell(job_id, AdmissibilitySignal(inadmissible=why)))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+            notice = AdmissibilitySignal(inadmissible=why)
+            self._signal(functools.partial(self._tell, job_id, notice))
 
     async def _tell(self, job_id: str, signal: AdmissibilitySignal) -> None:
         try:
