@@ -69,6 +69,15 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["QuotaTreeInput", "QuotaTreeWorkflow", "QuotaView"]
 
+#: while a run settles its deliveries before continuing as new, an enqueue admitted at
+#: once is still answered in its reply, until the run has passed its
+#: ``max_history_events`` by this share of it (1,250 events by default; Temporal warns at
+#: 10,240); then it admits nothing more, so its deliveries settle and it continues as
+#: new. Without it, every enqueue of the settle waited for the next run and a grant
+#: signal each: one write on this execution per grant, thousands at 400 enqueues/s with
+#: the database at 5 ms
+SETTLE_SHARE = 0.5
+
 @workflow.defn(name="QuotaTreeWorkflow")
 class QuotaTreeWorkflow:
     @workflow.init
@@ -199,6 +208,13 @@ class QuotaTreeWorkflow:
             ),
             pack_next(self._admission, self._tree_doc),
         ])
+
+    def _answers_in_reply(self) -> bool:
+        """Whether an update may run a scheduling pass and answer its enqueues' grants:
+        always, and while the run settles before continuing as new (its main loop then
+        admits nothing), up to ``SETTLE_SHARE`` past the run's threshold."""
+        length = workflow.info().get_current_history_length()
+        return length <= self._input.max_history_events * (1 + SETTLE_SHARE)
 
     @staticmethod
     def _should_continue(inp: QuotaTreeInput) -> bool:
@@ -411,7 +427,7 @@ class QuotaTreeWorkflow:
             elif message.signal in ("enqueue", "requeue"):
                 queued.add(message.subject())
             receipt.applied += 1
-        if queued and self._dirty and not self._should_continue(self._input):
+        if queued and self._dirty and self._answers_in_reply():
             # the scheduling pass runs now, so a job admitted at once learns it from
             # this reply: no grant signal (a write on this execution) and no signal
             # event and workflow task on the job's side
