@@ -42,6 +42,7 @@ from bench.common import (
 )
 from bench.e2e import NAMESPACE, queued_policy, quota_tree, small_job
 from fleetq.client.apply import apply_registry_object, apply_tree
+from fleetq.client.connection import until_polled
 from fleetq.client.jobs import start_job
 from fleetq.models import parse_job, parse_tree
 from fleetq.naming import job_workflow_id
@@ -175,6 +176,7 @@ async def run_fleet(workers: int, jobs: int, log: Any, timeout_s: float) -> Outc
                      for i, p in enumerate(ports)]
             try:
                 await wait_for_metrics(ports)
+                await until_polled(client)  # serving metrics is not polling yet
                 tree = quota_tree(max_jobs=100_000)  # the workers run the registry
                 await apply_tree(client, parse_tree(tree), tree)
                 await apply_registry_object(client, queued_policy())
