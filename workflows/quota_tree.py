@@ -81,6 +81,7 @@ SETTLE_SHARE = 0.5
 #: 4 MiB and warns at 10 MiB; at 800 enqueues/s an update event is ~10 KiB)
 SETTLE_MAX_BYTES = 8 * 1024 * 1024
 
+
 @workflow.defn(name="QuotaTreeWorkflow")
 class QuotaTreeWorkflow:
     @workflow.init
