@@ -489,7 +489,28 @@ class SchedulingActivities:
             raise ApplicationError(str(exc), type="ConflictError", non_retryable=True) from None
         except ApiError as exc:  # a definite rejection (403, 422): retrying cannot help
             raise ApplicationError(str(exc), type="ApiError", non_retryable=True) from None
+        if inp.watch is not None:
+            result.status = self._first_watch(inp)
         return result
+
+    def _first_watch(self, inp: BindInput) -> JobStatus | None:
+        """The bound copy's first watch (``BindInput.watch``); None when it is cut short
+        (the worker shuts down, the member stops answering): the bind has landed, and
+        the job's own watch reads the copy again."""
+        assert inp.watch is not None
+        watch = WatchInput(
+            cluster=inp.cluster,
+            job=inp.request.job,
+            since=inp.watch.since,
+            timeout_seconds=inp.watch.timeout_seconds,
+            cluster_tolerations=inp.watch.cluster_tolerations,
+        )
+        try:
+            return self._watch(watch)
+        except (asyncio.CancelledError, ApplicationError, ClusterUnreachable, ApiError) as exc:
+            log.info("first watch of %s on %s cut short: %s", inp.request.job.name,
+                     inp.cluster, exc)
+            return None
 
     @staticmethod
     def _copy_exists(member: Any, inp: BindInput) -> bool:
@@ -548,6 +569,12 @@ class SchedulingActivities:
     # ------------------------------------------------------------------ status
     @activity.defn(name="watch_status")
     def watch_status(self, inp: WatchInput) -> JobStatus:
+        return self._watch(inp)
+
+    def _watch(self, inp: WatchInput) -> JobStatus:
+        """Wait for the copy's status to change from ``inp.since`` or the window to end;
+        with the eviction a NoExecute health taint brings, the policy's tolerations
+        considered."""
         member = self._member(inp.cluster)
 
         def heartbeat() -> None:

@@ -34,6 +34,7 @@ from fleetq.messages import (
     BindInput,
     BindRequest,
     Candidate,
+    FirstWatch,
     GangShape,
     JobRef,
     JobView,
@@ -298,9 +299,11 @@ def capacity_input(placement: PlacementInput, progress: JobProgress) -> Placemen
 
 
 def bind_input(progress: JobProgress, cand: Candidate, *, job: JobRef, inp: JobInput,
-               policy: PropagationPolicy, gang: Gang) -> BindInput:
+               policy: PropagationPolicy, gang: Gang, settling: bool = False) -> BindInput:
     """The member write on ``cand``: its reservations first where the member reserves
-    (each pod on its assigned node), then the copy (with the preserved labels)."""
+    (each pod on its assigned node), then the copy (with the preserved labels). When the
+    bound job's Created state is ``settling`` (published only once it lasts), the copy's
+    first watch, over the settle window, rides in the same activity."""
     reserve = None
     if cand.reservation:
         pods = [
@@ -313,7 +316,17 @@ def bind_input(progress: JobProgress, cand: Candidate, *, job: JobRef, inp: JobI
     request = BindRequest(job=job, manifest=inp.manifest, propagate_deps=policy.spec.propagateDeps,
                           run_seconds=inp.run_seconds, priority=gang.priority,
                           labels=dict(progress.preserved_labels))
-    return BindInput(cluster=cand.cluster, request=request, reserve=reserve)
+    watch = None
+    if settling:
+        watch = FirstWatch(since=lifecycle.FIRST_WATCH_SINCE,
+                           timeout_seconds=lifecycle.SA_SETTLE_SECONDS,
+                           cluster_tolerations=cluster_tolerations(policy))
+    return BindInput(cluster=cand.cluster, request=request, reserve=reserve, watch=watch)
+
+
+def cluster_tolerations(policy: PropagationPolicy) -> list[dict[str, Any]]:
+    """The policy's placement.clusterTolerations as a watch takes them."""
+    return [t.model_dump(exclude_none=True) for t in policy.spec.placement.clusterTolerations]
 
 
 def bound(progress: JobProgress, cand: Candidate, rejections: dict[str, str], *, gang: Gang,

@@ -87,6 +87,8 @@ class JobEffects:
         #: the bound copy's watch running now, and whether it is the settle window's
         self._watch: ActivityHandle[JobStatus] | None = None
         self._watch_settling = False
+        #: the bind's first watch's answer, taken by the next watch wait (``FirstWatch``)
+        self._bind_status: JobStatus | None = None
         #: when the watch running now ends by itself (its window from its start)
         self._watch_ends = datetime.min.replace(tzinfo=UTC)
 

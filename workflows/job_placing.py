@@ -155,16 +155,21 @@ class JobPlacing(JobQueueing):
         return True
 
     async def _bind(self, cand: Candidate) -> job_machine.RoundEvent:
-        """Reserve (where the member reserves) and bind on one candidate, one activity."""
+        """Reserve (where the member reserves) and bind on one candidate, then watch the
+        new copy over the settle window: one activity (its answer is the first watch's,
+        ``_bind_status``)."""
         bind = job_phases.bind_input(self._p, cand, job=self._ref, inp=self._input,
-                                     policy=self._pol, gang=self._gang)
+                                     policy=self._pol, gang=self._gang,
+                                     settling=self._sa_enabled)
+        watch_seconds = bind.watch.timeout_seconds if bind.watch is not None else 0.0
+        self._bind_status = None
         try:
             outcome = await self._copies.write(
                 cand.cluster,
                 activity_calls.execute(
                     activity_refs.BIND,
                     bind,
-                    start_to_close_timeout=timedelta(seconds=60),
+                    start_to_close_timeout=timedelta(seconds=60 + watch_seconds),
                     retry_policy=MEMBER_RETRY,
                     summary=f"bind {self._ref.name} on {cand.cluster}",
                 ),
@@ -173,6 +178,7 @@ class JobPlacing(JobQueueing):
             return job_machine.BindFailed(cand.cluster, str(exc.cause or exc), cand.reservation)
         if outcome.reservation_lost:
             return job_machine.ReservationLost(cand.cluster, outcome.reservation_lost)
+        self._bind_status = outcome.status
         return job_machine.Bound(cand.cluster)
 
     def _bound(self, cand: Candidate, rejections: dict[str, str]) -> None:

@@ -48,6 +48,10 @@ class JobWatching(JobPlacing):
     async def _next_watch_event(self, watching: job_machine.Watching) -> job_machine.Event:
         """Wait for what happens next to the bound job: a watch returns, its next deadline
         fires, a signal asks for a suspension or preempts, a deferred purge ends."""
+        first, self._bind_status = self._bind_status, None
+        if first is not None and not (self._suspension.wanted or self._preempt_wake):
+            # the bind's own first watch (``FirstWatch``) answered: the settle window is over
+            return job_machine.Status(first, self._sa_settling)
         cluster = self._p.view.cluster
         assert cluster is not None
         deadline = job_machine.next_deadline(self._p, watching, workflow.now())
@@ -147,10 +151,7 @@ class JobWatching(JobPlacing):
                 job=self._ref,
                 since=self._p.since,
                 timeout_seconds=lifecycle.SA_SETTLE_SECONDS if settling else WATCH_SECONDS,
-                cluster_tolerations=[
-                    t.model_dump(exclude_none=True)
-                    for t in self._pol.spec.placement.clusterTolerations
-                ],
+                cluster_tolerations=job_phases.cluster_tolerations(self._pol),
             ),
             start_to_close_timeout=timedelta(seconds=WATCH_SECONDS + 60),
             heartbeat_timeout=timedelta(seconds=30),

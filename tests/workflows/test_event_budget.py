@@ -16,8 +16,9 @@ from tests.workflows.test_e2e import Stack, stack  # noqa: F401  (the module's r
 #: events of a small queued job from submit to Succeeded (was 41: a 600 s pods-ready
 #: timer started beside the first watch and cancelled when its pods ran; 39: reserve and
 #: bind were two activities, one workflow task apart; 33: the grant came as an
-#: ``admitted`` signal and woke the job in a workflow task of its own)
-SMALL_JOB_EVENTS = 29
+#: ``admitted`` signal and woke the job in a workflow task of its own; 29: the first
+#: watch after the bind was an activity of its own, one workflow task after the bind)
+SMALL_JOB_EVENTS = 23
 
 
 async def test_a_small_queued_job_costs_a_pinned_number_of_history_events(
@@ -35,5 +36,10 @@ async def test_a_small_queued_job_costs_a_pinned_number_of_history_events(
     # admitted at once: the grant came in the enqueue's answer (the quota workflow's
     # ``submit`` reply), so no ``admitted`` signal and no task to take it
     assert kinds["WORKFLOW_EXECUTION_SIGNALED"] == 0
+    # two activities: the bind with the copy's first watch (its settle window), and the
+    # watch that sees it end
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
+                 for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    assert scheduled == ["bind", "watch_status"]
     # one upsert per lasting state (Running, Succeeded)
     assert kinds["UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"] == 2
