@@ -519,7 +519,7 @@ def _plan_on(
     if tree.fits(usage, node, request) or not policy.enabled:
         return None
     own = _priority_candidates(tree, policy, preemptor)
-    reclaim, paths = _reclaim_candidates(tree, policy, preemptor, usage)
+    reclaim, paths = _reclaim_candidates(tree, policy, preemptor, usage, own)
     chosen = _take_until_fit(tree, policy, preemptor, usage, own, reclaim, paths)
     if chosen is None:
         return None
@@ -561,17 +561,24 @@ def _reclaim_candidates(
     policy: TreePreemptionPolicy,
     preemptor: Preemptor,
     usage: dict[str, R.Resources],
+    own: Sequence[AdmittedJob],
 ) -> tuple[dict[str, list[AdmittedJob]], dict[str, tuple[str, ...]]]:
     """Reclaim: jobs of borrowers elsewhere in the tree, by node, with each node's path
-    up to its common ancestor with the preemptor's node."""
+    up to its common ancestor with the preemptor's node. Only for a node below its
+    ``min`` now that is within it once the preemptor is admitted and its ``own`` priority
+    candidates are gone (a plan that reclaims takes as many of them as that needs:
+    :func:`_fits_plan`), as Kueue's ``ReclaimWithoutBorrowing`` candidates (sigs.k8s.io/kueue
+    v0.17.0 pkg/scheduler/preemption/classical/hierarchical_preemption.go: "after all
+    preemptions and the admission of the incoming workload")."""
     node, request = preemptor.node, preemptor.request
     reclaim: dict[str, list[AdmittedJob]] = {}
     paths: dict[str, tuple[str, ...]] = {}
-    if not (
-        policy.reclaim is not ReclaimMode.NEVER
-        and tree.below_min(usage, node)
-        and tree.within_min_after(usage, node, request)
-    ):
+    if policy.reclaim is ReclaimMode.NEVER or not tree.below_min(usage, node):
+        return reclaim, paths
+    bare = {node: dict(usage[node])}
+    for j in own:
+        R.add_into(bare[node], j.request, -1)
+    if not tree.within_min_after(bare, node, request):
         return reclaim, paths
     for j in sorted(tree.jobs.values(), key=_victim_key):
         if not j.preemptible or j.job_id == preemptor.job_id:
@@ -597,16 +604,22 @@ def _take_until_fit(
     paths: dict[str, tuple[str, ...]],
 ) -> list[tuple[AdmittedJob, PreemptionReason]] | None:
     """Take reclaim candidates (from the most over-share borrower still borrowing), then
-    priority candidates, until the preemptor fits; None if it never does. ``usage`` is
-    left without the chosen jobs."""
+    priority candidates, until the preemptor fits (:func:`_fits_plan`); None if it never
+    does. Where its node would pass its ``min`` with its own jobs kept, a plan that
+    reclaims must stop some of them anyway, so reclaim stops once the preemptor would fit
+    with all of them gone, and they make the rest of the room. ``usage`` is left without
+    the chosen jobs."""
     node, request = preemptor.node, preemptor.request
     asks = [k for k, v in request.items() if v > 0 and k != R.MAX_JOBS]
     chosen: list[tuple[AdmittedJob, PreemptionReason]] = []
-
-    def take(job: AdmittedJob, reason: PreemptionReason) -> bool:
-        chosen.append((job, reason))
-        tree.charge(usage, job, -1)
-        return tree.fits(usage, node, request)
+    # (reclaim victims are never on the preemptor's own path: its node's usage is only
+    # changed by its own jobs)
+    own_needed = bool(reclaim) and not tree.within_min_after(usage, node, request)
+    bare = usage
+    if own_needed:
+        bare = {n: dict(u) for n, u in usage.items()}
+        for job in own:
+            tree.charge(bare, job, -1)
 
     fitted = False
     while reclaim and not fitted:
@@ -617,12 +630,36 @@ def _take_until_fit(
         job = reclaim[target].pop(0)
         if not reclaim[target]:
             del reclaim[target]
-        fitted = take(job, PreemptionReason.RECLAIM)
+        chosen.append((job, PreemptionReason.RECLAIM))
+        tree.charge(usage, job, -1)
+        if own_needed:
+            tree.charge(bare, job, -1)
+        fitted = _fits_plan(tree, bare, node, request, reclaims=True)
+    reclaims = bool(chosen)
+    fitted = _fits_plan(tree, usage, node, request, reclaims=reclaims)
     for job in own:
         if fitted:
             break
-        fitted = take(job, PreemptionReason.PRIORITY)
+        chosen.append((job, PreemptionReason.PRIORITY))
+        tree.charge(usage, job, -1)
+        fitted = _fits_plan(tree, usage, node, request, reclaims=reclaims)
     return chosen if fitted else None
+
+
+def _fits_plan(
+    tree: _Tree,
+    usage: Mapping[str, R.Resources],
+    node: str,
+    request: Mapping[str, int],
+    *,
+    reclaims: bool,
+) -> bool:
+    """The preemptor fits under every ``max`` in ``usage``; and, when its plan reclaims
+    from another node, its own node stays within its ``min`` (it never becomes a borrower
+    that could be reclaimed from in turn: Kueue's ``ReclaimWithoutBorrowing``)."""
+    if not tree.fits(usage, node, request):
+        return False
+    return not reclaims or tree.within_min_after(usage, node, request)
 
 
 def _drop_unneeded(
@@ -633,14 +670,22 @@ def _drop_unneeded(
     chosen: list[tuple[AdmittedJob, PreemptionReason]],
 ) -> None:
     # Minimal: drop every victim the preemptor can do without (latest first). Fit only
-    # gets harder as victims are dropped, so one pass leaves no droppable victim.
-    for i in range(len(chosen) - 1, -1, -1):
-        job = chosen[i][0]
-        tree.charge(usage, job, 1)
-        if tree.fits(usage, node, request):
-            del chosen[i]
-        else:
-            tree.charge(usage, job, -1)
+    # gets harder as victims are dropped, except that dropping the last reclaim victim
+    # lifts the within-min condition (_fits_plan): then one more pass.
+    reclaims = sum(1 for _, reason in chosen if reason is PreemptionReason.RECLAIM)
+    while True:
+        had_reclaims = reclaims > 0
+        for i in range(len(chosen) - 1, -1, -1):
+            job, reason = chosen[i]
+            tree.charge(usage, job, 1)
+            left = reclaims - (reason is PreemptionReason.RECLAIM)
+            if _fits_plan(tree, usage, node, request, reclaims=left > 0):
+                del chosen[i]
+                reclaims = left
+            else:
+                tree.charge(usage, job, -1)
+        if not had_reclaims or reclaims:
+            return
 
 
 def _victim(preemptor: Preemptor, job: AdmittedJob, reason: PreemptionReason) -> Victim:

@@ -349,6 +349,38 @@ def test_reclaim_only_serves_a_node_below_min_that_stays_within_it() -> None:
     assert victims(plan_quota_preemption(root, Preemptor("p", "child-1", 0, cpu(5)))) == ["b2"]
 
 
+def test_reclaim_counts_the_preemptors_own_victims_out_of_its_min() -> None:
+    """child-1 (min 20) runs 10 of lower priority; a job of 20 arrives. With them counted
+    it would end at 30, over its min, and reclaim would not serve it; but a plan that
+    also stops them leaves child-1 at 20, within its min, so it reclaims the 10 the root
+    lacks from child-2's borrowing and stops its own 10: Kueue's ReclaimWithoutBorrowing
+    candidates are judged "after all preemptions and the admission of the incoming
+    workload" (sigs.k8s.io/kueue v0.17.0 pkg/scheduler/preemption/classical/
+    hierarchical_preemption.go; preemption.go ``classicalPreemptions`` removes same-queue
+    and other-queue candidates alike until ``workloadFits`` without borrowing)."""
+    both = TreePreemptionPolicy(PreemptionMode.LOWER_PRIORITY, ReclaimMode.ANY)
+    borrowers = [held(f"b{i}", "child-2", cpu(10), 5, i) for i in range(3)]  # 30 of min 20
+    snap = two_teams(*borrowers, held("mine", "child-1", cpu(10), 0, 9), policy=both)
+    plan = plan_quota_preemption(snap, Preemptor("p", "child-1", 10, cpu(20)))
+    assert plan is not None
+    assert {(v.job_id, v.reason) for v in plan.victims} == {
+        ("b2", PreemptionReason.RECLAIM), ("mine", PreemptionReason.PRIORITY)}
+    # without priority preemption its own job stays, so reclaim cannot serve it
+    assert plan_quota_preemption(dataclasses.replace(snap, policy=RECLAIM_ANY),
+                                 Preemptor("p", "child-1", 10, cpu(20))) is None
+
+
+def test_reclaim_spares_the_preemptors_own_jobs_when_it_stays_within_min_with_them() -> None:
+    """child-1 runs 5 of lower priority and a job of 10 arrives: 15 is within its min of
+    20, so the borrowers give all the room and its own job keeps running (Kueue tries
+    other queues' candidates before its own and stops at the first fit)."""
+    both = TreePreemptionPolicy(PreemptionMode.LOWER_PRIORITY, ReclaimMode.ANY)
+    borrowers = [held(f"b{i}", "child-2", cpu(5), 5, i) for i in range(7)]  # 35 of min 20
+    snap = two_teams(*borrowers, held("mine", "child-1", cpu(5), 0, 9), policy=both)
+    plan = plan_quota_preemption(snap, Preemptor("p", "child-1", 10, cpu(10)))
+    assert sorted(victims(plan)) == ["b5", "b6"]
+
+
 def test_reclaim_counts_only_the_resources_a_quota_names() -> None:
     mem = {**cpu(10), "memory": 8 << 30}
     jobs = [held(f"b{i}", "child-2", mem, 5, i) for i in range(4)]

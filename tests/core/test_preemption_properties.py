@@ -99,8 +99,10 @@ def quota_cases(draw: st.DrawFn) -> tuple[QuotaSnapshot, Preemptor]:
     some the preemptor's own node is crowded with preemption on, so priority preemption
     is."""
     at = draw(st.sampled_from(CHARGED[:4]) | st.sampled_from(CHARGED))
-    scenario = draw(st.sampled_from(["starve", "crowd", "random"]))
-    starve = scenario == "starve"
+    scenario = draw(st.sampled_from(["starve", "both", "crowd", "random"]))
+    # "both": the preemptor's team guaranteed, holding some lower-priority jobs of its
+    # own, the others borrowing: reclaim and priority preemption in one plan
+    starve = scenario in ("starve", "both")
     nodes: list[QuotaNodeLimits] = []
     for name, parent in PARENTS.items():
         mx: dict[str, int] = {}
@@ -122,7 +124,9 @@ def quota_cases(draw: st.DrawFn) -> tuple[QuotaSnapshot, Preemptor]:
     limits = {n.name: n for n in nodes}
     admitted: list[AdmittedJob] = []
     for i in range(draw(st.integers(0, 40))):
-        if starve:
+        if scenario == "both" and i < 2:  # a little of its own, below its min
+            node = at
+        elif starve:
             node = draw(st.sampled_from([n for n in CHARGED if n != at]))
         elif scenario == "crowd":
             node = at
@@ -146,7 +150,7 @@ def quota_cases(draw: st.DrawFn) -> tuple[QuotaSnapshot, Preemptor]:
         for n in draw(st.lists(st.sampled_from(list(PARENTS)), max_size=3, unique=True))
     }
     preemption = draw(st.sampled_from(PreemptionMode))
-    if scenario == "crowd":
+    if scenario in ("crowd", "both"):
         preemption = PreemptionMode.LOWER_PRIORITY
     policy = TreePreemptionPolicy(preemption, draw(st.sampled_from(ReclaimMode)), weights)
     request = {CPU: draw(st.integers(1, 6)) * 1000, JOBS: 1000}
@@ -208,9 +212,109 @@ def test_quota_victims_are_valid_minimal_and_deterministic(
     for n, lim in limits.items():
         for k, m in lim.max.items():
             assert after[n].get(k, 0) <= m, (n, k)
+    if any(v.reason is PreemptionReason.RECLAIM for v in plan.victims):
+        # a plan that reclaims leaves the preemptor's node within its min, its own
+        # victims gone: it never becomes a borrower to reclaim from in turn (Kueue's
+        # ReclaimWithoutBorrowing, sigs.k8s.io/kueue v0.17.0 pkg/scheduler/preemption/
+        # classical/hierarchical_preemption.go)
+        assert after[p.node].get(CPU, 0) <= limits[p.node].min.get(CPU, 0)
+    reasons = {v.job_id: v.reason for v in plan.victims}
+
+    def enough(stopped: set[str]) -> bool:
+        """The preemptor fits with ``stopped`` gone (within its min if one reclaims)."""
+        rest = [j for j in snap.admitted if j.job_id not in stopped]
+        if not fits(limits, rest, p.node, p.request):
+            return False
+        if all(reasons[v] is not PreemptionReason.RECLAIM for v in stopped):
+            return True
+        then = usage_of([*rest, AdmittedJob("p", p.node, p.request, p.priority, 99)])
+        return then[p.node].get(CPU, 0) <= limits[p.node].min.get(CPU, 0)
+
     for vid in ids:  # minimal: every victim is needed
-        kept = [j for j in snap.admitted if j.job_id not in ids or j.job_id == vid]
-        assert not fits(limits, kept, p.node, p.request)
+        assert not enough(set(ids) - {vid})
+
+
+TEAMS = {"root": None, "team-1": "root", "team-2": "root"}
+
+
+@st.composite
+def reclaim_and_own_cases(draw: st.DrawFn) -> tuple[QuotaSnapshot, Preemptor]:
+    """Kueue's baseline shape: two teams sharing a root exactly as big as their mins;
+    team-1 below its min with a few lower-priority jobs of its own, team-2 borrowing the
+    rest of the root; a higher-priority job of up to team-1's min arrives in team-1."""
+    m1, m2 = draw(st.integers(4, 12)), draw(st.integers(0, 6))
+    cap = (m1 + m2) * 1000
+    nodes = (
+        QuotaNodeLimits("root", None, {CPU: cap}, {CPU: cap}),
+        QuotaNodeLimits("team-1", "root", {CPU: m1 * 1000}, {CPU: cap}),
+        QuotaNodeLimits("team-2", "root", {CPU: m2 * 1000}, {CPU: cap}),
+    )
+    jobs: list[AdmittedJob] = []
+    own = 0
+    for i in range(draw(st.integers(0, 3))):
+        size = draw(st.integers(1, 3))
+        if own + size >= m1:
+            break
+        own += size
+        jobs.append(AdmittedJob(f"own{i}", "team-1", {CPU: size * 1000},
+                                draw(st.integers(0, 3)), i))
+    left = m1 + m2 - own
+    i = 0
+    while left > 0:
+        size = min(left, draw(st.integers(1, 4)))
+        jobs.append(AdmittedJob(f"b{i}", "team-2", {CPU: size * 1000},
+                                draw(st.integers(0, 9)), 10 + i))
+        left -= size
+        i += 1
+    policy = TreePreemptionPolicy(PreemptionMode.LOWER_PRIORITY, ReclaimMode.ANY)
+    request = {CPU: draw(st.integers(1, m1)) * 1000}
+    return QuotaSnapshot(nodes, tuple(jobs), policy), Preemptor("p", "team-1", 5, request)
+
+
+@QUOTA_SETTINGS
+@given(case=reclaim_and_own_cases())
+def test_a_team_below_min_is_served_by_reclaim_and_its_own_lower_priority_jobs(
+    case: tuple[QuotaSnapshot, Preemptor],
+) -> None:
+    """A job that fits within its team's min once the team's own lower-priority jobs are
+    gone always gets a plan when the root is full: reclaim from the borrower plus as many
+    of its own as that needs, as Kueue (sigs.k8s.io/kueue v0.17.0 pkg/scheduler/
+    preemption/preemption.go ``classicalPreemptions``: other-queue and same-queue
+    candidates removed until the workload fits without borrowing). After the plan the
+    team is within its min and the root within its max, and no victim is spare."""
+    snap, p = case
+    limits = {n.name: n for n in snap.nodes}
+    usage = {n: sum(j.request[CPU] for j in snap.admitted if j.node == n) for n in TEAMS}
+    assert usage["team-1"] < limits["team-1"].min[CPU]  # below its min: reclaim may serve it
+    plan = plan_quota_preemption(snap, p)
+    if sum(usage.values()) + p.request[CPU] <= limits["root"].max[CPU]:
+        assert plan is None  # it fits now
+        return
+    assert plan is not None
+    event(", ".join(sorted({v.reason for v in plan.victims})))
+    reasons = {v.job_id: v.reason for v in plan.victims}
+    jobs = {j.job_id: j for j in snap.admitted}
+
+    def after(stopped: set[str]) -> dict[str, int]:
+        out = {n: 0 for n in TEAMS}
+        for j in snap.admitted:
+            if j.job_id not in stopped:
+                out[j.node] += j.request[CPU]
+        out["team-1"] += p.request[CPU]
+        return out
+
+    def enough(stopped: set[str]) -> bool:
+        then = after(stopped)
+        if then["team-1"] + then["team-2"] > limits["root"].max[CPU]:
+            return False
+        reclaims = any(reasons[v] is PreemptionReason.RECLAIM for v in stopped)
+        return not reclaims or then["team-1"] <= limits["team-1"].min[CPU]
+
+    ids = set(reasons)
+    assert enough(ids)
+    for vid, why in reasons.items():
+        assert (jobs[vid].node == "team-1") == (why is PreemptionReason.PRIORITY)
+        assert not enough(ids - {vid})  # minimal
 
 
 # --------------------------------------------------------------------------- capacity
