@@ -727,6 +727,25 @@ class _JobProbe:
             e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
             and e.event_id > grants[0] for e in events) else ""
 
+    async def copy_made(self, emulator: EmulatedFleet | None) -> str:
+        """The bind has made the copy on a member and watches it (its first watch, over
+        the settle window: docs/decisions/016): the copy is there, its pods not running
+        yet as far as the job knows, and the bind's completion not in the history."""
+        events = await history_events(self.handle)
+        binds = {e.event_id for e in events
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                 and e.activity_task_scheduled_event_attributes.activity_type.name == "bind"}
+        if not binds or any(
+                e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                and e.activity_task_completed_event_attributes.scheduled_event_id in binds
+                for e in events):
+            return ""
+        if emulator is None:
+            return ""
+        ns, name = self.handle.id.split("/")[1:]
+        copies = member_copies(emulator, ns, name)
+        return f"copy made on {', '.join(copies)}, bind watching it" if copies else ""
+
     async def bind_completed(self) -> str:
         """The bind's completion is in the history; whether the workflow has asked
         for the watch yet (with the proxy's latency, it has read nothing either way)."""
@@ -966,7 +985,7 @@ class ChaosRig:
             "capacity": (probe.placing, 0.01),
             "reserving": (lambda: probe.scheduled("bind"), 0.01),  # (it reserves first)
             "bound": (probe.bind_completed, 0.01),
-            "created": (lambda: probe.state_is("Created"), 0.01),
+            "created": (lambda: probe.copy_made(self.emulator), 0.01),
             "running": (lambda: probe.state_is("Running"), 0.03),
         }
         if point in watched:

@@ -300,6 +300,9 @@ async def test_fleetq_up_exposes_its_workers_metrics(tmp_path: Path) -> None:
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         def counters() -> tuple[bool, str]:
+            if proc.poll() is not None:  # `fleetq up` gave up: say why, not a timeout
+                raise AssertionError(f"fleetq up exited {proc.returncode}: "
+                                     f"{proc.stderr.read() if proc.stderr else ''}")
             code, text = get(f"http://127.0.0.1:{port}/metrics")
             return code == 200 and 'fleetq_failovers{' in text and "build_id=" in text, \
                 text[-300:]
