@@ -187,10 +187,14 @@ class PyTorchJobWorkflow(JobWatching):
         purge every copy, then give the quota back and queue again with the original
         submit time; the preemptor is admitted once the quota workflow has it back."""
         signal = self._p.preempt
-        await self._purge_all("purge on preemption")
+        # the quota goes back as soon as the copies are gone; the watch of a purged copy
+        # ends by itself (it sees the copy go) and is let end after, not waited for first
+        # (an activity completion and a workflow task more on the preemptor's path)
+        await self._purge_all("purge on preemption", settle=False)
         await self._wake_preemptor(signal)
         self._announce(lifecycle.requeue_after_preemption(self._p))
         await self._requeue_quota()
+        await self._settle_watches()
 
     # ================================================================== endings
     async def _finish(self) -> None:

@@ -7,6 +7,8 @@ to end against the emulator."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +90,16 @@ class ClusterScript:
     reachable: bool = True
     timeline: list[tuple[float, str, str, str]] = field(default_factory=list)
     jobs: dict[str, JobScript] = field(default_factory=dict)
+    #: the jobs whose watches, started from now on, stay open (heartbeating) until
+    #: ``release_watches``, as a real watch of a copy that does not change stays open
+    #: for its window
+    hold_watches: set[str] = field(default_factory=set)
+    held_watches: int = 0  # watches that were held open (ended or not)
+    _released: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def release_watches(self) -> None:
+        self.hold_watches.clear()
+        self._released.set()
 
 
 @dataclass
@@ -164,6 +176,12 @@ class FakeFleet:
     @activity.defn(name="watch_status")
     async def watch_status(self, inp: WatchInput) -> JobStatus:
         c = self.clusters[inp.cluster]
+        if inp.job.name in c.hold_watches:
+            c.held_watches += 1
+            while inp.job.name in c.hold_watches:
+                activity.heartbeat()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(c._released.wait(), 5.0)
         j = c.jobs[inp.job.name]
         j.advance(activity.info().current_attempt_scheduled_time)
         if not c.reachable:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
@@ -294,6 +295,43 @@ async def test_a_team_below_min_reclaims_quota_from_a_borrower(penv: Metered) ->
     await in_state(second, "Running")
     for h in (first, second):
         assert (await finish(penv, h)).state == "Succeeded"
+
+
+async def test_a_victim_without_grace_gives_its_quota_back_before_its_watch_ends(
+        penv: Metered) -> None:
+    """A Running victim with no grace period: its copy purged, it sends its quota back at
+    once, without first waiting for the watch it had open on that copy (held open here,
+    as a real watch stays open until it sees the copy go): no settle timer between the
+    purge and the requeue, and the preemptor runs while that watch is still open."""
+    await penv.start_tree(preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}))
+    low_doc = job("nograce", LOW, **{"fleetq.io/preemption-grace-seconds": "0"})
+    low = await start(penv, low_doc)
+    await in_state(low, "Running")
+    member = penv.fleet.clusters["cluster-a"]
+    member.hold_watches.add(low_doc["metadata"]["name"])
+    try:
+        async def watch_held() -> bool:
+            return member.held_watches > 0
+
+        await wait_for(watch_held)  # the victim's next watch is open on its copy
+        high = await start(penv, job("nograce-high", HIGH))
+        await in_state(high, "Running")
+        assert member.hold_watches and member.held_watches == 1  # still open
+        events = (await low.fetch_history()).events
+        kinds = [EventType.Name(e.event_type) for e in events]
+        purged = max(i for i, e in enumerate(events)
+                     if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                     and e.activity_task_scheduled_event_attributes.activity_type.name
+                     == "purge")
+        requeued = next(i for i, e in enumerate(events) if i > purged
+                        and e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED)
+        assert "EVENT_TYPE_TIMER_STARTED" not in kinds[purged:requeued], kinds[purged:]
+        assert (await view_of(low)).state == "Queued"
+    finally:
+        member.release_watches()
+    assert (await finish(penv, high)).state == "Succeeded"
+    await in_state(low, "Running")
+    assert (await finish(penv, low)).state == "Succeeded"
 
 
 async def test_bad_preemption_annotations_are_refused_in_one_line(penv: Env) -> None:
