@@ -137,7 +137,9 @@ def test_a_few_dozen_workloads_through_kueue_and_fleetq_side_by_side(
             rows[m[1]] = (float(m[2]), float(m[3]), float(m[4]))
             printed[m[1]] = (m[2], m[3], m[4])
     wanted = ["admissions/s", "usage (cpu in use / nominal)", "span, first to last event, s",
-              *(f"{c}: {w} time to admission, s" for c in CLASSES for w in ("mean", "p99"))]
+              *(f"{c}: {w} time to admission, s" for c in CLASSES for w in ("mean", "p99")),
+              *(f"{c}: {w} time to the quota workflow's grant, s"
+                for c in CLASSES for w in ("mean", "p99"))]
     assert [w for w in wanted if w not in rows] == [], out
     def half(text: str) -> float:
         """Half a unit of the last decimal printed: the figure is within ±this of it."""
@@ -153,6 +155,10 @@ def test_a_few_dozen_workloads_through_kueue_and_fleetq_side_by_side(
             assert low <= ratio <= high, (name, printed[name])
     for name in ("admissions/s", "usage (cpu in use / nominal)"):
         assert all(x > 0 for x in rows[name][:2]), name  # both sides measured a run
+    for c in CLASSES:  # Kueue's side is the same figure; fleetq's read from the tree
+        granted = rows[f"{c}: mean time to the quota workflow's grant, s"]
+        took = rows[f"{c}: mean time to admission, s"]
+        assert granted[0] == took[0] and granted[1] >= 0, (c, granted, took)
     assert 0 < rows["usage (cpu in use / nominal)"][0] <= 1.5
     # Kueue's runner wrote its own results where it was told to
     assert (tmp_path / "kueue" / "summary.yaml").is_file()
