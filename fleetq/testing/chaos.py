@@ -731,16 +731,10 @@ class _JobProbe:
         """The bind has made the copy on a member and watches it (its first watch, over
         the settle window: docs/decisions/016): the copy is there, its pods not running
         yet as far as the job knows, and the bind's completion not in the history."""
-        events = await history_events(self.handle)
-        binds = {e.event_id for e in events
-                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-                 and e.activity_task_scheduled_event_attributes.activity_type.name == "bind"}
-        if not binds or any(
-                e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-                and e.activity_task_completed_event_attributes.scheduled_event_id in binds
-                for e in events):
-            return ""
         if emulator is None:
+            return ""
+        events = await history_events(self.handle)
+        if not activity_scheduled(events, "bind", 0) or _bind_completions(events):
             return ""
         ns, name = self.handle.id.split("/")[1:]
         copies = member_copies(emulator, ns, name)
@@ -750,17 +744,21 @@ class _JobProbe:
         """The bind's completion is in the history; whether the workflow has asked
         for the watch yet (with the proxy's latency, it has read nothing either way)."""
         events = await history_events(self.handle)
-        binds = {e.event_id for e in events
-                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-                 and e.activity_task_scheduled_event_attributes.activity_type.name
-                 == "bind"}
-        done = [e.event_id for e in events
-                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-                and e.activity_task_completed_event_attributes.scheduled_event_id in binds]
+        done = _bind_completions(events)
         if not done:
             return ""
         watch = activity_scheduled(events, "watch_status", done[0])
         return f"bind completed, watch {'scheduled' if watch else 'not asked'}"
+
+
+def _bind_completions(events: list[Any]) -> list[int]:
+    """The event ids of the ``bind`` activities' completions in a job's history."""
+    binds = {e.event_id for e in events
+             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+             and e.activity_task_scheduled_event_attributes.activity_type.name == "bind"}
+    return [e.event_id for e in events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+            and e.activity_task_completed_event_attributes.scheduled_event_id in binds]
 
 
 def _end_problems(wid: str, view: JobView | None, status: WorkflowExecutionStatus | None,
