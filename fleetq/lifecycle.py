@@ -1269,3 +1269,8 @@ def search_attribute_changes(
 def settling(view: JobView, last: dict[str, Any]) -> bool:
     """The job is in a state published only once it lasts, and not published yet."""
     return view.state in SETTLING_STATES and last.get(SA_STATE) != view.state
+
+
+# JobProgress names CapacityHold, defined below it: completed here, at import, not on
+# first use (see fleetq.messages)
+JobProgress.model_rebuild()

@@ -519,3 +519,10 @@ class QuotaAck(BaseModel):
 
     running: bool = True
     grant: Grant | None = None
+
+
+# models that name a model defined below them: completed here, at import, not on first
+# use (a lazy rebuild resolves names through the caller's frames, which inside a workflow
+# are the sandbox's)
+PlacementInput.model_rebuild()
+BindResult.model_rebuild()
