@@ -186,8 +186,10 @@ def deployment_config(
 #: run: the whole ``workflows`` package. Its modules keep no state of their own (class
 #: definitions, constants; ``workflows.metrics``' registry is the host's on purpose), so
 #: re-executing them per run isolated nothing, and it was most of what creating a job's
-#: sandbox cost (``workflow_runner``; docs/decisions/018)
-SANDBOX_PASSTHROUGH = ("workflows",)
+#: sandbox cost (``workflow_runner``; docs/decisions/018). And ``jsonpath_ng``, whose PLY
+#: lexer looks its own modules up in ``sys.modules`` (statePreservation's rules): the
+#: sandbox's ``sys.modules`` answers for a passed-through package's modules on demand.
+SANDBOX_PASSTHROUGH = ("workflows", "jsonpath_ng")
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:

@@ -82,10 +82,15 @@ class MemberCopies:
         self._in_flight = None
         return [cluster]
 
-    async def purge(self, cluster: str, why: str, attempts: int = 3) -> PurgeResult:
+    async def purge(
+        self, cluster: str, why: str, attempts: int = 3, *, local: bool = False
+    ) -> PurgeResult:
+        """Purge the job's copy on ``cluster``; ``local``: as a local activity, in the
+        workflow task that asked (a preemption's, docs/decisions/019)."""
+        run = activity_calls.execute_local if local else activity_calls.execute
         return await self.write(
             cluster,
-            activity_calls.execute(
+            run(
                 activity_refs.PURGE,
                 PurgeInput(cluster=cluster, job=self._ref),
                 start_to_close_timeout=timedelta(seconds=60),
@@ -135,14 +140,15 @@ class MemberCopies:
                 "Normal", Reason.PURGED, f"copy on {cluster} purged after it became reachable"
             )
 
-    async def purge_until_done(self, cluster: str, why: str) -> None:
-        """Purge now; a member that does not answer is handed to a purge_when_reachable
-        activity, which purges the moment it answers again (a handful of events however
-        long the outage, visible in the UI as a running activity)."""
+    async def purge_until_done(self, cluster: str, why: str, *, local: bool = False) -> None:
+        """Purge now (``local``: see ``purge``); a member that does not answer is handed
+        to a purge_when_reachable activity, which purges the moment it answers again (a
+        handful of events however long the outage, visible in the UI as a running
+        activity)."""
         view = self._view
         if cluster not in view.pending_purges:  # it answered a moment ago: purge now
             try:
-                await self.purge(cluster, why, attempts=2)
+                await self.purge(cluster, why, attempts=2, local=local)
                 return
             except ActivityError as exc:
                 if cancelled_by_delete(exc):

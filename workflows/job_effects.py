@@ -214,13 +214,14 @@ class JobEffects:
         return job_phases.placement_input(self._p, self._pol, self._gang, self._ref.workflow_id)
 
     # ------------------------------------------------------------------ copies and watches
-    async def _purge_all(self, why: str, *, settle: bool = True) -> None:
-        """Purge every copy the job has (current, left behind, pending), each until done;
-        then (``settle``) let the watches of those copies end (the caller does, later,
-        when the quota should go back first)."""
+    async def _purge_all(self, why: str, *, settle: bool = True, local: bool = False) -> None:
+        """Purge every copy the job has (current, left behind, pending), each until done
+        (``local``: as local activities, ``MemberCopies.purge``); then (``settle``) let
+        the watches of those copies end (the caller does, later, when the quota should go
+        back first)."""
         view = self._p.view
         for cluster in lifecycle.copies_to_purge(self._p):
-            await self._copies.purge_until_done(cluster, why)
+            await self._copies.purge_until_done(cluster, why, local=local)
         view.copies, view.pending_purges = [], []
         self._p.graceful_old, self._p.grace_deadline = None, None
         if settle:

@@ -27,7 +27,8 @@ from workflows.job_effects import read_input, search_attributes_at_start
 from workflows.job_watching import JobWatching
 
 with workflow.unsafe.imports_passed_through():
-    # PLY (under jsonpath-ng, statePreservation's rules) looks its modules up in sys.modules
+    # PLY (under jsonpath-ng, statePreservation's rules) looks its modules up in
+    # sys.modules: loaded here, found there through worker.SANDBOX_PASSTHROUGH
     import jsonpath_ng._ply_tables.ext_lexer_table  # noqa: F401
     import jsonpath_ng.ext.parser  # noqa: F401
     import jsonpath_ng.lexer  # noqa: F401
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.messages import AdmissibilitySignal, JobRef, JobView, PreemptSignal
     from fleetq.models import Gang, gang_of
     from fleetq.naming import job_workflow_id
+    from fleetq.preemption import PreemptionReason
     from workflows.errors import cancelled_by_delete, invalid_input
 
 #: continue-as-new once a run's history passes this many events (bench/history.py reads it)
@@ -187,10 +189,13 @@ class PyTorchJobWorkflow(JobWatching):
         purge every copy, then give the quota back and queue again with the original
         submit time; the preemptor is admitted once the quota workflow has it back."""
         signal = self._p.preempt
-        # the quota goes back as soon as the copies are gone; the watch of a purged copy
-        # ends by itself (it sees the copy go) and is let end after, not waited for first
-        # (an activity completion and a workflow task more on the preemptor's path)
-        await self._purge_all("purge on preemption", settle=False)
+        # the quota goes back as soon as the copies are gone: for a quota preemption in
+        # this workflow task, the purge a local activity (docs/decisions/019); the watch
+        # of a purged copy ends by itself (it sees the copy go) and is let end after, not
+        # waited for first (an activity completion and a workflow task more on the
+        # preemptor's path)
+        local = signal is None or signal.reason != PreemptionReason.CAPACITY.value
+        await self._purge_all("purge on preemption", settle=False, local=local)
         await self._wake_preemptor(signal)
         self._announce(lifecycle.requeue_after_preemption(self._p))
         await self._requeue_quota()

@@ -29,6 +29,7 @@ from fleetq.cli.describe import describe_lines
 from fleetq.messages import JobEvent, JobView
 from fleetq.naming import job_workflow_id
 from fleetq.registry import RegistryState
+from fleetq.testing.history import local_activity_type
 from tests.workflows.fakes import (
     counted,
     load,
@@ -319,13 +320,13 @@ async def test_a_victim_without_grace_gives_its_quota_back_before_its_watch_ends
         assert member.hold_watches and member.held_watches == 1  # still open
         events = (await low.fetch_history()).events
         kinds = [EventType.Name(e.event_type) for e in events]
-        purged = max(i for i, e in enumerate(events)
-                     if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-                     and e.activity_task_scheduled_event_attributes.activity_type.name
-                     == "purge")
+        # the purge is a local activity (docs/decisions/019) and the requeue follows it
+        # in the same workflow task: nothing between the two markers
+        purged = max(i for i, e in enumerate(events) if local_activity_type(e) == "purge")
         requeued = next(i for i, e in enumerate(events) if i > purged
-                        and e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED)
-        assert "EVENT_TYPE_TIMER_STARTED" not in kinds[purged:requeued], kinds[purged:]
+                        and local_activity_type(e) is not None)
+        assert local_activity_type(events[requeued]) == "signal_quota"
+        assert requeued == purged + 1, kinds[purged:]
         assert (await view_of(low)).state == "Queued"
     finally:
         member.release_watches()
