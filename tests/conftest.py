@@ -23,6 +23,7 @@ from fleetq.client.connection import (
     temporal_cli_path,
     test_server_path,
 )
+from tests import tiers
 
 if TYPE_CHECKING:
     from fleetq.controlplane.build import Build
@@ -152,6 +153,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the quick tier: the pure core and the workflow tests on the time-skipping "
         "server (no Go build, no dev server, no member cluster); see README 'Tests'",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--quick"):  # before any test module is imported
+        tiers.QUICK = True
 
 
 def _quick(item: pytest.Item) -> bool:

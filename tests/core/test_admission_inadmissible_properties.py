@@ -43,6 +43,7 @@ from tests.core.test_admission_properties import (
     RefJob,
     trees,
 )
+from tests.tiers import examples
 
 #: SHAPES plus requests too big for most random trees (what users get wrong)
 BIG_SHAPES = [*SHAPES, {JOBS: 1000, "cpu": 20000}, {JOBS: 1000, GPU: 12000}]
@@ -174,7 +175,7 @@ class OracleMachine(RuleBasedStateMachine):
 
 
 OracleMachine.TestCase.settings = settings(
-    max_examples=150,
+    max_examples=examples(150),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -22,6 +22,7 @@ from fleetq.models import parse_tree
 from fleetq.preemption import fair_sharing_weights, plan_preemptions
 from tests.core.test_admission_properties import JOB_IDS, NAMESPACES, SHAPES, trees
 from tests.core.trees import tree_doc
+from tests.tiers import examples
 
 
 def _nodes(doc: dict[str, Any]) -> list[str]:
@@ -195,7 +196,7 @@ class IncrementalMachine(RuleBasedStateMachine):
 
 TestIncrementalPassEqualsFullPass = IncrementalMachine.TestCase
 TestIncrementalPassEqualsFullPass.settings = settings(
-    max_examples=250,
+    max_examples=examples(250),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -32,6 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from fleetq.admission import Admission, AdmissionRequest, Grant, PendingPlan
 from fleetq.models import parse_tree
 from fleetq.preemption import plan_preemptions
+from tests.tiers import examples
 
 JOBS = "kube-queue/max-jobs"
 NAMESPACES = ["a1", "a2", "b1"]
@@ -240,7 +241,7 @@ class PreemptionMachine(RuleBasedStateMachine):
 
 
 PreemptionMachine.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=60, deadline=None,
+    max_examples=examples(300), stateful_step_count=60, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_preemption_carried_out = PreemptionMachine.TestCase

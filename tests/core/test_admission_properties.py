@@ -49,6 +49,7 @@ from fleetq.models import parse_tree
 from fleetq.quota_state import pack_state, unpack_carried, unpack_state
 from fleetq.resources import parse_resources
 from tests.core.trees import tree_doc
+from tests.tiers import examples
 
 GPU = "nvidia.com/gpu"
 JOBS = "kube-queue/max-jobs"
@@ -615,7 +616,7 @@ def without_default_policies(state: AdmissionState) -> AdmissionState:
     })
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(state=admission_states(), manifest=st.none() | trees())
 def test_packed_state_unpacks_to_exactly_what_was_packed(
     state: AdmissionState, manifest: dict[str, Any] | None

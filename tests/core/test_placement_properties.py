@@ -24,6 +24,7 @@ from fleetq.placement import (
     rule,
 )
 from fleetq.placement.columns import _derived, _node_columns, _node_columns_exact
+from tests.tiers import examples
 
 RES = ("cpu", "memory", "nvidia.com/gpu")
 LABELS = {"pool": ("a", "b"), "zone": ("1", "2")}
@@ -483,7 +484,7 @@ def test_decisions_after_clusters_change_equal_cold_decisions(
             assert_same_columns(index.columns_of(s), placement.ClusterColumns(s))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(gang=gangs(), data=st.data())
 def test_views_derived_after_node_changes_equal_full_builds(
     gang: Gang, data: st.DataObject

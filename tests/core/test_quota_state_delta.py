@@ -22,6 +22,7 @@ from fleetq.admission import Admission, AdmissionRequest, AdmissionState, QueueP
 from fleetq.models import parse_tree
 from fleetq.quota_state import _frames, pack_next, pack_state, restore, unpack_carried
 from tests.core.test_admission_incremental import IncrementalMachine, contended_trees
+from tests.tiers import examples
 
 
 def _normal(state: AdmissionState) -> AdmissionState:
@@ -79,7 +80,7 @@ class CarriedMachine(IncrementalMachine):
 
 TestCarriedChainEqualsWholePack = CarriedMachine.TestCase
 TestCarriedChainEqualsWholePack.settings = settings(
-    max_examples=200,
+    max_examples=examples(200),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
