@@ -199,10 +199,10 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     The SDK's sandbox re-executes a workflow's module, and every module it imports that
     is not passed through, for each workflow run: for a job, ~1,300 lines of class
     definitions and their ``@workflow.defn`` inspection, 6.7 ms of CPU per run against
-    0.2 ms passed through. What the sandbox still checks: the pure core's and the SDK's
-    own modules are passed through as before, and every recorded history also replays on
-    the SDK's strict sandbox, which re-executes the workflow modules under its
-    restrictions (tests/workflows/test_worker_sandbox.py)."""
+    0.2 ms passed through. Still checked: the sandbox's runtime restrictions; and every
+    recorded history also replays on the SDK's strict sandbox, which executes the
+    workflow modules again under its import restrictions, beside a static check of the
+    workflow modules' calls (tests/workflows/test_worker_sandbox.py)."""
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
     if FleetqSandboxRunner is None:
         return SandboxedWorkflowRunner(restrictions=restrictions)
