@@ -38,6 +38,7 @@ from bench.common import result_line, run_main
 from bench.sim_scale import KUEUE_TOPOLOGY
 from bench.trace import (
     Options,
+    PlannedJob,
     TraceBenchError,
     check_replayable,
     leaf_min_cpu,
@@ -47,6 +48,7 @@ from bench.trace import (
     run_real,
     simulate,
 )
+from fleetq.job_view import JobView
 from fleetq.preemption import GRACE_ANNOTATION
 from fleetq.simulator.kueue import trace_from_generator
 from fleetq.simulator.series import stats
@@ -141,6 +143,9 @@ class Side:
     #: admission written down, as Kueue's recorder times the Workload's ``Admitted``
     #: condition (``admission`` is when the job's own workflow took the grant)
     granted: dict[str, list[float]] = field(default_factory=dict)
+    #: fleetq: class -> step -> each job's seconds on that step of its way to the grant
+    #: (``grant_path``)
+    grant_path: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # process -> CPU seconds
     notes: list[str] = field(default_factory=list)
 
@@ -269,11 +274,41 @@ async def run_fleetq(config: dict[str, Any], timeout: float, say: Any) -> Side:
         if grants := holdings.granted.get(job.workflow_id):
             side.granted.setdefault(job.job_class, []).append(
                 max(grants) - (real.wall0 + job.offset))
+    side.grant_path = grant_path(plan, real.views, real.submitted, real.wall0,
+                                 holdings.granted)
     side.cpu["worker (this process)"] = real.phase.cpu
     side.cpu.update(real.phase.other_cpu)
     if states.get("Succeeded", 0) != len(plan):
         side.notes.append(f"job states {states}")
     return side
+
+
+#: the steps of a job's way to its first grant, in order (``grant_path``)
+GRANT_STEPS = ("trace time -> start call", "start call -> enqueued", "enqueued -> grant")
+
+
+def grant_path(plan: Sequence[PlannedJob], views: dict[str, JobView],
+               submitted: dict[str, float], wall0: float,
+               granted: dict[str, list[float]]) -> dict[str, dict[str, list[float]]]:
+    """Where each job's time to its first grant went, by class: the bench's own lag
+    (its trace time to the start call), the job's start until its enqueue (workflow
+    start, policy resolution, the enqueue's marker: its first ``Queued`` event), and the
+    quota workflow's side (the enqueue to the grant: waiting for quota and, for a
+    preemptor, its victims' round trip). Jobs without a start call, a ``Queued`` event
+    or a grant are left out of the steps they lack."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for job in plan:
+        steps = out.setdefault(job.job_class, {})
+        start = submitted.get(job.workflow_id)
+        view = views.get(job.workflow_id)
+        queued = next((e.time.timestamp() for e in view.events if e.reason == "Queued"),
+                      None) if view is not None else None
+        grant = min(granted.get(job.workflow_id) or [math.nan])
+        for step, a, b in zip(GRANT_STEPS, (wall0 + job.offset, start, queued),
+                              (start, queued, grant), strict=True):
+            if a is not None and b is not None and not math.isnan(b):
+                steps.setdefault(step, []).append(b - a)
+    return out
 
 
 def peak_held(changes: Sequence[tuple[float, float]]) -> float:
@@ -343,6 +378,14 @@ def print_report(kueue: Side, fleetq: Side, scale: Scale, source: str,
     width = max(len(r[0]) for r in rows)
     for r in rows:
         print(f"{r[0]:<{width}}  {r[1]:>12}  {r[2]:>12}  {r[3]:>14}")
+    if fleetq.grant_path:
+        print("fleetq, the way to the first grant (mean / p99 s):")
+        for c in sorted(fleetq.grant_path):
+            parts = []
+            for step in GRANT_STEPS:
+                st = stats(fleetq.grant_path[c].get(step, []))
+                parts.append(f"{step} {_f(st['mean'])} / {_f(st['p99'])}")
+            print(f"  {c}: " + "; ".join(parts))
     for side in (kueue, fleetq):
         if side.cpu:
             print(f"{side.name} CPU: " + ", ".join(f"{k} {v:.1f} s" for k, v in side.cpu.items()))

@@ -165,3 +165,36 @@ def test_a_few_dozen_workloads_through_kueue_and_fleetq_side_by_side(
     assert (tmp_path / "kueue" / "generator.yaml").is_file()
     last = out.strip().splitlines()[-1]
     assert re.match(r"^RESULT kueueusage \d+\.\d\d \(target 0\.9\)$", last), last
+
+
+def test_the_way_to_a_grant_is_split_into_the_bench_the_job_and_the_quota_workflow() -> None:
+    """Each job's time to its first grant is cut at its start call and its first
+    ``Queued`` event; a job the quota workflow never granted has no last step."""
+    from datetime import UTC, datetime
+
+    from bench.kueue import GRANT_STEPS, grant_path
+    from bench.trace import PlannedJob
+    from fleetq.job_view import JobEvent, JobView
+
+    def at(t: float) -> datetime:
+        return datetime.fromtimestamp(t, UTC)
+
+    plan = [PlannedJob(0, "ns", "big", "large", 2.0, 20.0, 20.0),
+            PlannedJob(1, "ns", "tiny", "small", 3.0, 4.0, 1.0)]
+    views = {
+        plan[0].workflow_id: JobView(namespace="ns", name="big", state="Running", events=[
+            JobEvent(reason="Queued", message="enqueued", time=at(1002.5)),
+            JobEvent(reason="Queued", message="enqueued again", time=at(1010.0))]),
+        plan[1].workflow_id: JobView(namespace="ns", name="tiny", state="Queued", events=[
+            JobEvent(reason="Queued", message="enqueued", time=at(1003.4))]),
+    }
+    submitted = {plan[0].workflow_id: 1002.25, plan[1].workflow_id: 1003.0}
+    granted = {plan[0].workflow_id: [1011.0, 1003.5]}  # preempted once, granted again
+    path = grant_path(plan, views, submitted, 1000.0, granted)
+    first, start, quota = GRANT_STEPS
+    assert path["large"][first] == pytest.approx([0.25])
+    assert path["large"][start] == pytest.approx([0.25])
+    assert path["large"][quota] == pytest.approx([1.0])  # first Queued to first grant
+    assert path["small"][first] == pytest.approx([0.0])
+    assert path["small"][start] == pytest.approx([0.4])
+    assert quota not in path["small"]
