@@ -249,7 +249,8 @@ def test_max_jobs_one_serialises_queued_jobs_on_real_members(
 ) -> None:
     """The walkthrough's leaf child-2 admits one job at a time (kube-queue/max-jobs: 1):
     of two queued jobs the second is admitted only once the first has finished on its
-    real member."""
+    real member. Which one goes first is whichever enqueue reaches the quota workflow
+    first: both are applied at once, and a job that finds room is admitted at once."""
     import time
 
     import yaml
@@ -279,13 +280,19 @@ def test_max_jobs_one_serialises_queued_jobs_on_real_members(
             a = await get_job(client, "default", "serial-a")
             b = await get_job(client, "default", "serial-b")
             assert a is not None and b is not None
-            if a.state == "Running":
-                assert b.state == "Queued", (b.state, b.reason)
+            for one, other in ((a, b), (b, a)):
+                if one.state == "Running":  # the other waits, or has finished before
+                    assert other.state in ("Queued", "Succeeded"), (other.state, other.reason)
             if a.state == "Succeeded" and b.state == "Succeeded":
                 return a, b
             assert time.monotonic() < deadline, (a.state, b.state)
             await asyncio.sleep(0.2)
 
     a, b = asyncio.run(scenario())
-    (admitted_b,) = [e.time for e in b.events if e.reason == "Admitted"]
-    assert a.finished_at is not None and admitted_b >= a.finished_at
+
+    def admitted(view: Any) -> Any:
+        (at,) = [e.time for e in view.events if e.reason == "Admitted"]
+        return at
+
+    first, second = sorted((a, b), key=admitted)
+    assert first.finished_at is not None and admitted(second) >= first.finished_at
