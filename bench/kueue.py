@@ -294,16 +294,21 @@ def grant_path(plan: Sequence[PlannedJob], views: dict[str, JobView],
     (its trace time to the start call), the job's start until its enqueue (workflow
     start, policy resolution, the enqueue's marker: its first ``Queued`` event), and the
     quota workflow's side (the enqueue to the grant: waiting for quota and, for a
-    preemptor, its victims' round trip). Jobs without a start call, a ``Queued`` event
-    or a grant are left out of the steps they lack."""
+    preemptor, its victims' round trip). A job admitted in its enqueue's reply shows no
+    ``Queued`` event before its grant: its enqueue is the grant (a last step of 0). Jobs
+    without a start call or a grant are left out of the steps they lack."""
     out: dict[str, dict[str, list[float]]] = {}
     for job in plan:
         steps = out.setdefault(job.job_class, {})
         start = submitted.get(job.workflow_id)
         view = views.get(job.workflow_id)
-        queued = next((e.time.timestamp() for e in view.events if e.reason == "Queued"),
-                      None) if view is not None else None
         grant = min(granted.get(job.workflow_id) or [math.nan])
+        until = math.inf if math.isnan(grant) else grant
+        queued: float | None = next(
+            (t for e in (view.events if view is not None else [])
+             if e.reason == "Queued" and (t := e.time.timestamp()) <= until), None)
+        if queued is None and not math.isnan(grant):
+            queued = grant  # admitted in the enqueue's reply
         for step, a, b in zip(GRANT_STEPS, (wall0 + job.offset, start, queued),
                               (start, queued, grant), strict=True):
             if a is not None and b is not None and not math.isnan(b):

@@ -169,7 +169,9 @@ def test_a_few_dozen_workloads_through_kueue_and_fleetq_side_by_side(
 
 def test_the_way_to_a_grant_is_split_into_the_bench_the_job_and_the_quota_workflow() -> None:
     """Each job's time to its first grant is cut at its start call and its first
-    ``Queued`` event; a job the quota workflow never granted has no last step."""
+    ``Queued`` event; a job granted in its enqueue's reply (no ``Queued`` before the
+    grant, only after a later preemption) has a last step of 0; a job the quota workflow
+    never granted has no last step."""
     from datetime import UTC, datetime
 
     from bench.kueue import GRANT_STEPS, grant_path
@@ -180,7 +182,8 @@ def test_the_way_to_a_grant_is_split_into_the_bench_the_job_and_the_quota_workfl
         return datetime.fromtimestamp(t, UTC)
 
     plan = [PlannedJob(0, "ns", "big", "large", 2.0, 20.0, 20.0),
-            PlannedJob(1, "ns", "tiny", "small", 3.0, 4.0, 1.0)]
+            PlannedJob(1, "ns", "tiny", "small", 3.0, 4.0, 1.0),
+            PlannedJob(2, "ns", "mid", "medium", 1.0, 10.0, 4.0)]
     views = {
         plan[0].workflow_id: JobView(namespace="ns", name="big", state="Running", events=[
             JobEvent(reason="Queued", message="enqueued", time=at(1002.5)),
@@ -188,8 +191,13 @@ def test_the_way_to_a_grant_is_split_into_the_bench_the_job_and_the_quota_workfl
         plan[1].workflow_id: JobView(namespace="ns", name="tiny", state="Queued", events=[
             JobEvent(reason="Queued", message="enqueued", time=at(1003.4))]),
     }
-    submitted = {plan[0].workflow_id: 1002.25, plan[1].workflow_id: 1003.0}
-    granted = {plan[0].workflow_id: [1011.0, 1003.5]}  # preempted once, granted again
+    views[plan[2].workflow_id] = JobView(namespace="ns", name="mid", state="Running", events=[
+        JobEvent(reason="Admitted", message="admitted", time=at(1001.3)),
+        JobEvent(reason="Queued", message="enqueued after preemption", time=at(1050.0))])
+    submitted = {plan[0].workflow_id: 1002.25, plan[1].workflow_id: 1003.0,
+                 plan[2].workflow_id: 1001.0}
+    granted = {plan[0].workflow_id: [1011.0, 1003.5],  # preempted once, granted again
+               plan[2].workflow_id: [1001.2, 1060.0]}  # granted in its enqueue's reply
     path = grant_path(plan, views, submitted, 1000.0, granted)
     first, start, quota = GRANT_STEPS
     assert path["large"][first] == pytest.approx([0.25])
@@ -198,3 +206,5 @@ def test_the_way_to_a_grant_is_split_into_the_bench_the_job_and_the_quota_workfl
     assert path["small"][first] == pytest.approx([0.0])
     assert path["small"][start] == pytest.approx([0.4])
     assert quota not in path["small"]
+    assert path["medium"][start] == pytest.approx([0.2])
+    assert path["medium"][quota] == pytest.approx([0.0])
