@@ -17,6 +17,7 @@ from typer.testing import CliRunner, Result
 from activities.fleet import Fleet
 from activities.scheduling import SchedulingActivities
 from fleetq.cli import app
+from fleetq.client.connection import until_polled
 from fleetq.emulator.fleet import EmulatedFleet
 from tests.conftest import namespace_client
 from worker import build_worker
@@ -57,6 +58,7 @@ async def cli_fleet(dev_env: WorkflowEnvironment,
     }
     try:
         async with worker:
+            await until_polled(client)  # both task queues, the control one from its thread
             yield CliFleet(emulated, env, CliRunner())
     finally:
         fleet.close()

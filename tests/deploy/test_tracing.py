@@ -41,6 +41,7 @@ from fleetq.client.connection import (
     connect,
     setup_tracing,
     temporal_cli_path,
+    until_polled,
 )
 from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.naming import job_workflow_id
@@ -86,6 +87,7 @@ async def traced_fleet(spans: InMemorySpanExporter, traced_env: None
     worker = build_worker(client, SchedulingActivities(client, fleet, search_attributes=True))
     try:
         async with worker:
+            await until_polled(client)  # both task queues, the control one from its thread
             yield env, emulated
     finally:
         fleet.close()
