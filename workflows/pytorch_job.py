@@ -27,12 +27,6 @@ from workflows.job_effects import read_input, search_attributes_at_start
 from workflows.job_watching import JobWatching
 
 with workflow.unsafe.imports_passed_through():
-    # PLY (under jsonpath-ng, statePreservation's rules) looks its modules up in
-    # sys.modules: loaded here, found there through worker.SANDBOX_PASSTHROUGH
-    import jsonpath_ng._ply_tables.ext_lexer_table  # noqa: F401
-    import jsonpath_ng.ext.parser  # noqa: F401
-    import jsonpath_ng.lexer  # noqa: F401
-
     from fleetq import job_machine, job_phases, lifecycle
     from fleetq.admission import Grant
     from fleetq.job_input import JobInput
