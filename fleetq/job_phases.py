@@ -252,11 +252,15 @@ def requeue(give: QuotaSignal, request: AdmissionRequest) -> QuotaSignal:
     return QuotaSignal(tree_workflow_id=give.tree_workflow_id, signal="requeue", request=request)
 
 
+def capacity_preemption(signal: PreemptSignal | None) -> bool:
+    """A ``preempt`` signal for room on a member (a capacity preemption), not for quota."""
+    return signal is not None and signal.reason == PreemptionReason.CAPACITY.value
+
+
 def holding(progress: JobProgress, signal: PreemptSignal, *, granted: bool) -> bool:
     """Whether a ``preempt`` signal finds the job holding what it is preempted for: its
     grant, or (a capacity preemption) its bound copy under a policy without quota."""
-    capacity = signal.reason == PreemptionReason.CAPACITY.value
-    return granted or (capacity and progress.view.cluster is not None)
+    return granted or (capacity_preemption(signal) and progress.view.cluster is not None)
 
 
 # ---------------------------------------------------------------------- placing

@@ -41,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from fleetq.models import Gang, PropagationPolicy, PyTorchJob
     from fleetq.naming import SA_CLUSTER, SA_JOB, SA_NAMESPACE, SA_PRIORITY, SA_QUEUE, SA_STATE
-    from fleetq.preemption import PreemptionReason
     from workflows import metrics
     from workflows.errors import invalid_input
 
@@ -242,7 +241,7 @@ class JobEffects:
     async def _wake_preemptor(self, signal: PreemptSignal | None) -> None:
         """A capacity victim that has stopped wakes its preemptor (``retry_placement``),
         so it places now instead of after a backoff."""
-        if signal is None or signal.reason != PreemptionReason.CAPACITY.value:
+        if signal is None or not job_phases.capacity_preemption(signal):
             return
         with contextlib.suppress(Exception):  # the preemptor is gone: nobody to wake
             await workflow.get_external_workflow_handle(signal.preemptor).signal(

@@ -35,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.messages import AdmissibilitySignal, JobRef, JobView, PreemptSignal
     from fleetq.models import Gang, gang_of
     from fleetq.naming import job_workflow_id
-    from fleetq.preemption import PreemptionReason
     from workflows.errors import cancelled_by_delete, invalid_input
 
 #: continue-as-new once a run's history passes this many events (bench/history.py reads it)
@@ -188,8 +187,8 @@ class PyTorchJobWorkflow(JobWatching):
         # of a purged copy ends by itself (it sees the copy go) and is let end after, not
         # waited for first (an activity completion and a workflow task more on the
         # preemptor's path)
-        local = signal is None or signal.reason != PreemptionReason.CAPACITY.value
-        await self._purge_all("purge on preemption", settle=False, local=local)
+        await self._purge_all("purge on preemption", settle=False,
+                              local=not job_phases.capacity_preemption(signal))
         await self._wake_preemptor(signal)
         self._announce(lifecycle.requeue_after_preemption(self._p))
         await self._requeue_quota()
