@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -368,7 +368,8 @@ class SchedulingActivities:
         claims = self._live_claims()
         others = [c for c in claims if c.preemptor != inp.job_id]
         if others:
-            snapshots = with_claims(snapshots, others)
+            snapshots = with_claims(snapshots, others,
+                                    self._running_gangs({c.cluster for c in others}))
         gang = inp.gang.to_gang()
         decision = place_gang(
             gang,
@@ -401,9 +402,9 @@ class SchedulingActivities:
         )
         if inp.job_id:
             self._park(inp.job_id, eligible if decision.never is not None else None)
-        if len(others) < len(claims) and (
-            verdict.candidates or (inp.planned is None and not inp.capacity_preemption)
-        ):  # placed now, or its plan is over: the room is anyone's
+        if len(others) < len(claims) and not verdict.candidates and (
+            inp.planned is None and not inp.capacity_preemption
+        ):  # its plan is over: the room is anyone's (once it fits, its bind releases it)
             self._room.release(inp.job_id)
         if inp.planned is not None or inp.capacity_preemption:
             room = [
@@ -491,7 +492,20 @@ class SchedulingActivities:
             raise ApplicationError(str(exc), type="ApiError", non_retryable=True) from None
         if inp.watch is not None:
             result.status = self._first_watch(inp)
+        if inp.release_room:
+            self._release_room()
         return result
+
+    def _release_room(self) -> None:
+        """The job's copy is bound: the room a capacity preemption made for it is its
+        own now (its pods count in the snapshots as they bind; until then the claim,
+        less those pods, keeps it). A registry that does not answer leaves the claim to
+        expire; the bind has landed either way."""
+        job_id = activity.info().workflow_id or ""
+        try:
+            self._room.release(job_id)
+        except (RPCError, WorkflowUpdateFailedError, RuntimeError) as exc:
+            log.warning("room claim of %s not released (it expires): %s", job_id, exc)
 
     def _first_watch(self, inp: BindInput) -> JobStatus | None:
         """The bound copy's first watch (``BindInput.watch``); None when it is cut short

@@ -325,7 +325,8 @@ def bind_input(progress: JobProgress, cand: Candidate, *, job: JobRef, inp: JobI
         watch = FirstWatch(since=lifecycle.FIRST_WATCH_SINCE,
                            timeout_seconds=lifecycle.SA_SETTLE_SECONDS,
                            cluster_tolerations=cluster_tolerations(policy))
-    return BindInput(cluster=cand.cluster, request=request, reserve=reserve, watch=watch)
+    return BindInput(cluster=cand.cluster, request=request, reserve=reserve, watch=watch,
+                     release_room=progress.capacity is not None)
 
 
 def cluster_tolerations(policy: PropagationPolicy) -> list[dict[str, Any]]:

@@ -365,6 +365,9 @@ class BindInput(BaseModel):
     reserve: ReserveRequest | None = None
     #: then watch the copy (None: return once bound)
     watch: FirstWatch | None = None
+    #: the job carried out a capacity preemption: once bound, release the room claimed
+    #: for it (``fleetq.room_claims``)
+    release_room: bool = False
 
 
 class WatchInput(BaseModel):

@@ -1,12 +1,13 @@
 """Room a capacity preemption made for its preemptor, held for it fleet-wide (pure).
 
-A plan evicts lower-priority gangs from one cluster; until the preemptor is placed (or
-its claim expires: longest victim grace + margin), every placement of another job sees
-the pods the preemptor will take there as taken, so a victim queued again is not put
-back into the room it was evicted from. The claims are durable state of the fleet
-registry workflow (``RegistryState.room_claims``), read by every worker's placement
-activity; this module is their logic: making a claim, expiry, and applying claims to
-snapshots.
+A plan evicts lower-priority gangs from one cluster; until the preemptor's copy is bound
+(or its claim expires: longest victim grace + margin), every placement of another job
+sees the pods the preemptor will take there as taken, so a victim queued again is not put
+back into the room it was evicted from. Pods of the preemptor already on the claimed
+nodes are not counted twice: the claim holds only what they do not take yet. The claims
+are durable state of the fleet registry workflow (``RegistryState.room_claims``), read by
+every worker's placement activity; this module is their logic: making a claim, expiry,
+and applying claims to snapshots.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from pydantic import BaseModel, Field
 from fleetq import resources as R
 from fleetq.capacity import ClusterSnapshot
 from fleetq.models import Gang
+from fleetq.preemption import RunningGang
 
-__all__ = ["NodeClaim", "RoomClaim", "RoomClaims", "claim_of", "with_claims"]
+__all__ = ["NodeClaim", "RoomClaim", "RoomClaims", "claim_of", "unclaimed_part", "with_claims"]
 
 
 class NodeClaim(BaseModel):
@@ -84,13 +86,38 @@ def claim_of(preemptor: str, gang: Gang, cluster: str, assignment: dict[str, str
                      bound_seconds=bound_seconds)
 
 
-def with_claims(snapshots: Sequence[ClusterSnapshot], claims: Iterable[RoomClaim]
-                ) -> list[ClusterSnapshot]:
+def unclaimed_part(claim: RoomClaim, running: Iterable[RunningGang]) -> RoomClaim:
+    """``claim`` less what its preemptor's pods already running on the claimed nodes
+    take (floored at nothing): their room is in the snapshot already."""
+    taken: dict[str, NodeClaim] = {}
+    for gang in running:
+        if gang.job_id != claim.preemptor or gang.cluster != claim.cluster:
+            continue
+        for pod in gang.pods:
+            if pod.node in claim.nodes:
+                held = taken.get(pod.node) or NodeClaim()
+                taken[pod.node] = NodeClaim(requests=R.add(held.requests, pod.requests),
+                                            pods=held.pods + 1)
+    if not taken:
+        return claim
+    nodes = {}
+    for node, held in claim.nodes.items():
+        own = taken.get(node) or NodeClaim()
+        left = {k: v for k, v in R.sub(held.requests, own.requests).items() if v > 0}
+        pods = max(0, held.pods - own.pods)
+        if left or pods:
+            nodes[node] = NodeClaim(requests=left, pods=pods)
+    return claim.model_copy(update={"nodes": nodes})
+
+
+def with_claims(snapshots: Sequence[ClusterSnapshot], claims: Iterable[RoomClaim],
+                running: Sequence[RunningGang] = ()) -> list[ClusterSnapshot]:
     """``snapshots`` with the claimed room taken (fresh snapshot objects, with their own
-    ``resource_version``, only for the clusters a claim is on)."""
+    ``resource_version``, only for the clusters a claim is on); ``running``: the fleet's
+    gangs on those clusters, so a preemptor's pods already there count once."""
     by_cluster: dict[str, list[RoomClaim]] = {}
     for c in claims:
-        by_cluster.setdefault(c.cluster, []).append(c)
+        by_cluster.setdefault(c.cluster, []).append(unclaimed_part(c, running))
     out: list[ClusterSnapshot] = []
     for snap in snapshots:
         mine = by_cluster.get(snap.name)

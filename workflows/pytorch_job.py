@@ -182,16 +182,16 @@ class PyTorchJobWorkflow(JobWatching):
         purge every copy, then give the quota back and queue again with the original
         submit time; the preemptor is admitted once the quota workflow has it back."""
         signal = self._p.preempt
-        # the quota goes back as soon as the copies are gone: for a quota preemption in
-        # this workflow task, the purge a local activity (docs/decisions/019); the watch
-        # of a purged copy ends by itself (it sees the copy go) and is let end after, not
-        # waited for first (an activity completion and a workflow task more on the
-        # preemptor's path)
-        await self._purge_all("purge on preemption", settle=False,
-                              local=not job_phases.capacity_preemption(signal))
-        await self._wake_preemptor(signal)
+        # the quota goes back as soon as the copies are gone: in this workflow task, the
+        # purge a local activity (docs/decisions/019); the watch of a purged copy ends by
+        # itself (it sees the copy go) and is let end after, not waited for first (an
+        # activity completion and a workflow task more on the preemptor's path)
+        await self._purge_all("purge on preemption", settle=False, local=True)
+        # a capacity preemptor is woken in the same task (not waited for first)
+        woken = asyncio.create_task(self._wake_preemptor(signal))
         self._announce(lifecycle.requeue_after_preemption(self._p))
         await self._requeue_quota()
+        await woken
         await self._settle_watches()
 
     # ================================================================== endings

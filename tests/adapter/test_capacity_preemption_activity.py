@@ -2,7 +2,8 @@
 jobs run on a member, at what priority and whether they may be preempted, from the
 pods alone (on the emulator and on a real API server alike); the placement activity
 plans exactly one cluster only when the tree allows it and nothing fits, reports which
-planned victims are still there, and keeps the room it made for its preemptor."""
+planned victims are still there, and keeps the room it made for its preemptor until
+its plan is over or its copy is bound."""
 
 from __future__ import annotations
 
@@ -151,7 +152,11 @@ def test_the_planned_victims_left_and_the_room_kept_for_the_preemptor() -> None:
     mine = acts.plan_placement(_input("hi/job", planned=planned))
     assert [c.cluster for c in mine.candidates] == [plan.cluster]
     assert mine.victims_left == []
-    # placed: the claim is over, the room is anyone's
+    # room found, the copy not yet bound: the room is still the preemptor's (its bind
+    # releases the claim: tests/workflows/test_room_claims_two_workers.py)
+    assert acts.plan_placement(_input("lo/again", priority=10)).candidates == []
+    # its plan over without a bind (the next round asks for neither): anyone's again
+    assert acts.plan_placement(_input("hi/job", cpu=1500)).candidates == []
     assert [c.cluster for c in acts.plan_placement(_input("lo/again", priority=10)).candidates
             ] == [plan.cluster]
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from temporalio import activity
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.runtime import MetricBuffer
 from temporalio.service import RPCError
@@ -40,6 +41,7 @@ from fleetq.messages import (
 )
 from fleetq.naming import job_workflow_id
 from fleetq.testing.fake_fleet import ClusterScript, FakeFleet
+from fleetq.testing.history import local_activity_type
 from tests.workflows.fakes import (
     counted,
     load,
@@ -68,6 +70,7 @@ class CapacityFleet(FakeFleet):
     room_for: str | None = None
     purged: set[str] = field(default_factory=set)
     inputs: list[PlacementInput] = field(default_factory=list)
+    binds: list[BindInput] = field(default_factory=list)
 
     @activity.defn(name="plan_placement")
     async def plan_placement(self, inp: PlacementInput) -> PlacementVerdict:
@@ -99,6 +102,7 @@ class CapacityFleet(FakeFleet):
 
     @activity.defn(name="bind")
     async def bind(self, inp: BindInput) -> BindResult:
+        self.binds.append(inp)
         if inp.request.job.ref == self.room_for:
             self.room_for = None
         return await FakeFleet.bind(self, inp)
@@ -247,6 +251,16 @@ async def test_the_preemptor_stops_one_victim_waits_for_it_and_takes_its_room(
                if e.HasField("workflow_execution_signaled_event_attributes")]
     assert "retry_placement" in signals
     assert cenv.counted("fleetq_preemptions", "reason") == {"Capacity": 1}
+    # the victim purged as a local activity and gave its quota back in the same workflow
+    # task (docs/decisions/019); the preemptor's bind releases the room claimed for it
+    events = (await low.fetch_history()).events
+    purged = max(i for i, e in enumerate(events) if local_activity_type(e) == "purge")
+    requeued = next(i for i, e in enumerate(events)
+                    if i > purged and local_activity_type(e) is not None)
+    assert local_activity_type(events[requeued]) == "signal_quota"
+    between = [EventType.Name(e.event_type) for e in events[purged:requeued]]
+    assert "EVENT_TYPE_WORKFLOW_TASK_COMPLETED" not in between, between
+    assert [b.release_room for b in fleet.binds if b.request.job.name == "high"] == [True]
 
     # the victim runs again once there is room, and completes
     fleet.job("cluster-a", "high").set("Healthy", "Succeeded")
@@ -257,6 +271,8 @@ async def test_the_preemptor_stops_one_victim_waits_for_it_and_takes_its_room(
     low_end = JobView.model_validate(await low.result())
     assert low_end.state == "Succeeded"
     assert sum(e.count for e in low_end.events if e.reason == "Admitted") == 2
+    # (a bind of a job that preempted nobody has no room to release)
+    assert [b.release_room for b in fleet.binds if b.request.job.name == "low"][0] is False
 
 
 async def test_a_plan_that_makes_no_room_in_time_is_dropped_and_not_made_again(

@@ -1,20 +1,31 @@
 """Capacity preemptions' room claims hold across workers (issue 25 item 4): the plan is
 made on worker A, the evicted victim is placed again on worker B (its own memory, the
 same fleet registry workflow), and B keeps it out of the room made for the preemptor
-until the preemptor is placed; the claim survives the registry's continue-as-new."""
+until the preemptor's copy is bound, not merely found room for (the bind releases the
+claim); the claim survives the registry's continue-as-new."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from temporalio.client import WorkflowHandle
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities.scheduling import SchedulingActivities
 from fleetq.capacity import ClusterSnapshot, NodeCapacity
-from fleetq.messages import CapacityPlanned, GangShape, PlacementInput, PodGroupShape
+from fleetq.messages import (
+    BindInput,
+    BindRequest,
+    BindResult,
+    CapacityPlanned,
+    GangShape,
+    JobRef,
+    PlacementInput,
+    PodGroupShape,
+)
 from fleetq.naming import REGISTRY_WORKFLOW_ID
 from fleetq.preemption import PREEMPTION_ANNOTATION, RunningGang, RunningPod
 from fleetq.registry import RegistryState
@@ -45,6 +56,15 @@ class MemberView:
 
     def snapshots(self, names: Iterable[str]) -> list[ClusterSnapshot]:
         return [self.snap for n in names if n == MEMBER]
+
+    def get(self, name: str) -> MemberView:
+        assert name == MEMBER
+        return self
+
+    def bind(self, req: BindRequest) -> BindResult:
+        """The member write: the copy is made (its pods bind later, ``show``)."""
+        self.bound = req.job
+        return BindResult(created=True, uid="uid-1")
 
 
 def worker(env: WorkflowEnvironment, view: MemberView) -> SchedulingActivities:
@@ -99,11 +119,28 @@ async def test_a_victim_placed_on_another_worker_stays_out_of_the_claimed_room(
         assert again.candidates == [], "the victim went back into the preemptor's room"
         assert "cpu" in again.reason()
 
-        # the preemptor is placed (on worker A): the room is anyone's again
+        # the preemptor finds its room (on worker A): found, not yet bound, the room is
+        # still its own, so the victim placed meanwhile on B is still kept out of it
         placed = await asyncio.to_thread(a.plan_placement, ask(
             "pytorchjob/hi/job", 1000,
             planned=CapacityPlanned(cluster=plan.cluster, victims=plan.victims)))
         assert [c.cluster for c in placed.candidates] == [MEMBER]
+        assert [c.preemptor for c in await claims(handle)] == ["pytorchjob/hi/job"]
+        meanwhile = await asyncio.to_thread(b.plan_placement, ask(victim.job_id, 10))
+        assert meanwhile.candidates == [], "the victim took the room before the preemptor bound"
+
+        # the preemptor's bind (worker A) makes its copy, then releases the claim
+        env = ActivityEnvironment()
+        env.info = dataclasses.replace(env.info, workflow_id="pytorchjob/hi/job")
+        job = JobRef(namespace="hi", name="job", workflow_id="pytorchjob/hi/job")
+        bound = await asyncio.to_thread(env.run, a.bind, BindInput(
+            cluster=MEMBER, release_room=True, request=BindRequest(job=job, manifest={})))
+        assert bound.created and view_a.bound.name == "job"
         assert await claims(handle) == []
+        # its pods bound: no room for the victim; once they are gone, the room is anyone's
+        view_b.show([*still, "pytorchjob/hi/job"])
+        full = await asyncio.to_thread(b.plan_placement, ask(victim.job_id, 10))
+        assert full.candidates == []
+        view_b.show(still)
         free = await asyncio.to_thread(b.plan_placement, ask(victim.job_id, 10))
         assert [c.cluster for c in free.candidates] == [MEMBER]
