@@ -250,6 +250,8 @@ class CapacityCache:
         #: phase, message),
         #: kept after the member deletes them (ttlSecondsAfterFinished), bounded
         self._finished: OrderedDict[tuple[str, str], tuple[str, str, str]] = OrderedDict()
+        #: every PyTorchJob the member holds now (namespace, name), any owner
+        self._jobs: set[tuple[str, str]] = set()
         self._subs_lock = threading.Lock()
         self.failover = failover or TaintSettings()
         #: the last probe's verdict ("Unknown"/"False" with a one-line reason)
@@ -512,6 +514,10 @@ class CapacityCache:
     def _apply_jobs(self, etype: str, obj: Mapping[str, Any]) -> bool:
         meta = meta_of(obj)
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if etype == "DELETED":
+            self._jobs.discard(key)
+        else:
+            self._jobs.add(key)
         phase, message = job_phase(obj)
         if phase in TERMINATED:
             owner = copy_key(meta.get("labels") or {})  # owner, and submission if any
@@ -521,6 +527,14 @@ class CapacityCache:
                 self._finished.popitem(last=False)
         self._notify(*key)
         return False
+
+    def holds_no_job(self, namespace: str, name: str) -> bool:
+        """Whether the jobs watch vouches that the member holds no PyTorchJob
+        ``namespace/name`` (listed, connected, none seen); False when it holds one or
+        the cache cannot say. The answer trails the member by the watch's latency."""
+        with self._lock:
+            return ("jobs" in self._synced and "jobs" not in self._broken_since
+                    and (namespace, name) not in self._jobs)
 
     def finished_job(self, namespace: str, name: str, owner: str) -> tuple[str, str] | None:
         """``(phase, message)`` if this cache saw the job (the copy of this owner and
@@ -542,6 +556,7 @@ class CapacityCache:
                 self._nodes_changed()
             return changed
         if kind == "jobs":
+            self._jobs = set()
             for obj in items:
                 self._apply_jobs("ADDED", obj)
             return False

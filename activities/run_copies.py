@@ -6,7 +6,9 @@ is deleted. Once a bind succeeds, :func:`purge_earlier_runs` asks every other me
 once, best-effort, to delete what earlier runs left (same ``fleetq.io/owner``, another
 ``fleetq.io/run-id``): one GET each with no retries and a short timeout, the whole pass
 bounded by ``bound_s``, so an unreachable member never holds the bind (``fleetq delete``
-still purges by owner). Deletes are idempotent, so a retried activity is harmless.
+still purges by owner). A member whose capacity cache vouches that it holds no
+PyTorchJob of that name (the common case: a first submission) is not asked at all.
+Deletes are idempotent, so a retried activity is harmless.
 """
 
 from __future__ import annotations
@@ -49,11 +51,14 @@ def purge_earlier_runs(
     """Purge earlier runs' copies of ``job`` from every member but ``bound_on`` (whose
     bind replaced its own); what each member that answered in time deleted. Never
     raises for a member: one that is slow or unreachable is left for ``fleetq delete``."""
+    if not job.run_id:
+        return {}
     others = {
         name: m for name, m in members.items()
         if name != bound_on and isinstance(m, KubernetesMemberCluster)
+        and not m.cache.holds_no_job(job.namespace, job.name)
     }
-    if not job.run_id or not others:
+    if not others:
         return {}
     pool = ThreadPoolExecutor(max_workers=min(16, len(others)),
                               thread_name_prefix="fleetq-run-copies")

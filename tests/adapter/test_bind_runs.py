@@ -310,3 +310,44 @@ def test_an_unreachable_member_does_not_hold_the_bind_and_delete_still_purges_it
 
     ma.purge(base)  # what the delete's purge does on every member
     eventually(gone_from(ma, first), timeout_s=30)
+
+
+def test_a_first_submission_asks_no_other_member_and_a_copy_there_is_still_purged(
+    fleet: Fleet, names: dict[str, str], job_factory: Callable[..., JobRef]
+) -> None:
+    """The bind asks another member about earlier runs only when that member's capacity
+    cache cannot vouch it holds no PyTorchJob of the name: a first submission's bind
+    reads no other member, while a copy the cache has seen there is still found and
+    purged (read on the member)."""
+    a, b = names["a"], names["b"]
+    ma, mb = member(fleet, a), member(fleet, b)
+    acts = SchedulingActivities(None, fleet)
+    asked: list[str] = []
+    real = ma.purge_earlier_runs
+
+    def spy(job: JobRef, read_s: float | None = None) -> list[str]:
+        asked.append(job.name)
+        return real(job, read_s=read_s)
+
+    ma.purge_earlier_runs = spy  # type: ignore[method-assign]
+    try:
+        fresh = submission(job_factory("fresh"), RUN_1)
+        eventually(lambda: ma.cache.holds_no_job(fresh.namespace, fresh.name), timeout_s=20)
+        assert acts.bind(BindInput(cluster=b, request=BindRequest(
+            job=fresh, manifest=manifest(fresh), run_seconds=30))).created
+        assert asked == []
+        assert copy_of(ma, fresh) is None and copy_of(mb, fresh) is not None
+
+        base = job_factory("seen")
+        first, second = submission(base, RUN_1), submission(base, RUN_2)
+        ma.bind(BindRequest(job=first, manifest=manifest(first), run_seconds=1))
+        eventually(lambda: not ma.cache.holds_no_job(first.namespace, first.name),
+                   timeout_s=20)
+        assert acts.bind(BindInput(cluster=b, request=BindRequest(
+            job=second, manifest=manifest(second), run_seconds=30))).created
+        assert asked == [base.name]
+        eventually(gone_from(ma, first), timeout_s=30)
+        # gone from the member, gone from its cache: the name is free there again
+        eventually(lambda: ma.cache.holds_no_job(first.namespace, first.name), timeout_s=20)
+    finally:
+        del ma.purge_earlier_runs
