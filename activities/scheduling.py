@@ -83,6 +83,9 @@ REGISTRY_MAX_AGE = 1.0
 #: a capacity preemption's claimed room outlives its longest victim grace period by this
 #: long at most (the preemptor drops its plan after lifecycle.CAPACITY_MARGIN_SECONDS)
 CLAIM_MARGIN_SECONDS = 90.0
+#: how long this worker's placements assume a gang it just placed takes the nodes it
+#: was placed on, unless its bind ends first (kube-scheduler's assumed pods)
+ASSUME_SECONDS = 10.0
 log = logging.getLogger(__name__)
 
 #: how often purge_when_reachable asks an unreachable member whether it answers again
@@ -143,6 +146,11 @@ class SchedulingActivities:
         self._room: ClaimStore = (
             RegistryClaims(client, lambda: self._loop) if client is not None else LocalClaims()
         )
+        #: gangs this worker placed and has not bound yet, by job (``ASSUME_SECONDS``):
+        #: the placements that follow see their nodes taken, so a burst placed from one
+        #: snapshot does not pick the same node for every gang (its reservations then
+        #: failing on that node, or its guarded binds refused)
+        self._assumed = LocalClaims()
         self._memo_lock = threading.Lock()
         #: placement's views of the members' snapshots (the capacity caches hand over
         #: the same snapshot objects until something changes), shared by the activity
@@ -367,9 +375,10 @@ class SchedulingActivities:
         snapshots = fleet.snapshots(eligible) if eligible else []
         claims = self._live_claims()
         others = [c for c in claims if c.preemptor != inp.job_id]
-        if others:
-            snapshots = with_claims(snapshots, others,
-                                    self._running_gangs({c.cluster for c in others}))
+        held = others + [c for c in self._assumed.read() if c.preemptor != inp.job_id]
+        if held:
+            snapshots = with_claims(snapshots, held,
+                                    self._running_gangs({c.cluster for c in held}))
         gang = inp.gang.to_gang()
         decision = place_gang(
             gang,
@@ -402,6 +411,10 @@ class SchedulingActivities:
         )
         if inp.job_id:
             self._park(inp.job_id, eligible if decision.never is not None else None)
+            if verdict.candidates:  # until its bind: the first candidate's nodes
+                first = verdict.candidates[0]
+                self._assumed.claim(claim_of(inp.job_id, gang, first.cluster,
+                                             first.assignment, ASSUME_SECONDS))
         if len(others) < len(claims) and not verdict.candidates and (
             inp.planned is None and not inp.capacity_preemption
         ):  # its plan is over: the room is anyone's (once it fits, its bind releases it)
@@ -476,6 +489,12 @@ class SchedulingActivities:
         write. Retry-safe: reservations are named by the job's pods and the copy by the
         job, so a retried call finds what an earlier attempt made; once this run's copy
         exists (its pods may have consumed the reservations) it is not reserved again."""
+        try:
+            return self._bind(inp)
+        finally:  # refused: the job places again (bound: released before the watch)
+            self._assumed.release(inp.request.job.workflow_id)
+
+    def _bind(self, inp: BindInput) -> BindResult:
         member = self._member(inp.cluster)
         request = inp.request
         try:
@@ -485,6 +504,8 @@ class SchedulingActivities:
                     return BindResult(reservation_lost=lost)
                 request = request.model_copy(update={"reserved": True})
             result: BindResult = member.bind(request)
+            # the copy (and its reservations) are on the member: the caches count them
+            self._assumed.release(inp.request.job.workflow_id)
             purge_earlier_runs(self.fleet.clusters, inp.cluster, inp.request.job)
         except ConflictError as exc:
             raise ApplicationError(str(exc), type="ConflictError", non_retryable=True) from None
