@@ -411,7 +411,7 @@ class SchedulingActivities:
         )
         if inp.job_id:
             self._park(inp.job_id, eligible if decision.never is not None else None)
-            if verdict.candidates:  # until its bind: the first candidate's nodes
+            if verdict.candidates and inp.assume:  # its bind follows: hold those nodes
                 first = verdict.candidates[0]
                 self._assumed.claim(claim_of(inp.job_id, gang, first.cluster,
                                              first.assignment, ASSUME_SECONDS))

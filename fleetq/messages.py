@@ -130,6 +130,9 @@ class PlacementInput(BaseModel):
     capacity_preemption: bool = False
     #: ... or the one being carried out (the verdict says which victims are still there)
     planned: CapacityPlanned | None = None
+    #: a bind follows this round: the worker holds the first candidate's nodes for it
+    #: until the bind (docs/decisions/020)
+    assume: bool = False
 
 
 class CapacityVictim(BaseModel):

@@ -54,8 +54,8 @@ class JobPlacing(JobQueueing):
                     # no room: its patch marker then comes first in its workflow task
                     # (after a local activity's marker in the same task, a query's replay
                     # refused it as nondeterministic)
-                    verdict = await self._plan_placement(self._placement_input(),
-                                                         capacity=command.capacity)
+                    placement = self._placement_input().model_copy(update={"assume": True})
+                    verdict = await self._plan_placement(placement, capacity=command.capacity)
                     event = job_machine.Planned(verdict)
                 elif isinstance(command, job_machine.PlaceRound):
                     placed = await self._place_round(command.verdict, capacity=command.capacity)

@@ -42,7 +42,7 @@ def idle(m: KubernetesMemberCluster) -> bool:
 def plan(acts: SchedulingActivities, job: JobRef, gang: Gang, cluster: str) -> Candidate:
     verdict = acts.plan_placement(PlacementInput(
         job_ref=job.ref, gang=GangShape.from_gang(gang), job_id=job.workflow_id,
-        affinity={"clusterNames": [cluster]}))
+        affinity={"clusterNames": [cluster]}, assume=True))
     (candidate,) = verdict.candidates
     return candidate
 
