@@ -50,10 +50,9 @@ class JobPlacing(JobQueueing):
                 elif isinstance(command, job_machine.Placed):
                     return command.placed
                 elif isinstance(command, job_machine.Plan):
-                    # capacity preemption is asked for from the round after one that found
-                    # no room: its patch marker then comes first in its workflow task
-                    # (after a local activity's marker in the same task, a query's replay
-                    # refused it as nondeterministic)
+                    # capacity preemption is asked for from the round after one that
+                    # found no room (job_machine.Placing.round_capacity); the round's
+                    # bind follows it, so the worker assumes the gang on its nodes
                     placement = self._placement_input().model_copy(update={"assume": True})
                     verdict = await self._plan_placement(placement, capacity=command.capacity)
                     event = job_machine.Planned(verdict)
