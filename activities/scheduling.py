@@ -489,12 +489,22 @@ class SchedulingActivities:
         write. Retry-safe: reservations are named by the job's pods and the copy by the
         job, so a retried call finds what an earlier attempt made; once this run's copy
         exists (its pods may have consumed the reservations) it is not reserved again."""
+        job = inp.request.job
         try:
-            return self._bind(inp)
-        finally:  # refused: the job places again (bound: released before the watch)
-            self._assumed.release(inp.request.job.workflow_id)
+            result = self._write_copy(inp)
+        finally:  # written or refused: the member's objects (or a new placement) say now
+            self._assumed.release(job.workflow_id)
+        if result.reservation_lost:
+            return result
+        purge_earlier_runs(self.fleet.clusters, inp.cluster, job)
+        if inp.watch is not None:
+            result.status = self._first_watch(inp)
+        if inp.release_room:
+            self._release_room(job.workflow_id)
+        return result
 
-    def _bind(self, inp: BindInput) -> BindResult:
+    def _write_copy(self, inp: BindInput) -> BindResult:
+        """The member write: the reservations (where asked), then the copy."""
         member = self._member(inp.cluster)
         request = inp.request
         try:
@@ -504,25 +514,17 @@ class SchedulingActivities:
                     return BindResult(reservation_lost=lost)
                 request = request.model_copy(update={"reserved": True})
             result: BindResult = member.bind(request)
-            # the copy (and its reservations) are on the member: the caches count them
-            self._assumed.release(inp.request.job.workflow_id)
-            purge_earlier_runs(self.fleet.clusters, inp.cluster, inp.request.job)
         except ConflictError as exc:
             raise ApplicationError(str(exc), type="ConflictError", non_retryable=True) from None
         except ApiError as exc:  # a definite rejection (403, 422): retrying cannot help
             raise ApplicationError(str(exc), type="ApiError", non_retryable=True) from None
-        if inp.watch is not None:
-            result.status = self._first_watch(inp)
-        if inp.release_room:
-            self._release_room()
         return result
 
-    def _release_room(self) -> None:
+    def _release_room(self, job_id: str) -> None:
         """The job's copy is bound: the room a capacity preemption made for it is its
         own now (its pods count in the snapshots as they bind; until then the claim,
         less those pods, keeps it). A registry that does not answer leaves the claim to
         expire; the bind has landed either way."""
-        job_id = activity.info().workflow_id or ""
         try:
             self._room.release(job_id)
         except (RPCError, WorkflowUpdateFailedError, RuntimeError) as exc:
