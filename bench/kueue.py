@@ -35,6 +35,7 @@ import yaml
 
 from bench.command import bench_app, help_text, run_command
 from bench.common import result_line, run_main
+from bench.preemption_path import PATH_STEPS, preemption_path
 from bench.sim_scale import KUEUE_TOPOLOGY
 from bench.trace import (
     Options,
@@ -146,6 +147,8 @@ class Side:
     #: fleetq: class -> step -> each job's seconds on that step of its way to the grant
     #: (``grant_path``)
     grant_path: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    #: fleetq: hop -> seconds, the preemptions by ``PATH_CLASS`` jobs (``preemption_path``)
+    preemption_path: dict[str, list[float]] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # process -> CPU seconds
     notes: list[str] = field(default_factory=list)
 
@@ -260,7 +263,8 @@ async def run_fleetq(config: dict[str, Any], timeout: float, say: Any) -> Side:
     min_cpu = leaf_min_cpu(sim)
     say(f"fleetq: {len(plan)} jobs through the real stack (Temporal dev server, emulator, "
         "in-process worker)")
-    real = await run_real(trace, plan, Options("kueue-generator", 1.0, 32, 200, timeout), say)
+    real = await run_real(trace, plan, Options("kueue-generator", 1.0, 32, 200, timeout), say,
+                          victim_histories=True)
     fig = real_figures(real, plan, min_cpu)
     states: dict[str, int] = {}
     for v in real.views.values():
@@ -276,12 +280,19 @@ async def run_fleetq(config: dict[str, Any], timeout: float, say: Any) -> Side:
                 max(grants) - (real.wall0 + job.offset))
     side.grant_path = grant_path(plan, real.views, real.submitted, real.wall0,
                                  holdings.granted)
+    side.preemption_path = preemption_path(
+        real.quota_events, real.victim_events,
+        {j.workflow_id for j in plan if j.job_class == PATH_CLASS})
     side.cpu["worker (this process)"] = real.phase.cpu
     side.cpu.update(real.phase.other_cpu)
     if states.get("Succeeded", 0) != len(plan):
         side.notes.append(f"job states {states}")
     return side
 
+
+#: the class whose preemptions ``preemption_path`` splits: Kueue's baseline's large
+#: workloads are the ones that preempt
+PATH_CLASS = "large"
 
 #: the steps of a job's way to its first grant, in order (``grant_path``)
 GRANT_STEPS = ("trace time -> start call", "start call -> enqueued", "enqueued -> grant")
@@ -391,6 +402,11 @@ def print_report(kueue: Side, fleetq: Side, scale: Scale, source: str,
                 st = stats(fleetq.grant_path[c].get(step, []))
                 parts.append(f"{step} {_f(st['mean'])} / {_f(st['p99'])}")
             print(f"  {c}: " + "; ".join(parts))
+    if fleetq.preemption_path:
+        print(f"fleetq, the {PATH_CLASS} class's preemptions hop by hop (n, mean / p99 s):")
+        for step in PATH_STEPS:
+            st = stats(fleetq.preemption_path.get(step, []))
+            print(f"  {step}: {st['count']}, {_f(st['mean'])} / {_f(st['p99'])}")
     for side in (kueue, fleetq):
         if side.cpu:
             print(f"{side.name} CPU: " + ", ".join(f"{k} {v:.1f} s" for k, v in side.cpu.items()))

@@ -42,6 +42,7 @@ from bench.common import (
     run_main,
 )
 from bench.e2e import timings
+from bench.preemption_path import victims_of
 from fleetq import resources as R
 from fleetq.client.apply import apply_objects
 from fleetq.client.connection import until_polled
@@ -363,6 +364,8 @@ class RealRun:
     #: each member adapter's bind counters as the worker kept them (``bind_stats``:
     #: guarded binds, lease waits, time), by cluster; empty if the adapter keeps none
     binds: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: the preempted jobs' histories (current run), when asked for
+    victim_events: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
 
 
 def bind_counters(fleet: Any) -> dict[str, dict[str, Any]]:
@@ -419,7 +422,9 @@ async def wait_all(client: Client, plan: Sequence[PlannedJob], timeout: float
 
 
 async def run_real(trace: Trace, plan: Sequence[PlannedJob], args: Options,
-                   say: Callable[[str], None]) -> RealRun:
+                   say: Callable[[str], None], *, victim_histories: bool = False) -> RealRun:
+    """Replay ``plan`` through the real stack; with ``victim_histories``, keep the
+    history of every job the quota workflow preempted (``bench.preemption_path``)."""
     topology = trace.topology.model_dump(mode="json", exclude_none=True)
     tree = tree_manifest(trace)
     namespaces = sorted({j.namespace for j in plan})
@@ -460,10 +465,25 @@ async def run_real(trace: Trace, plan: Sequence[PlannedJob], args: Options,
                 first = desc.raw_description.workflow_execution_info.first_run_id or None
                 runs, events = await run_chain(client, qid, first, keep_events=True)
                 binds = bind_counters(acts._fleet)
+                victims = (await fetch_histories(client, sorted(victims_of(events)))
+                           if victim_histories else {})
         finally:
             if acts._fleet is not None:
                 acts._fleet.close()
-    return RealRun(views, submitted, wall0, phase, events, [r.events for r in runs], binds)
+    return RealRun(views, submitted, wall0, phase, events, [r.events for r in runs], binds,
+                   victims)
+
+
+async def fetch_histories(client: Client, workflow_ids: Sequence[str],
+                          concurrency: int = 16) -> dict[str, list[Any]]:
+    """The current run's history events of each workflow, ``concurrency`` reads at once."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(wid: str) -> tuple[str, list[Any]]:
+        async with gate:
+            return wid, list((await client.get_workflow_handle(wid).fetch_history()).events)
+
+    return dict(await asyncio.gather(*(one(w) for w in workflow_ids)))
 
 
 def real_figures(real: RealRun, plan: Sequence[PlannedJob], min_cpu: float) -> RunFigures:
