@@ -46,17 +46,21 @@ class _Tree:
 
     #: (signal, job) -> each time it was applied: (task scheduled, update accepted)
     applied: dict[tuple[str, str], list[tuple[float, float]]] = field(default_factory=dict)
-    #: preemptor -> (victim, when the preemption was sent)
-    preempts: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    #: preemptor -> (victim, when the preemption was sent, the task that sent it: its
+    #: completed event's id; the events one task records differ in their times)
+    preempts: dict[str, list[tuple[str, float, int]]] = field(default_factory=dict)
     grants: dict[str, list[float]] = field(default_factory=dict)
 
 
 def _read_tree(events: Iterable[HistoryEvent]) -> _Tree:
     tree = _Tree()
     scheduled = math.nan
+    task = 0
     for ev in events:
         if ev.HasField("workflow_task_scheduled_event_attributes"):
             scheduled = _t(ev)
+        elif ev.HasField("workflow_task_completed_event_attributes"):
+            task = ev.event_id
         for _ev, m in quota_messages([ev]):
             tree.applied.setdefault((m.signal, m.subject()), []).append((scheduled, _t(ev)))
         if ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
@@ -66,7 +70,7 @@ def _read_tree(events: Iterable[HistoryEvent]) -> _Tree:
                 preemptor = arg.get("preemptor") if isinstance(arg, dict) else None
                 if isinstance(preemptor, str):
                     tree.preempts.setdefault(preemptor, []).append(
-                        (sent.workflow_execution.workflow_id, _t(ev)))
+                        (sent.workflow_execution.workflow_id, _t(ev), task))
         for job in grants_in(ev):
             tree.grants.setdefault(job, []).append(_t(ev))
     return tree
@@ -74,7 +78,7 @@ def _read_tree(events: Iterable[HistoryEvent]) -> _Tree:
 
 def victims_of(quota_events: Iterable[HistoryEvent]) -> set[str]:
     """Every workflow the quota workflow sent a preemption to."""
-    return {v for sent in _read_tree(quota_events).preempts.values() for v, _ in sent}
+    return {v for sent in _read_tree(quota_events).preempts.values() for v, _at, _task in sent}
 
 
 def _victim_hops(events: Sequence[HistoryEvent], sent: float) -> tuple[float, float] | None:
@@ -110,10 +114,11 @@ def preemption_path(quota_events: Sequence[HistoryEvent],
     for preemptor, sent_all in tree.preempts.items():
         if preemptors is not None and preemptor not in preemptors:
             continue
-        rounds: dict[float, list[str]] = {}
-        for victim, sent in sent_all:
-            rounds.setdefault(sent, []).append(victim)
-        for sent, victims in sorted(rounds.items()):
+        rounds: dict[int, list[tuple[str, float]]] = {}
+        for victim, at, task in sent_all:
+            rounds.setdefault(task, []).append((victim, at))
+        for _task, round_ in sorted(rounds.items()):
+            sent = min(at for _v, at in round_)
             enqueued = max((applied for signal in ("enqueue", "requeue")
                             for _s, applied in tree.applied.get((signal, preemptor), [])
                             if applied <= sent + _SLACK), default=None)
@@ -121,14 +126,14 @@ def preemption_path(quota_events: Sequence[HistoryEvent],
             add(ENQUEUE_TO_PREEMPT, enqueued, sent)
             add(ENQUEUE_TO_GRANT, enqueued, grant)
             last_applied: float | None = None
-            for victim in victims:
-                hops = _victim_hops(victim_events.get(victim, ()), sent)
+            for victim, at in round_:
+                hops = _victim_hops(victim_events.get(victim, ()), at)
                 if hops is None:
                     continue
                 signalled, started = hops
                 requeue = min((x for x in tree.applied.get(("requeue", victim), [])
                                if x[1] >= signalled), default=None)
-                add(SENT_TO_SIGNALLED, sent, signalled)
+                add(SENT_TO_SIGNALLED, at, signalled)
                 add(SIGNALLED_TO_STARTED, signalled, started)
                 if requeue is not None:
                     add(STARTED_TO_REQUEUE, started, requeue[0])

@@ -43,6 +43,13 @@ def _task_started(t: float) -> HistoryEvent:
     return ev
 
 
+def _task_completed(t: float, event_id: int) -> HistoryEvent:
+    ev = _at(t)
+    ev.event_id = event_id
+    ev.workflow_task_completed_event_attributes.SetInParent()
+    return ev
+
+
 def _request(job: str) -> dict[str, Any]:
     return {"job_id": job, "namespace": "q", "request": {"cpu": 1000}, "submitted_at": 0.0}
 
@@ -80,8 +87,9 @@ def _signalled(t: float, name: str) -> HistoryEvent:
 
 def test_each_hop_of_a_preemption_is_read_from_the_histories() -> None:
     tree = [
-        _task_scheduled(10.00), _submit(10.05, ("enqueue", "big")),
-        _preempt(10.05, "v1", "big"), _preempt(10.05, "v2", "big"),
+        # one task's events carry times microseconds apart: still one round
+        _task_scheduled(10.00), _task_completed(10.05, 3), _submit(10.05, ("enqueue", "big")),
+        _preempt(10.0501, "v1", "big"), _preempt(10.0502, "v2", "big"),
         _task_scheduled(10.40), _submit(10.42, ("requeue", "v1")),
         _task_scheduled(10.60), _submit(10.65, ("requeue", "v2")),
         _sent(10.65, "admitted", "big"),
@@ -96,7 +104,7 @@ def test_each_hop_of_a_preemption_is_read_from_the_histories() -> None:
     got = {step: [round(x, 3) for x in xs] for step, xs in path.items()}
     assert got == {
         ENQUEUE_TO_PREEMPT: [0.0],
-        SENT_TO_SIGNALLED: [0.10, 0.20],
+        SENT_TO_SIGNALLED: [0.10, 0.20],  # from each one's own sending
         SIGNALLED_TO_STARTED: [0.05, 0.10],
         STARTED_TO_REQUEUE: [0.20, 0.25],
         REQUEUE_TO_APPLIED: [0.02, 0.05],
