@@ -138,6 +138,7 @@ def preemption_path(quota_events: Sequence[HistoryEvent],
                 if requeue is not None:
                     add(STARTED_TO_REQUEUE, started, requeue[0])
                     add(REQUEUE_TO_APPLIED, requeue[0], requeue[1])
-                    last_applied = max(last_applied or requeue[1], requeue[1])
+                    if grant is None or requeue[1] <= grant:  # one after did not hold it up
+                        last_applied = max(last_applied or requeue[1], requeue[1])
             add(APPLIED_TO_GRANT, last_applied, grant)
     return out
