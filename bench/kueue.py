@@ -49,7 +49,6 @@ from bench.trace import (
     run_real,
     simulate,
 )
-from fleetq.job_view import JobView
 from fleetq.preemption import GRACE_ANNOTATION
 from fleetq.simulator.kueue import trace_from_generator
 from fleetq.simulator.series import stats
@@ -278,7 +277,7 @@ async def run_fleetq(config: dict[str, Any], timeout: float, say: Any) -> Side:
         if grants := holdings.granted.get(job.workflow_id):
             side.granted.setdefault(job.job_class, []).append(
                 max(grants) - (real.wall0 + job.offset))
-    side.grant_path = grant_path(plan, real.views, real.submitted, real.wall0,
+    side.grant_path = grant_path(plan, holdings.enqueued, real.submitted, real.wall0,
                                  holdings.granted)
     side.preemption_path = preemption_path(
         real.quota_events, real.victim_events,
@@ -295,31 +294,27 @@ async def run_fleetq(config: dict[str, Any], timeout: float, say: Any) -> Side:
 PATH_CLASS = "large"
 
 #: the steps of a job's way to its first grant, in order (``grant_path``)
-GRANT_STEPS = ("trace time -> start call", "start call -> enqueued", "enqueued -> grant")
+GRANT_STEPS = ("trace time -> start call", "start call -> enqueue applied",
+               "enqueue applied -> grant")
 
 
-def grant_path(plan: Sequence[PlannedJob], views: dict[str, JobView],
+def grant_path(plan: Sequence[PlannedJob], enqueued: dict[str, float],
                submitted: dict[str, float], wall0: float,
                granted: dict[str, list[float]]) -> dict[str, dict[str, list[float]]]:
     """Where each job's time to its first grant went, by class: the bench's own lag
-    (its trace time to the start call), the job's start until its enqueue (workflow
-    start, policy resolution, the enqueue's marker: its first ``Queued`` event), and the
-    quota workflow's side (the enqueue to the grant: waiting for quota and, for a
-    preemptor, its victims' round trip). A job admitted in its enqueue's reply shows no
-    ``Queued`` event before its grant: its enqueue is the grant (a last step of 0). Jobs
-    without a start call or a grant are left out of the steps they lack."""
+    (its trace time to the start call), the job's start until the quota workflow applied
+    its first enqueue (workflow start, policy resolution, the enqueue through the
+    outbox), and the quota workflow's side (that enqueue to the first grant: waiting for
+    quota and, for a preemptor, its victims' round trip; 0 for a job admitted in its
+    enqueue's reply). All times but the start call's are the quota workflow's history's
+    (a job's own ``Queued`` event is aggregated: a later requeue moves its time). Jobs
+    without a start call, an enqueue or a grant are left out of the steps they lack."""
     out: dict[str, dict[str, list[float]]] = {}
     for job in plan:
         steps = out.setdefault(job.job_class, {})
         start = submitted.get(job.workflow_id)
-        view = views.get(job.workflow_id)
+        queued = enqueued.get(job.workflow_id)
         grant = min(granted.get(job.workflow_id) or [math.nan])
-        until = math.inf if math.isnan(grant) else grant
-        queued: float | None = next(
-            (t for e in (view.events if view is not None else [])
-             if e.reason == "Queued" and (t := e.time.timestamp()) <= until), None)
-        if queued is None and not math.isnan(grant):
-            queued = grant  # admitted in the enqueue's reply
         for step, a, b in zip(GRANT_STEPS, (wall0 + job.offset, start, queued),
                               (start, queued, grant), strict=True):
             if a is not None and b is not None and not math.isnan(b):

@@ -293,6 +293,8 @@ class Holdings:
     changes: list[tuple[float, float]]
     granted: dict[str, list[float]]
     released: dict[str, list[float]]
+    #: when the quota workflow applied each job's first ``enqueue``
+    enqueued: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def last_release(self) -> float | None:
@@ -317,6 +319,8 @@ def quota_holdings(events: Sequence[Any], cpu: dict[str, float]) -> Holdings:
             # is granted again later): without it a victim counted as holding from its
             # first grant to its last release, and usage came out above 1
             job = m.subject()
+            if m.signal == "enqueue":
+                out.enqueued.setdefault(job, t)
             if m.signal in ("release", "requeue") and job in held:
                 held.discard(job)
                 out.changes.append((t, -cpu[job]))

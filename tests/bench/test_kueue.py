@@ -168,43 +168,54 @@ def test_a_few_dozen_workloads_through_kueue_and_fleetq_side_by_side(
 
 
 def test_the_way_to_a_grant_is_split_into_the_bench_the_job_and_the_quota_workflow() -> None:
-    """Each job's time to its first grant is cut at its start call and its first
-    ``Queued`` event; a job granted in its enqueue's reply (no ``Queued`` before the
-    grant, only after a later preemption) has a last step of 0; a job the quota workflow
-    never granted has no last step."""
-    from datetime import UTC, datetime
-
+    """Each job's time to its first grant is cut at its start call and at the quota
+    workflow's applying its first enqueue; a job granted in its enqueue's reply has a
+    last step of 0; a job the quota workflow never granted has no last step."""
     from bench.kueue import GRANT_STEPS, grant_path
     from bench.trace import PlannedJob
-    from fleetq.job_view import JobEvent, JobView
-
-    def at(t: float) -> datetime:
-        return datetime.fromtimestamp(t, UTC)
 
     plan = [PlannedJob(0, "ns", "big", "large", 2.0, 20.0, 20.0),
             PlannedJob(1, "ns", "tiny", "small", 3.0, 4.0, 1.0),
             PlannedJob(2, "ns", "mid", "medium", 1.0, 10.0, 4.0)]
-    views = {
-        plan[0].workflow_id: JobView(namespace="ns", name="big", state="Running", events=[
-            JobEvent(reason="Queued", message="enqueued", time=at(1002.5)),
-            JobEvent(reason="Queued", message="enqueued again", time=at(1010.0))]),
-        plan[1].workflow_id: JobView(namespace="ns", name="tiny", state="Queued", events=[
-            JobEvent(reason="Queued", message="enqueued", time=at(1003.4))]),
-    }
-    views[plan[2].workflow_id] = JobView(namespace="ns", name="mid", state="Running", events=[
-        JobEvent(reason="Admitted", message="admitted", time=at(1001.3)),
-        JobEvent(reason="Queued", message="enqueued after preemption", time=at(1050.0))])
+    enqueued = {plan[0].workflow_id: 1002.5, plan[1].workflow_id: 1003.4,
+                plan[2].workflow_id: 1001.2}
     submitted = {plan[0].workflow_id: 1002.25, plan[1].workflow_id: 1003.0,
                  plan[2].workflow_id: 1001.0}
     granted = {plan[0].workflow_id: [1011.0, 1003.5],  # preempted once, granted again
                plan[2].workflow_id: [1001.2, 1060.0]}  # granted in its enqueue's reply
-    path = grant_path(plan, views, submitted, 1000.0, granted)
+    path = grant_path(plan, enqueued, submitted, 1000.0, granted)
     first, start, quota = GRANT_STEPS
     assert path["large"][first] == pytest.approx([0.25])
     assert path["large"][start] == pytest.approx([0.25])
-    assert path["large"][quota] == pytest.approx([1.0])  # first Queued to first grant
+    assert path["large"][quota] == pytest.approx([1.0])  # enqueue to the first grant
     assert path["small"][first] == pytest.approx([0.0])
     assert path["small"][start] == pytest.approx([0.4])
     assert quota not in path["small"]
     assert path["medium"][start] == pytest.approx([0.2])
     assert path["medium"][quota] == pytest.approx([0.0])
+
+
+def test_a_jobs_first_enqueue_is_read_from_the_quota_workflows_history() -> None:
+    """The enqueue the split starts the quota workflow's side at is the first one it
+    applied; a requeue after a preemption does not move it (a job's own ``Queued`` event
+    is aggregated and would)."""
+    import json
+
+    from temporalio.api.common.v1 import Payload, Payloads
+    from temporalio.api.history.v1 import HistoryEvent
+
+    from bench.trace import quota_holdings
+
+    def submit(t: float, signal: str, job: str) -> HistoryEvent:
+        ev = HistoryEvent()
+        ev.event_time.FromNanoseconds(int(t * 1e9))
+        req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
+        req.input.name = "submit"
+        body = {"messages": [{"signal": signal, "request": {
+            "job_id": job, "namespace": "ns", "request": {"cpu": 1000}, "submitted_at": 0.0}}]}
+        req.input.args.CopyFrom(Payloads(payloads=[Payload(data=json.dumps(body).encode())]))
+        return ev
+
+    held = quota_holdings([submit(5.0, "enqueue", "j"), submit(9.0, "requeue", "j")],
+                          {"j": 1.0})
+    assert held.enqueued == {"j": 5.0}
