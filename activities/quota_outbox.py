@@ -2,9 +2,7 @@
 
 One ``submit`` update in flight per quota workflow per worker; messages arriving
 meanwhile go out together in the next batch (group commit), so a burst of 10,000
-enqueues costs a few hundred updates. ``requeue`` has a lane of its own (a second
-update at most): a preemptor's grant waits on its victims' requeues, not on a batch of
-other jobs' messages. Updates, not signals, because Temporal refuses a
+enqueues costs a few hundred updates. Updates, not signals, because Temporal refuses a
 continue-as-new while signals arrive during its task; the server holds an update and
 hands it to the next run. A ``RESOURCE_EXHAUSTED`` refusal (``history.maxInFlightUpdates``
 across workers) is a delay with jittered backoff, never a lost message; every message is
@@ -38,11 +36,6 @@ MAX_BATCH = 256
 
 #: the quota workflow's update that takes a batch
 SUBMIT_UPDATE = QuotaTreeHandlers.SUBMIT.name
-
-#: messages with a lane of their own (its own update in flight, its own batches), so they
-#: never wait behind a batch of other messages: a preempted job's ``requeue`` gives back
-#: the quota its preemptor's grant waits on
-EXPRESS = frozenset({"requeue"})
 
 #: how long one batch may wait for the quota workflow to take it (e.g. while no control
 #: worker runs); its senders then fail and retry, well within their 30 s local activity
@@ -80,8 +73,7 @@ class QuotaOutbox:
         self._client = client
         self._max_batch = max_batch
         self._timeout = timeout_seconds
-        #: (quota workflow, express lane?) -> its mailbox
-        self._boxes: dict[tuple[str, bool], _Mailbox] = {}
+        self._boxes: dict[str, _Mailbox] = {}
         #: updates sent and messages they carried, for benchmarks and tests
         self.updates_sent = 0
         self.messages_sent = 0
@@ -110,8 +102,7 @@ class QuotaOutbox:
             )
         message = QuotaMessage(signal=inp.signal, request=inp.request, job_id=inp.job_id)
         done: asyncio.Future[QuotaAck] = asyncio.get_running_loop().create_future()
-        lane = (inp.tree_workflow_id, message.signal in EXPRESS)
-        box = self._boxes.setdefault(lane, _Mailbox())
+        box = self._boxes.setdefault(inp.tree_workflow_id, _Mailbox())
         box.pending.append((message, done))
         if box.sender is None or box.sender.done():
             box.sender = asyncio.create_task(self._drain(inp.tree_workflow_id, box))
@@ -124,29 +115,25 @@ class QuotaOutbox:
             del box.pending[: self._max_batch]
             if not batch:  # every sender gave up (its local activity timed out)
                 continue
-            self._settle(tree_id, batch, await self._deliver(handle, box, batch))
-
-    def _settle(self, tree_id: str, batch: list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]],
-                outcome: Any) -> None:
-        """Answer each sender of ``batch`` from the update's outcome."""
-        if isinstance(outcome, BaseException):
-            self.failures += 1
-            self._failure_counter.add(1)
-        for message, future in batch:
-            if future.done():
-                continue
+            outcome = await self._deliver(handle, box, batch)
             if isinstance(outcome, BaseException):
-                future.set_exception(
-                    ApplicationError(f"quota workflow {tree_id}: {outcome}", type="Delivery")
-                )
-            elif isinstance(outcome, QuotaReceipt):
-                reason = outcome.refused.get(message.subject())
-                if reason is None:
-                    future.set_result(QuotaAck(grant=outcome.grants.get(message.subject())))
+                self.failures += 1
+                self._failure_counter.add(1)
+            for message, future in batch:
+                if future.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    future.set_exception(
+                        ApplicationError(f"quota workflow {tree_id}: {outcome}", type="Delivery")
+                    )
+                elif isinstance(outcome, QuotaReceipt):
+                    reason = outcome.refused.get(message.subject())
+                    if reason is None:
+                        future.set_result(QuotaAck(grant=outcome.grants.get(message.subject())))
+                    else:
+                        future.set_exception(QuotaRefused(reason))
                 else:
-                    future.set_exception(QuotaRefused(reason))
-            else:
-                future.set_result(QuotaAck(running=bool(outcome)))
+                    future.set_result(QuotaAck(running=bool(outcome)))
 
     async def _deliver(
         self, handle: Any, box: _Mailbox, batch: list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]]

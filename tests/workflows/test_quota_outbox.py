@@ -179,11 +179,12 @@ async def test_no_answer_fails_the_senders_within_the_timeout(
 
 @workflow.defn(name="GatedQuotaTarget", sandboxed=False)
 class GatedQuotaTarget:
-    """Holds any batch with a job named ``held*`` until ``open`` is signalled; records
-    the jobs in the order their batches were applied."""
+    """Holds any batch with a ``requeue`` of a job named ``held*`` until ``open`` is
+    signalled; records the jobs and signals in the order their batches were applied."""
 
     def __init__(self) -> None:
         self.applied: list[str] = []
+        self.signals: list[str] = []
         self.holding = 0
         self.opened = False
 
@@ -193,10 +194,12 @@ class GatedQuotaTarget:
 
     @workflow.update
     async def submit(self, batch: QuotaBatch) -> QuotaReceipt:
-        if any(m.subject().startswith("held") for m in batch.messages):
+        if any(m.signal == "requeue" and m.subject().startswith("held")
+               for m in batch.messages):
             self.holding += 1
             await workflow.wait_condition(lambda: self.opened)
         self.applied.extend(m.subject() for m in batch.messages)
+        self.signals.extend(m.signal for m in batch.messages)
         return QuotaReceipt(applied=len(batch.messages))
 
     @workflow.signal
@@ -207,30 +210,35 @@ class GatedQuotaTarget:
     def state(self) -> tuple[int, list[str]]:
         return self.holding, self.applied
 
+    @workflow.query
+    def order(self) -> list[str]:
+        return self.signals
 
-async def test_a_requeue_does_not_wait_behind_the_batch_in_flight(
+
+async def test_a_jobs_release_is_applied_after_its_requeue_still_in_flight(
     dev_env: WorkflowEnvironment,
 ) -> None:
-    """A preempted job's ``requeue`` gives back the quota its preemptor waits for: it goes
-    out at once in its own update while a batch is in flight; other messages wait and
-    go together in the next batch (group commit)."""
+    """A job's messages reach the quota workflow in the order it sent them, even when it
+    gave up waiting on one (its workflow was cancelled mid-requeue) while the update
+    carrying it is still in flight: a release that overtook the requeue would leave the
+    quota workflow queueing, and later granting, a job that has given its quota back.
+    A second lane for ``requeue`` (tried, docs/decisions/005) broke this."""
     client = dev_env.client
     tq = f"outbox-{uuid.uuid4().hex[:8]}"
     async with Worker(client, task_queue=tq, workflows=[GatedQuotaTarget]):
         handle = await client.start_workflow(GatedQuotaTarget.run, id=f"gated-{tq}",
                                              task_queue=tq)
         outbox = QuotaOutbox(client)
-        held = asyncio.create_task(outbox.send(enqueue(handle.id, "held-1")))
-        while (await handle.query(GatedQuotaTarget.state))[0] < 1:  # held-1 in flight
-            await asyncio.sleep(0.05)
-        waiting = asyncio.create_task(outbox.send(enqueue(handle.id, "waiting-1")))
         requeue = QuotaSignal(tree_workflow_id=handle.id, signal="requeue",
-                              request=enqueue(handle.id, "victim-1").request)
-        assert await outbox.send(requeue) == QuotaAck()
-        assert not held.done() and not waiting.done()
-        assert (await handle.query(GatedQuotaTarget.state))[1] == ["victim-1"]
+                              request=enqueue(handle.id, "held-1").request)
+        sender = asyncio.create_task(outbox.send(requeue))
+        while (await handle.query(GatedQuotaTarget.state))[0] < 1:  # the requeue in flight
+            await asyncio.sleep(0.05)
+        sender.cancel()  # the job gave up on it
+        release = QuotaSignal(tree_workflow_id=handle.id, signal="release", job_id="held-1")
+        released = asyncio.create_task(outbox.send(release))
         await handle.signal(GatedQuotaTarget.open)
-        assert await asyncio.gather(held, waiting) == [QuotaAck(), QuotaAck()]
-        assert (await handle.query(GatedQuotaTarget.state))[1] == [
-            "victim-1", "held-1", "waiting-1"]
+        assert await released == QuotaAck()
+        assert (await handle.query(GatedQuotaTarget.state))[1] == ["held-1", "held-1"]
+        assert await handle.query(GatedQuotaTarget.order) == ["requeue", "release"]
         await handle.terminate()
