@@ -46,8 +46,9 @@ class _Tree:
 
     #: (signal, job) -> each time it was applied: (task scheduled, update accepted)
     applied: dict[tuple[str, str], list[tuple[float, float]]] = field(default_factory=dict)
-    #: preemptor -> (victim, when the preemption was sent, the task that sent it: its
-    #: completed event's id; the events one task records differ in their times)
+    #: preemptor -> (victim, when the preemption was sent, the task that sent it: a count
+    #: of completed tasks over every run, as event ids start again in each run; the
+    #: events one task records differ in their times)
     preempts: dict[str, list[tuple[str, float, int]]] = field(default_factory=dict)
     grants: dict[str, list[float]] = field(default_factory=dict)
 
@@ -60,7 +61,7 @@ def _read_tree(events: Iterable[HistoryEvent]) -> _Tree:
         if ev.HasField("workflow_task_scheduled_event_attributes"):
             scheduled = _t(ev)
         elif ev.HasField("workflow_task_completed_event_attributes"):
-            task = ev.event_id
+            task += 1
         for _ev, m in quota_messages([ev]):
             tree.applied.setdefault((m.signal, m.subject()), []).append((scheduled, _t(ev)))
         if ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
@@ -101,9 +102,11 @@ def preemption_path(quota_events: Sequence[HistoryEvent],
                     victim_events: Mapping[str, Sequence[HistoryEvent]],
                     preemptors: set[str] | None = None) -> dict[str, list[float]]:
     """Seconds on each hop (``PATH_STEPS``) of every preemption by ``preemptors`` (all
-    if None): the victim hops once per victim, the rest once per preemption round (the
-    preemptions one task sent, to the grant that followed). A victim whose history lacks
-    the preemption (it continued as new since) is left out of the hops it lacks."""
+    if None): the victim hops once per victim, the preemptions sent once per preemption
+    round (the preemptions one task sent), the way to the grant once per grant, from the
+    last round before it. A victim whose history lacks the preemption (it continued as
+    new since), or that took no requeue before its next preemption, is left out of the
+    hops it lacks."""
     tree = _read_tree(quota_events)
     out: dict[str, list[float]] = {}
 
@@ -111,28 +114,41 @@ def preemption_path(quota_events: Sequence[HistoryEvent],
         if a is not None and b is not None and not math.isnan(a) and not math.isnan(b):
             out.setdefault(step, []).append(b - a)
 
+    #: victim -> when each preemption was sent to it (a requeue is matched to the
+    #: preemption before it, never to a later one's)
+    sent_to: dict[str, list[float]] = {}
+    for sent_all in tree.preempts.values():
+        for victim, at, _task in sent_all:
+            sent_to.setdefault(victim, []).append(at)
     for preemptor, sent_all in tree.preempts.items():
         if preemptors is not None and preemptor not in preemptors:
             continue
         rounds: dict[int, list[tuple[str, float]]] = {}
         for victim, at, task in sent_all:
             rounds.setdefault(task, []).append((victim, at))
-        for _task, round_ in sorted(rounds.items()):
-            sent = min(at for _v, at in round_)
+        ordered = [rounds[task] for task in sorted(rounds)]
+        starts = [min(at for _v, at in round_) for round_ in ordered]
+        for i, round_ in enumerate(ordered):
+            sent = starts[i]
             enqueued = max((applied for signal in ("enqueue", "requeue")
                             for _s, applied in tree.applied.get((signal, preemptor), [])
                             if applied <= sent + _SLACK), default=None)
             grant = min((g for g in tree.grants.get(preemptor, []) if g >= sent), default=None)
+            # the grant belongs to the last round before it: an earlier one that did not
+            # free enough had its victims' hops, not a wait of its own to the grant
+            last_round = grant is None or i + 1 == len(ordered) or starts[i + 1] > grant
             add(ENQUEUE_TO_PREEMPT, enqueued, sent)
-            add(ENQUEUE_TO_GRANT, enqueued, grant)
+            if last_round:
+                add(ENQUEUE_TO_GRANT, enqueued, grant)
             last_applied: float | None = None
             for victim, at in round_:
                 hops = _victim_hops(victim_events.get(victim, ()), at)
                 if hops is None:
                     continue
                 signalled, started = hops
+                until = min((t for t in sent_to[victim] if t > at + _SLACK), default=math.inf)
                 requeue = min((x for x in tree.applied.get(("requeue", victim), [])
-                               if x[1] >= signalled), default=None)
+                               if signalled <= x[1] < until), default=None)
                 add(SENT_TO_SIGNALLED, at, signalled)
                 add(SIGNALLED_TO_STARTED, signalled, started)
                 if requeue is not None:
@@ -140,5 +156,6 @@ def preemption_path(quota_events: Sequence[HistoryEvent],
                     add(REQUEUE_TO_APPLIED, requeue[0], requeue[1])
                     if grant is None or requeue[1] <= grant:  # one after did not hold it up
                         last_applied = max(last_applied or requeue[1], requeue[1])
-            add(APPLIED_TO_GRANT, last_applied, grant)
+            if last_round:
+                add(APPLIED_TO_GRANT, last_applied, grant)
     return out

@@ -128,3 +128,58 @@ def test_only_the_named_preemptors_and_victims_with_the_preemption_count() -> No
     mid = preemption_path(tree, victims, {"mid"})
     assert mid[SENT_TO_SIGNALLED] == [pytest.approx(0.5)]
     assert mid[STARTED_TO_REQUEUE] == [pytest.approx(0.4)]
+
+
+def test_rounds_in_two_runs_of_the_quota_workflow_stay_apart() -> None:
+    """Event ids start again in each continue-as-new run: a round in the second run
+    whose task has the same id as one in the first is its own round."""
+    tree = [
+        _task_scheduled(1.0), _task_completed(1.0, 3), _submit(1.0, ("enqueue", "big")),
+        _preempt(1.0, "v1", "big"),
+        _task_scheduled(1.2), _submit(1.3, ("requeue", "v1")), _sent(1.3, "admitted", "big"),
+        # the next run
+        _task_scheduled(5.0), _task_completed(5.0, 3), _submit(5.0, ("requeue", "big")),
+        _preempt(5.0, "v2", "big"),
+        _task_scheduled(5.2), _submit(5.4, ("requeue", "v2")), _sent(5.4, "admitted", "big"),
+    ]
+    victims = {"v1": [_signalled(1.1, "preempt"), _task_started(1.15)],
+               "v2": [_signalled(5.1, "preempt"), _task_started(5.15)]}
+    path = preemption_path(tree, victims)
+    assert path[ENQUEUE_TO_GRANT] == [pytest.approx(0.3), pytest.approx(0.4)]
+    assert path[SENT_TO_SIGNALLED] == [pytest.approx(0.1), pytest.approx(0.1)]
+
+
+def test_a_grant_after_two_rounds_is_counted_once_from_the_last() -> None:
+    """A first round that did not free enough is followed by a second; the way to the
+    grant is the preemptor's once, and its last hop starts at the second round's last
+    requeue."""
+    tree = [
+        _task_scheduled(1.0), _task_completed(1.0, 3), _submit(1.0, ("enqueue", "big")),
+        _preempt(1.0, "v1", "big"),
+        _task_scheduled(1.4), _task_completed(1.5, 6), _submit(1.5, ("requeue", "v1")),
+        _preempt(1.5, "v2", "big"),
+        _task_scheduled(1.8), _task_completed(2.0, 9), _submit(2.0, ("requeue", "v2")),
+        _sent(2.0, "admitted", "big"),
+    ]
+    victims = {"v1": [_signalled(1.1, "preempt"), _task_started(1.2)],
+               "v2": [_signalled(1.6, "preempt"), _task_started(1.7)]}
+    path = preemption_path(tree, victims)
+    assert path[ENQUEUE_TO_PREEMPT] == [pytest.approx(0.0), pytest.approx(0.5)]
+    assert path[ENQUEUE_TO_GRANT] == [pytest.approx(1.0)]
+    assert path[APPLIED_TO_GRANT] == [pytest.approx(0.0)]
+
+
+def test_a_victim_that_took_no_requeue_is_not_matched_to_a_later_ones() -> None:
+    """A victim that finished instead of requeueing, and was preempted again later,
+    has its later requeue counted for the later preemption only."""
+    tree = [
+        _task_scheduled(1.0), _task_completed(1.0, 3), _submit(1.0, ("enqueue", "a")),
+        _preempt(1.0, "v", "a"),
+        _task_scheduled(3.0), _task_completed(3.0, 6), _submit(3.0, ("enqueue", "b")),
+        _preempt(3.0, "v", "b"),
+        _task_scheduled(3.4), _submit(3.5, ("requeue", "v")), _sent(3.5, "admitted", "b"),
+    ]
+    victims = {"v": [_signalled(1.1, "preempt"), _task_started(1.2),
+                     _signalled(3.1, "preempt"), _task_started(3.2)]}
+    path = preemption_path(tree, victims)
+    assert path[STARTED_TO_REQUEUE] == [pytest.approx(0.2)]

@@ -228,17 +228,19 @@ async def test_a_jobs_release_is_applied_after_its_requeue_still_in_flight(
     async with Worker(client, task_queue=tq, workflows=[GatedQuotaTarget]):
         handle = await client.start_workflow(GatedQuotaTarget.run, id=f"gated-{tq}",
                                              task_queue=tq)
-        outbox = QuotaOutbox(client)
-        requeue = QuotaSignal(tree_workflow_id=handle.id, signal="requeue",
-                              request=enqueue(handle.id, "held-1").request)
-        sender = asyncio.create_task(outbox.send(requeue))
-        while (await handle.query(GatedQuotaTarget.state))[0] < 1:  # the requeue in flight
-            await asyncio.sleep(0.05)
-        sender.cancel()  # the job gave up on it
-        release = QuotaSignal(tree_workflow_id=handle.id, signal="release", job_id="held-1")
-        released = asyncio.create_task(outbox.send(release))
-        await handle.signal(GatedQuotaTarget.open)
-        assert await released == QuotaAck()
-        assert (await handle.query(GatedQuotaTarget.state))[1] == ["held-1", "held-1"]
-        assert await handle.query(GatedQuotaTarget.order) == ["requeue", "release"]
-        await handle.terminate()
+        try:
+            outbox = QuotaOutbox(client)
+            requeue = QuotaSignal(tree_workflow_id=handle.id, signal="requeue",
+                                  request=enqueue(handle.id, "held-1").request)
+            sender = asyncio.create_task(outbox.send(requeue))
+            while (await handle.query(GatedQuotaTarget.state))[0] < 1:  # the requeue in flight
+                await asyncio.sleep(0.05)
+            sender.cancel()  # the job gave up on it
+            release = QuotaSignal(tree_workflow_id=handle.id, signal="release", job_id="held-1")
+            released = asyncio.create_task(outbox.send(release))
+            await handle.signal(GatedQuotaTarget.open)
+            assert await released == QuotaAck()
+            assert (await handle.query(GatedQuotaTarget.state))[1] == ["held-1", "held-1"]
+            assert await handle.query(GatedQuotaTarget.order) == ["requeue", "release"]
+        finally:
+            await handle.terminate()
