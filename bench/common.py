@@ -154,6 +154,11 @@ async def bounded_gather(
 # ---------------------------------------------------------------------- history
 
 
+def event_seconds(ev: HistoryEvent) -> float:
+    """A history event's time, in seconds since the epoch."""
+    return ev.event_time.seconds + ev.event_time.nanos / 1e9
+
+
 def decode_json_payloads(payloads: Any) -> list[Any]:
     """Decode JSON payloads (the pydantic converter's encoding) without a type."""
     return [json.loads(p.data) if p.data else None for p in payloads.payloads]

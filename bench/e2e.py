@@ -33,6 +33,7 @@ from bench.common import (
     RunStats,
     Stack,
     embedded_stack,
+    event_seconds,
     gang_policy,
     one_leaf_quota_tree,
     payload_bytes,
@@ -190,10 +191,6 @@ def payload_stats(msg: Any) -> tuple[int, int]:
     return count, size
 
 
-def _t(ev: Any) -> float:
-    return float(ev.event_time.seconds) + ev.event_time.nanos / 1e9
-
-
 def timings(events: Sequence[Any]) -> dict[str, list[float]]:
     """Where one job's time goes, from its history: per activity type the queueing
     (scheduled → started) and running (started → completed) time, workflow tasks the
@@ -224,35 +221,35 @@ class _HistoryClock:
 
     def activity_scheduled(self, ev: Any) -> None:
         name = ev.activity_task_scheduled_event_attributes.activity_type.name
-        self.scheduled[ev.event_id] = (name, _t(ev))
+        self.scheduled[ev.event_id] = (name, event_seconds(ev))
 
     def activity_started(self, ev: Any) -> None:
         sid = ev.activity_task_started_event_attributes.scheduled_event_id
         name, t0 = self.scheduled[sid]
-        self.started[sid] = _t(ev)
-        self.add(f"{name} queued", _t(ev) - t0)
+        self.started[sid] = event_seconds(ev)
+        self.add(f"{name} queued", event_seconds(ev) - t0)
 
     def activity_completed(self, ev: Any) -> None:
         sid = ev.activity_task_completed_event_attributes.scheduled_event_id
         name, t0 = self.scheduled[sid]
-        self.add(f"{name} ran", _t(ev) - self.started.get(sid, t0))
+        self.add(f"{name} ran", event_seconds(ev) - self.started.get(sid, t0))
 
     def workflow_task_scheduled(self, ev: Any) -> None:
-        self.scheduled[ev.event_id] = ("workflow task", _t(ev))
+        self.scheduled[ev.event_id] = ("workflow task", event_seconds(ev))
 
     def workflow_task_started(self, ev: Any) -> None:
         sid = ev.workflow_task_started_event_attributes.scheduled_event_id
-        self.started[sid] = self.last_task_started = _t(ev)
-        self.add("workflow task queued", _t(ev) - self.scheduled[sid][1])
+        self.started[sid] = self.last_task_started = event_seconds(ev)
+        self.add("workflow task queued", event_seconds(ev) - self.scheduled[sid][1])
 
     def workflow_task_completed(self, ev: Any) -> None:
         sid = ev.workflow_task_completed_event_attributes.scheduled_event_id
-        self.add("workflow task ran", _t(ev) - self.started[sid])
+        self.add("workflow task ran", event_seconds(ev) - self.started[sid])
 
     def signal_sent(self, ev: Any) -> None:
         sent = ev.signal_external_workflow_execution_initiated_event_attributes
         if sent.signal_name == "enqueue":
-            self.enqueued = _t(ev)
+            self.enqueued = event_seconds(ev)
 
     def marker_recorded(self, ev: Any) -> None:
         # the enqueue is the job's first signal_quota local activity; its marker is
@@ -263,12 +260,12 @@ class _HistoryClock:
             self.enqueued = self.last_task_started
         if self.enqueued is not None and grants_received([ev]):
             # admitted at once: the grant came in the enqueue's answer
-            self.add("enqueue -> admitted", _t(ev) - self.enqueued)
+            self.add("enqueue -> admitted", event_seconds(ev) - self.enqueued)
 
     def signaled(self, ev: Any) -> None:
         got = ev.workflow_execution_signaled_event_attributes
         if got.signal_name == "admitted" and self.enqueued is not None:
-            self.add("enqueue -> admitted", _t(ev) - self.enqueued)
+            self.add("enqueue -> admitted", event_seconds(ev) - self.enqueued)
 
 
 #: per history event attribute kind, what :func:`timings` does with it
@@ -350,11 +347,11 @@ async def quota_profile(client: Client) -> tuple[list[RunStats], dict[str, list[
     for ev in events:
         if id(ev) in enqueued_by:
             for job in enqueued_by[id(ev)]:
-                received.setdefault(job, _t(ev))
+                received.setdefault(job, event_seconds(ev))
         for job in grants_in(ev):
             if job in received:
                 out.setdefault("enqueue received -> grant sent", []).append(
-                    _t(ev) - received.pop(job))
+                    event_seconds(ev) - received.pop(job))
     return runs, out
 
 

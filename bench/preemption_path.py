@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from temporalio.api.history.v1 import HistoryEvent
 
-from bench.common import decode_json_payloads, quota_messages
+from bench.common import decode_json_payloads, event_seconds, quota_messages
 from fleetq.testing.history import grants_in
 
 #: the hops, in order; the first and the last two per preemptor, the rest per victim
@@ -34,10 +34,6 @@ PATH_STEPS = (ENQUEUE_TO_PREEMPT, SENT_TO_SIGNALLED, SIGNALLED_TO_STARTED, START
 #: history event times are the server's; a signal is never recorded before it was sent,
 #: but allow a clock step this small between the two workflows' shards
 _SLACK = 0.001
-
-
-def _t(ev: HistoryEvent) -> float:
-    return ev.event_time.seconds + ev.event_time.nanos / 1e9
 
 
 @dataclass
@@ -58,12 +54,13 @@ def _read_tree(events: Iterable[HistoryEvent]) -> _Tree:
     scheduled = math.nan
     task = 0
     for ev in events:
+        at = event_seconds(ev)
         if ev.HasField("workflow_task_scheduled_event_attributes"):
-            scheduled = _t(ev)
+            scheduled = at
         elif ev.HasField("workflow_task_completed_event_attributes"):
             task += 1
         for _ev, m in quota_messages([ev]):
-            tree.applied.setdefault((m.signal, m.subject()), []).append((scheduled, _t(ev)))
+            tree.applied.setdefault((m.signal, m.subject()), []).append((scheduled, at))
         if ev.HasField("signal_external_workflow_execution_initiated_event_attributes"):
             sent = ev.signal_external_workflow_execution_initiated_event_attributes
             if sent.signal_name == "preempt" and sent.input.payloads:
@@ -71,9 +68,9 @@ def _read_tree(events: Iterable[HistoryEvent]) -> _Tree:
                 preemptor = arg.get("preemptor") if isinstance(arg, dict) else None
                 if isinstance(preemptor, str):
                     tree.preempts.setdefault(preemptor, []).append(
-                        (sent.workflow_execution.workflow_id, _t(ev), task))
+                        (sent.workflow_execution.workflow_id, at, task))
         for job in grants_in(ev):
-            tree.grants.setdefault(job, []).append(_t(ev))
+            tree.grants.setdefault(job, []).append(at)
     return tree
 
 
@@ -87,7 +84,7 @@ def _victim_hops(events: Sequence[HistoryEvent], sent: float) -> tuple[float, fl
     ``sent``, or None if its history (this run) does not have it."""
     signalled = None
     for ev in events:
-        t = _t(ev)
+        t = event_seconds(ev)
         if signalled is None:
             if (ev.HasField("workflow_execution_signaled_event_attributes")
                     and ev.workflow_execution_signaled_event_attributes.signal_name == "preempt"
@@ -155,7 +152,8 @@ def preemption_path(quota_events: Sequence[HistoryEvent],
                     add(STARTED_TO_REQUEUE, started, requeue[0])
                     add(REQUEUE_TO_APPLIED, requeue[0], requeue[1])
                     if grant is None or requeue[1] <= grant:  # one after did not hold it up
-                        last_applied = max(last_applied or requeue[1], requeue[1])
+                        last_applied = (requeue[1] if last_applied is None
+                                        else max(last_applied, requeue[1]))
             if last_round:
                 add(APPLIED_TO_GRANT, last_applied, grant)
     return out

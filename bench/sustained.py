@@ -46,6 +46,7 @@ from bench.command import bench_app, help_text, run_command
 from bench.common import (
     HISTORY_WARN_EVENTS,
     cpu_seconds,
+    event_seconds,
     one_leaf_quota_tree,
     percentile,
     quota_messages,
@@ -92,10 +93,6 @@ def quota_tree() -> dict[str, Any]:
     """One leaf with room for every holder: the delay measured is the workflow's own."""
     return one_leaf_quota_tree("sustained", NAMESPACE, {
         "cpu": 100000, "memory": "100000Gi", "kube-queue/max-jobs": 100_000_000})
-
-
-def event_seconds(ev: HistoryEvent) -> float:
-    return ev.event_time.seconds + ev.event_time.nanos / 1e9
 
 
 def grant_times(events: Sequence[HistoryEvent]) -> dict[str, list[float]]:

@@ -33,6 +33,7 @@ from bench.common import (
     Phase,
     bounded_gather,
     embedded_stack,
+    event_seconds,
     gang_policy,
     percentile,
     quota_messages,
@@ -308,7 +309,7 @@ def quota_holdings(events: Sequence[Any], cpu: dict[str, float]) -> Holdings:
     out = Holdings([], {}, {})
     held: set[str] = set()
     for ev in events:
-        t = ev.event_time.seconds + ev.event_time.nanos / 1e9
+        t = event_seconds(ev)
         for job in grants_in(ev):
             if job in cpu and job not in held:
                 held.add(job)
