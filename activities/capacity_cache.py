@@ -250,8 +250,13 @@ class CapacityCache:
         #: phase, message),
         #: kept after the member deletes them (ttlSecondsAfterFinished), bounded
         self._finished: OrderedDict[tuple[str, str], tuple[str, str, str]] = OrderedDict()
-        #: every PyTorchJob the member holds now (namespace, name), any owner
-        self._jobs: set[tuple[str, str]] = set()
+        #: every PyTorchJob the member holds now, (namespace, name) -> the object as
+        #: last watched, any owner
+        self._jobs: dict[tuple[str, str], Mapping[str, Any]] = {}
+        #: the pods labelled with a PyTorchJob's name, (namespace, job name) -> pod key ->
+        #: the pod as last watched, and each such pod's job (:meth:`job_copy`)
+        self._job_pods: dict[tuple[str, str], dict[str, Mapping[str, Any]]] = {}
+        self._pod_job: dict[str, tuple[str, str]] = {}
         self._subs_lock = threading.Lock()
         self.failover = failover or TaintSettings()
         #: the last probe's verdict ("Unknown"/"False" with a one-line reason)
@@ -496,16 +501,36 @@ class CapacityCache:
     def _apply_pods(self, etype: str, obj: Mapping[str, Any]) -> bool:
         meta = meta_of(obj)
         job = (meta.get("labels") or {}).get(KF_JOB_NAME)
+        key = _key(obj)
+        self._keep_job_pod(key, None if etype == "DELETED" else obj)
         if job:
             self._notify(str(meta.get("namespace") or ""), str(job))
         use = None if etype == "DELETED" else condense_pod(obj)
-        key = _key(obj)
         member = None if etype == "DELETED" else gang_pod(obj)
         if member is None:
             self._gang_pods.pop(key, None)
         else:
             self._gang_pods[key] = member
         return self._state.set_use("pods", key, use)
+
+    def _keep_job_pod(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        """(Under the lock.) Keep pod ``key`` as ``obj`` among its job's pods (None: the
+        pod is gone); a pod without a job-name label is not kept."""
+        before = self._pod_job.pop(key, None)
+        if before is not None:
+            pods = self._job_pods.get(before)
+            if pods is not None:
+                pods.pop(key, None)
+                if not pods:
+                    del self._job_pods[before]
+        if obj is None:
+            return
+        meta = meta_of(obj)
+        job = (meta.get("labels") or {}).get(KF_JOB_NAME)
+        if job:
+            owner = (str(meta.get("namespace") or ""), str(job))
+            self._pod_job[key] = owner
+            self._job_pods.setdefault(owner, {})[key] = obj
 
     def _apply_res(self, etype: str, obj: Mapping[str, Any]) -> bool:
         use = None if etype == "DELETED" else condense_reservation(obj)
@@ -515,9 +540,9 @@ class CapacityCache:
         meta = meta_of(obj)
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         if etype == "DELETED":
-            self._jobs.discard(key)
+            self._jobs.pop(key, None)
         else:
-            self._jobs.add(key)
+            self._jobs[key] = obj
         phase, message = job_phase(obj)
         if phase in TERMINATED:
             owner = copy_key(meta.get("labels") or {})  # owner, and submission if any
@@ -535,6 +560,29 @@ class CapacityCache:
         with self._lock:
             return ("jobs" in self._synced and "jobs" not in self._broken_since
                     and (namespace, name) not in self._jobs)
+
+    def job_copy(
+        self, namespace: str, name: str
+    ) -> tuple[Mapping[str, Any], list[Mapping[str, Any]]] | None:
+        """The PyTorchJob ``namespace/name`` and the pods labelled with its name, as the
+        watches last saw them, as a client-go lister serves them: only while the jobs
+        and pods watches are open and nothing (the probe included) is broken, and only
+        once a watch has shown the job. None otherwise: the caller reads the member.
+        Trails the member by the watches' latency; the objects must not be changed."""
+        with self._lock:
+            if not (
+                self._watch_jobs
+                and "jobs" in self._streams
+                and "pods" in self._streams
+                and "jobs" in self._synced
+                and "pods" in self._synced
+                and not self._broken_since
+            ):
+                return None
+            obj = self._jobs.get((namespace, name))
+            if obj is None:
+                return None
+            return obj, list(self._job_pods.get((namespace, name), {}).values())
 
     def finished_job(self, namespace: str, name: str, owner: str) -> tuple[str, str] | None:
         """``(phase, message)`` if this cache saw the job (the copy of this owner and
@@ -556,7 +604,7 @@ class CapacityCache:
                 self._nodes_changed()
             return changed
         if kind == "jobs":
-            self._jobs = set()
+            self._jobs = {}
             for obj in items:
                 self._apply_jobs("ADDED", obj)
             return False
@@ -565,6 +613,9 @@ class CapacityCache:
             self._gang_pods = {
                 _key(obj): member for obj in items if (member := gang_pod(obj)) is not None
             }
+            self._job_pods, self._pod_job = {}, {}
+            for obj in items:
+                self._keep_job_pod(_key(obj), obj)
         uses = {}
         for obj in items:
             use = condense(obj)

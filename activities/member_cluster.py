@@ -255,6 +255,8 @@ class KubernetesMemberCluster:
         unschedulable_grace_s: float = 60.0,
         recheck_s: float = 15.0,
         heartbeat_s: float = 5.0,
+        settle_s: float = 0.05,
+        settle_max_s: float = 0.5,
         failover: TaintSettings | None = None,
         bind_guard: bool = True,
     ) -> None:
@@ -271,6 +273,10 @@ class KubernetesMemberCluster:
         self.unschedulable_grace_s = unschedulable_grace_s
         self.recheck_s = recheck_s
         self.heartbeat_s = heartbeat_s
+        #: ``wait_for_change`` reads after a job's watch events pause this long (at most
+        #: ``settle_max_s``): one status per burst of writes (``_until_quiet``)
+        self.settle_s = settle_s
+        self.settle_max_s = settle_max_s
         if cache is None:
             from activities.capacity_cache import CapacityCache
 
@@ -730,7 +736,20 @@ class KubernetesMemberCluster:
             return self._unknown(str(exc))
 
     def _status(self, job: JobRef) -> JobStatus:
-        obj = self.api.get(self._job_path(job.namespace, job.name))
+        return self._status_of(job, self.api.get(self._job_path(job.namespace, job.name)))
+
+    def _watched_status(self, job: JobRef) -> JobStatus:
+        """:meth:`status` as the cache's watches show it, with no request to the member
+        when the cache can vouch for the copy (``CapacityCache.job_copy``), as a
+        controller reads its informer's lister on each event; else read the member."""
+        seen = self.cache.job_copy(job.namespace, job.name)
+        if seen is None or not of_this_run(seen[0], job):
+            return self.status(job)
+        obj, pods = seen
+        return job_status(self.name, obj, pods, now=time.time(),
+                          unschedulable_grace_s=self.unschedulable_grace_s)
+
+    def _status_of(self, job: JobRef, obj: dict[str, Any] | None) -> JobStatus:
         if obj is None:
             finished = self.cache.finished_job(job.namespace, job.name, job_copy_key(job))
             if finished is not None:  # finished, then deleted by the member (its TTL)
@@ -767,7 +786,7 @@ class KubernetesMemberCluster:
         try:
             while True:
                 event.clear()
-                st = self.status(job)
+                st = self._watched_status(job)
                 last_check = time.monotonic()
                 if observed_changed(st.observed, since) or time.monotonic() >= deadline:
                     return st
@@ -778,12 +797,27 @@ class KubernetesMemberCluster:
                     woke = event.wait(min(remaining, self.heartbeat_s))
                     if heartbeat is not None:
                         heartbeat()
-                    if woke or time.monotonic() - last_check >= self.recheck_s:
+                    if woke:
+                        self._until_quiet(event, deadline)
+                        break
+                    if time.monotonic() - last_check >= self.recheck_s:
                         break
                 if time.monotonic() >= deadline and not event.is_set():
-                    return self.status(job)
+                    return self._watched_status(job)
         finally:
             self.cache.unsubscribe(job.namespace, job.name, event)
+
+    def _until_quiet(self, event: threading.Event, deadline: float) -> None:
+        """After a watch event about the job, wait until its events pause for
+        ``settle_s`` (at most ``settle_max_s``, never past ``deadline``): the writes of
+        one step (the operator's status, each pod's) come in a burst, and one read after
+        it reports the step once, as a read made over the network a moment later did."""
+        until = min(deadline, time.monotonic() + self.settle_max_s)
+        while True:
+            event.clear()
+            wait = min(self.settle_s, until - time.monotonic())
+            if wait <= 0 or not event.wait(wait):
+                return
 
     # -- purge
 

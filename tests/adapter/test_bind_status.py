@@ -296,3 +296,47 @@ def test_a_finished_job_the_member_deletes_keeps_its_phase(
     # a job of another owner with the same name is not mistaken for it
     other = JobRef(namespace=job.namespace, name=job.name, workflow_id=job.workflow_id + "-x")
     assert ma.status(other).phase == "Missing"
+
+
+def test_following_a_job_reads_its_status_from_the_watches_not_the_member(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    """A controller reads what its informer's watches keep, not a GET per event
+    (client-go tools/cache: the reflector's LIST+WATCH fills the store the listers read).
+    Once the watches have shown a bound copy, following it to Succeeded with
+    ``wait_for_change`` sends the member no GET or LIST of the job or its pods, and what
+    it reports is what the member itself answers."""
+    job = job_factory("lister")
+    ma.bind(BindRequest(job=job, manifest=manifest(job, workers=1), run_seconds=3))
+    eventually(lambda: ma.cache.job_copy(job.namespace, job.name), timeout_s=20)
+    asked: list[str] = []
+    real_get, real_list = ma.api.get, ma.api.list
+
+    def get(path: str, *args: Any, **kwargs: Any) -> Any:
+        if job.name in path:
+            asked.append(f"GET {path}")
+        return real_get(path, *args, **kwargs)
+
+    def list_(path: str, *args: Any, **kwargs: Any) -> Any:
+        if job.name in str(kwargs.get("label_selector") or ""):
+            asked.append(f"LIST {path}")
+        return real_list(path, *args, **kwargs)
+
+    ma.api.get, ma.api.list = get, list_  # type: ignore[method-assign]
+    try:
+        seen = ["Healthy/Created"]
+        while (st := ma.wait_for_change(job, seen[-1], timeout_s=60)).phase != "Succeeded":
+            assert st.observed != seen[-1], f"no change within the window: {st}"
+            seen.append(st.observed)
+    finally:
+        del ma.api.get, ma.api.list
+    assert asked == []
+    assert len(seen) >= 2, seen  # it did follow the job through Running
+    assert st.health == "Healthy" and st.pods
+
+    def same_as_the_member() -> bool:
+        watched, read = ma.wait_for_change(job, "", timeout_s=0), ma.status(job)
+        return (watched.observed, watched.pods, watched.replica_statuses) == (
+            read.observed, read.pods, read.replica_statuses)
+
+    eventually(same_as_the_member, timeout_s=30)
