@@ -570,19 +570,31 @@ class CapacityCache:
         once a watch has shown the job. None otherwise: the caller reads the member.
         Trails the member by the watches' latency; the objects must not be changed."""
         with self._lock:
-            if not (
-                self._watch_jobs
-                and "jobs" in self._streams
-                and "pods" in self._streams
-                and "jobs" in self._synced
-                and "pods" in self._synced
-                and not self._broken_since
-            ):
+            if not self._vouches():
                 return None
             obj = self._jobs.get((namespace, name))
             if obj is None:
                 return None
             return obj, list(self._job_pods.get((namespace, name), {}).values())
+
+    def awaits_copy(self, namespace: str, name: str) -> bool:
+        """Whether the watches could vouch for the PyTorchJob ``namespace/name`` but have
+        not shown it: a copy just created shows up with its ``ADDED`` event."""
+        with self._lock:
+            return self._vouches() and (namespace, name) not in self._jobs
+
+    def _vouches(self) -> bool:
+        """(Under the lock.) The jobs and pods watches are open and listed, and nothing,
+        the probe included, is broken: what they show is the member's, a watch's latency
+        ago."""
+        return (
+            self._watch_jobs
+            and "jobs" in self._streams
+            and "pods" in self._streams
+            and "jobs" in self._synced
+            and "pods" in self._synced
+            and not self._broken_since
+        )
 
     def finished_job(self, namespace: str, name: str, owner: str) -> tuple[str, str] | None:
         """``(phase, message)`` if this cache saw the job (the copy of this owner and

@@ -784,6 +784,13 @@ class KubernetesMemberCluster:
         deadline = time.monotonic() + max(0.0, timeout_s)
         event = self.cache.subscribe(job.namespace, job.name)
         try:
+            # a copy just bound: its watch event comes within milliseconds, and then the
+            # first read needs no request either (a copy that is gone is read from the
+            # member after at most ``settle_max_s``)
+            if self.cache.awaits_copy(job.namespace, job.name) and event.wait(
+                min(self.settle_max_s, max(0.0, timeout_s))
+            ):
+                self._until_quiet(event, deadline)
             while True:
                 event.clear()
                 st = self._watched_status(job)

@@ -303,12 +303,13 @@ def test_following_a_job_reads_its_status_from_the_watches_not_the_member(
 ) -> None:
     """A controller reads what its informer's watches keep, not a GET per event
     (client-go tools/cache: the reflector's LIST+WATCH fills the store the listers read).
-    Once the watches have shown a bound copy, following it to Succeeded with
-    ``wait_for_change`` sends the member no GET or LIST of the job or its pods, and what
-    it reports is what the member itself answers."""
+    From the moment its bind returns, following a job to Succeeded with
+    ``wait_for_change`` (the bind's first watch, then ``watch_status``) sends the member
+    no GET or LIST of the job or its pods: the first read waits for the new copy's watch
+    event. What it reports is what the member itself answers."""
     job = job_factory("lister")
+    eventually(lambda: ma.cache.watching(), timeout_s=20)
     ma.bind(BindRequest(job=job, manifest=manifest(job, workers=1), run_seconds=3))
-    eventually(lambda: ma.cache.job_copy(job.namespace, job.name), timeout_s=20)
     asked: list[str] = []
     real_get, real_list = ma.api.get, ma.api.list
 
@@ -340,3 +341,29 @@ def test_following_a_job_reads_its_status_from_the_watches_not_the_member(
             read.observed, read.pods, read.replica_statuses)
 
     eventually(same_as_the_member, timeout_s=30)
+
+
+def test_a_watch_on_a_copy_its_watches_never_showed_reads_the_member(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    """The first read of a watch waits briefly for a just-bound copy's watch event; for a
+    copy that is not there (deleted behind fleetq's back before the watch began) the
+    member itself is read, once, and the copy is reported Missing."""
+    job = job_factory("never-bound")
+    eventually(lambda: ma.cache.watching(), timeout_s=20)
+    assert ma.cache.awaits_copy(job.namespace, job.name)
+    asked: list[str] = []
+    real_get = ma.api.get
+
+    def get(path: str, *args: Any, **kwargs: Any) -> Any:
+        if job.name in path:
+            asked.append(path)
+        return real_get(path, *args, **kwargs)
+
+    ma.api.get = get  # type: ignore[method-assign]
+    try:
+        st = ma.wait_for_change(job, "Healthy/Created", timeout_s=120)
+    finally:
+        del ma.api.get
+    assert (st.phase, st.health) == ("Missing", "Unhealthy")
+    assert asked == [ma._job_path(job.namespace, job.name)]
