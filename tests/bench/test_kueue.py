@@ -199,23 +199,9 @@ def test_a_jobs_first_enqueue_is_read_from_the_quota_workflows_history() -> None
     """The enqueue the split starts the quota workflow's side at is the first one it
     applied; a requeue after a preemption does not move it (a job's own ``Queued`` event
     is aggregated and would)."""
-    import json
-
-    from temporalio.api.common.v1 import Payload, Payloads
-    from temporalio.api.history.v1 import HistoryEvent
-
     from bench.trace import quota_holdings
+    from tests.bench.history_events import submit
 
-    def submit(t: float, signal: str, job: str) -> HistoryEvent:
-        ev = HistoryEvent()
-        ev.event_time.FromNanoseconds(int(t * 1e9))
-        req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
-        req.input.name = "submit"
-        body = {"messages": [{"signal": signal, "request": {
-            "job_id": job, "namespace": "ns", "request": {"cpu": 1000}, "submitted_at": 0.0}}]}
-        req.input.args.CopyFrom(Payloads(payloads=[Payload(data=json.dumps(body).encode())]))
-        return ev
-
-    held = quota_holdings([submit(5.0, "enqueue", "j"), submit(9.0, "requeue", "j")],
+    held = quota_holdings([submit(5.0, ("enqueue", "j")), submit(9.0, ("requeue", "j"))],
                           {"j": 1.0})
     assert held.enqueued == {"j": 5.0}

@@ -28,6 +28,7 @@ from bench.trace import (
     time_averaged,
 )
 from fleetq.simulator import load_trace
+from tests.bench.history_events import answered, sent, signalled
 
 RESULT = re.compile(r"^RESULT (?P<name>[a-z]+) (?P<ratio>\d+\.\d+) \(target (?P<t>[\d.]+)\)$")
 
@@ -161,32 +162,6 @@ def test_a_swapped_class_order_is_not_preserved() -> None:
     assert not compare(sim, swapped).order_preserved
 
 
-def _signal_sent(t: float, job: str) -> Any:
-    """The quota workflow sending ``admitted`` to ``job`` at ``t`` (a history event)."""
-    from temporalio.api.history.v1 import HistoryEvent
-
-    ev = HistoryEvent()
-    ev.event_time.FromNanoseconds(int(t * 1e9))
-    sent = ev.signal_external_workflow_execution_initiated_event_attributes
-    sent.signal_name = "admitted"
-    sent.workflow_execution.workflow_id = job
-    return ev
-
-
-def _signalled(t: float, name: str, arg: Any) -> Any:
-    """The quota workflow taking the single signal ``name(arg)`` at ``t``."""
-    import json
-
-    from temporalio.api.history.v1 import HistoryEvent
-
-    ev = HistoryEvent()
-    ev.event_time.FromNanoseconds(int(t * 1e9))
-    sig = ev.workflow_execution_signaled_event_attributes
-    sig.signal_name = name
-    sig.input.payloads.add(data=json.dumps(arg).encode())
-    return ev
-
-
 def test_a_requeued_victim_holds_nothing_until_it_is_granted_again() -> None:
     """A preempted job's ``requeue`` gives its quota back (fleetq.admission's
     Admission.requeue: release + enqueue in one step); the holdings the usage figure is
@@ -195,27 +170,11 @@ def test_a_requeued_victim_holds_nothing_until_it_is_granted_again() -> None:
 
     request = {"job_id": "j", "namespace": "default", "request": {"cpu": 4000},
                "submitted_at": 0.0}
-    events = [_signal_sent(0.0, "j"), _signalled(2.0, "requeue", request),
-              _signal_sent(5.0, "j"), _signalled(6.0, "release", "j")]
+    events = [sent(0.0, "admitted", "j"), signalled(2.0, "requeue", request),
+              sent(5.0, "admitted", "j"), signalled(6.0, "release", "j")]
     held = quota_holdings(events, {"j": 4.0})
     assert held.changes == [(0.0, 4.0), (2.0, -4.0), (5.0, 4.0), (6.0, -4.0)]
     assert time_averaged(held.changes, 0.0, 10.0) == pytest.approx((2 + 1) * 4 / 10)
-
-
-def _answered(t: float, grants: list[str]) -> Any:
-    """A ``submit`` update completing at ``t`` whose receipt grants ``grants`` (jobs
-    admitted in the pass the update ran)."""
-    import json
-
-    from temporalio.api.history.v1 import HistoryEvent
-
-    ev = HistoryEvent()
-    ev.event_time.FromNanoseconds(int(t * 1e9))
-    receipt = {"applied": len(grants), "refused": {},
-               "grants": {j: {"job_id": j, "queue": "q", "node": "n"} for j in grants}}
-    done = ev.workflow_execution_update_completed_event_attributes
-    done.outcome.success.payloads.add(data=json.dumps(receipt).encode())
-    return ev
 
 
 def test_a_grant_in_a_submit_reply_holds_quota_as_a_signalled_one() -> None:
@@ -223,8 +182,8 @@ def test_a_grant_in_a_submit_reply_holds_quota_as_a_signalled_one() -> None:
     no ``admitted`` signal: the usage reader must count those grants too."""
     from bench.trace import quota_holdings
 
-    events = [_answered(1.0, ["a", "b"]), _signal_sent(3.0, "c"),
-              _signalled(4.0, "release", "a")]
+    events = [answered(1.0, ["a", "b"]), sent(3.0, "admitted", "c"),
+              signalled(4.0, "release", "a")]
     held = quota_holdings(events, {"a": 1.0, "b": 2.0, "c": 4.0})
     assert held.changes == [(1.0, 1.0), (1.0, 2.0), (3.0, 4.0), (4.0, -1.0)]
     assert held.granted == {"a": [1.0], "b": [1.0], "c": [3.0]}
