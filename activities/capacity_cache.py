@@ -33,6 +33,7 @@ from fleetq.member_contract import (
     copy_key,
     gang_pod,
     job_phase,
+    kept_for_status,
     meta_of,
 )
 from fleetq.models import pod_requests
@@ -250,11 +251,12 @@ class CapacityCache:
         #: phase, message),
         #: kept after the member deletes them (ttlSecondsAfterFinished), bounded
         self._finished: OrderedDict[tuple[str, str], tuple[str, str, str]] = OrderedDict()
-        #: every PyTorchJob the member holds now, (namespace, name) -> the object as
-        #: last watched, any owner
+        #: every PyTorchJob the member holds now, (namespace, name) -> what status reads
+        #: of it as last watched (``kept_for_status``), any owner
         self._jobs: dict[tuple[str, str], Mapping[str, Any]] = {}
         #: the pods labelled with a PyTorchJob's name, (namespace, job name) -> pod key ->
-        #: the pod as last watched, and each such pod's job (:meth:`job_copy`)
+        #: what status reads of the pod as last watched, and each such pod's job
+        #: (:meth:`job_copy`)
         self._job_pods: dict[tuple[str, str], dict[str, Mapping[str, Any]]] = {}
         self._pod_job: dict[str, tuple[str, str]] = {}
         self._subs_lock = threading.Lock()
@@ -530,7 +532,7 @@ class CapacityCache:
         if job:
             owner = (str(meta.get("namespace") or ""), str(job))
             self._pod_job[key] = owner
-            self._job_pods.setdefault(owner, {})[key] = obj
+            self._job_pods.setdefault(owner, {})[key] = kept_for_status(obj)
 
     def _apply_res(self, etype: str, obj: Mapping[str, Any]) -> bool:
         use = None if etype == "DELETED" else condense_reservation(obj)
@@ -542,7 +544,7 @@ class CapacityCache:
         if etype == "DELETED":
             self._jobs.pop(key, None)
         else:
-            self._jobs[key] = obj
+            self._jobs[key] = kept_for_status(obj)
         phase, message = job_phase(obj)
         if phase in TERMINATED:
             owner = copy_key(meta.get("labels") or {})  # owner, and submission if any

@@ -646,6 +646,30 @@ def _unschedulable_for(pod: Mapping[str, Any], now: float) -> tuple[float, str] 
     return None
 
 
+#: the metadata :func:`job_status` and :func:`of_this_run` read of a watched object
+STATUS_METADATA = (
+    "name", "namespace", "uid", "resourceVersion", "creationTimestamp",
+    "deletionTimestamp", "labels", "ownerReferences",
+)
+
+
+def kept_for_status(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`job_status` reads of a watched PyTorchJob or pod: its identity,
+    labels, owners, node and status, without its spec, annotations or managed fields.
+    A watch cache keeps this, as a client-go informer's transform strips what its
+    controller never reads (k8s.io/client-go ``tools/cache``, ``SetTransform``: "strip
+    unused metadata fields out of objects to save on RAM cost")."""
+    meta = meta_of(obj)
+    kept: dict[str, Any] = {
+        "metadata": {k: meta[k] for k in STATUS_METADATA if k in meta},
+        "status": obj.get("status") or {},
+    }
+    node = (obj.get("spec") or {}).get("nodeName")
+    if node:
+        kept["spec"] = {"nodeName": node}
+    return kept
+
+
 def job_status(
     cluster: str,
     job_obj: Mapping[str, Any],

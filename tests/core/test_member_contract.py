@@ -24,9 +24,11 @@ from fleetq.member_contract import (
     job_label,
     job_phase,
     job_status,
+    kept_for_status,
     member_manifest,
     missing_status,
     observed_changed,
+    of_this_run,
     referenced_deps,
     reservation_seconds_left,
     unknown_status,
@@ -324,6 +326,51 @@ def test_observed_token_changes_with_any_pod_but_not_without() -> None:
     a = _status(job, [_pod("train-worker-0", rv="1")]).observed
     assert _status(job, [_pod("train-worker-0", rv="1")]).observed == a
     assert _status(job, [_pod("train-worker-0", rv="2")]).observed != a
+
+
+def _as_served(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as an API server serves it: a spec, annotations and managed fields beside
+    what status reads."""
+    served = json.loads(json.dumps(obj))
+    meta = served["metadata"]
+    meta["namespace"] = JOB.namespace
+    meta["labels"] = {OWNER_LABEL: JOB.owner_id, "training.kubeflow.org/job-name": JOB.name}
+    meta["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{...}"}
+    meta["managedFields"] = [{"manager": "kubelet", "operation": "Update",
+                              "fieldsV1": {"f:status": {"f:phase": {}}}}]
+    served.setdefault("spec", {})["containers"] = [{"name": "pytorch", "image": "busybox"}]
+    return served
+
+
+@pytest.mark.parametrize("case", ["running", "unschedulable", "failed pod", "other owner",
+                                  "succeeded", "pending"])
+def test_what_a_watch_cache_keeps_of_a_job_and_its_pods_gives_the_same_status(
+    case: str,
+) -> None:
+    """The capacity cache keeps ``kept_for_status`` of each watched PyTorchJob and pod
+    (docs/decisions/021); reading the status from that must equal reading it from the
+    objects as served, down to the ``observed`` token."""
+    job, pods = {
+        "running": (_job(_cond("Running"), replicaStatuses={"Master": {"active": 1}}),
+                    [_pod("train-master-0", containerStatuses=[{"ready": True,
+                                                                "restartCount": 1}])]),
+        "unschedulable": (_job(_cond("Created")), [_unschedulable("train-worker-0", 61)]),
+        "failed pod": (_job(_cond("Running")), [_pod("train-worker-0", "Failed",
+                                                     message="OOMKilled")]),
+        "other owner": (_job(_cond("Running")), [_pod("train-worker-0", uid="uid-old")]),
+        "succeeded": (_job(_cond("Succeeded", message="done")),
+                      [_pod("train-master-0", "Succeeded", startTime="2026-05-01T11:00:00Z")]),
+        "pending": (_job(), [_pod("train-master-0", "Pending")]),
+    }[case]
+    job["metadata"]["creationTimestamp"] = _rfc3339(NOW - timedelta(seconds=400))
+    served_job, served_pods = _as_served(job), [_as_served(p) for p in pods]
+    kept_job, kept_pods = kept_for_status(served_job), [kept_for_status(p) for p in served_pods]
+    assert _status(kept_job, kept_pods) == _status(served_job, served_pods)
+    for kept in (kept_job, *kept_pods):
+        assert "managedFields" not in kept["metadata"]
+        assert "annotations" not in kept["metadata"]
+        assert "containers" not in kept.get("spec", {})
+    assert of_this_run(kept_job, JOB) and of_this_run(served_job, JOB)
 
 
 def test_unknown_finished_and_missing_statuses() -> None:
