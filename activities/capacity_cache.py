@@ -504,9 +504,11 @@ class CapacityCache:
         meta = meta_of(obj)
         job = (meta.get("labels") or {}).get(KF_JOB_NAME)
         key = _key(obj)
-        self._keep_job_pod(key, None if etype == "DELETED" else obj)
+        before = self._keep_job_pod(key, None if etype == "DELETED" else obj)
         if job:
             self._notify(str(meta.get("namespace") or ""), str(job))
+        if before is not None and before != (str(meta.get("namespace") or ""), str(job)):
+            self._notify(*before)  # its job-name label changed: the old job lost a pod
         use = None if etype == "DELETED" else condense_pod(obj)
         member = None if etype == "DELETED" else gang_pod(obj)
         if member is None:
@@ -515,9 +517,10 @@ class CapacityCache:
             self._gang_pods[key] = member
         return self._state.set_use("pods", key, use)
 
-    def _keep_job_pod(self, key: str, obj: Mapping[str, Any] | None) -> None:
+    def _keep_job_pod(self, key: str, obj: Mapping[str, Any] | None) -> tuple[str, str] | None:
         """(Under the lock.) Keep pod ``key`` as ``obj`` among its job's pods (None: the
-        pod is gone); a pod without a job-name label is not kept."""
+        pod is gone); a pod without a job-name label is not kept. The job it was kept
+        under before, if any."""
         before = self._pod_job.pop(key, None)
         if before is not None:
             pods = self._job_pods.get(before)
@@ -526,13 +529,14 @@ class CapacityCache:
                 if not pods:
                     del self._job_pods[before]
         if obj is None:
-            return
+            return before
         meta = meta_of(obj)
         job = (meta.get("labels") or {}).get(KF_JOB_NAME)
         if job:
             owner = (str(meta.get("namespace") or ""), str(job))
             self._pod_job[key] = owner
             self._job_pods.setdefault(owner, {})[key] = kept_for_status(obj)
+        return before
 
     def _apply_res(self, etype: str, obj: Mapping[str, Any]) -> bool:
         use = None if etype == "DELETED" else condense_reservation(obj)
@@ -579,11 +583,14 @@ class CapacityCache:
                 return None
             return obj, list(self._job_pods.get((namespace, name), {}).values())
 
-    def awaits_copy(self, namespace: str, name: str) -> bool:
+    def awaits_copy(self, namespace: str, name: str, uid: str = "") -> bool:
         """Whether the watches could vouch for the PyTorchJob ``namespace/name`` but have
-        not shown it: a copy just created shows up with its ``ADDED`` event."""
+        not shown it (with ``uid``: not that copy of it): a copy just created shows up
+        with its ``ADDED`` event."""
         with self._lock:
-            return self._vouches() and (namespace, name) not in self._jobs
+            seen = self._jobs.get((namespace, name))
+            return self._vouches() and (
+                seen is None or bool(uid) and meta_of(seen).get("uid") != uid)
 
     def _vouches(self) -> bool:
         """(Under the lock.) The jobs and pods watches are open and listed, and nothing,
@@ -618,18 +625,24 @@ class CapacityCache:
                 self._nodes_changed()
             return changed
         if kind == "jobs":
+            gone = set(self._jobs)
             self._jobs = {}
             for obj in items:
                 self._apply_jobs("ADDED", obj)
+            for key in gone - set(self._jobs):  # deleted while the watch was away
+                self._notify(*key)
             return False
         condense = condense_pod if kind == "pods" else condense_reservation
         if kind == "pods":
             self._gang_pods = {
                 _key(obj): member for obj in items if (member := gang_pod(obj)) is not None
             }
+            had = set(self._job_pods)
             self._job_pods, self._pod_job = {}, {}
             for obj in items:
                 self._keep_job_pod(_key(obj), obj)
+            for owner in had - set(self._job_pods):  # their pods went while away
+                self._notify(*owner)
         uses = {}
         for obj in items:
             use = condense(obj)

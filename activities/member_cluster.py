@@ -216,6 +216,7 @@ class MemberCluster(Protocol):
         since: str,
         timeout_s: float,
         heartbeat: Callable[[], None] | None = None,
+        uid: str = "",
     ) -> JobStatus: ...
     def purge(self, job: JobRef) -> PurgeResult: ...
     def leftovers(self, job: JobRef) -> list[str]: ...
@@ -738,12 +739,15 @@ class KubernetesMemberCluster:
     def _status(self, job: JobRef) -> JobStatus:
         return self._status_of(job, self.api.get(self._job_path(job.namespace, job.name)))
 
-    def _watched_status(self, job: JobRef) -> JobStatus:
+    def _watched_status(self, job: JobRef, uid: str = "") -> JobStatus:
         """:meth:`status` as the cache's watches show it, with no request to the member
         when the cache can vouch for the copy (``CapacityCache.job_copy``), as a
-        controller reads its informer's lister on each event; else read the member."""
+        controller reads its informer's lister on each event; else read the member. With
+        ``uid`` (the copy a bind just made) a cached copy with another uid, one deleted
+        whose ``DELETED`` event has not come yet, is not taken for it."""
         seen = self.cache.job_copy(job.namespace, job.name)
-        if seen is None or not of_this_run(seen[0], job):
+        if (seen is None or not of_this_run(seen[0], job)
+                or (uid and meta_of(seen[0]).get("uid") != uid)):
             return self.status(job)
         obj, pods = seen
         return job_status(self.name, obj, pods, now=time.time(),
@@ -774,26 +778,31 @@ class KubernetesMemberCluster:
         since: str,
         timeout_s: float,
         heartbeat: Callable[[], None] | None = None,
+        uid: str = "",
     ) -> JobStatus:
         """Block until ``status(job).observed != since`` or ``timeout_s`` passes.
 
         Woken by the cache's watches (the job's pods and the PyTorchJob itself) and by
-        reachability changes; re-reads the status only then, or every ``recheck_s`` as a
-        safety net (a time-based health change such as the unschedulable grace).
-        ``heartbeat`` is called at least every ``heartbeat_s``."""
+        reachability changes, it reads the status from the watches then
+        (:meth:`_watched_status`; ``uid``: the copy a bind just made); every
+        ``recheck_s`` without an event it reads the member itself, a safety net for a
+        time-based health change (the unschedulable grace) and for a member whose
+        watches stall while its ``/version`` still answers. ``heartbeat`` is called at
+        least every ``heartbeat_s``."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         event = self.cache.subscribe(job.namespace, job.name)
         try:
             # a copy just bound: its watch event comes within milliseconds, and then the
             # first read needs no request either (a copy that is gone is read from the
-            # member after at most ``settle_max_s``)
-            if self.cache.awaits_copy(job.namespace, job.name) and event.wait(
+            # member after the wait and the quiet window, at most 2 x ``settle_max_s``)
+            if self.cache.awaits_copy(job.namespace, job.name, uid) and event.wait(
                 min(self.settle_max_s, max(0.0, timeout_s))
             ):
                 self._until_quiet(event, deadline)
+            recheck = False
             while True:
                 event.clear()
-                st = self._watched_status(job)
+                st = self.status(job) if recheck else self._watched_status(job, uid)
                 last_check = time.monotonic()
                 if observed_changed(st.observed, since) or time.monotonic() >= deadline:
                     return st
@@ -806,11 +815,13 @@ class KubernetesMemberCluster:
                         heartbeat()
                     if woke:
                         self._until_quiet(event, deadline)
+                        recheck = False
                         break
                     if time.monotonic() - last_check >= self.recheck_s:
+                        recheck = True
                         break
                 if time.monotonic() >= deadline and not event.is_set():
-                    return self._watched_status(job)
+                    return self._watched_status(job, uid)
         finally:
             self.cache.unsubscribe(job.namespace, job.name, event)
 

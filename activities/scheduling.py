@@ -498,7 +498,7 @@ class SchedulingActivities:
             return result
         purge_earlier_runs(self.fleet.clusters, inp.cluster, job)
         if inp.watch is not None:
-            result.status = self._first_watch(inp)
+            result.status = self._first_watch(inp, result.uid)
         if inp.release_room:
             self._release_room(job.workflow_id)
         return result
@@ -530,10 +530,10 @@ class SchedulingActivities:
         except (RPCError, WorkflowUpdateFailedError, RuntimeError) as exc:
             log.warning("room claim of %s not released (it expires): %s", job_id, exc)
 
-    def _first_watch(self, inp: BindInput) -> JobStatus | None:
-        """The bound copy's first watch (``BindInput.watch``); None when it is cut short
-        (the worker shuts down, the member stops answering): the bind has landed, and
-        the job's own watch reads the copy again."""
+    def _first_watch(self, inp: BindInput, uid: str) -> JobStatus | None:
+        """The bound copy's first watch (``BindInput.watch``), of the copy with ``uid``;
+        None when it is cut short (the worker shuts down, the member stops answering):
+        the bind has landed, and the job's own watch reads the copy again."""
         assert inp.watch is not None
         watch = WatchInput(
             cluster=inp.cluster,
@@ -543,7 +543,7 @@ class SchedulingActivities:
             cluster_tolerations=inp.watch.cluster_tolerations,
         )
         try:
-            return self._watch(watch)
+            return self._watch(watch, uid)
         except (asyncio.CancelledError, ApplicationError, ClusterUnreachable, ApiError) as exc:
             log.info("first watch of %s on %s cut short: %s", inp.request.job.name,
                      inp.cluster, exc)
@@ -608,10 +608,10 @@ class SchedulingActivities:
     def watch_status(self, inp: WatchInput) -> JobStatus:
         return self._watch(inp)
 
-    def _watch(self, inp: WatchInput) -> JobStatus:
+    def _watch(self, inp: WatchInput, uid: str = "") -> JobStatus:
         """Wait for the copy's status to change from ``inp.since`` or the window to end;
         with the eviction a NoExecute health taint brings, the policy's tolerations
-        considered."""
+        considered. ``uid``: the copy a bind just made (the first watch)."""
         member = self._member(inp.cluster)
 
         def heartbeat() -> None:
@@ -623,7 +623,7 @@ class SchedulingActivities:
                 raise ApplicationError("worker shutting down; the watch resumes elsewhere")
 
         status: JobStatus = member.wait_for_change(
-            inp.job, inp.since, inp.timeout_seconds, heartbeat=heartbeat
+            inp.job, inp.since, inp.timeout_seconds, heartbeat=heartbeat, uid=uid
         )
         if status.taints:
             eviction = eviction_due(

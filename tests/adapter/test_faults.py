@@ -101,3 +101,26 @@ def test_persistent_errors_give_up_in_bounded_time(
     assert 0.3 <= elapsed <= m.api.retry.budget_s  # backed off, then gave up
     with pytest.raises(ClusterUnreachable, match="503"):
         m.release_reservations(job)
+
+
+def test_a_watch_notices_a_member_whose_watches_stall_while_its_version_answers(
+    emulator: Any, faulty: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    """A watched job's status comes from the capacity cache's watches (decision 021),
+    but a member can stop answering its resource API while ``GET /version`` still
+    answers (a sick etcd: the API server serves /version without it), so its open watch
+    streams just go quiet and the probe stays green. The watch's ``recheck_s`` safety
+    net reads the member itself, so the job goes ``Unknown`` within the watch's window,
+    not once the stalled stream's read timeout (a minute) ends it."""
+    m = faulty
+    job = job_factory("stalled")
+    m.bind(BindRequest(job=job, manifest=manifest(job), run_seconds=600))
+    running = eventually(lambda: (s := m.status(job)).phase == "Running" and s, timeout_s=30)
+    eventually(lambda: m.cache.job_copy(job.namespace, job.name), timeout_s=20)
+    emulator.set_latency(m.name, 60.0)
+    recheck, m.recheck_s = m.recheck_s, 1.0
+    try:
+        st = m.wait_for_change(job, running.observed, timeout_s=15)
+    finally:
+        m.recheck_s = recheck
+    assert (st.health, st.phase) == ("Unknown", "Unknown"), st
