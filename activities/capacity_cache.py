@@ -504,10 +504,11 @@ class CapacityCache:
         meta = meta_of(obj)
         job = (meta.get("labels") or {}).get(KF_JOB_NAME)
         key = _key(obj)
+        owner = (str(meta.get("namespace") or ""), str(job)) if job else None
         before = self._keep_job_pod(key, None if etype == "DELETED" else obj)
-        if job:
-            self._notify(str(meta.get("namespace") or ""), str(job))
-        if before is not None and before != (str(meta.get("namespace") or ""), str(job)):
+        if owner is not None:
+            self._notify(*owner)
+        if before is not None and before != owner:
             self._notify(*before)  # its job-name label changed: the old job lost a pod
         use = None if etype == "DELETED" else condense_pod(obj)
         member = None if etype == "DELETED" else gang_pod(obj)
@@ -568,17 +569,16 @@ class CapacityCache:
                     and (namespace, name) not in self._jobs)
 
     def job_copy(
-        self, namespace: str, name: str
+        self, namespace: str, name: str, uid: str = ""
     ) -> tuple[Mapping[str, Any], list[Mapping[str, Any]]] | None:
-        """The PyTorchJob ``namespace/name`` and the pods labelled with its name, as the
-        watches last saw them, as a client-go lister serves them: only while the jobs
-        and pods watches are open and nothing (the probe included) is broken, and only
-        once a watch has shown the job. None otherwise: the caller reads the member.
-        Trails the member by the watches' latency; the objects must not be changed."""
+        """The PyTorchJob ``namespace/name`` (with ``uid``: that copy of it) and the pods
+        labelled with its name, as the watches last saw them, as a client-go lister
+        serves them: only while the jobs and pods watches are open and nothing (the
+        probe included) is broken, and only once a watch has shown the copy. None
+        otherwise: the caller reads the member. Trails the member by the watches'
+        latency; the objects must not be changed."""
         with self._lock:
-            if not self._vouches():
-                return None
-            obj = self._jobs.get((namespace, name))
+            obj = self._shown(namespace, name, uid) if self._vouches() else None
             if obj is None:
                 return None
             return obj, list(self._job_pods.get((namespace, name), {}).values())
@@ -588,9 +588,14 @@ class CapacityCache:
         not shown it (with ``uid``: not that copy of it): a copy just created shows up
         with its ``ADDED`` event."""
         with self._lock:
-            seen = self._jobs.get((namespace, name))
-            return self._vouches() and (
-                seen is None or bool(uid) and meta_of(seen).get("uid") != uid)
+            return self._vouches() and self._shown(namespace, name, uid) is None
+
+    def _shown(self, namespace: str, name: str, uid: str) -> Mapping[str, Any] | None:
+        """(Under the lock.) The PyTorchJob as watched, if it is there (and has ``uid``)."""
+        obj = self._jobs.get((namespace, name))
+        if obj is None or (uid and meta_of(obj).get("uid") != uid):
+            return None
+        return obj
 
     def _vouches(self) -> bool:
         """(Under the lock.) The jobs and pods watches are open and listed, and nothing,

@@ -737,23 +737,7 @@ class KubernetesMemberCluster:
             return self._unknown(str(exc))
 
     def _status(self, job: JobRef) -> JobStatus:
-        return self._status_of(job, self.api.get(self._job_path(job.namespace, job.name)))
-
-    def _watched_status(self, job: JobRef, uid: str = "") -> JobStatus:
-        """:meth:`status` as the cache's watches show it, with no request to the member
-        when the cache can vouch for the copy (``CapacityCache.job_copy``), as a
-        controller reads its informer's lister on each event; else read the member. With
-        ``uid`` (the copy a bind just made) a cached copy with another uid, one deleted
-        whose ``DELETED`` event has not come yet, is not taken for it."""
-        seen = self.cache.job_copy(job.namespace, job.name)
-        if (seen is None or not of_this_run(seen[0], job)
-                or (uid and meta_of(seen[0]).get("uid") != uid)):
-            return self.status(job)
-        obj, pods = seen
-        return job_status(self.name, obj, pods, now=time.time(),
-                          unschedulable_grace_s=self.unschedulable_grace_s)
-
-    def _status_of(self, job: JobRef, obj: dict[str, Any] | None) -> JobStatus:
+        obj = self.api.get(self._job_path(job.namespace, job.name))
         if obj is None:
             finished = self.cache.finished_job(job.namespace, job.name, job_copy_key(job))
             if finished is not None:  # finished, then deleted by the member (its TTL)
@@ -771,6 +755,19 @@ class KubernetesMemberCluster:
             now=time.time(),
             unschedulable_grace_s=self.unschedulable_grace_s,
         )
+
+    def _watched_status(self, job: JobRef, uid: str = "") -> JobStatus:
+        """:meth:`status` as the cache's watches show it, with no request to the member
+        when the cache can vouch for the copy (``CapacityCache.job_copy``), as a
+        controller reads its informer's lister on each event; else read the member. With
+        ``uid`` (the copy a bind just made) a cached copy with another uid, one deleted
+        whose ``DELETED`` event has not come yet, is not taken for it."""
+        seen = self.cache.job_copy(job.namespace, job.name, uid)
+        if seen is None or not of_this_run(seen[0], job):
+            return self.status(job)
+        obj, pods = seen
+        return job_status(self.name, obj, pods, now=time.time(),
+                          unschedulable_grace_s=self.unschedulable_grace_s)
 
     def wait_for_change(
         self,
