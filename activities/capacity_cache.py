@@ -241,6 +241,11 @@ class CapacityCache:
         self._initial = threading.Event()
         self._broken_since: dict[str, float] = {}  # kind or "probe" -> monotonic
         self._streams: dict[str, WatchStream] = {}
+        #: kinds whose watch is open, or is being opened again from the resourceVersion
+        #: its last stream reached (a stream's normal end, ``timeoutSeconds``): as a
+        #: client-go lister serves through the reflector's re-watch, the cache vouches
+        #: for them meanwhile (:meth:`_vouches`); a failed LIST or WATCH drops the kind
+        self._live: set[str] = set()
         self._stop = threading.Event()
         self._wake = threading.Condition()
         self._wake_gen = 0
@@ -598,13 +603,14 @@ class CapacityCache:
         return obj
 
     def _vouches(self) -> bool:
-        """(Under the lock.) The jobs and pods watches are open and listed, and nothing,
-        the probe included, is broken: what they show is the member's, a watch's latency
+        """(Under the lock.) The jobs and pods watches are listed and open (or being
+        opened again from where their last stream ended, ``_live``), and nothing, the
+        probe included, is broken: what they show is the member's, a watch's latency
         ago."""
         return (
             self._watch_jobs
-            and "jobs" in self._streams
-            and "pods" in self._streams
+            and "jobs" in self._live
+            and "pods" in self._live
             and "jobs" in self._synced
             and "pods" in self._synced
             and not self._broken_since
@@ -697,13 +703,21 @@ class CapacityCache:
                 if self._stop.is_set():
                     return
                 need_list = True
+                self._not_live(kind)
                 backoff = self._after_api_error(kind, exc, backoff)
             except Exception as exc:  # connection drops, decode errors: never kill the loop
                 if self._stop.is_set():
                     return
                 need_list = True
+                self._not_live(kind)
                 self._failed(kind, exc, backoff)
                 backoff = min(backoff * 2, self.MAX_BACKOFF_S)
+
+    def _not_live(self, kind: str) -> None:
+        """``kind``'s LIST or WATCH failed: the cache no longer vouches for it until its
+        watch is open again after a LIST."""
+        with self._lock:
+            self._live.discard(kind)
 
     def _list(self, kind: str, path: str) -> str:
         """LIST ``kind`` and replace what the cache holds of it; the resourceVersion."""
@@ -732,6 +746,7 @@ class CapacityCache:
         stream = self.api.watch(path, rv, self.WATCH_TIMEOUT_S)
         with self._lock:
             self._streams[kind] = stream
+            self._live.add(kind)
         try:
             if self._stop.is_set():
                 return None
@@ -815,9 +830,11 @@ class CapacityCache:
                 with self._lock:
                     recovered = "probe" in self._broken_since
                 if recovered:
-                    # Watches may have hung silently meanwhile: make them re-LIST.
+                    # Watches may have hung silently meanwhile: make them re-LIST (and
+                    # vouch again only once they are open again).
                     with self._lock:
                         streams = list(self._streams.values())
+                        self._live.clear()
                     for s in streams:
                         with contextlib.suppress(Exception):
                             s.close()

@@ -294,6 +294,10 @@ class KubernetesMemberCluster:
         self.lease = MemberLease(api)
         self.identity = f"{PROCESS_IDENTITY}/{next(_ADAPTERS)}"
         self.bind_stats = BindStats()
+        #: namespaces this adapter has seen on the member or created there: a bind into
+        #: one sends no GET for it; a create that finds it gone (``_create_in``) makes it
+        #: again
+        self._namespaces: set[str] = set()
         self._binds = _GroupCommit(self._bind_batch, wait_s=self.lease.wait_s * 2 + 10)
         if start_cache:
             self.cache.start()
@@ -478,13 +482,33 @@ class KubernetesMemberCluster:
     # -- bind
 
     def _ensure_namespace(self, ns: str) -> None:
-        path = f"/api/v1/namespaces/{_q(ns)}"
-        if self.api.get(path) is not None:
+        """Make sure the member has namespace ``ns``: once this adapter has seen it or
+        made it, without a request (a bind's create that finds it gone makes it again,
+        :meth:`_create_in`)."""
+        if ns in self._namespaces:
             return
-        self.api.create(
-            "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
-        )
+        path = f"/api/v1/namespaces/{_q(ns)}"
+        if self.api.get(path) is None:
+            self.api.create(
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+            )
+        self._namespaces.add(ns)
+
+    def _create_in(self, ns: str, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """``api.create`` of an object in namespace ``ns``; if the namespace has gone since
+        this adapter last saw it (the API server's NamespaceLifecycle admission answers
+        404 ``namespaces "<ns>" not found``, k8s.io/apiserver
+        ``pkg/admission/plugin/namespace/lifecycle/admission.go``), make it and create
+        once more."""
+        try:
+            return self.api.create(path, body)
+        except NotFound as exc:
+            if not exc.message.startswith(f'namespaces "{ns}"'):
+                raise
+            self._namespaces.discard(ns)
+            self._ensure_namespace(ns)
+            return self.api.create(path, body)
 
     def _propagate(self, req: BindRequest) -> list[str]:
         deps = referenced_deps(req.manifest)
@@ -510,7 +534,7 @@ class KubernetesMemberCluster:
             if body is None:
                 continue
             # An existing copy is left alone: it may be shared with another job.
-            self.api.create(self._core_path(job.namespace, plural), body)
+            self._create_in(job.namespace, self._core_path(job.namespace, plural), body)
             out.append(f"{kind} {job.namespace}/{name}")
         return out
 
@@ -614,7 +638,7 @@ class KubernetesMemberCluster:
         job = req.job
         path = self._job_path(job.namespace, job.name)
         for _ in range(3):
-            created = self.api.create(self._job_path(job.namespace), body)
+            created = self._create_in(job.namespace, self._job_path(job.namespace), body)
             if created is not None:
                 uid = str(meta_of(created).get("uid") or "")
                 return BindResult(created=True, uid=uid, deps=deps)

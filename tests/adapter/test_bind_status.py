@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 import yaml
 
 from activities.fleet import Fleet
+from activities.kube_api import WatchStream
 from activities.member_cluster import ConflictError, KubernetesMemberCluster
 from fleetq.messages import BindRequest, JobRef, PodReservation, ReserveRequest
 from fleetq.resources import CPU
@@ -61,6 +64,47 @@ def test_bind_is_idempotent_and_marks_the_job_as_ours(
             tmeta["annotations"]["scheduling.koordinator.sh/reservation-affinity"]
         )
         assert affinity == {"reservationSelector": {"fleetq.io/owner": job.owner_id}}
+
+
+def test_a_bind_into_a_namespace_it_has_seen_asks_no_more_and_one_gone_is_made_again(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    """A bind makes its job's namespace on the member when missing; once the adapter has
+    seen it there, later binds into it send no GET for it. A namespace deleted on the
+    member meanwhile is made again by the next bind: the create is refused 404
+    ``namespaces "<ns>" not found`` (k8s.io/apiserver NamespaceLifecycle admission), and
+    the bind makes the namespace and creates its copy after all."""
+    first = job_factory("ns-first")
+    ns = first.namespace
+    ns_path = f"/api/v1/namespaces/{ns}"
+    ma.bind(BindRequest(job=first, manifest=manifest(first, workers=1), run_seconds=30))
+    assert ma.api.get(ns_path) is not None
+    asked: list[str] = []
+    real_get = ma.api.get
+
+    def get(path: str, *args: Any, **kwargs: Any) -> Any:
+        asked.append(path)
+        return real_get(path, *args, **kwargs)
+
+    ma.api.get = get  # type: ignore[method-assign]
+    try:
+        second = job_factory("ns-second", namespace=ns)
+        ma.bind(BindRequest(job=second, manifest=manifest(second, workers=1), run_seconds=30))
+    finally:
+        del ma.api.get
+    assert ns_path not in asked
+    for job in (first, second):
+        ma.purge(job)
+    eventually(lambda: ma.leftovers(first) == [] and ma.leftovers(second) == [], 30)
+    assert ma.api.delete(ns_path)
+    eventually(lambda: ma.api.get(ns_path) is None, 30)  # finalized and gone
+
+    third = job_factory("ns-third", namespace=ns)
+    made = ma.bind(BindRequest(job=third, manifest=manifest(third, workers=1), run_seconds=30))
+    assert made.created
+    assert ma.api.get(ns_path) is not None
+    copy_ = ma.api.get(ma._job_path(ns, third.name))
+    assert copy_ is not None and copy_["metadata"]["uid"] == made.uid
 
 
 def test_users_run_seconds_annotation_wins(
@@ -314,7 +358,7 @@ def test_following_a_job_reads_its_status_from_the_watches_not_the_member(
     real_get, real_list = ma.api.get, ma.api.list
 
     # counted while the watches are connected (a probe that times out on a loaded
-    # machine, or a watch's reconnect, rightly sends the reads to the member)
+    # machine, or a watch that fails, rightly sends the reads to the member)
     def get(path: str, *args: Any, **kwargs: Any) -> Any:
         if job.name in path and ma.cache.watching():
             asked.append(f"GET {path}")
@@ -345,6 +389,64 @@ def test_following_a_job_reads_its_status_from_the_watches_not_the_member(
             read.observed, read.pods, read.replica_statuses)
 
     eventually(same_as_the_member, timeout_s=30)
+
+
+def test_a_watch_that_is_opened_again_keeps_the_status_reads_off_the_member(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    """Each watch stream ends after its ``timeoutSeconds`` and the cache opens it again
+    from the resourceVersion it reached; as a client-go lister serves through the
+    reflector's re-watch (tools/cache/reflector.go: ``watchHandler`` returns, ``ListAndWatch``
+    watches again from ``lastSyncResourceVersion`` without a LIST), status reads meanwhile
+    come from what the watches hold, not from the member: a read served by the member
+    in that gap and the next by the cache, a few events behind it, would show the
+    job's status going back a step."""
+    job = job_factory("rewatch")
+    api = copy.copy(ma.api)  # this test's own client object: its watches are held below
+    reopening, go_on = threading.Event(), threading.Event()
+    opened: list[str] = []
+    real_watch = api.watch
+
+    def watch(path: str, rv: str, timeout_s: int) -> WatchStream:
+        opened.append(path)
+        if path.endswith("/pods") and opened.count(path) > 1:
+            reopening.set()  # the pods stream ended by itself: hold its next one
+            go_on.wait(timeout=60)
+        return real_watch(path, rv, timeout_s)
+
+    api.watch = watch  # type: ignore[method-assign,assignment]
+    m = KubernetesMemberCluster(ma.name, api, labels=ma.labels, reservation=ma.reservation,
+                                start_cache=False)
+    m.cache.WATCH_TIMEOUT_S = 1  # the API server ends each stream after a second
+    m.cache.start()
+    try:
+        eventually(lambda: m.cache.job_copy(job.namespace, job.name) is None
+                   and m.cache.watching(), timeout_s=20)
+        ma.bind(BindRequest(job=job, manifest=manifest(job, workers=1), run_seconds=60))
+        eventually(lambda: m.cache.job_copy(job.namespace, job.name) is not None, 20)
+        assert reopening.wait(timeout=30)  # the pods watch is being opened again
+        asked: list[str] = []
+        real_get, real_list = api.get, api.list
+
+        def get(path: str, *args: Any, **kwargs: Any) -> Any:
+            asked.append(f"GET {path}")
+            return real_get(path, *args, **kwargs)
+
+        def list_(path: str, *args: Any, **kwargs: Any) -> Any:
+            asked.append(f"LIST {path}")
+            return real_list(path, *args, **kwargs)
+
+        api.get, api.list = get, list_  # type: ignore[method-assign]
+        watched = m.wait_for_change(job, "", timeout_s=0)
+        assert asked == []
+        assert watched.observed.startswith(("Healthy/Created/", "Healthy/Running/"))
+        read = m.status(job)  # what the member answers (and a read this test does see)
+        assert asked == [f"GET {m._job_path(job.namespace, job.name)}",
+                         f"LIST /api/v1/namespaces/{job.namespace}/pods"]
+        assert read.phase in ("Created", "Running") and read.health == "Healthy"
+    finally:
+        go_on.set()
+        m.close()
 
 
 def test_a_watch_on_a_copy_its_watches_never_showed_reads_the_member(
