@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -112,6 +113,14 @@ class Fleet:
             if isinstance(m, KubernetesMemberCluster)
         ]
         return [f.result() for f in futures]
+
+    def requests_sent(self) -> Counter[str]:
+        """The requests sent to the member clusters so far, by ``request_kind`` (the
+        capacity caches' LISTs, WATCHes and probes included)."""
+        total: Counter[str] = Counter()
+        for m in self._members:
+            total.update(m.api.sent)
+        return total
 
     def close(self) -> None:
         for m in getattr(self, "_members", []):

@@ -17,7 +17,9 @@ import contextlib
 import json
 import random
 import socket
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
@@ -45,6 +47,7 @@ __all__ = [
     "TooManyRequests",
     "WatchStream",
     "api_error",
+    "request_kind",
     "unreachable_why",
 ]
 
@@ -125,6 +128,24 @@ def api_error(
     if isinstance(err, TooManyRequests | ServerError):
         err.retry_after = _retry_after(headers)
     return err
+
+
+def request_kind(method: str, path: str) -> str:
+    """What a request asks of which resource, for counting: ``"GET pods"``,
+    ``"POST pytorchjobs"``, ``"WATCH nodes"``, ``"GET version"`` (a subresource after the
+    name: ``"PUT leases/status"``)."""
+    bare, _, query = path.partition("?")
+    segs = [s for s in bare.split("/") if s]
+    verb = "WATCH" if "watch=true" in query else method
+    if not segs:
+        return verb
+    # /api/v1/..., /apis/<group>/<version>/...: the rest names the resource
+    rest = segs[2:] if segs[0] == "api" else segs[3:] if segs[0] == "apis" else segs
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+        rest = rest[2:]  # namespaces/<ns>/<plural>[/<name>[/<sub>]]
+    if not rest:
+        return f"{verb} {segs[-1]}"
+    return f"{verb} {rest[0]}" + (f"/{rest[2]}" if len(rest) >= 3 else "")
 
 
 class ClusterUnreachable(Exception):
@@ -290,6 +311,10 @@ class KubeApi:
         self.connect_s = connect_s
         self.read_s = read_s
         self.retry = retry or RetryPolicy()
+        #: requests sent, by ``request_kind`` (``GET pods``, ``WATCH pytorchjobs``...):
+        #: what fleetq asks of the member (``fleetq bench e2e`` prints it per job)
+        self.sent: Counter[str] = Counter()
+        self._sent_lock = threading.Lock()
 
     @classmethod
     def from_kubeconfig(
@@ -333,6 +358,9 @@ class KubeApi:
         content_type: str,
         timeout: tuple[float, float],
     ) -> Any:
+        kind = request_kind(method, path)
+        with self._sent_lock:
+            self.sent[kind] += 1
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type

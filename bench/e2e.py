@@ -419,15 +419,17 @@ async def run(args: Options) -> int:
                                    local=4)
 
                 cpu0 = server_cpu(stack)
+                sent0 = acts.fleet.requests_sent()
                 for r in range(args.rounds):
                     rounds.append(await run_round(client, stack.pids, args, r, say))
                 server = {k: v - cpu0.get(k, 0.0) for k, v in server_cpu(stack).items()}
+                sent = acts.fleet.requests_sent() - sent0
                 quota = await quota_profile(client)
         finally:
             if acts._fleet is not None:
                 acts._fleet.close()
 
-    _print_report(args, rounds, quota, server)
+    _print_report(args, rounds, quota, server, sent)
     failed = [rd for rd in rounds if rd.states.get("Succeeded", 0) != args.jobs]
     for rd in failed:
         print(f"error: round {rd.index + 1}: only {rd.states.get('Succeeded', 0)} of "
@@ -435,11 +437,20 @@ async def run(args: Options) -> int:
     return 1 if failed else 0
 
 
+def member_requests_line(sent: Counter[str], jobs: int) -> str:
+    """The requests the measured rounds sent to the members, per job, by kind (the
+    capacity caches' watches and probes included; the baselines send none)."""
+    total = sum(sent.values())
+    kinds = ", ".join(f"{k} {n / jobs:.2f}" for k, n in sent.most_common())
+    return f"requests to members per job: {total / jobs:.2f} ({kinds})"
+
+
 def _print_report(args: Options, rounds: list[Round],
                   quota: tuple[list[RunStats], dict[str, list[float]]],
-                  server: dict[str, float]) -> None:
+                  server: dict[str, float], sent: Counter[str]) -> None:
     """The bench's report: each round's phases, latency, CPU and ratios, round 1's
-    profile, the quota workflow's, the Temporal server's CPU, and the result line."""
+    profile, the quota workflow's, the Temporal server's CPU, the requests to members,
+    and the result line."""
     print()
     print(f"jobs: {args.jobs} per round, {args.rounds} round(s), concurrency "
           f"{args.concurrency}, run_seconds {args.run_seconds}, Temporal {args.temporal}")
@@ -484,6 +495,7 @@ def _print_report(args: Options, rounds: list[Round],
           f"{', '.join(f'{x:.2f}' for x in mixes)} (median {statistics.median(mixes):.2f}); "
           f"strict: "
           f"{', '.join(f'{x:.2f}' for x in stricts)} (median {statistics.median(stricts):.2f})")
+    print(member_requests_line(sent, args.jobs * args.rounds))
     cpu_ratios = [rd.mix_cpu_ratio for rd in rounds]
     print(f"same-mix CPU ratio by round: {', '.join(f'{x:.2f}' for x in cpu_ratios)} "
           f"(median {statistics.median(cpu_ratios):.2f})")

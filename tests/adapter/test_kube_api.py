@@ -21,6 +21,7 @@ from activities.kube_api import (
     ServerError,
     TooManyRequests,
     api_error,
+    request_kind,
 )
 from activities.member_cluster import KubernetesMemberCluster
 
@@ -117,3 +118,27 @@ def test_what_kept_failing_is_the_cause_of_cluster_unreachable(
     cause = failed.value.__cause__
     assert isinstance(cause, TooManyRequests | ServerError) and type(cause) is cls
     assert (cause.status, cause.retry_after) == (status, 1.0)
+
+
+@pytest.mark.parametrize("method,path,kind", [
+    ("GET", "/api/v1/namespaces/t-1/pods?labelSelector=a%3Db", "GET pods"),
+    ("POST", "/apis/kubeflow.org/v1/namespaces/t-1/pytorchjobs", "POST pytorchjobs"),
+    ("GET", "/api/v1/nodes?watch=true&resourceVersion=7", "WATCH nodes"),
+    ("GET", "/version", "GET version"),
+    ("GET", "/api/v1/namespaces/t-1", "GET namespaces"),
+    ("PUT", "/api/v1/namespaces/t-1/finalize", "PUT namespaces/finalize"),
+    ("PUT", "/apis/kubeflow.org/v1/namespaces/t-1/pytorchjobs/j/status",
+     "PUT pytorchjobs/status"),
+    ("POST", "/apis/scheduling.koordinator.sh/v1alpha1/reservations", "POST reservations"),
+])
+def test_requests_are_counted_by_verb_and_resource(method: str, path: str, kind: str) -> None:
+    """``fleetq bench e2e`` reports what fleetq asks of its members per job by these
+    kinds (the namespace and name left out, a subresource kept)."""
+    assert request_kind(method, path) == kind
+
+
+def test_a_client_counts_what_it_sends(source_api: KubeApi, namespace: str) -> None:
+    before = source_api.sent.copy()
+    source_api.get(f"/api/v1/namespaces/{namespace}/configmaps/none-such")
+    source_api.list(f"/api/v1/namespaces/{namespace}/configmaps")
+    assert source_api.sent - before == {"GET configmaps": 2}

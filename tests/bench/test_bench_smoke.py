@@ -150,6 +150,12 @@ def test_e2e_runs_tiny_jobs_through_the_whole_pipeline(capsys: pytest.CaptureFix
     assert m["name"] == "e2e" and float(m["t"]) == 0.7
     assert out.count("states: {'Succeeded': 4}") == 2  # both rounds, every job
     assert "bind 1.00" in out  # every job made one member write (reserve + bind, one activity)
+    # what the members were asked, per job: one PyTorchJob created each, and no GET of the
+    # namespace, which the warm-up's binds already saw
+    asked = re.search(r"^requests to members per job: [\d.]+ \((.*)\)$", out, re.M)
+    assert asked, out
+    assert "POST pytorchjobs 1.00" in asked[1].split(", ")
+    assert "GET namespaces" not in asked[1]
     ratios = re.search(r"ratios by round: ([\d.]+), ([\d.]+) \(median ([\d.]+)\)", out)
     assert ratios, out
     low, high = sorted(float(x) for x in ratios.groups()[:2])
