@@ -131,9 +131,9 @@ def api_error(
 
 
 def request_kind(method: str, path: str) -> str:
-    """What a request asks of which resource, for counting: ``"GET pods"``,
-    ``"POST pytorchjobs"``, ``"WATCH nodes"``, ``"GET version"`` (a subresource after the
-    name: ``"PUT leases/status"``)."""
+    """What a request asks of which resource, for counting: ``"GET pytorchjobs"`` (one
+    object), ``"LIST pods"`` (a collection), ``"WATCH nodes"``, ``"POST reservations"``,
+    ``"GET version"`` (a subresource after the name: ``"PUT pytorchjobs/status"``)."""
     bare, _, query = path.partition("?")
     segs = [s for s in bare.split("/") if s]
     verb = "WATCH" if "watch=true" in query else method
@@ -145,6 +145,8 @@ def request_kind(method: str, path: str) -> str:
         rest = rest[2:]  # namespaces/<ns>/<plural>[/<name>[/<sub>]]
     if not rest:
         return f"{verb} {segs[-1]}"
+    if verb == "GET" and len(rest) == 1 and segs[0] in ("api", "apis"):
+        verb = "LIST"
     return f"{verb} {rest[0]}" + (f"/{rest[2]}" if len(rest) >= 3 else "")
 
 

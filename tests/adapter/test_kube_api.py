@@ -121,7 +121,9 @@ def test_what_kept_failing_is_the_cause_of_cluster_unreachable(
 
 
 @pytest.mark.parametrize("method,path,kind", [
-    ("GET", "/api/v1/namespaces/t-1/pods?labelSelector=a%3Db", "GET pods"),
+    ("GET", "/api/v1/namespaces/t-1/pods?labelSelector=a%3Db", "LIST pods"),
+    ("GET", "/api/v1/namespaces/t-1/pods/p-0", "GET pods"),
+    ("GET", "/api/v1/nodes", "LIST nodes"),
     ("POST", "/apis/kubeflow.org/v1/namespaces/t-1/pytorchjobs", "POST pytorchjobs"),
     ("GET", "/api/v1/nodes?watch=true&resourceVersion=7", "WATCH nodes"),
     ("GET", "/version", "GET version"),
@@ -141,4 +143,4 @@ def test_a_client_counts_what_it_sends(source_api: KubeApi, namespace: str) -> N
     before = source_api.sent.copy()
     source_api.get(f"/api/v1/namespaces/{namespace}/configmaps/none-such")
     source_api.list(f"/api/v1/namespaces/{namespace}/configmaps")
-    assert source_api.sent - before == {"GET configmaps": 2}
+    assert source_api.sent - before == {"GET configmaps": 1, "LIST configmaps": 1}
