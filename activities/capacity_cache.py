@@ -17,7 +17,7 @@ import logging
 import random
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -205,6 +205,8 @@ class CapacityCache:
     """LIST+WATCH cache of one cluster's nodes, pods and reservations (see module doc)."""
 
     WATCH_TIMEOUT_S = 60
+    #: how many of each PyTorchJob's latest resourceVersions the cache remembers
+    JOB_VERSIONS_KEPT = 8
     MAX_FINISHED = 10_000
     #: Watch-loop backoff after a failed LIST or WATCH, as client-go's reflector
     #: (tools/cache/reflector.go: 800 ms initial, factor 2, jitter 1.0, i.e. each wait is
@@ -259,6 +261,10 @@ class CapacityCache:
         #: every PyTorchJob the member holds now, (namespace, name) -> what status reads
         #: of it as last watched (``kept_for_status``), any owner
         self._jobs: dict[tuple[str, str], Mapping[str, Any]] = {}
+        #: the last resourceVersions the jobs watch showed of each PyTorchJob, newest
+        #: last: a status read serves a job from the cache only once the cache has seen
+        #: the version last reported of it (``job_copy``'s ``seen_rv``)
+        self._job_rvs: dict[tuple[str, str], deque[str]] = {}
         #: the pods labelled with a PyTorchJob's name, (namespace, job name) -> pod key ->
         #: what status reads of the pod as last watched, and each such pod's job
         #: (:meth:`job_copy`)
@@ -553,8 +559,13 @@ class CapacityCache:
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         if etype == "DELETED":
             self._jobs.pop(key, None)
+            self._job_rvs.pop(key, None)
         else:
             self._jobs[key] = kept_for_status(obj)
+            seen = self._job_rvs.get(key)
+            if seen is None:
+                seen = self._job_rvs[key] = deque(maxlen=self.JOB_VERSIONS_KEPT)
+            seen.append(str(meta.get("resourceVersion") or ""))
         phase, message = job_phase(obj)
         if phase in TERMINATED:
             owner = copy_key(meta.get("labels") or {})  # owner, and submission if any
@@ -574,16 +585,22 @@ class CapacityCache:
                     and (namespace, name) not in self._jobs)
 
     def job_copy(
-        self, namespace: str, name: str, uid: str = ""
+        self, namespace: str, name: str, uid: str = "", seen_rv: str = ""
     ) -> tuple[Mapping[str, Any], list[Mapping[str, Any]]] | None:
         """The PyTorchJob ``namespace/name`` (with ``uid``: that copy of it) and the pods
         labelled with its name, as the watches last saw them, as a client-go lister
         serves them: only while the jobs and pods watches are open and nothing (the
-        probe included) is broken, and only once a watch has shown the copy. None
-        otherwise: the caller reads the member. Trails the member by the watches'
-        latency; the objects must not be changed."""
+        probe included) is broken, and only once a watch has shown the copy (with
+        ``seen_rv``: shown that version of it, which a read of the member returned, so
+        what is served is never older than what was reported). None otherwise: the
+        caller reads the member. Trails the member by the watches' latency; the objects
+        must not be changed."""
         with self._lock:
             obj = self._shown(namespace, name, uid) if self._vouches() else None
+            if obj is not None and seen_rv and seen_rv not in self._job_rvs.get(
+                (namespace, name), ()
+            ):
+                return None
             if obj is None:
                 return None
             return obj, list(self._job_pods.get((namespace, name), {}).values())
@@ -641,6 +658,7 @@ class CapacityCache:
             for obj in items:
                 self._apply_jobs("ADDED", obj)
             for key in gone - set(self._jobs):  # deleted while the watch was away
+                self._job_rvs.pop(key, None)
                 self._notify(*key)
             return False
         condense = condense_pod if kind == "pods" else condense_reservation

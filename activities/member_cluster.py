@@ -51,6 +51,7 @@ from fleetq.member_contract import (
     meta_of,
     missing_status,
     observed_changed,
+    observed_version,
     of_this_run,
     owned_by,
     referenced_deps,
@@ -780,13 +781,15 @@ class KubernetesMemberCluster:
             unschedulable_grace_s=self.unschedulable_grace_s,
         )
 
-    def _watched_status(self, job: JobRef, uid: str = "") -> JobStatus:
+    def _watched_status(self, job: JobRef, uid: str = "", since: str = "") -> JobStatus:
         """:meth:`status` as the cache's watches show it, with no request to the member
         when the cache can vouch for the copy (``CapacityCache.job_copy``), as a
         controller reads its informer's lister on each event; else read the member. With
         ``uid`` (the copy a bind just made) a cached copy with another uid, one deleted
-        whose ``DELETED`` event has not come yet, is not taken for it."""
-        seen = self.cache.job_copy(job.namespace, job.name, uid)
+        whose ``DELETED`` event has not come yet, is not taken for it. With ``since``
+        (the status last reported) the cache must have seen the job's version in it: one
+        read from the member while the watch lagged is not followed by an older one."""
+        seen = self.cache.job_copy(job.namespace, job.name, uid, observed_version(since))
         if seen is None or not of_this_run(seen[0], job):
             return self.status(job)
         obj, pods = seen
@@ -823,7 +826,7 @@ class KubernetesMemberCluster:
             recheck = False
             while True:
                 event.clear()
-                st = self.status(job) if recheck else self._watched_status(job, uid)
+                st = self.status(job) if recheck else self._watched_status(job, uid, since)
                 last_check = time.monotonic()
                 if observed_changed(st.observed, since) or time.monotonic() >= deadline:
                     return st
@@ -842,7 +845,7 @@ class KubernetesMemberCluster:
                         recheck = True
                         break
                 if time.monotonic() >= deadline and not event.is_set():
-                    return self._watched_status(job, uid)
+                    return self._watched_status(job, uid, since)
         finally:
             self.cache.unsubscribe(job.namespace, job.name, event)
 

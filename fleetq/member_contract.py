@@ -538,6 +538,13 @@ def job_phase(job_obj: Mapping[str, Any]) -> tuple[str, str]:
 # --------------------------------------------------------------------------- health
 
 
+def observed_version(observed: str) -> str:
+    """The PyTorchJob's resourceVersion in a full status token (``job_status``'s
+    ``health/phase/resourceVersion/pods``); "" for any other token."""
+    parts = observed.split("/")
+    return parts[2] if len(parts) == 4 else ""
+
+
 def observed_changed(observed: str, since: str) -> bool:
     """Whether a status token differs from ``since``: a full token from an earlier status
     (any change counts), or ``"health/phase"`` (only a health or phase change counts)."""

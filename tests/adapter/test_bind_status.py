@@ -6,7 +6,7 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import yaml
 from activities.fleet import Fleet
 from activities.kube_api import WatchStream
 from activities.member_cluster import ConflictError, KubernetesMemberCluster
+from fleetq.member_contract import observed_version
 from fleetq.messages import BindRequest, JobRef, PodReservation, ReserveRequest
 from fleetq.resources import CPU
 
@@ -446,6 +447,62 @@ def test_a_watch_that_is_opened_again_keeps_the_status_reads_off_the_member(
         assert read.phase in ("Created", "Running") and read.health == "Healthy"
     finally:
         go_on.set()
+        m.close()
+
+
+class _HeldStream:
+    """A watch stream whose events pass one at a time, as the test lets them."""
+
+    def __init__(self, inner: WatchStream, gate: threading.Semaphore) -> None:
+        self.inner, self.gate = inner, gate
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for event in self.inner:
+            self.gate.acquire(timeout=60)
+            yield event
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_status_read_from_the_member_is_not_followed_by_an_older_one_from_the_watches(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    """When the jobs watch lags, the status is read from the member; the next read comes
+    from the watches only once they have shown the job's version that read returned,
+    so the status reported never goes back a step (a watch delivers every version in
+    order, so a lagging cache shows older ones first)."""
+    job = job_factory("lagging")
+    api = copy.copy(ma.api)
+    gate = threading.Semaphore(0)
+    real_watch = api.watch
+
+    def watch(path: str, rv: str, timeout_s: int) -> Any:
+        stream = real_watch(path, rv, timeout_s)
+        return _HeldStream(stream, gate) if path.endswith("/pytorchjobs") else stream
+
+    api.watch = watch  # type: ignore[method-assign,assignment]
+    m = KubernetesMemberCluster(ma.name, api, labels=ma.labels, reservation=ma.reservation,
+                                start_cache=False)
+    m.cache.start()
+    try:
+        eventually(lambda: m.cache.watching(), timeout_s=20)
+        ma.bind(BindRequest(job=job, manifest=manifest(job, workers=1), run_seconds=60))
+        path = m._job_path(job.namespace, job.name)
+        ma.api.request("PATCH", path, body={"metadata": {"labels": {"test/moved": "yes"}}},
+                       content_type="application/merge-patch+json")  # a newer version
+        read = m.wait_for_change(job, "", timeout_s=60)  # the watch holds: the member's
+        assert observed_version(read.observed)
+        gate.release()  # the watch shows the copy as created, an older version
+        eventually(lambda: m.cache.job_copy(job.namespace, job.name) is not None, 20)
+        cached = m.cache.job_copy(job.namespace, job.name)
+        assert cached is not None
+        older = str(cached[0]["metadata"]["resourceVersion"])
+        assert older != observed_version(read.observed)  # the watches do lag the read
+        again = m.wait_for_change(job, read.observed, timeout_s=0)
+        assert observed_version(again.observed) != older
+    finally:
+        gate.release(10_000)
         m.close()
 
 

@@ -28,6 +28,7 @@ from fleetq.member_contract import (
     member_manifest,
     missing_status,
     observed_changed,
+    observed_version,
     of_this_run,
     referenced_deps,
     reservation_seconds_left,
@@ -240,6 +241,18 @@ def test_observed_changed_by_full_token_or_by_health_and_phase() -> None:
     assert observed_changed("Unknown", "Healthy/Running")
     assert not observed_changed("Unknown", "Unknown")
     assert observed_changed("Healthy/Running/1/a", "")  # "" is never a status
+
+
+def test_a_full_token_names_the_jobs_version_and_no_other_token_does() -> None:
+    """The version a status read from the member reported, which the watches must have
+    shown before the next read is served from them."""
+    job = {"metadata": {"name": "j", "namespace": "ns", "uid": "u1", "resourceVersion": "42"},
+           "status": {"conditions": [{"type": "Running", "status": "True"}]}}
+    token = job_status("m", job, [], now=0.0, unschedulable_grace_s=60).observed
+    assert observed_version(token) == "42"
+    for other in ("Healthy/Created", "Unknown", "Unknown#False", "", "Missing",
+                  "Healthy/Succeeded/deleted"):
+        assert observed_version(other) == ""
 
 
 # --------------------------------------------------------------------------- health
