@@ -207,6 +207,8 @@ class CapacityCache:
     WATCH_TIMEOUT_S = 60
     #: how many of each PyTorchJob's latest resourceVersions the cache remembers
     JOB_VERSIONS_KEPT = 8
+    #: how long a watch being opened again still vouches (``_live``, ``_ended``)
+    REOPEN_GRACE_S = 3.0
     MAX_FINISHED = 10_000
     #: Watch-loop backoff after a failed LIST or WATCH, as client-go's reflector
     #: (tools/cache/reflector.go: 800 ms initial, factor 2, jitter 1.0, i.e. each wait is
@@ -246,8 +248,13 @@ class CapacityCache:
         #: kinds whose watch is open, or is being opened again from the resourceVersion
         #: its last stream reached (a stream's normal end, ``timeoutSeconds``): as a
         #: client-go lister serves through the reflector's re-watch, the cache vouches
-        #: for them meanwhile (:meth:`_vouches`); a failed LIST or WATCH drops the kind
+        #: for them meanwhile (:meth:`_vouches`, for at most ``REOPEN_GRACE_S``); a
+        #: failed LIST or WATCH drops the kind
         self._live: set[str] = set()
+        #: kinds whose stream ended and is being opened again: when it ended (monotonic);
+        #: past ``REOPEN_GRACE_S`` the re-open is taken for hung and the cache stops
+        #: vouching (a healthy one takes one round trip)
+        self._ended: dict[str, float] = {}
         self._stop = threading.Event()
         self._wake = threading.Condition()
         self._wake_gen = 0
@@ -631,7 +638,16 @@ class CapacityCache:
             and "jobs" in self._synced
             and "pods" in self._synced
             and not self._broken_since
+            and not self._reopen_overdue(("jobs", "pods"))
         )
+
+    def _reopen_overdue(self, kinds: tuple[str, ...]) -> bool:
+        """(Under the lock.) Whether one of ``kinds`` has been opening its watch again
+        for longer than ``REOPEN_GRACE_S``."""
+        if not self._ended:
+            return False
+        now = time.monotonic()
+        return any(now - self._ended.get(k, now) > self.REOPEN_GRACE_S for k in kinds)
 
     def finished_job(self, namespace: str, name: str, owner: str) -> tuple[str, str] | None:
         """``(phase, message)`` if this cache saw the job (the copy of this owner and
@@ -765,6 +781,7 @@ class CapacityCache:
         with self._lock:
             self._streams[kind] = stream
             self._live.add(kind)
+            self._ended.pop(kind, None)
         try:
             if self._stop.is_set():
                 return None
@@ -773,6 +790,7 @@ class CapacityCache:
         finally:
             with self._lock:
                 self._streams.pop(kind, None)
+                self._ended[kind] = time.monotonic()
             stream.close()
         return rv
 

@@ -119,7 +119,7 @@ class Fleet:
         capacity caches' LISTs, WATCHes and probes included)."""
         total: Counter[str] = Counter()
         for m in self._members:
-            total.update(m.api.sent)
+            total.update(m.api.sent_snapshot())
         return total
 
     def close(self) -> None:

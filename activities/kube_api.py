@@ -318,6 +318,11 @@ class KubeApi:
         self.sent: Counter[str] = Counter()
         self._sent_lock = threading.Lock()
 
+    def sent_snapshot(self) -> Counter[str]:
+        """A copy of :attr:`sent`, taken while no request is being counted."""
+        with self._sent_lock:
+            return self.sent.copy()
+
     @classmethod
     def from_kubeconfig(
         cls,

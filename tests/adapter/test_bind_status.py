@@ -401,16 +401,15 @@ def test_a_watch_that_is_opened_again_keeps_the_status_reads_off_the_member(
     watches again from ``lastSyncResourceVersion`` without a LIST), status reads meanwhile
     come from what the watches hold, not from the member: a read served by the member
     in that gap and the next by the cache, a few events behind it, would show the
-    job's status going back a step."""
+    job's status going back a step. A re-open that takes longer than
+    ``REOPEN_GRACE_S`` is taken for hung, and reads go to the member again."""
     job = job_factory("rewatch")
     api = copy.copy(ma.api)  # this test's own client object: its watches are held below
-    reopening, go_on = threading.Event(), threading.Event()
-    opened: list[str] = []
+    armed, reopening, go_on = threading.Event(), threading.Event(), threading.Event()
     real_watch = api.watch
 
     def watch(path: str, rv: str, timeout_s: int) -> WatchStream:
-        opened.append(path)
-        if path.endswith("/pods") and opened.count(path) > 1:
+        if path.endswith("/pods") and armed.is_set():
             reopening.set()  # the pods stream ended by itself: hold its next one
             go_on.wait(timeout=60)
         return real_watch(path, rv, timeout_s)
@@ -419,29 +418,34 @@ def test_a_watch_that_is_opened_again_keeps_the_status_reads_off_the_member(
     m = KubernetesMemberCluster(ma.name, api, labels=ma.labels, reservation=ma.reservation,
                                 start_cache=False)
     m.cache.WATCH_TIMEOUT_S = 1  # the API server ends each stream after a second
+    m.cache.REOPEN_GRACE_S = 600  # (this test decides when a re-open is overdue)
     m.cache.start()
     try:
         eventually(lambda: m.cache.job_copy(job.namespace, job.name) is None
                    and m.cache.watching(), timeout_s=20)
         ma.bind(BindRequest(job=job, manifest=manifest(job, workers=1), run_seconds=60))
         eventually(lambda: m.cache.job_copy(job.namespace, job.name) is not None, 20)
+        armed.set()
         assert reopening.wait(timeout=30)  # the pods watch is being opened again
         asked: list[str] = []
         real_get, real_list = api.get, api.list
 
         def get(path: str, *args: Any, **kwargs: Any) -> Any:
-            asked.append(f"GET {path}")
+            if job.namespace in path:  # the job's own reads (its namespace is its own)
+                asked.append(f"GET {path}")
             return real_get(path, *args, **kwargs)
 
         def list_(path: str, *args: Any, **kwargs: Any) -> Any:
-            asked.append(f"LIST {path}")
+            if job.namespace in path:
+                asked.append(f"LIST {path}")
             return real_list(path, *args, **kwargs)
 
         api.get, api.list = get, list_  # type: ignore[method-assign]
         watched = m.wait_for_change(job, "", timeout_s=0)
         assert asked == []
         assert watched.observed.startswith(("Healthy/Created/", "Healthy/Running/"))
-        read = m.status(job)  # what the member answers (and a read this test does see)
+        m.cache.REOPEN_GRACE_S = 0  # the held re-open is now overdue: read the member
+        read = m.wait_for_change(job, "", timeout_s=0)
         assert asked == [f"GET {m._job_path(job.namespace, job.name)}",
                          f"LIST /api/v1/namespaces/{job.namespace}/pods"]
         assert read.phase in ("Created", "Running") and read.health == "Healthy"
@@ -451,14 +455,16 @@ def test_a_watch_that_is_opened_again_keeps_the_status_reads_off_the_member(
 
 
 class _HeldStream:
-    """A watch stream whose events pass one at a time, as the test lets them."""
+    """A watch stream whose events about one object pass one at a time, as the test
+    lets them (the others, and bookmarks, pass at once)."""
 
-    def __init__(self, inner: WatchStream, gate: threading.Semaphore) -> None:
-        self.inner, self.gate = inner, gate
+    def __init__(self, inner: WatchStream, gate: threading.Semaphore, name: str) -> None:
+        self.inner, self.gate, self.name = inner, gate, name
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for event in self.inner:
-            self.gate.acquire(timeout=60)
+            if ((event.get("object") or {}).get("metadata") or {}).get("name") == self.name:
+                self.gate.acquire(timeout=60)
             yield event
 
     def close(self) -> None:
@@ -479,7 +485,7 @@ def test_a_status_read_from_the_member_is_not_followed_by_an_older_one_from_the_
 
     def watch(path: str, rv: str, timeout_s: int) -> Any:
         stream = real_watch(path, rv, timeout_s)
-        return _HeldStream(stream, gate) if path.endswith("/pytorchjobs") else stream
+        return _HeldStream(stream, gate, job.name) if path.endswith("/pytorchjobs") else stream
 
     api.watch = watch  # type: ignore[method-assign,assignment]
     m = KubernetesMemberCluster(ma.name, api, labels=ma.labels, reservation=ma.reservation,

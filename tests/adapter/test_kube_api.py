@@ -140,7 +140,7 @@ def test_requests_are_counted_by_verb_and_resource(method: str, path: str, kind:
 
 
 def test_a_client_counts_what_it_sends(source_api: KubeApi, namespace: str) -> None:
-    before = source_api.sent.copy()
+    before = source_api.sent_snapshot()
     source_api.get(f"/api/v1/namespaces/{namespace}/configmaps/none-such")
     source_api.list(f"/api/v1/namespaces/{namespace}/configmaps")
-    assert source_api.sent - before == {"GET configmaps": 1, "LIST configmaps": 1}
+    assert source_api.sent_snapshot() - before == {"GET configmaps": 1, "LIST configmaps": 1}
