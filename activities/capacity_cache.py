@@ -207,7 +207,7 @@ class CapacityCache:
     WATCH_TIMEOUT_S = 60
     #: how many of each PyTorchJob's latest resourceVersions the cache remembers
     JOB_VERSIONS_KEPT = 8
-    #: how long a watch being opened again still vouches (``_live``, ``_ended``)
+    #: how long a watch being opened again still vouches (``_watching``)
     REOPEN_GRACE_S = 3.0
     MAX_FINISHED = 10_000
     #: Watch-loop backoff after a failed LIST or WATCH, as client-go's reflector
@@ -245,16 +245,14 @@ class CapacityCache:
         self._initial = threading.Event()
         self._broken_since: dict[str, float] = {}  # kind or "probe" -> monotonic
         self._streams: dict[str, WatchStream] = {}
-        #: kinds whose watch is open, or is being opened again from the resourceVersion
-        #: its last stream reached (a stream's normal end, ``timeoutSeconds``): as a
-        #: client-go lister serves through the reflector's re-watch, the cache vouches
-        #: for them meanwhile (:meth:`_vouches`, for at most ``REOPEN_GRACE_S``); a
-        #: failed LIST or WATCH drops the kind
-        self._live: set[str] = set()
-        #: kinds whose stream ended and is being opened again: when it ended (monotonic);
-        #: past ``REOPEN_GRACE_S`` the re-open is taken for hung and the cache stops
-        #: vouching (a healthy one takes one round trip)
-        self._ended: dict[str, float] = {}
+        #: each kind whose watch is open (None) or is being opened again from the
+        #: resourceVersion its last stream reached (when that stream ended, monotonic: a
+        #: normal end, ``timeoutSeconds``). As a client-go lister serves through the
+        #: reflector's re-watch, the cache vouches for such a kind (:meth:`_vouches`),
+        #: a re-open for at most ``REOPEN_GRACE_S`` (a healthy one takes one round trip;
+        #: past it the re-open is taken for hung). A failed LIST or WATCH, or a probe
+        #: that recovers, drops the kind until its watch is open again.
+        self._watching: dict[str, float | None] = {}
         self._stop = threading.Event()
         self._wake = threading.Condition()
         self._wake_gen = 0
@@ -628,26 +626,25 @@ class CapacityCache:
 
     def _vouches(self) -> bool:
         """(Under the lock.) The jobs and pods watches are listed and open (or being
-        opened again from where their last stream ended, ``_live``), and nothing, the
-        probe included, is broken: what they show is the member's, a watch's latency
+        opened again from where their last stream ended, ``_watching``), and nothing,
+        the probe included, is broken: what they show is the member's, a watch's latency
         ago."""
         return (
             self._watch_jobs
-            and "jobs" in self._live
-            and "pods" in self._live
             and "jobs" in self._synced
             and "pods" in self._synced
             and not self._broken_since
-            and not self._reopen_overdue(("jobs", "pods"))
+            and self._watch_vouches("jobs")
+            and self._watch_vouches("pods")
         )
 
-    def _reopen_overdue(self, kinds: tuple[str, ...]) -> bool:
-        """(Under the lock.) Whether one of ``kinds`` has been opening its watch again
-        for longer than ``REOPEN_GRACE_S``."""
-        if not self._ended:
+    def _watch_vouches(self, kind: str) -> bool:
+        """(Under the lock.) ``kind``'s watch is open, or has been opening again for no
+        longer than ``REOPEN_GRACE_S``."""
+        if kind not in self._watching:
             return False
-        now = time.monotonic()
-        return any(now - self._ended.get(k, now) > self.REOPEN_GRACE_S for k in kinds)
+        ended = self._watching[kind]
+        return ended is None or time.monotonic() - ended <= self.REOPEN_GRACE_S
 
     def finished_job(self, namespace: str, name: str, owner: str) -> tuple[str, str] | None:
         """``(phase, message)`` if this cache saw the job (the copy of this owner and
@@ -737,21 +734,21 @@ class CapacityCache:
                 if self._stop.is_set():
                     return
                 need_list = True
-                self._not_live(kind)
+                self._watch_failed(kind)
                 backoff = self._after_api_error(kind, exc, backoff)
             except Exception as exc:  # connection drops, decode errors: never kill the loop
                 if self._stop.is_set():
                     return
                 need_list = True
-                self._not_live(kind)
+                self._watch_failed(kind)
                 self._failed(kind, exc, backoff)
                 backoff = min(backoff * 2, self.MAX_BACKOFF_S)
 
-    def _not_live(self, kind: str) -> None:
+    def _watch_failed(self, kind: str) -> None:
         """``kind``'s LIST or WATCH failed: the cache no longer vouches for it until its
         watch is open again after a LIST."""
         with self._lock:
-            self._live.discard(kind)
+            self._watching.pop(kind, None)
 
     def _list(self, kind: str, path: str) -> str:
         """LIST ``kind`` and replace what the cache holds of it; the resourceVersion."""
@@ -780,8 +777,7 @@ class CapacityCache:
         stream = self.api.watch(path, rv, self.WATCH_TIMEOUT_S)
         with self._lock:
             self._streams[kind] = stream
-            self._live.add(kind)
-            self._ended.pop(kind, None)
+            self._watching[kind] = None
         try:
             if self._stop.is_set():
                 return None
@@ -790,7 +786,8 @@ class CapacityCache:
         finally:
             with self._lock:
                 self._streams.pop(kind, None)
-                self._ended[kind] = time.monotonic()
+                if kind in self._watching:  # (not after a probe's recovery dropped it)
+                    self._watching[kind] = time.monotonic()
             stream.close()
         return rv
 
@@ -870,7 +867,7 @@ class CapacityCache:
                     # vouch again only once they are open again).
                     with self._lock:
                         streams = list(self._streams.values())
-                        self._live.clear()
+                        self._watching.clear()
                     for s in streams:
                         with contextlib.suppress(Exception):
                             s.close()
