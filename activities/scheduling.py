@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -121,6 +122,20 @@ async def deliver_quota_message(outbox: QuotaOutbox, inp: QuotaSignal) -> QuotaA
         ) from None
 
 
+@dataclasses.dataclass(frozen=True)
+class _RegistryRead:
+    """The worker's last read of the fleet registry."""
+
+    #: monotonic and wall time the read was sent
+    read_mono: float
+    read_wall: float
+    #: the run and its history length when it was read (``_registry_snapshot``)
+    run_id: str | None
+    history_length: int
+    state: RegistryState
+    policies: list[PropagationPolicy]
+
+
 class SchedulingActivities:
     """All activities of the fleetq worker; one instance per worker process."""
 
@@ -137,9 +152,12 @@ class SchedulingActivities:
         self._lock = threading.Lock()
         self._search_attributes = search_attributes
         self._registry_lock = asyncio.Lock()
-        #: (monotonic and wall time the read was sent, the registry state, its policies)
-        self._registry: tuple[float, float, RegistryState, list[PropagationPolicy]] | None = None
+        self._registry: _RegistryRead | None = None
         self.registry_max_age = REGISTRY_MAX_AGE
+        #: registry reads made: queries of its state, and describes that found it
+        #: unchanged since the last query (for benchmarks and tests)
+        self.registry_queries = 0
+        self.registry_checks = 0
         self._outbox: QuotaOutbox | None = None
         #: room capacity preemptions made, by preemptor (fleetq.room_claims): in the
         #: fleet registry workflow, seen by every worker
@@ -234,27 +252,43 @@ class SchedulingActivities:
     ) -> tuple[RegistryState, list[PropagationPolicy]] | None:
         """The registry as read at most ``max_age`` seconds ago (the worker's default) and,
         with ``newer_than`` (epoch seconds), read no earlier than that: waiters share one
-        query, and every read serves all the jobs submitted before it was sent."""
+        read, and every read serves all the jobs submitted before it was sent.
+
+        A read describes the registry workflow first: while its run and history length
+        are those of the last query, nothing has changed its state (only events do), so
+        that state is current and no query is sent. A query costs a task on a worker
+        and the state's payload; a describe is answered by the server alone."""
         assert self._client is not None
         limit = self.registry_max_age if max_age is None else max_age
         async with self._registry_lock:
-            if self._registry is not None:
-                read_mono, read_wall, state, policies = self._registry
-                if time.monotonic() - read_mono <= limit and (
-                    newer_than is None or read_wall >= newer_than
-                ):
-                    return state, policies
+            last = self._registry
+            if last is not None and time.monotonic() - last.read_mono <= limit and (
+                newer_than is None or last.read_wall >= newer_than
+            ):
+                return last.state, last.policies
             sent_mono, sent_wall = time.monotonic(), time.time()
             handle = self._client.get_workflow_handle(REGISTRY_WORKFLOW_ID)
             try:
+                # described before the query: the state it answers holds at least the
+                # events counted, so an equal count later proves it current then
+                desc = await handle.describe()
+                if last is not None and (last.run_id, last.history_length) == (
+                        desc.run_id, desc.history_length):
+                    self.registry_checks += 1
+                    self._registry = dataclasses.replace(
+                        last, read_mono=sent_mono, read_wall=sent_wall)
+                    return last.state, last.policies
                 ref = RegistryHandlers.STATE
                 state = await handle.query(ref.name, result_type=ref.result)
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise
+                self._registry = None
                 return None
+            self.registry_queries += 1
             policies = [parse_policy(doc) for doc in state.policies.values()]
-            self._registry = (sent_mono, sent_wall, state, policies)
+            self._registry = _RegistryRead(sent_mono, sent_wall, desc.run_id,
+                                           desc.history_length, state, policies)
             return state, policies
 
     @activity.defn(name="signal_quota")

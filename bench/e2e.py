@@ -420,16 +420,18 @@ async def run(args: Options) -> int:
 
                 cpu0 = server_cpu(stack)
                 sent0 = acts.fleet.requests_sent()
+                reads0 = (acts.registry_queries, acts.registry_checks)
                 for r in range(args.rounds):
                     rounds.append(await run_round(client, stack.pids, args, r, say))
                 server = {k: v - cpu0.get(k, 0.0) for k, v in server_cpu(stack).items()}
                 sent = acts.fleet.requests_sent() - sent0
+                reads = (acts.registry_queries - reads0[0], acts.registry_checks - reads0[1])
                 quota = await quota_profile(client)
         finally:
             if acts._fleet is not None:
                 acts._fleet.close()
 
-    _print_report(args, rounds, quota, server, sent)
+    _print_report(args, rounds, quota, server, sent, reads)
     failed = [rd for rd in rounds if rd.states.get("Succeeded", 0) != args.jobs]
     for rd in failed:
         print(f"error: round {rd.index + 1}: only {rd.states.get('Succeeded', 0)} of "
@@ -447,7 +449,8 @@ def member_requests_line(sent: Counter[str], jobs: int) -> str:
 
 def _print_report(args: Options, rounds: list[Round],
                   quota: tuple[list[RunStats], dict[str, list[float]]],
-                  server: dict[str, float], sent: Counter[str]) -> None:
+                  server: dict[str, float], sent: Counter[str],
+                  reads: tuple[int, int]) -> None:
     """The bench's report: each round's phases, latency, CPU and ratios, round 1's
     profile, the quota workflow's, the Temporal server's CPU, the requests to members,
     and the result line."""
@@ -496,6 +499,8 @@ def _print_report(args: Options, rounds: list[Round],
           f"strict: "
           f"{', '.join(f'{x:.2f}' for x in stricts)} (median {statistics.median(stricts):.2f})")
     print(member_requests_line(sent, args.jobs * args.rounds))
+    print(f"fleet registry reads per job: queries {reads[0] / (args.jobs * args.rounds):.2f}, "
+          f"describes that found it unchanged {reads[1] / (args.jobs * args.rounds):.2f}")
     cpu_ratios = [rd.mix_cpu_ratio for rd in rounds]
     print(f"same-mix CPU ratio by round: {', '.join(f'{x:.2f}' for x in cpu_ratios)} "
           f"(median {statistics.median(cpu_ratios):.2f})")

@@ -156,6 +156,12 @@ def test_e2e_runs_tiny_jobs_through_the_whole_pipeline(capsys: pytest.CaptureFix
     assert asked, out
     assert "POST pytorchjobs 1.00" in asked[1].split(", ")
     assert "GET namespaces" not in asked[1]
+    # the registry did not change after the warm-up: its jobs' policies were resolved
+    # from the warm-up's read, checked by describes, with no query (a worker task) more
+    reads = re.search(r"^fleet registry reads per job: queries ([\d.]+), describes that "
+                      r"found it unchanged ([\d.]+)$", out, re.M)
+    assert reads, out
+    assert float(reads[1]) == 0.0 and float(reads[2]) > 0.0
     ratios = re.search(r"ratios by round: ([\d.]+), ([\d.]+) \(median ([\d.]+)\)", out)
     assert ratios, out
     low, high = sorted(float(x) for x in ratios.groups()[:2])

@@ -80,3 +80,28 @@ async def test_jobs_submitted_before_a_read_share_it(ts_env: WorkflowEnvironment
         late_read = await acts.resolve_policy(
             ResolveInput(namespace="default", name="b", submitted_at=submitted))
         assert resolved_name(late_read) == "example-policy"
+
+
+async def test_a_registry_that_has_not_changed_is_not_queried_again(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """Each job must see the registry as it was when it was submitted; while the
+    registry workflow's history has not grown since the last query, a describe proves
+    that state current and no query (a task on a worker) is sent. An apply grows it:
+    the next job queries and resolves the new policy."""
+    state = RegistryState(tree="kube-system/t")
+    async with registry_running(ts_env, state, REGISTRY_WORKFLOW_ID) as registry:
+        await registry.execute_update("apply", catch_all())
+        acts = SchedulingActivities(ts_env.client, lambda: SimpleNamespace())  # type: ignore[arg-type,return-value]
+        acts.registry_max_age = 0.0  # every job reads the registry again
+        for job in ("a", "b", "c"):
+            res = await acts.resolve_policy(
+                ResolveInput(namespace="default", name=job, submitted_at=time.time()))
+            assert resolved_name(res) == "example-policy"
+        assert (acts.registry_queries, acts.registry_checks) == (1, 2)
+
+        await registry.execute_update("apply", naming("d"))
+        res = await acts.resolve_policy(
+            ResolveInput(namespace="default", name="d", submitted_at=time.time()))
+        assert resolved_name(res) == "only-d"
+        assert (acts.registry_queries, acts.registry_checks) == (2, 2)
