@@ -284,6 +284,8 @@ async def run_fleetq(config: dict[str, Any], timeout: float, say: Any) -> Side:
         {j.workflow_id for j in plan if j.job_class == PATH_CLASS})
     side.cpu["worker (this process)"] = real.phase.cpu
     side.cpu.update(real.phase.other_cpu)
+    side.notes.append(f"fleet registry reads: {real.registry_reads[0]} queries, "
+                      f"{real.registry_reads[1]} describes that found it unchanged")
     if states.get("Succeeded", 0) != len(plan):
         side.notes.append(f"job states {states}")
     return side

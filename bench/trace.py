@@ -371,6 +371,8 @@ class RealRun:
     binds: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     #: the preempted jobs' histories (current run), when asked for
     victim_events: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+    #: the worker's fleet registry reads: queries, and describes that found it unchanged
+    registry_reads: tuple[int, int] = (0, 0)
 
 
 def bind_counters(fleet: Any) -> dict[str, dict[str, Any]]:
@@ -476,7 +478,7 @@ async def run_real(trace: Trace, plan: Sequence[PlannedJob], args: Options,
             if acts._fleet is not None:
                 acts._fleet.close()
     return RealRun(views, submitted, wall0, phase, events, [r.events for r in runs], binds,
-                   victims)
+                   victims, (acts.registry_queries, acts.registry_checks))
 
 
 async def fetch_histories(client: Client, workflow_ids: Sequence[str],
