@@ -35,7 +35,7 @@ import yaml
 
 from bench.command import bench_app, help_text, run_command
 from bench.common import result_line, run_main
-from bench.preemption_path import PATH_STEPS, preemption_path
+from bench.preemption_path import PATH_STEPS, enqueue_tasks, preemption_path
 from bench.sim_scale import KUEUE_TOPOLOGY
 from bench.trace import (
     Options,
@@ -278,7 +278,7 @@ async def run_fleetq(config: dict[str, Any], timeout: float, say: Any) -> Side:
             side.granted.setdefault(job.job_class, []).append(
                 max(grants) - (real.wall0 + job.offset))
     side.grant_path = grant_path(plan, holdings.enqueued, real.submitted, real.wall0,
-                                 holdings.granted)
+                                 holdings.granted, enqueue_tasks(real.quota_events))
     side.preemption_path = preemption_path(
         real.quota_events, real.victim_events,
         {j.workflow_id for j in plan if j.job_class == PATH_CLASS})
@@ -298,19 +298,27 @@ PATH_CLASS = "large"
 #: the steps of a job's way to its first grant, in order (``grant_path``)
 GRANT_STEPS = ("trace time -> start call", "start call -> enqueue applied",
                "enqueue applied -> grant")
+#: "start call -> enqueue applied" cut where the quota workflow's task applying the
+#: enqueue was scheduled: the job's side (start, resolution, the outbox) and the quota
+#: workflow's (its task's queueing and run, a preemptor's planning included)
+ENQUEUE_SPLIT = ("start call -> enqueue's quota task scheduled",
+                 "enqueue's quota task scheduled -> applied")
 
 
 def grant_path(plan: Sequence[PlannedJob], enqueued: dict[str, float],
                submitted: dict[str, float], wall0: float,
-               granted: dict[str, list[float]]) -> dict[str, dict[str, list[float]]]:
+               granted: dict[str, list[float]], reached: dict[str, float] | None = None,
+               ) -> dict[str, dict[str, list[float]]]:
     """Where each job's time to its first grant went, by class: the bench's own lag
     (its trace time to the start call), the job's start until the quota workflow applied
     its first enqueue (workflow start, policy resolution, the enqueue through the
     outbox), and the quota workflow's side (that enqueue to the first grant: waiting for
     quota and, for a preemptor, its victims' round trip; 0 for a job admitted in its
     enqueue's reply). All times but the start call's are the quota workflow's history's
-    (a job's own ``Queued`` event is aggregated: a later requeue moves its time). Jobs
-    without a start call, an enqueue or a grant are left out of the steps they lack."""
+    (a job's own ``Queued`` event is aggregated: a later requeue moves its time). With
+    ``reached`` (when the task applying each job's first enqueue was scheduled), the
+    middle step is also given cut there (``ENQUEUE_SPLIT``). Jobs without a start call,
+    an enqueue or a grant are left out of the steps they lack."""
     out: dict[str, dict[str, list[float]]] = {}
     for job in plan:
         steps = out.setdefault(job.job_class, {})
@@ -321,6 +329,10 @@ def grant_path(plan: Sequence[PlannedJob], enqueued: dict[str, float],
                               (start, queued, grant), strict=True):
             if a is not None and b is not None and not math.isnan(b):
                 steps.setdefault(step, []).append(b - a)
+        task = (reached or {}).get(job.workflow_id)
+        if start is not None and queued is not None and task is not None:
+            steps.setdefault(ENQUEUE_SPLIT[0], []).append(task - start)
+            steps.setdefault(ENQUEUE_SPLIT[1], []).append(queued - task)
     return out
 
 
@@ -395,7 +407,7 @@ def print_report(kueue: Side, fleetq: Side, scale: Scale, source: str,
         print("fleetq, the way to the first grant (mean / p99 s):")
         for c in sorted(fleetq.grant_path):
             parts = []
-            for step in GRANT_STEPS:
+            for step in (*GRANT_STEPS, *ENQUEUE_SPLIT):
                 st = stats(fleetq.grant_path[c].get(step, []))
                 parts.append(f"{step} {_f(st['mean'])} / {_f(st['p99'])}")
             print(f"  {c}: " + "; ".join(parts))

@@ -74,6 +74,13 @@ def _read_tree(events: Iterable[HistoryEvent]) -> _Tree:
     return tree
 
 
+def enqueue_tasks(quota_events: Iterable[HistoryEvent]) -> dict[str, float]:
+    """Each job's first ``enqueue``: when the quota workflow's task that applied it was
+    scheduled (its arrival, or the end of the task in flight when it arrived)."""
+    return {job: applied[0][0] for (signal, job), applied in _read_tree(quota_events)
+            .applied.items() if signal == "enqueue" and applied}
+
+
 def victims_of(quota_events: Iterable[HistoryEvent]) -> set[str]:
     """Every workflow the quota workflow sent a preemption to."""
     return {v for sent in _read_tree(quota_events).preempts.values() for v, _at, _task in sent}

@@ -169,9 +169,10 @@ def test_a_few_dozen_workloads_through_kueue_and_fleetq_side_by_side(
 
 def test_the_way_to_a_grant_is_split_into_the_bench_the_job_and_the_quota_workflow() -> None:
     """Each job's time to its first grant is cut at its start call and at the quota
-    workflow's applying its first enqueue; a job granted in its enqueue's reply has a
-    last step of 0; a job the quota workflow never granted has no last step."""
-    from bench.kueue import GRANT_STEPS, grant_path
+    workflow's applying its first enqueue (and that step again at the scheduling of the
+    task that applied it); a job granted in its enqueue's reply has a last step of 0; a
+    job the quota workflow never granted has no last step."""
+    from bench.kueue import ENQUEUE_SPLIT, GRANT_STEPS, grant_path
     from bench.trace import PlannedJob
 
     plan = [PlannedJob(0, "ns", "big", "large", 2.0, 20.0, 20.0),
@@ -183,8 +184,13 @@ def test_the_way_to_a_grant_is_split_into_the_bench_the_job_and_the_quota_workfl
                  plan[2].workflow_id: 1001.0}
     granted = {plan[0].workflow_id: [1011.0, 1003.5],  # preempted once, granted again
                plan[2].workflow_id: [1001.2, 1060.0]}  # granted in its enqueue's reply
-    path = grant_path(plan, enqueued, submitted, 1000.0, granted)
+    reached = {plan[0].workflow_id: 1002.4}  # the task applying big's enqueue scheduled
+    path = grant_path(plan, enqueued, submitted, 1000.0, granted, reached)
     first, start, quota = GRANT_STEPS
+    job_side, quota_task = ENQUEUE_SPLIT
+    assert path["large"][job_side] == pytest.approx([0.15])
+    assert path["large"][quota_task] == pytest.approx([0.1])
+    assert job_side not in path["small"]  # no task time known: no split
     assert path["large"][first] == pytest.approx([0.25])
     assert path["large"][start] == pytest.approx([0.25])
     assert path["large"][quota] == pytest.approx([1.0])  # enqueue to the first grant
@@ -205,3 +211,16 @@ def test_a_jobs_first_enqueue_is_read_from_the_quota_workflows_history() -> None
     held = quota_holdings([submit(5.0, ("enqueue", "j")), submit(9.0, ("requeue", "j"))],
                           {"j": 1.0})
     assert held.enqueued == {"j": 5.0}
+
+
+def test_a_jobs_first_enqueue_task_is_when_the_task_that_applied_it_was_scheduled() -> None:
+    """The split of the way to the quota workflow takes the scheduling of the task whose
+    ``submit`` update carried the job's first enqueue; a later requeue's task does not
+    move it."""
+    from bench.preemption_path import enqueue_tasks
+    from tests.bench.history_events import submit, task_scheduled, task_started
+
+    events = [task_scheduled(4.0), task_started(4.5), submit(5.0, ("enqueue", "j")),
+              task_scheduled(8.0), task_started(8.2), submit(9.0, ("requeue", "j"),
+                                                             ("enqueue", "k"))]
+    assert enqueue_tasks(events) == {"j": 4.0, "k": 8.0}
