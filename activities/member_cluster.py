@@ -140,6 +140,14 @@ class BindStats:
 
 
 @dataclass
+class PurgeStats:
+    """Counters of one member's purges (benchmarks read them)."""
+
+    purges: int = 0
+    seconds: float = 0.0  # wall time of the purges, every request they sent included
+
+
+@dataclass
 class _PendingBind:
     req: BindRequest
     body: dict[str, Any]
@@ -295,6 +303,7 @@ class KubernetesMemberCluster:
         self.lease = MemberLease(api)
         self.identity = f"{PROCESS_IDENTITY}/{next(_ADAPTERS)}"
         self.bind_stats = BindStats()
+        self.purge_stats = PurgeStats()
         #: namespaces this adapter has seen on the member or created there: a bind into
         #: one sends no GET for it; a create that finds it gone (``_create_in``) makes it
         #: again
@@ -885,10 +894,14 @@ class KubernetesMemberCluster:
         """Delete the job, its pods and its reservations; safe to repeat. Objects with
         our names that belong to another fleet job are left alone. Propagated deps stay
         (they may be shared by other jobs of the namespace)."""
+        start = time.monotonic()
         try:
             return self._purge(job)
         except ApiError as exc:
             raise ClusterUnreachable(self.name, f"HTTP {exc.status} on purge", str(exc)) from exc
+        finally:
+            self.purge_stats.purges += 1
+            self.purge_stats.seconds += time.monotonic() - start
 
     def _purge(self, job: JobRef) -> PurgeResult:
         deleted: list[str] = []

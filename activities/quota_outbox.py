@@ -56,6 +56,8 @@ class _Mailbox:
 
     pending: list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]] = field(default_factory=list)
     sender: asyncio.Task[None] | None = None
+    #: when each pending message arrived (loop time), for ``QuotaOutbox.waited``
+    arrived: list[float] = field(default_factory=list)
 
 
 class QuotaOutbox:
@@ -80,6 +82,10 @@ class QuotaOutbox:
         #: updates refused for the in-flight cap and sent again; batches that failed
         self.retries = 0
         self.failures = 0
+        #: seconds messages waited for an update in flight before theirs was sent, and
+        #: seconds updates took to be answered (summed; for benchmarks)
+        self.waited = 0.0
+        self.answering = 0.0
         runtime = client.service_client.config.runtime or Runtime.default()
         meter: MetricMeter = runtime.metric_meter
         self._retry_counter = meter.create_counter(
@@ -104,6 +110,7 @@ class QuotaOutbox:
         done: asyncio.Future[QuotaAck] = asyncio.get_running_loop().create_future()
         box = self._boxes.setdefault(inp.tree_workflow_id, _Mailbox())
         box.pending.append((message, done))
+        box.arrived.append(asyncio.get_running_loop().time())
         if box.sender is None or box.sender.done():
             box.sender = asyncio.create_task(self._drain(inp.tree_workflow_id, box))
         return await done
@@ -112,7 +119,9 @@ class QuotaOutbox:
         handle = self._client.get_workflow_handle(tree_id)
         while box.pending:
             batch = [(m, f) for m, f in box.pending[: self._max_batch] if not f.done()]
-            del box.pending[: self._max_batch]
+            now = asyncio.get_running_loop().time()
+            self.waited += sum(now - t for t in box.arrived[: self._max_batch])
+            del box.pending[: self._max_batch], box.arrived[: self._max_batch]
             if not batch:  # every sender gave up (its local activity timed out)
                 continue
             outcome = await self._deliver(handle, box, batch)
@@ -146,6 +155,7 @@ class QuotaOutbox:
         delay = RETRY_INITIAL_SECONDS
         while True:
             messages = [m for m, _ in batch]
+            sent = loop.time()
             try:
                 receipt = await asyncio.wait_for(
                     handle.execute_update(
@@ -169,6 +179,7 @@ class QuotaOutbox:
             else:
                 self.updates_sent += 1
                 self.messages_sent += len(messages)
+                self.answering += loop.time() - sent
                 return receipt
             self.retries += 1
             self._retry_counter.add(1)
@@ -178,7 +189,9 @@ class QuotaOutbox:
             room = self._max_batch - len(batch)
             if room > 0 and box.pending:  # group commit: take along what arrived meanwhile
                 batch.extend((m, f) for m, f in box.pending[:room] if not f.done())
-                del box.pending[:room]
+                now = loop.time()
+                self.waited += sum(now - t for t in box.arrived[:room])
+                del box.pending[:room], box.arrived[:room]
 
     @staticmethod
     async def _signal_each(handle: Any, messages: list[QuotaMessage]) -> bool | Exception:

@@ -286,6 +286,7 @@ async def run_fleetq(config: dict[str, Any], timeout: float, say: Any) -> Side:
     side.cpu.update(real.phase.other_cpu)
     side.notes.append(f"fleet registry reads: {real.registry_reads[0]} queries, "
                       f"{real.registry_reads[1]} describes that found it unchanged")
+    side.notes.extend(f"worker: {line}" for line in real.worker)
     if states.get("Succeeded", 0) != len(plan):
         side.notes.append(f"job states {states}")
     return side

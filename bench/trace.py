@@ -373,6 +373,8 @@ class RealRun:
     victim_events: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
     #: the worker's fleet registry reads: queries, and describes that found it unchanged
     registry_reads: tuple[int, int] = (0, 0)
+    #: the worker's purges and quota messages, one line each (``worker_lines``)
+    worker: list[str] = dataclasses.field(default_factory=list)
 
 
 def bind_counters(fleet: Any) -> dict[str, dict[str, Any]]:
@@ -478,7 +480,29 @@ async def run_real(trace: Trace, plan: Sequence[PlannedJob], args: Options,
             if acts._fleet is not None:
                 acts._fleet.close()
     return RealRun(views, submitted, wall0, phase, events, [r.events for r in runs], binds,
-                   victims, (acts.registry_queries, acts.registry_checks))
+                   victims, (acts.registry_queries, acts.registry_checks),
+                   worker_lines(acts))
+
+
+def worker_lines(acts: Any) -> list[str]:
+    """What the in-process worker's purges and quota messages took: purges and their
+    mean wall time over every member; quota updates, the messages they carried, the
+    mean wait of a message for an update in flight and an update's mean answer time.
+    (Read, never required: the adapters' and outbox's counters are their own.)"""
+    out: list[str] = []
+    stats = [getattr(m, "purge_stats", None) for m in getattr(acts._fleet, "_members", [])]
+    purges = sum(s.purges for s in stats if s is not None)
+    if purges:
+        seconds = sum(s.seconds for s in stats if s is not None)
+        out.append(f"purges {purges}, mean {seconds / purges * 1000:.0f} ms")
+    box = getattr(acts, "_outbox", None)
+    if box is not None and box.updates_sent and box.messages_sent:
+        waited = box.waited / box.messages_sent * 1000
+        answered = box.answering / box.updates_sent * 1000
+        out.append(f"quota updates {box.updates_sent} carrying {box.messages_sent} messages; "
+                   f"a message waited for an update in flight {waited:.0f} ms, an update "
+                   f"was answered in {answered:.0f} ms (means)")
+    return out
 
 
 async def fetch_histories(client: Client, workflow_ids: Sequence[str],

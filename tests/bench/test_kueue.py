@@ -160,6 +160,11 @@ def test_a_few_dozen_workloads_through_kueue_and_fleetq_side_by_side(
         took = rows[f"{c}: mean time to admission, s"]
         assert granted[0] == took[0] and granted[1] >= 0, (c, granted, took)
     assert 0 < rows["usage (cpu in use / nominal)"][0] <= 1.5
+    # the worker's side of the way: its quota messages (every job's enqueue and release
+    # at least), and the start call's way to the quota workflow cut at its task
+    sent = re.search(r"^fleetq: worker: quota updates (\d+) carrying (\d+) messages", out, re.M)
+    assert sent and 1 <= int(sent[1]) <= int(sent[2]) and int(sent[2]) >= 80, out
+    assert "start call -> enqueue's quota task scheduled" in out, out
     # Kueue's runner wrote its own results where it was told to
     assert (tmp_path / "kueue" / "summary.yaml").is_file()
     assert (tmp_path / "kueue" / "generator.yaml").is_file()
