@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import csv
+import json
 import math
 import os
 import re
@@ -32,6 +33,7 @@ from typing import Any
 
 import typer
 import yaml
+from google.protobuf.json_format import MessageToDict
 
 from bench.command import bench_app, help_text, run_command
 from bench.common import result_line, run_main
@@ -40,6 +42,7 @@ from bench.sim_scale import KUEUE_TOPOLOGY
 from bench.trace import (
     Options,
     PlannedJob,
+    RealRun,
     TraceBenchError,
     check_replayable,
     leaf_min_cpu,
@@ -251,7 +254,10 @@ def fleetq_trace_doc(config: dict[str, Any]) -> dict[str, Any]:
                                 annotations={GRACE_ANNOTATION: "0"})
 
 
-async def run_fleetq(config: dict[str, Any], timeout: float, say: Any) -> Side:
+async def run_fleetq(config: dict[str, Any], timeout: float, say: Any,
+                     keep: Path | None = None) -> Side:
+    """fleetq's side; with ``keep``, the quota workflow's history (every run) and the
+    preempted jobs' are written there as JSON lines of events, for a closer look."""
     try:
         trace = parse_trace(fleetq_trace_doc(config), "kueue-generator")
         check_replayable(trace)
@@ -264,6 +270,8 @@ async def run_fleetq(config: dict[str, Any], timeout: float, say: Any) -> Side:
         "in-process worker)")
     real = await run_real(trace, plan, Options("kueue-generator", 1.0, 32, 200, timeout), say,
                           victim_histories=True)
+    if keep is not None:
+        keep_histories(keep, real)
     fig = real_figures(real, plan, min_cpu)
     states: dict[str, int] = {}
     for v in real.views.values():
@@ -304,6 +312,19 @@ GRANT_STEPS = ("trace time -> start call", "start call -> enqueue applied",
 #: workflow's (its task's queueing and run, a preemptor's planning included)
 ENQUEUE_SPLIT = ("start call -> enqueue's quota task scheduled",
                  "enqueue's quota task scheduled -> applied")
+
+
+def keep_histories(where: Path, real: RealRun) -> None:
+    """``quota.jsonl`` (the quota workflow's events, every run) and ``victims.jsonl``
+    (each preempted job's current run, ``{"workflow_id": ..., "event": ...}``)."""
+    where.mkdir(parents=True, exist_ok=True)
+    with (where / "quota.jsonl").open("w") as f:
+        for ev in real.quota_events:
+            f.write(json.dumps(MessageToDict(ev)) + "\n")
+    with (where / "victims.jsonl").open("w") as f:
+        for wid, events in sorted(real.victim_events.items()):
+            for ev in events:
+                f.write(json.dumps({"workflow_id": wid, "event": MessageToDict(ev)}) + "\n")
 
 
 def grant_path(plan: Sequence[PlannedJob], enqueued: dict[str, float],
@@ -464,7 +485,7 @@ async def run(generator: Path | None, scale: Scale, out: Path | None, timeout: f
         say(f"kueue: {kueue.admitted}/{kueue.workloads} admitted in "
             f"{time.time() - started:.0f} s")
         loads.append(os.getloadavg())
-        fleetq = await run_fleetq(config, timeout, say)
+        fleetq = await run_fleetq(config, timeout, say, work / "fleetq")
         loads.append(os.getloadavg())
     except KueueBenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -493,7 +514,9 @@ def command(
     stretch: float = typer.Option(20.0, "--stretch", min=0.001,
                                   help="multiply creation intervals and run times"),
     out: Path | None = typer.Option(None, "--out",
-                                    help="where Kueue's runner writes (default: a temp dir)"),
+                                    help="where Kueue's runner writes (DIR/kueue) and fleetq's "
+                                    "quota and victims' histories go (DIR/fleetq; default: "
+                                    "a temp dir)"),
     timeout: float = typer.Option(3600.0, "--timeout", min=10.0,
                                   help="seconds each side may take"),
 ) -> None:

@@ -11,6 +11,7 @@ is not the printed figures'. No timing is asserted (the machine is shared).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -168,6 +169,9 @@ def test_a_few_dozen_workloads_through_kueue_and_fleetq_side_by_side(
     # Kueue's runner wrote its own results where it was told to
     assert (tmp_path / "kueue" / "summary.yaml").is_file()
     assert (tmp_path / "kueue" / "generator.yaml").is_file()
+    # and fleetq's quota workflow history beside them, one event a line
+    quota_lines = (tmp_path / "fleetq" / "quota.jsonl").read_text().splitlines()
+    assert quota_lines and all("eventId" in json.loads(line) for line in quota_lines)
     last = out.strip().splitlines()[-1]
     assert re.match(r"^RESULT kueueusage \d+\.\d\d \(target 0\.9\)$", last), last
 
