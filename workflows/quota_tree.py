@@ -15,6 +15,7 @@ get a ``preempt`` signal, and a preemptor is admitted once its last victim relea
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections import deque
 from collections.abc import Callable, Collection, Coroutine
@@ -116,6 +117,8 @@ class QuotaTreeWorkflow:
         self._fair_weights = fair_sharing_weights(self._admission.quota.tree)
         self._table = QueueTable()
         self._plans_expired = 0
+        #: the main loop's wake timer (``_arm_wake``)
+        self._wake: _Wake | None = None
 
     @staticmethod
     def _queue_settings(tree: Any, inp: QuotaTreeInput) -> tuple[QueuePolicy, float]:
@@ -139,19 +142,13 @@ class QuotaTreeWorkflow:
         inp = self._input
         last_leak_check = workflow.now()
         while True:
-            timeout, plan_due = self._wake_after(inp, last_leak_check)
-            try:
-                await workflow.wait_condition(
-                    lambda: self._dirty or self._stop or self._passed,
-                    timeout=timeout,
-                    timeout_summary=(
-                        "drop preemption plans whose victims did not stop"
-                        if plan_due is not None
-                        else "check that quota holders still run"
-                    ),
-                )
-            except TimeoutError:
-                if plan_due is not None:
+            self._arm_wake(inp, last_leak_check)
+            await workflow.wait_condition(
+                lambda: self._dirty or self._stop or self._passed or self._wake_due()
+            )
+            if self._wake is not None and self._wake_due():
+                plan_due, self._wake = self._wake.plan, None
+                if plan_due:
                     self._dirty = True  # the next pass drops the expired plans
                 else:
                     await self._recover_leaks()
@@ -169,24 +166,34 @@ class QuotaTreeWorkflow:
                     continue
                 self._continue_as_new(inp)
 
-    def _wake_after(
-        self, inp: QuotaTreeInput, last_leak_check: datetime
-    ) -> tuple[float | None, float | None]:
-        """How long the main loop may sleep, and whether that is until the next
-        preemption plan expires (its seconds) rather than the next leak check (None)."""
-        timeout: float | None = None
-        if self._admission.counts()[0]:
-            elapsed = (workflow.now() - last_leak_check).total_seconds()
-            timeout = max(1.0, inp.leak_check_seconds - elapsed)
-        plan_due: float | None = None
-        deadline = self._admission.next_plan_deadline()
-        if deadline is not None:
-            plan_due = max(1.0, deadline - workflow.now().timestamp())
-            if timeout is not None and timeout <= plan_due:
-                plan_due = None
-            else:
-                timeout = plan_due
-        return timeout, plan_due
+    def _arm_wake(self, inp: QuotaTreeInput, last_leak_check: datetime) -> None:
+        """Keep one timer for the main loop's next wake: the next leak check (while
+        anyone holds quota) or, when earlier, the next preemption plan's expiry. The
+        timer runs on across passes while that moment stands (a pass records no timer
+        events), and is replaced only when it moves."""
+        due = _next_wake(
+            inp.leak_check_seconds, last_leak_check.timestamp(),
+            holding=self._admission.counts()[0] > 0,
+            plan_deadline=self._admission.next_plan_deadline(),
+        )
+        current = self._wake
+        if current is not None and not current.task.done() and due is not None and (
+                current.at, current.plan) == due:
+            return
+        if current is not None and not current.task.done():
+            current.task.cancel()
+        self._wake = None
+        if due is None:
+            return
+        at, plan = due
+        summary = ("drop preemption plans whose victims did not stop" if plan
+                   else "check that quota holders still run")
+        seconds = max(1.0, at - workflow.now().timestamp())
+        self._wake = _Wake(asyncio.ensure_future(workflow.sleep(seconds, summary=summary)),
+                           at, plan)
+
+    def _wake_due(self) -> bool:
+        return self._wake is not None and self._wake.task.done()
 
     async def _settle_before_continue(self) -> None:
         # Grants decided but not yet sent go out, and every delivery settles,
@@ -530,6 +537,27 @@ class QuotaTreeWorkflow:
             preemptions_sent=self._preemptions_sent,
             preemption=_preemption_mode(self._admission.quota.tree),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Wake:
+    """The main loop's timer: when it ends (epoch seconds), and whether for a
+    preemption plan's expiry (else the leak check)."""
+
+    task: asyncio.Future[None]
+    at: float
+    plan: bool
+
+
+def _next_wake(leak_check_seconds: float, last_leak_check: float, *, holding: bool,
+               plan_deadline: float | None) -> tuple[float, bool] | None:
+    """When the main loop must wake next (epoch seconds) and whether for a plan's
+    expiry: the leak check ``leak_check_seconds`` after the last one while anyone holds
+    quota, or a plan's deadline when it comes first; None: nothing to wake for."""
+    leak = last_leak_check + leak_check_seconds if holding else None
+    if plan_deadline is not None and (leak is None or plan_deadline < leak):
+        return plan_deadline, True
+    return (leak, False) if leak is not None else None
 
 
 def _preemption_mode(tree: ElasticQuotaTree | None) -> str:

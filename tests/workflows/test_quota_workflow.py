@@ -249,7 +249,7 @@ async def test_through_continue_as_new_a_job_admitted_at_once_is_answered_in_the
     at 400 enqueues/s with the database at 5 ms those signals stalled the tree)."""
     doc = tree([{"name": "roomy", "max": {"kube-queue/max-jobs": 1000},
                  "namespaces": ["default"]}])
-    qh = await qenv.start_tree(doc, max_history_events=100)
+    qh = await qenv.start_tree(doc, max_history_events=50)
     handles = await asyncio.gather(*(qenv.holder(qh.id, f"r{i}") for i in range(150)))
     assert await asyncio.gather(*(h.result() for h in handles)) == [1] * 150
     view = QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view))
@@ -389,3 +389,40 @@ async def test_a_job_admitted_at_once_gets_its_grant_in_the_reply_not_by_signal(
         ("workflow_execution_update_completed_event_attributes", first.id),
         ("signal_external_workflow_execution_initiated_event_attributes", second.id),
     ]
+
+
+async def test_the_leak_check_timer_runs_on_across_passes(qenv: Env) -> None:
+    """The quota workflow wakes for its leak check (while anyone holds quota) on one
+    timer that runs on while its moment stands: a pass (an enqueue, a grant, a release)
+    records no timer events, so its history grows by the messages alone and continues
+    as new less often. The timer is let go once nobody holds quota."""
+    doc = load("elasticquotatree.yaml")
+    doc = copy.deepcopy(doc)
+    doc["spec"]["root"]["children"][0]["max"]["kube-queue/max-jobs"] = 10
+    qh = await qenv.start_tree(doc, leak_check_seconds=600)
+    anchor = await qenv.holder(qh.id, "anchor", hold=True)
+    await wait_for(lambda: anchor.query(QuotaHolder.granted))
+    for i in range(4):  # each: enqueue, grant, release, each in a pass of its own
+        brief = await qenv.holder(qh.id, f"brief-{i}")
+        assert await brief.result() == 1
+    await anchor.signal(QuotaHolder.finish)
+    assert await anchor.result() == 1
+    await wait_for(lambda: _holders(qh, 0))
+
+    kinds = Counter(ev.WhichOneof("attributes") for ev in (await qh.fetch_history()).events)
+    assert kinds["workflow_task_completed_event_attributes"] >= 10
+    assert kinds["timer_started_event_attributes"] == 1
+    assert kinds["timer_canceled_event_attributes"] == 1  # nobody holds quota any more
+
+
+def test_the_main_loop_wakes_for_the_earlier_of_the_leak_check_and_a_plans_expiry() -> None:
+    """The leak check is due ``leak_check_seconds`` after the last one, only while
+    anyone holds quota; a preemption plan's deadline wins when it is earlier (a tie
+    goes to the leak check, which also runs a pass)."""
+    from workflows.quota_tree import _next_wake
+
+    assert _next_wake(60.0, 1000.0, holding=True, plan_deadline=None) == (1060.0, False)
+    assert _next_wake(60.0, 1000.0, holding=True, plan_deadline=1030.0) == (1030.0, True)
+    assert _next_wake(60.0, 1000.0, holding=True, plan_deadline=1060.0) == (1060.0, False)
+    assert _next_wake(60.0, 1000.0, holding=False, plan_deadline=1500.0) == (1500.0, True)
+    assert _next_wake(60.0, 1000.0, holding=False, plan_deadline=None) is None
