@@ -54,10 +54,10 @@ class QuotaRefused(Exception):
 class _Mailbox:
     """Messages waiting for one quota workflow, and the task sending them."""
 
-    pending: list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]] = field(default_factory=list)
+    #: (message, its sender's future, when it arrived: loop time)
+    pending: list[tuple[QuotaMessage, asyncio.Future[QuotaAck], float]] = field(
+        default_factory=list)
     sender: asyncio.Task[None] | None = None
-    #: when each pending message arrived (loop time), for ``QuotaOutbox.waited``
-    arrived: list[float] = field(default_factory=list)
 
 
 class QuotaOutbox:
@@ -109,8 +109,7 @@ class QuotaOutbox:
         message = QuotaMessage(signal=inp.signal, request=inp.request, job_id=inp.job_id)
         done: asyncio.Future[QuotaAck] = asyncio.get_running_loop().create_future()
         box = self._boxes.setdefault(inp.tree_workflow_id, _Mailbox())
-        box.pending.append((message, done))
-        box.arrived.append(asyncio.get_running_loop().time())
+        box.pending.append((message, done, asyncio.get_running_loop().time()))
         if box.sender is None or box.sender.done():
             box.sender = asyncio.create_task(self._drain(inp.tree_workflow_id, box))
         return await done
@@ -118,10 +117,7 @@ class QuotaOutbox:
     async def _drain(self, tree_id: str, box: _Mailbox) -> None:
         handle = self._client.get_workflow_handle(tree_id)
         while box.pending:
-            batch = [(m, f) for m, f in box.pending[: self._max_batch] if not f.done()]
-            now = asyncio.get_running_loop().time()
-            self.waited += sum(now - t for t in box.arrived[: self._max_batch])
-            del box.pending[: self._max_batch], box.arrived[: self._max_batch]
+            batch = self._take(box, self._max_batch)
             if not batch:  # every sender gave up (its local activity timed out)
                 continue
             outcome = await self._deliver(handle, box, batch)
@@ -143,6 +139,16 @@ class QuotaOutbox:
                         future.set_exception(QuotaRefused(reason))
                 else:
                     future.set_result(QuotaAck(running=bool(outcome)))
+
+    def _take(
+        self, box: _Mailbox, n: int
+    ) -> list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]]:
+        """The first ``n`` pending messages, out of the mailbox, whose senders still
+        wait; their waits counted in ``waited``."""
+        taken, box.pending[:n] = box.pending[:n], []
+        now = asyncio.get_running_loop().time()
+        self.waited += sum(now - arrived for _m, _f, arrived in taken)
+        return [(m, f) for m, f, _arrived in taken if not f.done()]
 
     async def _deliver(
         self, handle: Any, box: _Mailbox, batch: list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]]
@@ -188,10 +194,7 @@ class QuotaOutbox:
             delay = min(delay * 2, RETRY_MAX_SECONDS)
             room = self._max_batch - len(batch)
             if room > 0 and box.pending:  # group commit: take along what arrived meanwhile
-                batch.extend((m, f) for m, f in box.pending[:room] if not f.done())
-                now = loop.time()
-                self.waited += sum(now - t for t in box.arrived[:room])
-                del box.pending[:room], box.arrived[:room]
+                batch.extend(self._take(box, room))
 
     @staticmethod
     async def _signal_each(handle: Any, messages: list[QuotaMessage]) -> bool | Exception:

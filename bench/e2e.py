@@ -498,9 +498,10 @@ def _print_report(args: Options, rounds: list[Round],
           f"{', '.join(f'{x:.2f}' for x in mixes)} (median {statistics.median(mixes):.2f}); "
           f"strict: "
           f"{', '.join(f'{x:.2f}' for x in stricts)} (median {statistics.median(stricts):.2f})")
-    print(member_requests_line(sent, args.jobs * args.rounds))
-    print(f"fleet registry reads per job: queries {reads[0] / (args.jobs * args.rounds):.2f}, "
-          f"describes that found it unchanged {reads[1] / (args.jobs * args.rounds):.2f}")
+    jobs = args.jobs * args.rounds
+    print(member_requests_line(sent, jobs))
+    print(f"fleet registry reads per job: queries {reads[0] / jobs:.2f}, "
+          f"describes that found it unchanged {reads[1] / jobs:.2f}")
     cpu_ratios = [rd.mix_cpu_ratio for rd in rounds]
     print(f"same-mix CPU ratio by round: {', '.join(f'{x:.2f}' for x in cpu_ratios)} "
           f"(median {statistics.median(cpu_ratios):.2f})")

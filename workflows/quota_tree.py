@@ -177,10 +177,9 @@ class QuotaTreeWorkflow:
             plan_deadline=self._admission.next_plan_deadline(),
         )
         current = self._wake
-        if current is not None and not current.task.done() and due is not None and (
-                current.at, current.plan) == due:
-            return
         if current is not None and not current.task.done():
+            if due is not None and (current.at, current.plan) == due:
+                return
             current.task.cancel()
         self._wake = None
         if due is None:
