@@ -315,8 +315,18 @@ def tree_manifest(leaves: dict[str, list[str]], *, max_jobs: int = 1,
 
 
 async def job_view(handle: WorkflowHandle[Any, Any]) -> JobView | None:
+    """The job's view, or None when it cannot be read now. A completed job is read from
+    its result, as ``fleetq`` reads it: a query of a closed workflow needs a worker to
+    replay its whole history, which a busy worker may not do within the query's time."""
     try:
         return await handle.query("status", result_type=JobView)  # type: ignore[no-any-return]
+    except (RPCError, Exception):
+        pass
+    try:
+        if (await handle.describe()).status != WorkflowExecutionStatus.COMPLETED:
+            return None
+        result = await handle.result(follow_runs=False)
+        return result if isinstance(result, JobView) else JobView.model_validate(result)
     except (RPCError, Exception):
         return None
 
