@@ -174,7 +174,12 @@ async def wait_end(handle: WorkflowHandle[Any, Any], timeout: float = 60.0) -> J
         except Exception as exc:
             raise AssertionError(
                 f"{handle.id}: {desc.status!r}: {exc!r} {exc.__cause__!r}") from exc
-        raise AssertionError(f"{handle.id}: {desc.status!r}, status query failed")
+        try:
+            await handle.query("status")
+        except Exception as exc:
+            raise AssertionError(
+                f"{handle.id}: {desc.status!r}, status query failed: {exc!r}") from exc
+        raise AssertionError(f"{handle.id}: {desc.status!r}, its view could not be read")
     return v
 
 
