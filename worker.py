@@ -192,9 +192,10 @@ def deployment_config(
 SANDBOX_PASSTHROUGH = ("workflows", "jsonpath_ng")
 
 
-def workflow_runner() -> SandboxedWorkflowRunner:
-    """Temporal's sandbox with its default restrictions, plus SANDBOX_PASSTHROUGH, its
-    snippets compiled once (FleetqSandboxRunner).
+def workflow_runner(extra_passthrough: Sequence[str] = ()) -> SandboxedWorkflowRunner:
+    """Temporal's sandbox with its default restrictions, plus SANDBOX_PASSTHROUGH (and
+    ``extra_passthrough``: the benchmarks' baseline workflows, so they pay what a job
+    pays), its snippets compiled once (FleetqSandboxRunner).
 
     The SDK's sandbox re-executes a workflow's module, and every module it imports that
     is not passed through, for each workflow run: for a job, ~1,300 lines of class
@@ -203,7 +204,8 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     recorded history also replays on the SDK's strict sandbox, which executes the
     workflow modules again under its import restrictions, beside a static check of the
     workflow modules' calls (tests/workflows/test_worker_sandbox.py)."""
-    restrictions = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(
+        *SANDBOX_PASSTHROUGH, *extra_passthrough)
     if FleetqSandboxRunner is None:
         return SandboxedWorkflowRunner(restrictions=restrictions)
     return FleetqSandboxRunner(restrictions=restrictions)

@@ -2,9 +2,10 @@
 sequential no-op activities (``ActivityChain``), or the same mix of local and regular
 no-op activities as a job (``ActivityMix``).
 
-It lives in a module of its own, as small as a workflow file can be, because Temporal's
-sandbox re-imports a workflow's module for every run: the baseline must pay no more of
-that than the leanest user workflow would, or the ratio would flatter fleetq.
+It lives in a module of its own, which ``bench e2e`` passes through Temporal's sandbox
+as the worker passes fleetq's ``workflows`` package (``SANDBOX_PASSTHROUGH``): the
+sandbox would otherwise re-execute this module for every baseline run, a cost a job's
+run no longer pays, and the ratio would flatter fleetq.
 """
 
 from __future__ import annotations

@@ -172,6 +172,19 @@ def test_e2e_runs_tiny_jobs_through_the_whole_pipeline(capsys: pytest.CaptureFix
                           r"[\d.]+", out)) == 2, out
 
 
+def test_e2e_baselines_are_passed_through_the_sandbox_as_the_job_workflows_are() -> None:
+    """A baseline run must not pay the sandbox's re-execution of its module that a job's
+    run does not pay (the worker passes ``workflows`` through): that would flatter the
+    ratio. The bench's worker passes the baselines' module through too."""
+    from bench import e2e
+    from bench.baseline import ActivityChain, ActivityMix
+    from worker import SANDBOX_PASSTHROUGH, workflow_runner
+
+    passed = workflow_runner([e2e.BASELINE_MODULE]).restrictions.passthrough_modules
+    assert {ActivityChain.__module__, ActivityMix.__module__, *SANDBOX_PASSTHROUGH} <= passed
+    assert ActivityChain.__module__ not in workflow_runner().restrictions.passthrough_modules
+
+
 @pytest.mark.parametrize("n,mean", [(500, 7.28), (500, 7.8), (3, 7.0), (7, 2.5), (50, 4.02)])
 def test_e2e_baseline_runs_the_jobs_mean_activity_count(n: int, mean: float) -> None:
     from bench.e2e import activity_counts
