@@ -18,6 +18,7 @@ from fleetq.models import Gang, GangPod
 from fleetq.placement import ever_fits_cluster, never_fits
 from fleetq.rejection import RejectionCode, Severity
 from tests.core.test_placement_properties import gangs, snapshots
+from tests.tiers import examples
 
 GI = 1 << 30
 
@@ -149,7 +150,7 @@ def _emptied(snap: ClusterSnapshot) -> ClusterSnapshot:
     return ClusterSnapshot(snap.name, nodes=nodes)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(gang=gangs(), snaps=st.lists(snapshots(), min_size=1, max_size=3))
 def test_fits_now_implies_ever_fits_and_never_implies_not_even_empty(
     gang: Gang, snaps: list[ClusterSnapshot]

@@ -42,6 +42,7 @@ from fleetq.preemption import (
     plan_capacity_preemption,
     plan_quota_preemption,
 )
+from tests.tiers import examples
 
 CPU = "cpu"
 JOBS = "kube-queue/max-jobs"
@@ -57,7 +58,7 @@ PARENTS: dict[str, str | None] = {
 }
 CHARGED = ["team-1", "team-2", "team-3", "team-4", "root"]
 SETTINGS = settings(max_examples=300, deadline=None)
-QUOTA_SETTINGS = settings(max_examples=400, deadline=None)
+QUOTA_SETTINGS = settings(max_examples=examples(400), deadline=None)
 
 
 def chain(node: str) -> list[str]:
