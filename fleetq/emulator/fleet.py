@@ -376,6 +376,11 @@ class EmulatedFleet:
             lambda: self.emulator.cluster(cluster).controller.fail_job(namespace, name)
         )
 
+    def complete_job(self, cluster: str, namespace: str, name: str) -> bool:
+        return self._call(
+            lambda: self.emulator.cluster(cluster).controller.complete_job(namespace, name)
+        )
+
     def cordon(self, cluster: str, node: str, on: bool = True) -> bool:
         return self._call(lambda: self.emulator.cluster(cluster).controller.set_cordon(node, on))
 

@@ -1,6 +1,7 @@
 """The pod lifecycle on one emulated cluster (what a kubelet would report): a bound pod
 starts after ``start_delay``, runs, and succeeds after ``fleetq.io/run-seconds`` (on the
-pod or its PyTorchJob); faults fail it. Also the benchmark's bulk load of running pods."""
+pod or its PyTorchJob) or when a test completes it; faults fail it. Also the benchmark's
+bulk load of running pods."""
 
 from __future__ import annotations
 
@@ -115,8 +116,13 @@ class PodLifecycle:
             return
         self.store.replace("pods", finished_pod(pod, phase, reason))
 
-    def fail(self, pod: Obj, reason: str = "Error") -> None:
-        self._finish(key_of(pod), pod["metadata"]["uid"], "Failed", reason)
+    def complete(self, pod: Obj) -> bool:
+        """The pod's containers exit 0 now, as if its run-seconds were up (False: it is
+        not running)."""
+        if (pod.get("status") or {}).get("phase") != "Running":
+            return False
+        self._finish(key_of(pod), pod["metadata"]["uid"], "Succeeded")
+        return True
 
 
 def add_running_pods(

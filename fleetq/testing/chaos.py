@@ -10,6 +10,10 @@ points, history readers); ``bench/chaos.py`` (``fleetq bench chaos``) runs the m
 ``ChaosRig(members="real")`` runs the bind's kill points (:data:`REAL_KILL_POINTS`)
 against real member control planes. Results and method: docs/reliability.md
 "Crash matrix".
+
+A phase is waited for as a condition, never a window of time: on emulated members a job
+(and the blocker of "queued") runs until the rig completes it after the restart, so a busy
+machine that answers queries late still finds it Running (or Queued behind it).
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ ROOT = Path(__file__).resolve().parents[2]
 #: the phases of a job at which the worker is killed, in lifecycle order
 KILL_POINTS = ("queued", "admitted", "capacity", "reserving", "binding", "created", "running",
                "failing-over", "releasing", "preempting", "capacity-preempting")
+#: a held job (every job of an emulated point but the preemption points') runs this long
+#: unless the rig completes it
+HELD_RUN_SECONDS = 3600
 #: kill point "preempting": a job of this priority preempts the running victim (priority 0)
 #: of its leaf, which gets PREEMPT_GRACE seconds to stop; the worker dies meanwhile
 PREEMPTOR_PRIORITY = 1000
@@ -971,12 +978,15 @@ class ChaosRig:
 
     async def start_job(self, namespace: str, name: str, task_queue: str,
                         run_seconds: int | None = None,
-                        manifest: dict[str, Any] | None = None) -> WorkflowHandle[Any, Any]:
+                        manifest: dict[str, Any] | None = None,
+                        held: bool = False) -> WorkflowHandle[Any, Any]:
+        """``held``: the job runs until :meth:`let_finish` completes it."""
         assert self.client is not None
+        seconds = HELD_RUN_SECONDS if held else run_seconds or self.run_seconds
         return await self.client.start_workflow(
             "PyTorchJobWorkflow",
             {"manifest": manifest or job_manifest(namespace, name),
-             "run_seconds": run_seconds or self.run_seconds, "rewatch_seconds": 1.0},
+             "run_seconds": seconds, "rewatch_seconds": 1.0},
             id=job_workflow_id(namespace, name), task_queue=task_queue)
 
     # ---------------------------------------------------------------- one kill point
@@ -1077,10 +1087,13 @@ class ChaosRig:
         ns, tq = f"chaos-{point}", f"chaos-{point}"
         self.start_worker(tq)
         handles = []
-        if point == "queued":  # hold the leaf (max-jobs 1) so the job waits in its queue
-            blocker = await self.start_job(ns, "blocker", tq, run_seconds=self.run_seconds + 4)
+        held = self.emulator is not None and point not in PREEMPTION_POINTS
+        if point == "queued":  # hold the leaf (max-jobs 1) so the job waits in its queue,
+            # however long it takes to be seen Queued (the blocker runs before the job
+            # starts, so that the kill finds no bind of its in flight)
+            blocker = await self.start_job(ns, "blocker", tq, held=True)
             handles.append(blocker)
-            await poll(lambda: _admitted(blocker), 60)
+            await poll(lambda: _state(blocker, "Running"), 60)
         # "preempting": a low-priority job runs in the leaf (max-jobs 1); "capacity-
         # preempting": a low-priority job fills CAPACITY_MEMBER, the only member its policy
         # names (its leaf admits two jobs: quota has room, the member has none)
@@ -1095,7 +1108,7 @@ class ChaosRig:
         handle = await self.start_job(
             ns, "job", tq,
             manifest=preemption_job(ns, "job", PREEMPTOR_PRIORITY, PREEMPT_GRACE, cpu=cpu)
-            if point in PREEMPTION_POINTS else None)
+            if point in PREEMPTION_POINTS else None, held=held)
         handles.append(handle)
         hit = await self._trigger(point, handle)
         self.kill_worker(tq)
@@ -1103,7 +1116,7 @@ class ChaosRig:
         if self.real is None:
             await asyncio.sleep(0.5)
         self.start_worker(tq)
-        problems: list[str] = []
+        problems: list[str] = await self.let_finish(handles) if held else []
         if not hit or hit.startswith("missed"):
             problems.append(f"the job never reached phase {point!r}"
                             + (f" ({hit})" if hit else ""))
@@ -1126,6 +1139,37 @@ class ChaosRig:
         return PointResult(point, not problems, hit or "(phase not reached)", problems,
                            time.monotonic() - started, state,
                            self._notes.pop(handle.id, ""))
+
+    async def let_finish(self, handles: Sequence[WorkflowHandle[Any, Any]],
+                         timeout: float = 240.0) -> list[str]:
+        """Complete each held job's pods on its member once it runs there (its job then
+        succeeds); a job that closes first (a cancelled one) needs nothing. Each job is
+        completed once: after the restart it runs once more, wherever it was placed."""
+        assert self.emulator is not None
+
+        async def finish(handle: WorkflowHandle[Any, Any]) -> list[str]:
+            done = await poll(lambda: self._complete_once_running(handle), timeout, 0.2)
+            return [] if done else [f"{handle.id}: never ran after the restart, or its "
+                                    f"pods could not be completed ({timeout:.0f}s)"]
+
+        found = await asyncio.gather(*(finish(h) for h in handles))
+        return [p for probs in found for p in probs]
+
+    async def _complete_once_running(self, handle: WorkflowHandle[Any, Any]) -> str:
+        """``completed on <member>`` / ``closed``, or empty while it does not run."""
+        try:
+            if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+                return "closed"
+        except RPCError:
+            return ""
+        view = await job_view(handle)
+        if view is None or view.state != "Running" or view.cluster is None:
+            return ""
+        ns, name = handle.id.split("/")[1:]
+        emulator = self.emulator
+        if emulator is None or not emulator.complete_job(view.cluster, ns, name):
+            return ""
+        return f"completed on {view.cluster}"
 
     async def check_job(self, handle: WorkflowHandle[Any, Any], expect: str, timeout: float,
                         failed_over: bool = False, preempted: bool = False
@@ -1195,7 +1239,9 @@ class ChaosRig:
         started = time.monotonic()
         ns, tq = f"chaos-{what}", f"chaos-{what}"
         self.start_worker(tq)
-        handle = await self.start_job(ns, "job", tq, run_seconds=self.run_seconds + 4)
+        held = self.emulator is not None
+        handle = await self.start_job(ns, "job", tq, run_seconds=self.run_seconds + 4,
+                                      held=held)
         hit = str(await poll(lambda: _state(handle, "Running"), 60))
         if what == "history-kill":
             hit = await self.kill_history(handle) if hit else ""
@@ -1208,6 +1254,8 @@ class ChaosRig:
             await asyncio.sleep(1.0)
             self.start_emulator()
         problems = [] if hit else [f"the job never reached Running before the {what}"]
+        if held:
+            problems += await self.let_finish([handle])
         state, probs = await self.check_job(handle, "Succeeded", timeout)
         problems += probs
         assert self.client is not None
@@ -1263,11 +1311,6 @@ async def capacity_preemption_problems(victim: WorkflowHandle[Any, Any],
         problems.append(f"{preemptor.id}: ran on {p.cluster}, not on the planned "
                         f"{CAPACITY_MEMBER}")
     return problems
-
-
-async def _admitted(handle: WorkflowHandle[Any, Any]) -> bool:
-    v = await job_view(handle)
-    return v is not None and v.admitted
 
 
 async def _state(handle: WorkflowHandle[Any, Any], state: str) -> str:

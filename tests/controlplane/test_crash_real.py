@@ -33,9 +33,10 @@ import pytest_asyncio
 
 from fleetq.testing.chaos import REAL_KILL_POINTS, MatrixResult, run_matrix
 
-#: fleet start to teardown; about 80 s warm on this project's 2-core machines, of which
-#: 60 s are the lost bind's start-to-close timeout
-BUDGET_SECONDS = 150
+#: the hang guard: fleet start to teardown takes about 80 s warm on this project's 2-core
+#: machines, of which 60 s are the lost bind's start-to-close timeout (a time, not an
+#: assertion: the suite asserts no wall clock)
+HANG_GUARD_SECONDS = 150
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -57,7 +58,7 @@ async def crashes(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Mat
     yield result
 
 
-@pytest.mark.timeout(BUDGET_SECONDS + 60)
+@pytest.mark.timeout(HANG_GUARD_SECONDS + 60)
 @pytest.mark.parametrize("point", REAL_KILL_POINTS)
 async def test_worker_killed_at_bind_on_real_members_runs_the_job_once(
     crashes: MatrixResult, point: str
@@ -76,10 +77,9 @@ async def test_worker_killed_at_bind_on_real_members_runs_the_job_once(
 
 
 @pytest.mark.timeout(60)
-async def test_crashes_on_real_members_leak_no_quota_and_fit_their_budget(
+async def test_crashes_on_real_members_leak_no_quota(
     crashes: MatrixResult,
 ) -> None:
     assert [r.point for r in crashes.results] == list(REAL_KILL_POINTS)
     assert crashes.quota_problems == [], crashes.report()
     assert crashes.ok, crashes.report()
-    assert crashes.seconds < BUDGET_SECONDS, crashes.report()

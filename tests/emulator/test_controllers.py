@@ -92,6 +92,27 @@ def test_pytorchjob_runs_and_succeeds(core: client.CoreV1Api,
     assert {"Scheduled", "SuccessfulCreatePod", "PyTorchJobSucceeded"} <= reasons
 
 
+def test_a_job_held_running_succeeds_when_completed(fleet: EmulatedFleet,
+                                                    core: client.CoreV1Api,
+                                                    custom: client.CustomObjectsApi) -> None:
+    """What the crash matrix holds a leaf with: a job whose run-seconds are far ahead
+    runs until the test completes it, then succeeds as if its time were up."""
+    assert not fleet.complete_job("alpha", "default", "held")  # no such job
+    body = pytorchjob("held", 1, annotations={"fleetq.io/run-seconds": "3600"})
+    custom.create_namespaced_custom_object(*KF, "default", "pytorchjobs", body)
+    wait_for(lambda: (p := _pods(core, "held")) and len(p) == 2
+             and all(x.status.phase == "Running" for x in p))
+    assert conditions(_job(custom, "held")).get("Running") == "True"
+    assert fleet.complete_job("alpha", "default", "held")
+    job = wait_for(lambda: (j := _job(custom, "held")) and
+                   conditions(j).get("Succeeded") == "True" and j)
+    assert counts(job) == {"Master": {"succeeded": 1}, "Worker": {"succeeded": 1}}
+    assert {p.status.phase for p in _pods(core, "held")} == {"Succeeded"}
+    assert not fleet.complete_job("alpha", "default", "held")  # nothing running now
+    custom.delete_namespaced_custom_object(*KF, "default", "pytorchjobs", "held")
+    wait_for(lambda: not _pods(core, "held"))
+
+
 def test_gang_that_cannot_fit_stays_fully_pending(core: client.CoreV1Api,
                                                   custom: client.CustomObjectsApi) -> None:
     # 3 workers of 3 cpu: two 4-cpu nodes fit two; the gpu node is tainted -> none bind

@@ -6,8 +6,8 @@ workflow task, it was admitted exactly once, exactly one member copy exists (non
 delete, read from the members), no Reservation holds room, and its quota leaf holds
 nothing. ``python -m bench.chaos`` runs the same matrix and prints it.
 
-The matrix runs once (about 2 minutes on 2 cores; it must stay under 6) and each point
-is a test of its own."""
+The matrix runs once (about 2 minutes on 2 cores; it prints its time, and pytest-timeout
+stops a hang at 6) and each point is a test of its own."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ import pytest_asyncio
 
 from fleetq.testing.chaos import KILL_POINTS, RESTARTS, MatrixResult, run_matrix
 
-#: the whole matrix, fleet start to teardown, on this project's 2-core machines
-BUDGET_SECONDS = 360
+#: the hang guard: the whole matrix, fleet start to teardown, takes about 120 s on this
+#: project's 2-core machines (a time, not an assertion: the suite asserts no wall clock)
+HANG_GUARD_SECONDS = 360
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -33,7 +34,7 @@ async def matrix(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Matr
     yield result
 
 
-@pytest.mark.timeout(BUDGET_SECONDS)
+@pytest.mark.timeout(HANG_GUARD_SECONDS)
 @pytest.mark.parametrize("point", [*KILL_POINTS, *RESTARTS])
 async def test_kill_point_loses_nothing(matrix: MatrixResult, point: str) -> None:
     r = matrix.point(point)
@@ -44,8 +45,7 @@ async def test_kill_point_loses_nothing(matrix: MatrixResult, point: str) -> Non
 
 
 @pytest.mark.timeout(60)
-async def test_matrix_leaves_no_quota_and_fits_its_budget(matrix: MatrixResult) -> None:
+async def test_matrix_leaves_no_quota(matrix: MatrixResult) -> None:
     assert [r.point for r in matrix.results] == [*KILL_POINTS, *RESTARTS]
     assert matrix.quota_problems == [], matrix.report()
     assert matrix.ok, matrix.report()
-    assert matrix.seconds < BUDGET_SECONDS, matrix.report()
