@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 import pytest
@@ -154,20 +153,16 @@ def test_kubectl_gets_nodes_and_pods(fleet: EmulatedFleet) -> None:
     assert "alpha-g0-0" in r.stdout and "k-" in r.stdout
     # server-side printing: the usual STATUS/NODE columns, not just NAME and AGE
     assert "STATUS" in r.stdout and "Running" in r.stdout
-    t0 = time.monotonic()
     r = subprocess.run([kubectl, "--kubeconfig", str(fleet.kubeconfig_path), "--context",
                         "alpha", "get", "pytorchjobs,reservations", "-A"],
                        capture_output=True, text=True, timeout=30, env=env)
     assert r.returncode == 0, r.stderr
-    assert time.monotonic() - t0 < 10
 
 
 def test_capacity_benchmark_scale(tmp_path: Path) -> None:
-    """20 clusters x 200 nodes x 2,000 running pods in one emulator; LIST stays fast.
-
-    In the normal suite (about 4 s): the bound is loose enough for a loaded 2-core
-    machine (a LIST takes ~0.3 s idle) and still catches a quadratic emulator; the
-    speed itself is measured in BENCHMARKS.md."""
+    """20 clusters x 200 nodes x 2,000 running pods in one emulator: a LIST answers them
+    all and a gang still schedules beside them (about 4 s in the normal suite; the speed
+    itself is measured in BENCHMARKS.md, not asserted here)."""
     topo = parse_topology({"clusters": [
         {"name": f"c{i}", "nodeGroups": [{"count": 200, "cpu": "64", "memory": "256Gi"}]}
         for i in range(20)]})
@@ -175,10 +170,9 @@ def test_capacity_benchmark_scale(tmp_path: Path) -> None:
         for name in f.clusters:
             assert len(f.add_running_pods(name, 2000)) == 2000
         core = client.CoreV1Api(api_client(f.kubeconfig_path, "c7"))
-        t0 = time.monotonic()
         resp = core.list_pod_for_all_namespaces(_preload_content=False)
         items = json.loads(resp.data)["items"]
-        assert len(items) == 2000 and time.monotonic() - t0 < 10.0
+        assert len(items) == 2000
         body = pytorchjob("bench", 2)
         client.CustomObjectsApi(core.api_client).create_namespaced_custom_object(
             "kubeflow.org", "v1", "default", "pytorchjobs", body)
