@@ -177,9 +177,9 @@ class QuotaTreeWorkflow:
             plan_deadline=self._admission.next_plan_deadline(),
         )
         current = self._wake
-        if current is not None and not current.task.done():
-            if due is not None and (current.at, current.plan) == due:
-                return
+        if _keeps_wake(current, due):
+            return
+        if current is not None:
             current.task.cancel()
         self._wake = None
         if due is None:
@@ -546,6 +546,18 @@ class _Wake:
     task: asyncio.Future[None]
     at: float
     plan: bool
+
+
+def _keeps_wake(current: _Wake | None, due: tuple[float, bool] | None) -> bool:
+    """Whether the main loop keeps its timer as it is: it fired and the loop has not
+    handled it yet (it fired while the run settled before continuing as new, and grants
+    decided meanwhile sent the loop round again: handled now, not re-armed a second
+    later), or it runs on to the moment still due."""
+    if current is None:
+        return False
+    if current.task.done():
+        return True
+    return due is not None and (current.at, current.plan) == due
 
 
 def _next_wake(leak_check_seconds: float, last_leak_check: float, *, holding: bool,

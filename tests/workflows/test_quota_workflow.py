@@ -426,3 +426,27 @@ def test_the_main_loop_wakes_for_the_earlier_of_the_leak_check_and_a_plans_expir
     assert _next_wake(60.0, 1000.0, holding=True, plan_deadline=1060.0) == (1060.0, False)
     assert _next_wake(60.0, 1000.0, holding=False, plan_deadline=1500.0) == (1500.0, True)
     assert _next_wake(60.0, 1000.0, holding=False, plan_deadline=None) is None
+
+
+def test_a_fired_wake_is_kept_until_the_loop_handles_it() -> None:
+    """The main loop keeps one timer: a running one while its moment stands (replaced
+    when the moment moves, dropped when nothing is due); one that fired while the run
+    settled before continuing as new, and grants sent the loop round again, is kept
+    and handled at once (it was re-armed at the 1 s floor, and the leak check or the
+    plan's expiry came a second late)."""
+    from workflows.quota_tree import _keeps_wake, _Wake
+
+    loop = asyncio.new_event_loop()
+    try:
+        running, fired = loop.create_future(), loop.create_future()
+        fired.set_result(None)
+        leak = _Wake(running, 1060.0, False)
+        assert _keeps_wake(leak, (1060.0, False))
+        assert not _keeps_wake(leak, (1030.0, True))  # a plan expires first: replaced
+        assert not _keeps_wake(leak, None)  # nobody holds quota: dropped
+        assert not _keeps_wake(None, (1060.0, False))
+        for due in ((1060.0, False), (1030.0, True), (2000.0, False), None):
+            assert _keeps_wake(_Wake(fired, 1060.0, False), due)
+            assert _keeps_wake(_Wake(fired, 1030.0, True), due)
+    finally:
+        loop.close()
