@@ -66,8 +66,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: the phases of a job at which the worker is killed, in lifecycle order
 KILL_POINTS = ("queued", "admitted", "capacity", "reserving", "binding", "created", "running",
                "failing-over", "releasing", "preempting", "capacity-preempting")
-#: a held job (every job of an emulated point but the preemption points') runs this long
-#: unless the rig completes it
+#: a held job (every job of an emulated point) runs this long unless the rig completes it
 HELD_RUN_SECONDS = 3600
 #: kill point "preempting": a job of this priority preempts the running victim (priority 0)
 #: of its leaf, which gets PREEMPT_GRACE seconds to stop; the worker dies meanwhile
@@ -1087,7 +1086,7 @@ class ChaosRig:
         ns, tq = f"chaos-{point}", f"chaos-{point}"
         self.start_worker(tq)
         handles = []
-        held = self.emulator is not None and point not in PREEMPTION_POINTS
+        held = self.emulator is not None
         if point == "queued":  # hold the leaf (max-jobs 1) so the job waits in its queue,
             # however long it takes to be seen Queued (the blocker runs before the job
             # starts, so that the kill finds no bind of its in flight)
@@ -1098,11 +1097,11 @@ class ChaosRig:
         # preempting": a low-priority job fills CAPACITY_MEMBER, the only member its policy
         # names (its leaf admits two jobs: quota has room, the member has none)
         cpu = CAPACITY_CPU if point == "capacity-preempting" else "100m"
-        if point in PREEMPTION_POINTS:
+        if point in PREEMPTION_POINTS:  # (held: it ends by being preempted, however late
+            # the preemptor comes; the rig completes its second run)
             victim = await self.start_job(
-                ns, "victim", tq, run_seconds=self.run_seconds + (
-                    8 if point == "capacity-preempting" else 4),
-                manifest=preemption_job(ns, "victim", 0, PREEMPT_GRACE, cpu=cpu))
+                ns, "victim", tq, manifest=preemption_job(ns, "victim", 0, PREEMPT_GRACE,
+                                                          cpu=cpu), held=held)
             handles.append(victim)
             await poll(lambda: _state(victim, "Running"), 60)
         handle = await self.start_job(
@@ -1116,7 +1115,10 @@ class ChaosRig:
         if self.real is None:
             await asyncio.sleep(0.5)
         self.start_worker(tq)
-        problems: list[str] = await self.let_finish(handles) if held else []
+        problems: list[str] = []
+        if held:  # a preempted victim is completed in its second run (bound twice)
+            problems += await self.let_finish(handles, binds={
+                h.id: 2 for h in handles if point in PREEMPTION_POINTS and h is not handle})
         if not hit or hit.startswith("missed"):
             problems.append(f"the job never reached phase {point!r}"
                             + (f" ({hit})" if hit else ""))
@@ -1141,22 +1143,29 @@ class ChaosRig:
                            self._notes.pop(handle.id, ""))
 
     async def let_finish(self, handles: Sequence[WorkflowHandle[Any, Any]],
+                         binds: dict[str, int] | None = None,
                          timeout: float = 240.0) -> list[str]:
         """Complete each held job's pods on its member once it runs there (its job then
         succeeds); a job that closes first (a cancelled one) needs nothing. Each job is
-        completed once: after the restart it runs once more, wherever it was placed."""
+        completed once: after the restart it runs once more, wherever it was placed
+        (``binds``: by workflow id, the bind count it must have reached first; 1 when
+        not given)."""
         assert self.emulator is not None
+        need = binds or {}
 
         async def finish(handle: WorkflowHandle[Any, Any]) -> list[str]:
-            done = await poll(lambda: self._complete_once_running(handle), timeout, 0.2)
+            done = await poll(lambda: self._complete_once_running(
+                handle, need.get(handle.id, 1)), timeout, 0.2)
             return [] if done else [f"{handle.id}: never ran after the restart, or its "
                                     f"pods could not be completed ({timeout:.0f}s)"]
 
         found = await asyncio.gather(*(finish(h) for h in handles))
         return [p for probs in found for p in probs]
 
-    async def _complete_once_running(self, handle: WorkflowHandle[Any, Any]) -> str:
-        """``completed on <member>`` / ``closed``, or empty while it does not run."""
+    async def _complete_once_running(self, handle: WorkflowHandle[Any, Any],
+                                     binds: int = 1) -> str:
+        """``completed on <member>`` / ``closed``, or empty while it does not run (or
+        has been bound fewer than ``binds`` times)."""
         try:
             if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
                 return "closed"
@@ -1164,6 +1173,8 @@ class ChaosRig:
             return ""
         view = await job_view(handle)
         if view is None or view.state != "Running" or view.cluster is None:
+            return ""
+        if sum(e.count for e in view.events if e.reason == "ScheduleBindingSucceed") < binds:
             return ""
         ns, name = handle.id.split("/")[1:]
         emulator = self.emulator
