@@ -2,18 +2,13 @@
 that nothing was lost, duplicated or leaked; then restart the Temporal dev server and the
 member-cluster emulator mid-run.
 
-A crash must be a real process dying without cleanup, so the worker runs as
-``python -m worker`` and is SIGKILLed, the dev server runs on a SQLite file, and the
-emulator keeps a state file and fixed ports; each kill point has its own namespace, worker
-and task queue, so the points run concurrently. This is the library half (rig, kill
-points, history readers); ``bench/chaos.py`` (``fleetq bench chaos``) runs the matrix.
-``ChaosRig(members="real")`` runs the bind's kill points (:data:`REAL_KILL_POINTS`)
-against real member control planes. Results and method: docs/reliability.md
-"Crash matrix".
-
-A phase is waited for as a condition, never a window of time: on emulated members a job
-(and the blocker of "queued") runs until the rig completes it after the restart, so a busy
-machine that answers queries late still finds it Running (or Queued behind it).
+The worker runs as ``python -m worker`` and is SIGKILLed, the dev server on a SQLite
+file, the emulator with a state file and fixed ports; each kill point has its own
+namespace, worker and task queue, so the points run concurrently. Phases are conditions,
+not windows of time: emulated jobs run ("held") until the rig completes them after the
+restart. ``bench/chaos.py`` runs the matrix; ``ChaosRig(members="real")`` runs the bind's
+kill points (:data:`REAL_KILL_POINTS`) on real control planes. Method and results:
+docs/reliability.md "Crash matrix".
 """
 
 from __future__ import annotations
