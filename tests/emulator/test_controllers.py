@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from fleetq.emulator.fleet import EmulatedFleet
+from fleetq.kube_values import parse_rfc3339
 
 from .conftest import api_client, conditions, pytorchjob, wait_for
 
@@ -63,9 +64,16 @@ def counts(job: dict[str, Any]) -> dict[str, dict[str, int]]:
             for r, c in job["status"]["replicaStatuses"].items()}
 
 
-def test_pytorchjob_runs_and_succeeds(core: client.CoreV1Api,
+def _unschedulable(pod: client.V1Pod) -> bool:
+    """The scheduler has looked at the pod and left it unbound (PodScheduled False)."""
+    return pod.spec.node_name is None and any(
+        c.type == "PodScheduled" and c.status == "False" for c in pod.status.conditions or [])
+
+
+def test_pytorchjob_runs_and_succeeds(fleet: EmulatedFleet, core: client.CoreV1Api,
                                       custom: client.CustomObjectsApi) -> None:
-    body = pytorchjob("train", 2, annotations={"fleetq.io/run-seconds": "1"})
+    # held running (its run-seconds far ahead) until its Running state is checked
+    body = pytorchjob("train", 2, annotations={"fleetq.io/run-seconds": "3600"})
     custom.create_namespaced_custom_object(*KF, "default", "pytorchjobs", body)
     pods = wait_for(lambda: (p := _pods(core, "train")) and all(
         x.status.phase == "Running" for x in p) and len(p) == 3 and p)
@@ -82,6 +90,7 @@ def test_pytorchjob_runs_and_succeeds(core: client.CoreV1Api,
     assert master.status.container_statuses[0].ready and master.status.start_time
     assert conditions(_job(custom, "train")).get("Running") == "True"
 
+    assert fleet.complete_job("alpha", "default", "train")
     job = wait_for(lambda: (j := _job(custom, "train")) and
                    conditions(j).get("Succeeded") == "True" and j, timeout=4)
     assert conditions(job)["Running"] == "False"
@@ -113,6 +122,21 @@ def test_a_job_held_running_succeeds_when_completed(fleet: EmulatedFleet,
     wait_for(lambda: not _pods(core, "held"))
 
 
+def test_a_job_succeeds_when_its_run_seconds_are_up(core: client.CoreV1Api,
+                                                   custom: client.CustomObjectsApi) -> None:
+    body = pytorchjob("timed", 1, annotations={"fleetq.io/run-seconds": "2"})
+    custom.create_namespaced_custom_object(*KF, "default", "pytorchjobs", body)
+    job = wait_for(lambda: (j := _job(custom, "timed")) and
+                   conditions(j).get("Succeeded") == "True" and j, timeout=30)
+    started = parse_rfc3339(job["status"]["startTime"])
+    completed = parse_rfc3339(job["status"]["completionTime"])
+    assert started is not None and completed is not None
+    assert (completed - started).total_seconds() >= 2  # not before its run-seconds
+    assert {p.status.phase for p in _pods(core, "timed")} == {"Succeeded"}
+    custom.delete_namespaced_custom_object(*KF, "default", "pytorchjobs", "timed")
+    wait_for(lambda: not _pods(core, "timed"))
+
+
 def test_gang_that_cannot_fit_stays_fully_pending(core: client.CoreV1Api,
                                                   custom: client.CustomObjectsApi) -> None:
     # 3 workers of 3 cpu: two 4-cpu nodes fit two; the gpu node is tainted -> none bind
@@ -139,8 +163,8 @@ def test_pending_gang_starts_when_capacity_frees(fleet: EmulatedFleet, core: cli
              and len(_pods(core, "first")) == 3)
     custom.create_namespaced_custom_object(*KF, "default", "pytorchjobs",
                                            pytorchjob("second", 1, worker_cpu="3"))
-    time.sleep(0.3)
-    assert all(p.spec.node_name is None for p in _pods(core, "second"))
+    wait_for(lambda: (p := _pods(core, "second")) and len(p) == 2
+             and all(_unschedulable(x) for x in p))
     assert fleet.fail_job("alpha", "default", "first")
     job = _job(custom, "first")
     assert conditions(job)["Failed"] == "True"
@@ -186,8 +210,7 @@ def test_reservation_is_honoured_and_consumed(core: client.CoreV1Api,
             containers=[client.V1Container(
                 name="c", image="x",
                 resources=client.V1ResourceRequirements(requests={"cpu": "1"}))])))
-    time.sleep(0.3)
-    assert core.read_namespaced_pod("squatter", "default").spec.node_name is None
+    wait_for(lambda: _unschedulable(core.read_namespaced_pod("squatter", "default")))
     affinity = json.dumps({"reservationSelector": {"fleetq.io/owner": "abc"}})
     body = pytorchjob("resjob", 1, worker_cpu="3",
                       template_annotations={
@@ -336,14 +359,16 @@ def _wait_succeeded(custom: client.CustomObjectsApi, name: str) -> dict[str, Any
     return job
 
 
-def test_master_only_job_runs_one_pod_and_succeeds(core: client.CoreV1Api,
+def test_master_only_job_runs_one_pod_and_succeeds(fleet: EmulatedFleet,
+                                                   core: client.CoreV1Api,
                                                    custom: client.CustomObjectsApi) -> None:
     custom.create_namespaced_custom_object(*KF, "default", "pytorchjobs",
-                                           _single_role("solo", "Master", 1, run_seconds="1"))
+                                           _single_role("solo", "Master", 1, run_seconds=None))
     pods = wait_for(lambda: (p := _pods(core, "solo")) and p[0].status.phase == "Running" and p)
     assert [p.metadata.name for p in pods] == ["solo-master-0"]
     assert pods[0].metadata.labels["training.kubeflow.org/replica-type"] == "master"
     assert conditions(_job(custom, "solo")).get("Running") == "True"
+    assert fleet.complete_job("alpha", "default", "solo")
     job = _wait_succeeded(custom, "solo")
     assert counts(job) == {"Master": {"succeeded": 1}}
     assert [p.metadata.name for p in _pods(core, "solo")] == ["solo-master-0"]
@@ -351,15 +376,17 @@ def test_master_only_job_runs_one_pod_and_succeeds(core: client.CoreV1Api,
     wait_for(lambda: not _pods(core, "solo"))
 
 
-def test_worker_only_job_succeeds_when_every_worker_has(core: client.CoreV1Api,
+def test_worker_only_job_succeeds_when_every_worker_has(fleet: EmulatedFleet,
+                                                        core: client.CoreV1Api,
                                                         custom: client.CustomObjectsApi) -> None:
     custom.create_namespaced_custom_object(*KF, "default", "pytorchjobs",
-                                           _single_role("workers", "Worker", 3, run_seconds="1"))
+                                           _single_role("workers", "Worker", 3, run_seconds=None))
     pods = wait_for(lambda: (p := _pods(core, "workers")) and len(p) == 3 and all(
         x.status.phase == "Running" for x in p) and p)
     assert [p.metadata.name for p in pods] == ["workers-worker-0", "workers-worker-1",
                                                "workers-worker-2"]
     assert conditions(_job(custom, "workers")).get("Running") == "True"
+    assert fleet.complete_job("alpha", "default", "workers")
     job = _wait_succeeded(custom, "workers")
     assert counts(job) == {"Worker": {"succeeded": 3}}
     custom.delete_namespaced_custom_object(*KF, "default", "pytorchjobs", "workers")
@@ -374,8 +401,9 @@ def test_worker_only_job_is_not_done_while_a_worker_runs(core: client.CoreV1Api,
     pods = wait_for(lambda: (p := _pods(core, "slow")) and len(p) == 2 and all(
         x.status.phase == "Running" for x in p) and p)
     _succeed(core, pods[0].metadata.name)
+    # the reconcile that counted the finished worker is the one that would have finished
+    # the job: no Succeeded with it
     wait_for(lambda: counts(_job(custom, "slow")) == {"Worker": {"active": 1, "succeeded": 1}})
-    time.sleep(0.2)
     assert conditions(_job(custom, "slow")).get("Succeeded") is None
     custom.delete_namespaced_custom_object(*KF, "default", "pytorchjobs", "slow")
     wait_for(lambda: not _pods(core, "slow"))
