@@ -338,14 +338,18 @@ async def test_rollout_ramp_drain_and_rollback(rollout: Rollout) -> None:
 
         phase("A drained")
         # ---- rollback: A current again; a job started on B finishes on B
-        long_b = await r.job(FREE_NS, "long-b", run_seconds=3)
-        await wait_state(long_b, "Running")
+        # long_b is held (no run-seconds) so that B is still draining, not drained, when
+        # it is looked at; it is completed once that was seen
+        long_b = await r.job(FREE_NS, "long-b", run_seconds=None)
+        long_b_running = await wait_state(long_b, "Running")
+        assert long_b_running.cluster is not None
         await r.until_cli("set-current-version", "--deployment-name", DEPLOYMENT,
                           "--build-id", A)
         back_on_a = await r.job(FREE_NS, "back", run_seconds=1)
         assert await _first_version(back_on_a) == A and not await ran_on_b(back_on_a)
         await eventually(lambda: _is(version_of(quota), A), "quota workflow back on A", 20)
         await eventually(lambda: _drainage(r, B, "draining"), "version B draining", 15, 0.5)
+        await eventually(lambda: _complete(r, long_b_running), "long_b completed", 60)
         for h in (long_b, back_on_a):
             v = await wait_end(h, 60)
             assert v.state == "Succeeded", (h.id, v.state, v.reason)
@@ -387,6 +391,12 @@ async def _first_version(handle: WorkflowHandle[Any, Any]) -> str:
 
     await eventually(assigned, f"{handle.id} has a version", 15, 0.1)
     return result
+
+
+async def _complete(r: Rollout, running: JobView) -> bool:
+    """Let a held job finish: its pods exit 0 (False while one of them does not run)."""
+    assert running.cluster is not None
+    return r.emulated.complete_job(running.cluster, running.namespace, running.name)
 
 
 async def _quota_empty(quota: WorkflowHandle[Any, Any]) -> bool:

@@ -26,7 +26,7 @@ from fleetq.member_contract import OWNER_LABEL, RUN_LABEL
 from fleetq.messages import JobView
 from fleetq.models import parse_job
 from fleetq.naming import KF_JOB_NAME, job_workflow_id, owner_id
-from fleetq.testing.chaos import job_manifest, policy_manifest
+from fleetq.testing.chaos import HELD_RUN_SECONDS, job_manifest, policy_manifest
 from tests.reliability.conftest import Stack
 
 NS = "rerun"
@@ -81,17 +81,22 @@ async def wait_for(check: Any, what: str, timeout: float = 60.0) -> Any:
         await asyncio.sleep(0.1)
 
 
-async def run_to_success(stack: Stack, name: str, old_pods: set[str]
+async def run_to_success(stack: Stack, name: str, old_pods: set[str], *, held: bool = False
                          ) -> tuple[JobView, dict[str, Any]]:
     """The run just applied: it runs on new pods (none of ``old_pods``), its copy carries
-    its own run id, and it succeeds."""
+    its own run id, and it succeeds (``held``: applied with HELD_RUN_SECONDS, its pods
+    are completed once they run)."""
     handle = latest(stack, name)
     desc = await handle.describe()
-    running = await stack.wait_state(handle, "Running", "Succeeded", timeout=60)
+    running = await stack.wait_state(handle, *(("Running",) if held else
+                                               ("Running", "Succeeded")), timeout=60)
     assert running.cluster == CLUSTER
     state = member_state(stack, name)
     assert state["copy"] is not None
     assert state["copy"]["metadata"]["labels"][RUN_LABEL] == desc.run_id
+    if held:
+        await wait_for(lambda: stack.emulated.complete_job(CLUSTER, NS, name),
+                       f"{name}: its pods all run and are completed")
     view = await stack.wait_end(handle, timeout=60)
     assert view.state == "Succeeded", (view.state, view.reason)
     done = member_state(stack, name)
@@ -106,12 +111,14 @@ async def test_apply_again_runs_a_finished_job_again_with_new_pods(stack: Stack)
     _, first = await run_to_success(stack, name, set())
     created = {p["metadata"]["creationTimestamp"] for p in first["pods"].values()}
 
-    assert await apply(stack, name, run_seconds=3) == "created"  # a new run, not unchanged
+    # held: it runs until completed (in run_to_success), so it is still running when
+    # applied again however slowly its state is seen
+    assert await apply(stack, name, run_seconds=HELD_RUN_SECONDS) == "created"  # not unchanged
     # while it runs, the same apply is unchanged: one run per name at a time
     await stack.wait_state(latest(stack, name), "Scheduling", "Pending", "Created", "Running",
                            timeout=30)
-    assert await apply(stack, name, run_seconds=3) == "unchanged (already exists)"
-    view, second = await run_to_success(stack, name, set(first["pods"]))
+    assert await apply(stack, name, run_seconds=HELD_RUN_SECONDS) == "unchanged (already exists)"
+    view, second = await run_to_success(stack, name, set(first["pods"]), held=True)
     assert second["copy"]["metadata"]["uid"] != first["copy"]["metadata"]["uid"]
     later = {p["metadata"]["creationTimestamp"] for p in second["pods"].values()}
     assert max(created) <= min(later)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from functools import partial
 
 import pytest
 
@@ -31,6 +32,9 @@ from tests.reliability.conftest import READ_S, Stack
 
 NS = "faults"
 TOLERATION = 3
+#: the failover test's toleration: cutting the failed job's cluster off (after its
+#: Unhealthy is seen) must land within it, however loaded the machine
+FAILOVER_TOLERATION = 10
 
 
 def reasons(view: JobView, reason: str) -> list[str]:
@@ -165,10 +169,12 @@ def test_latency_past_the_read_timeout_is_unreachable_fast_without_retries(
 
 async def test_unreachable_less_and_more_than_toleration_does_not_fail_a_healthy_job_over(
         stack: Stack) -> None:
-    short = await stack.job(NS, "short", policy=policy(["cluster-a"]), run_seconds=9)
-    long_ = await stack.job(NS, "long", policy=policy(["cluster-b"]), run_seconds=12)
-    await stack.wait_state(short, "Running")
-    await stack.wait_state(long_, "Running")
+    # Both held (no run-seconds: they run until completed after the outages), so neither
+    # can end before its cluster is cut off however slowly they are seen Running.
+    short = await stack.job(NS, "short", policy=policy(["cluster-a"]), run_seconds=None)
+    long_ = await stack.job(NS, "long", policy=policy(["cluster-b"]), run_seconds=None)
+    names = {"cluster-a": (await stack.wait_state(short, "Running")).name,
+             "cluster-b": (await stack.wait_state(long_, "Running")).name}
     stack.emulated.set_reachable("cluster-a", False)
     stack.emulated.set_reachable("cluster-b", False)
     try:
@@ -182,6 +188,8 @@ async def test_unreachable_less_and_more_than_toleration_does_not_fail_a_healthy
     finally:
         stack.emulated.set_reachable("cluster-a", True)
         stack.emulated.set_reachable("cluster-b", True)
+    for cluster, name in names.items():
+        await eventually(partial(stack.emulated.complete_job, cluster, NS, name), 60, 0.2)
     for handle, cluster in ((short, "cluster-a"), (long_, "cluster-b")):
         view = await stack.wait_end(handle, timeout=60)
         assert view.state == "Succeeded" and view.cluster == cluster
@@ -191,20 +199,24 @@ async def test_unreachable_less_and_more_than_toleration_does_not_fail_a_healthy
 
 async def test_failover_happens_at_the_toleration_and_the_unreachable_copy_is_purged_later(
         stack: Stack) -> None:
-    handle = await stack.job(NS, "fo", policy=policy(["cluster-a", "cluster-b"]),
-                             run_seconds=3)
+    # Held (no run-seconds: it runs until completed below), so it cannot finish before
+    # its pods are failed however slowly its Running state is seen; the toleration is
+    # long enough that cutting its cluster off after Unhealthy lands within it.
+    handle = await stack.job(NS, "fo", policy=policy(["cluster-a", "cluster-b"],
+                                                     toleration=FAILOVER_TOLERATION),
+                             run_seconds=None)
     view = await stack.wait_state(handle, "Running")
     first = view.cluster
     assert first is not None
     other = "cluster-b" if first == "cluster-a" else "cluster-a"
-    stack.emulated.fail_job(first, NS, view.name)
+    assert stack.emulated.fail_job(first, NS, view.name), "the job's pods could not be failed"
     deadline = time.monotonic() + 15
     while not reasons(await stack.view(handle), "Unhealthy"):
         assert time.monotonic() < deadline, "the failed pods never made the job Unhealthy"
         await asyncio.sleep(0.05)
     stack.emulated.set_reachable(first, False)
     try:
-        deadline = time.monotonic() + TOLERATION + 20
+        deadline = time.monotonic() + FAILOVER_TOLERATION + 20
         view = await stack.view(handle)
         while not (view.evicted and view.cluster):
             assert time.monotonic() < deadline, f"never rescheduled: {view.state} {view.reason}"
@@ -214,15 +226,18 @@ async def test_failover_happens_at_the_toleration_and_the_unreachable_copy_is_pu
         gap = event_time(view, "FailoverStarted") - event_time(view, "Unhealthy")
         # The toleration is honoured (never early); how soon after it the failover starts
         # depends on the machine's load, so it is printed, not bounded.
-        assert gap >= TOLERATION, gap
-        print(f"failover started {gap - TOLERATION:.2f}s after the toleration")
+        assert gap >= FAILOVER_TOLERATION, gap
+        print(f"failover started {gap - FAILOVER_TOLERATION:.2f}s after the toleration")
         assert view.cluster == other and view.evicted == [first]
         assert reasons(view, "PurgeDeferred"), "the old copy was not deferred while unreachable"
         # The old copy is still on the unreachable cluster...
         assert member_copies(stack.emulated, NS, view.name).get(first) == 1
     finally:
         stack.emulated.set_reachable(first, True)
-    # ... and is purged once it is back; the job ends on the other cluster only.
+    # ... and is purged once it is back; the job ends on the other cluster only (its
+    # pods there are completed once they run: it is held).
+    name = view.name
+    await eventually(lambda: stack.emulated.complete_job(other, NS, name), 60, 0.2)
     view = await stack.wait_end(handle, timeout=60)
     assert view.state == "Succeeded" and view.cluster == other
     await eventually(lambda: member_copies(stack.emulated, NS, view.name) == {other: 1}, 30)

@@ -18,6 +18,7 @@ from temporalio.client import WorkflowExecutionStatus
 from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
 from fleetq.testing.chaos import (
+    HELD_RUN_SECONDS,
     activity_scheduled,
     history_events,
     job_manifest,
@@ -48,6 +49,15 @@ def member_pods(stack: Stack, cluster: str, name: str) -> list[dict[str, Any]]:
     return [p for p in stack.emulated.objects(cluster, "pods")
             if p["metadata"].get("namespace") == NS
             and (p["metadata"].get("labels") or {}).get("training.kubeflow.org/job-name") == name]
+
+
+async def complete(stack: Stack, running: JobView, timeout: float = 60.0) -> None:
+    """Let a held job finish: its pods exit 0 once they all run."""
+    assert running.cluster is not None
+    deadline = time.monotonic() + timeout
+    while not stack.emulated.complete_job(running.cluster, running.namespace, running.name):
+        assert time.monotonic() < deadline, f"{running.name}: its pods never all ran"
+        await asyncio.sleep(0.2)
 
 
 def reasons(view: JobView, reason: str) -> list[str]:
@@ -126,7 +136,9 @@ async def test_suspend_purges_the_copy_and_releases_nothing_held_then_resume_run
         stack: Stack) -> None:
     doc = job("susp")
     name = doc["metadata"]["name"]
-    handle = await start(stack, doc, run_seconds=8)
+    # held: it runs until completed below, so the suspend signal finds it running however
+    # late it is sent
+    handle = await start(stack, doc, run_seconds=HELD_RUN_SECONDS)
     running = await stack.wait_state(handle, "Running")
     assert member_copies(stack.emulated, NS, name) == {running.cluster: 1}
     await handle.signal("suspend")
@@ -135,6 +147,7 @@ async def test_suspend_purges_the_copy_and_releases_nothing_held_then_resume_run
     assert member_copies(stack.emulated, NS, name) == {}
     assert all(not member_pods(stack, c, name) for c in ("cluster-a", "cluster-b"))
     await handle.signal("resume")
+    await complete(stack, await stack.wait_state(handle, "Running"))
     view = await stack.wait_end(handle, timeout=60)
     assert view.state == "Succeeded"
     assert [e.reason for e in view.events if e.reason in ("Suspended", "Resumed")] == [

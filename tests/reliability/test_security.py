@@ -16,6 +16,7 @@ import base64
 import os
 import secrets
 import stat
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
+from fleetq.messages import JobView
 from fleetq.resources import MAX_JOBS
 from fleetq.runtime.embedded import EmbeddedFleet
 from fleetq.runtime.supervisor import free_port
@@ -45,6 +47,15 @@ def secret_on_hub(stack: Stack, namespace: str, name: str, value: str) -> None:
     api.create_namespaced_secret(namespace, k8s.V1Secret(
         metadata=k8s.V1ObjectMeta(name=name),
         data={"password": base64.b64encode(value.encode()).decode()}))
+
+
+async def complete(stack: Stack, running: JobView, timeout: float = 60.0) -> None:
+    """Let a held job finish: its pods exit 0 once they all run."""
+    assert running.cluster is not None
+    deadline = time.monotonic() + timeout
+    while not stack.emulated.complete_job(running.cluster, running.namespace, running.name):
+        assert time.monotonic() < deadline, f"{running.name}: its pods never all ran"
+        await asyncio.sleep(0.2)
 
 
 def with_secret(manifest: dict[str, Any], secret: str) -> dict[str, Any]:
@@ -109,14 +120,18 @@ def test_kubeconfig_and_fleet_config_holding_tokens_are_owner_only(stack: Stack)
 
 async def test_a_job_consumes_only_its_own_namespace_quota_leaf(stack: Stack) -> None:
     await stack.apply(policy_manifest("iso-a", clusters=MEMBERS))
-    handle = await stack.job("iso-a", "own-leaf", run_seconds=4)
-    await stack.wait_state(handle, "Running")
+    # held (no run-seconds): it holds its quota until completed below, however long the
+    # query of the quota tree takes
+    handle = await stack.job("iso-a", "own-leaf", run_seconds=None)
+    running = await stack.wait_state(handle, "Running")
+    assert running.cluster is not None
     view: QuotaView = await stack.client.get_workflow_handle(
         f"quota/kube-system/{REL_TREE}").query("view", result_type=QuotaView)
     usage = {q.node: q.usage for q in view.queues}
     assert usage["iso-a"].get(MAX_JOBS) == 1000 and usage["iso-a"].get("cpu", 0) > 0
     others = {n: u for n, u in usage.items() if n not in ("iso-a", "root") and any(u.values())}
     assert others == {}
+    await complete(stack, running)
     assert (await stack.wait_end(handle)).state == "Succeeded"
 
 

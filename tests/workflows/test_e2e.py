@@ -188,6 +188,14 @@ async def visible(client: Client, query: str, timeout: float = 10.0) -> list[str
         await asyncio.sleep(0.2)
 
 
+async def complete(stack: Stack, cluster: str, name: str, timeout: float = 60) -> None:
+    """Let a held job finish: its pods on ``cluster`` exit 0 once they all run."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not stack.emulated.complete_job(cluster, "default", name):
+        assert asyncio.get_running_loop().time() < deadline, f"{name}: never completed"
+        await asyncio.sleep(0.2)
+
+
 def upserted_states(events: Any) -> list[str]:
     """FleetqState values the workflow upserted, in order."""
     from temporalio.api.enums.v1 import EventType
@@ -211,12 +219,16 @@ async def test_search_attributes_are_set_at_submission_and_upserted_for_lasting_
     admitted at once and running within seconds costs two upserts, Running and
     Succeeded, not one per state it passes through."""
     await stack.apply(load("elasticquotatree.yaml"), policy(queued=True))
-    first = await stack.start(walkthrough_job("sa-0"), run_seconds=3)
-    await wait_view(first, lambda v: v.state == "Running")
+    # sa-0 is held (no run-seconds: it runs until completed below), so sa-1 stays
+    # queued behind it for as long as the checks take
+    first = await stack.start(walkthrough_job("sa-0"), run_seconds=None)
+    running = await wait_view(first, lambda v: v.state == "Running")
+    assert running.cluster is not None
     second = await stack.start(walkthrough_job("sa-1"), run_seconds=1)  # max-jobs 1: waits
     assert await visible(stack.client, 'FleetqState="Queued" AND FleetqJob="default/sa-1" '
                                        'AND FleetqNamespace="default"') == [second.id]
     assert (await wait_view(second, lambda v: v.state == "Queued")).state == "Queued"
+    await complete(stack, running.cluster, "sa-0")
     views = [JobView.model_validate(await h.result()) for h in (first, second)]
     assert [v.state for v in views] == ["Succeeded", "Succeeded"]
     for h in (first, second):
