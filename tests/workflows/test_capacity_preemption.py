@@ -8,6 +8,7 @@ that makes no room in time is dropped with an event and placement goes on."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import uuid
@@ -64,13 +65,16 @@ ROOM = "room on cluster-a for priority 1000 > 10"
 class CapacityFleet(FakeFleet):
     """A :class:`FakeFleet` whose placement plans ``plan`` when asked for a capacity
     preemption and no cluster fits. Once a victim's copy is purged the room is the
-    preemptor's only (``room_for``, as the real activity's claim), until it is bound."""
+    preemptor's only (``room_for``, as the real activity's claim), until it is bound.
+    A planned victim's copy leaves (its purge returns) only once ``victims_leave`` is
+    set: until then the preemptor waits for it, however late a test looks."""
 
     plan: CapacityPlanned | None = None
     room_for: str | None = None
     purged: set[str] = field(default_factory=set)
     inputs: list[PlacementInput] = field(default_factory=list)
     binds: list[BindInput] = field(default_factory=list)
+    victims_leave: asyncio.Event = field(default_factory=asyncio.Event)
 
     @activity.defn(name="plan_placement")
     async def plan_placement(self, inp: PlacementInput) -> PlacementVerdict:
@@ -93,10 +97,13 @@ class CapacityFleet(FakeFleet):
 
     @activity.defn(name="purge")
     async def purge(self, inp: PurgeInput) -> PurgeResult:
-        self.purged.add(inp.job.name)
-        if self.plan is not None and any(
+        planned = self.plan is not None and any(
             v.job_id == inp.job.workflow_id for v in self.plan.victims
-        ):
+        )
+        if planned:
+            await self.victims_leave.wait()
+        self.purged.add(inp.job.name)
+        if planned:
             self.room_for = "default/high"
         return await FakeFleet.purge(self, inp)
 
@@ -167,6 +174,7 @@ async def _cap_env(env: WorkflowEnvironment, client: Client,
         try:
             yield cap
         finally:
+            fleet.victims_leave.set()  # (a test that failed holding a victim's purge)
             for handle in cap.started:
                 with contextlib.suppress(RPCError):  # (it ended already)
                     await handle.terminate("test over")
@@ -228,6 +236,7 @@ async def test_the_preemptor_stops_one_victim_waits_for_it_and_takes_its_room(
         f"no member has room: preempting 1 lower-priority job on cluster-a ({ROOM}): "
         "default/low; dropped after 61s"
     ]
+    fleet.victims_leave.set()  # low's grace period is over: its purge returns now
 
     running = await until(high, lambda v: v.state == "Running")
     assert running.cluster == "cluster-a"

@@ -208,6 +208,12 @@ async def _holders(qh: WorkflowHandle[Any, Any], n: int) -> bool:
     return QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view)).holders == n
 
 
+async def _enqueued(qh: WorkflowHandle[Any, Any], n: int) -> bool:
+    """``n`` jobs admitted or waiting: the quota workflow has processed their enqueues."""
+    view = QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view))
+    return view.holders + view.waiting == n
+
+
 async def _load_through_continue_as_new(qenv: Env, via: str) -> list[RunStats]:
     """200 holders through a leaf of 10 while the quota workflow continues-as-new every
     ~150 events: every holder is admitted exactly once; returns the quota runs."""
@@ -330,8 +336,13 @@ async def test_block_vs_priority_chosen_by_tree_annotation(qenv: Env) -> None:
         big = await qenv.holder(qh.id, f"{tag}-big", request={**cpu, "cpu": 8000}, hold=True)
         await wait_for(lambda: _waiting(qh, 1))
         small = await qenv.holder(qh.id, f"{tag}-small", request={**cpu, "cpu": 2000}, hold=True)
-        await asyncio.sleep(1.0)
-        overtook = bool(await small.query(QuotaHolder.granted))
+        # small's enqueue processed: it is admitted (overtaking) or waits behind the gang
+        await wait_for(lambda: _enqueued(qh, 3))
+        overtook = small.id in await qh.query(QuotaTreeWorkflow.holders)
+        if overtook:  # and its grant reaches it
+            await wait_for(lambda: small.query(QuotaHolder.granted))
+        else:
+            assert not await small.query(QuotaHolder.granted)
         info = await qh.query(QuotaTreeWorkflow.wait_info, (small if not overtook else big).id)
         assert info is not None and info.reason
         for h in (first, big, small):

@@ -172,8 +172,10 @@ async def test_never_frees_its_quota_at_once_not_now_waits_and_a_bigger_node_wak
     make_stack: Any,
 ) -> None:
     stack: Stack = await make_stack(0.05, RequeueSettings(), "unsched-never")
-    filler = await stack.start(job("filler", 30), run_seconds=8)
-    await until(lambda: view_of(filler), lambda v: v.state == "Running")
+    # held running (its run-seconds far ahead) until notnow has been seen waiting for it
+    filler = await stack.start(job("filler", 30), run_seconds=3600)
+    filling = await until(lambda: view_of(filler), lambda v: v.state == "Running")
+    assert filling.cluster == "cluster-a"  # the only member with a 30-cpu node
 
     big = await stack.start(job("big", 40))
     never = await until(lambda: view_of(big), lambda v: v.state == "Unschedulable", 30)
@@ -193,6 +195,7 @@ async def test_never_frees_its_quota_at_once_not_now_waits_and_a_bigger_node_wak
     (team,) = [q for q in quota.queues if q.node == "team"]
     assert team.usage.get("cpu") == 60_000  # filler + notnow; big holds nothing
     assert (await view_of(big)).state == "Unschedulable"
+    assert stack.emulated.complete_job("cluster-a", "default", "filler")  # notnow's room
 
     done = JobView.model_validate(await notnow.result())
     assert done.state == "Succeeded" and done.cluster == "cluster-a"
