@@ -452,6 +452,43 @@ async def poll(check: Callable[[], Awaitable[Any]], timeout: float, step: float 
         await asyncio.sleep(step)
 
 
+async def complete_if_running(emulator: EmulatedFleet | None, handle: WorkflowHandle[Any, Any],
+                              binds: int = 1) -> str:
+    """One try at letting a held job (run-seconds :data:`HELD_RUN_SECONDS`) finish: when
+    it is Running on a member and has been bound at least ``binds`` times (a preempted
+    victim: 2, its second run), its pods there exit 0 and it succeeds. The member, or
+    empty when it does not run so yet."""
+    view = await job_view(handle)
+    if emulator is None or view is None or view.state != "Running" or view.cluster is None:
+        return ""
+    if sum(e.count for e in view.events if e.reason == "ScheduleBindingSucceed") < binds:
+        return ""
+    ns, name = handle.id.split("/")[1:]
+    return view.cluster if emulator.complete_job(view.cluster, ns, name) else ""
+
+
+async def complete_held(emulator: EmulatedFleet, handle: WorkflowHandle[Any, Any],
+                        binds: int = 1, timeout: float = 120.0) -> str:
+    """:func:`complete_if_running` until it completes the job; the member (asserted)."""
+    cluster = str(await poll(lambda: complete_if_running(emulator, handle, binds), timeout,
+                             0.1))
+    assert cluster, (f"{handle.id}: not Running (bound {binds}x) within {timeout:.0f}s, "
+                     "or its pods could not be completed")
+    return cluster
+
+
+async def complete_pods(emulator: EmulatedFleet, cluster: str, namespace: str, name: str,
+                        timeout: float = 60.0) -> None:
+    """Let a held job whose member is known finish: its pods there exit 0 once they all
+    run (asserted within ``timeout``)."""
+
+    async def completed() -> bool:
+        return emulator.complete_job(cluster, namespace, name)
+
+    assert await poll(completed, timeout, 0.1), (
+        f"{namespace}/{name}: its pods on {cluster} never all ran")
+
+
 def _member_jobs(fleet: EmulatedFleet, cluster: str, namespace: str | None,
                  name: str) -> list[dict[str, Any]]:
     """The PyTorchJobs <ns>/<name> on one member (``namespace`` None: in any)."""
@@ -1166,16 +1203,8 @@ class ChaosRig:
                 return "closed"
         except RPCError:
             return ""
-        view = await job_view(handle)
-        if view is None or view.state != "Running" or view.cluster is None:
-            return ""
-        if sum(e.count for e in view.events if e.reason == "ScheduleBindingSucceed") < binds:
-            return ""
-        ns, name = handle.id.split("/")[1:]
-        emulator = self.emulator
-        if emulator is None or not emulator.complete_job(view.cluster, ns, name):
-            return ""
-        return f"completed on {view.cluster}"
+        cluster = await complete_if_running(self.emulator, handle, binds)
+        return f"completed on {cluster}" if cluster else ""
 
     async def check_job(self, handle: WorkflowHandle[Any, Any], expect: str, timeout: float,
                         failed_over: bool = False, preempted: bool = False

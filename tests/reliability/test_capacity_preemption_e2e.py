@@ -29,11 +29,11 @@ from fleetq.messages import JobView
 from fleetq.naming import job_workflow_id
 from fleetq.testing.chaos import (
     HELD_RUN_SECONDS,
+    complete_held,
     job_manifest,
     member_copies,
     member_copy_uids,
     policy_manifest,
-    poll,
 )
 from fleetq.topology import parse_topology
 from tests.conftest import quick_fleet_config, start_dev_server
@@ -124,27 +124,6 @@ async def start(stack: Stack, doc: dict[str, Any], clusters: tuple[str, ...], ru
     return await stack.client.start_workflow(
         "PyTorchJobWorkflow", arg, id=job_workflow_id(ns, doc["metadata"]["name"]),
         task_queue="fleetq")
-
-
-async def complete_held(stack: Stack, handle: WorkflowHandle[Any, Any], doc: dict[str, Any],
-                        binds: int = 1, timeout: float = 120.0) -> str:
-    """Let a held job (started with ``HELD_RUN_SECONDS``) finish: once it is Running on a
-    member, bound at least ``binds`` times (a preempted victim: 2, its second run), its
-    pods there exit 0 and it succeeds. Returns that member."""
-    ns, name = doc["metadata"]["namespace"], doc["metadata"]["name"]
-
-    async def attempt() -> str:
-        view = await stack.view(handle)
-        if view.state != "Running" or view.cluster is None:
-            return ""
-        if sum(e.count for e in view.events if e.reason == "ScheduleBindingSucceed") < binds:
-            return ""
-        return view.cluster if stack.emulated.complete_job(view.cluster, ns, name) else ""
-
-    cluster: str = await poll(attempt, timeout, 0.1)
-    assert cluster, (f"{handle.id}: not Running (bound {binds}x) within {timeout}s, "
-                     "or its pods could not be completed")
-    return cluster
 
 
 def messages(view: JobView, reason: str) -> list[str]:
@@ -269,12 +248,12 @@ async def test_capacity_preemption_chooses_one_of_three_full_clusters(fleet3: St
             assert messages(view, "Preempted") == [], name
     assert (await stack.view(handles[opted_out_doc["metadata"]["name"]])).cluster == chosen
 
-    assert await complete_held(stack, high, high_doc) == chosen
+    assert await complete_held(stack.emulated, high) == chosen
     high_end = await stack.wait_end(high, timeout=60)
     assert high_end.state == "Succeeded", high_end.reason
     await record(high, "capacity-preemptor")
     # the victim runs again once there is room, from the queue, and completes
-    assert await complete_held(stack, victim, victim_doc, binds=2) == chosen
+    assert await complete_held(stack.emulated, victim, binds=2) == chosen
     victim_end = await stack.wait_end(victim, timeout=120)
     assert victim_end.state == "Succeeded", victim_end.reason
     assert len(messages(victim_end, "Admitted")) == 2
@@ -283,7 +262,7 @@ async def test_capacity_preemption_chooses_one_of_three_full_clusters(fleet3: St
     for c in MEMBERS:
         for doc in lows[c]:
             if doc is not victim_doc:
-                assert await complete_held(stack, handles[doc["metadata"]["name"]], doc) == c
+                assert await complete_held(stack.emulated, handles[doc["metadata"]["name"]]) == c
     for name, h in handles.items():
         end = await stack.wait_end(h, timeout=120)
         assert end.state == "Succeeded", (name, end.reason)
@@ -301,8 +280,8 @@ async def test_opted_out_jobs_are_never_capacity_victims(fleet3: Stack) -> None:
     high = await start(stack, high_job(), MEMBERS, run_seconds=1)
     pending = await stack.wait_state(high, "Pending", timeout=60)
     assert messages(pending, "Preempting") == []
-    for h, (c, d) in zip(handles, docs, strict=True):
-        assert await complete_held(stack, h, d) == c
+    for h, (c, _) in zip(handles, docs, strict=True):
+        assert await complete_held(stack.emulated, h) == c
     ends = [await stack.wait_end(h, timeout=60) for h in handles]
     assert all(e.state == "Succeeded" and messages(e, "Preempted") == [] for e in ends)
     high_end = await stack.wait_end(high, timeout=60)
@@ -350,8 +329,8 @@ async def test_a_capacity_victim_is_readmitted_before_a_later_job_of_its_priorit
     assert copies(stack, later_doc) == {}
     (preempted,) = [e for e in readmitted.events if e.reason == "Preempted"]
     # the preemptor ends: the victim binds on cluster-a again, then ends too
-    assert await complete_held(stack, high, high_doc) == "cluster-a"
-    assert await complete_held(stack, victim, victim_doc, binds=2) == "cluster-a"
+    assert await complete_held(stack.emulated, high) == "cluster-a"
+    assert await complete_held(stack.emulated, victim, binds=2) == "cluster-a"
     victim_end = await stack.wait_end(victim, timeout=120)
     assert victim_end.state == "Succeeded", victim_end.reason
     assert len(messages(victim_end, "ScheduleBindingSucceed")) == 2
@@ -361,5 +340,5 @@ async def test_a_capacity_victim_is_readmitted_before_a_later_job_of_its_priorit
     second_admission = [e for e in readmitted.events if e.reason == "Admitted"][-1]
     assert preempted.time <= second_admission.time <= later_admitted.time
     assert (await stack.wait_end(high, timeout=60)).state == "Succeeded"
-    assert await complete_held(stack, filler, filler_doc) == "cluster-a"
+    assert await complete_held(stack.emulated, filler) == "cluster-a"
     assert (await stack.wait_end(filler, timeout=120)).state == "Succeeded"

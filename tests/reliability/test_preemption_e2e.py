@@ -23,10 +23,10 @@ from fleetq.messages import QuotaView
 from fleetq.naming import job_workflow_id, quota_workflow_id
 from fleetq.testing.chaos import (
     HELD_RUN_SECONDS,
+    complete_held,
     job_manifest,
     member_copies,
     policy_manifest,
-    poll,
     tree_manifest,
 )
 from tests.reliability.conftest import LEAVES, REL_TREE, Stack
@@ -122,27 +122,6 @@ async def start(stack: Stack, doc: dict[str, Any], run_seconds: int
         task_queue="fleetq")
 
 
-async def complete_held(stack: Stack, handle: WorkflowHandle[Any, Any], doc: dict[str, Any],
-                        binds: int = 1, timeout: float = 120.0) -> str:
-    """Let a held job (started with ``HELD_RUN_SECONDS``) finish: once it is Running on a
-    member, bound at least ``binds`` times (a preempted victim: 2, its second run), its
-    pods there exit 0 and it succeeds. Returns that member."""
-    ns, name = doc["metadata"]["namespace"], doc["metadata"]["name"]
-
-    async def attempt() -> str:
-        view = await stack.view(handle)
-        if view.state != "Running" or view.cluster is None:
-            return ""
-        if sum(e.count for e in view.events if e.reason == "ScheduleBindingSucceed") < binds:
-            return ""
-        return view.cluster if stack.emulated.complete_job(view.cluster, ns, name) else ""
-
-    cluster: str = await poll(attempt, timeout, 0.1)
-    assert cluster, (f"{handle.id}: not Running (bound {binds}x) within {timeout}s, "
-                     "or its pods could not be completed")
-    return cluster
-
-
 def messages(view: Any, reason: str) -> list[str]:
     # one entry per occurrence: a repeated event is kept once with its count
     return [e.message for e in view.events if e.reason == reason for _ in range(e.count)]
@@ -170,10 +149,10 @@ async def test_priority_preemption_in_a_one_job_leaf(preempting: Stack,
     assert messages(low_view, "Preempted") == [
         f"preempted by {PRIO_NS}/{high_name}: priority {HIGH} > {LOW}; stopping within 1s"
     ]
-    assert await complete_held(stack, high, high_doc) == high_view.cluster
+    assert await complete_held(stack.emulated, high) == high_view.cluster
     assert (await stack.wait_end(high, timeout=60)).state == "Succeeded"
     # the low job runs again, from the queue, and completes
-    await complete_held(stack, low, low_doc, binds=2)
+    await complete_held(stack.emulated, low, binds=2)
     low_view = await stack.wait_end(low, timeout=90)
     assert low_view.state == "Succeeded", low_view.reason
     assert len(messages(low_view, "Admitted")) == 2
@@ -203,11 +182,11 @@ async def test_reclaim_from_a_borrower_for_a_team_below_min(preempting: Stack,
     assert second.state == "Queued" and second.cluster is None
     assert member_copies(stack.emulated, BORROW_NS, borrowers[1]["metadata"]["name"]) == {}
     assert (await stack.view(handles[0])).state == "Running"
-    await complete_held(stack, mine, mine_doc)
+    await complete_held(stack.emulated, mine)
     assert (await stack.wait_end(mine, timeout=60)).state == "Succeeded"
     # the preempted borrower runs again (its second bind); the first one ran all along
-    await complete_held(stack, handles[1], borrowers[1], binds=2)
-    await complete_held(stack, handles[0], borrowers[0])
+    await complete_held(stack.emulated, handles[1], binds=2)
+    await complete_held(stack.emulated, handles[0])
     for h in handles:
         assert (await stack.wait_end(h, timeout=90)).state == "Succeeded"
 
@@ -221,7 +200,7 @@ async def test_an_opted_out_job_is_never_preempted(preempting: Stack,
     await stack.wait_state(keep, "Running", timeout=60)
     high = await start(stack, job(PRIO_NS, "urgent", HIGH), run_seconds=1)
     await stack.wait_state(high, "Queued", timeout=30)
-    await complete_held(stack, keep, keep_doc)
+    await complete_held(stack.emulated, keep)
     keep_view = await stack.wait_end(keep, timeout=60)
     assert keep_view.state == "Succeeded" and messages(keep_view, "Preempted") == []
     high_view = await stack.wait_end(high, timeout=60)

@@ -20,6 +20,7 @@ from fleetq.naming import job_workflow_id
 from fleetq.testing.chaos import (
     HELD_RUN_SECONDS,
     activity_scheduled,
+    complete_pods,
     history_events,
     job_manifest,
     member_copies,
@@ -49,15 +50,6 @@ def member_pods(stack: Stack, cluster: str, name: str) -> list[dict[str, Any]]:
     return [p for p in stack.emulated.objects(cluster, "pods")
             if p["metadata"].get("namespace") == NS
             and (p["metadata"].get("labels") or {}).get("training.kubeflow.org/job-name") == name]
-
-
-async def complete(stack: Stack, running: JobView, timeout: float = 60.0) -> None:
-    """Let a held job finish: its pods exit 0 once they all run."""
-    assert running.cluster is not None
-    deadline = time.monotonic() + timeout
-    while not stack.emulated.complete_job(running.cluster, running.namespace, running.name):
-        assert time.monotonic() < deadline, f"{running.name}: its pods never all ran"
-        await asyncio.sleep(0.2)
 
 
 def reasons(view: JobView, reason: str) -> list[str]:
@@ -147,7 +139,8 @@ async def test_suspend_purges_the_copy_and_releases_nothing_held_then_resume_run
     assert member_copies(stack.emulated, NS, name) == {}
     assert all(not member_pods(stack, c, name) for c in ("cluster-a", "cluster-b"))
     await handle.signal("resume")
-    await complete(stack, await stack.wait_state(handle, "Running"))
+    running = await stack.wait_state(handle, "Running")
+    await complete_pods(stack.emulated, str(running.cluster), running.namespace, running.name)
     view = await stack.wait_end(handle, timeout=60)
     assert view.state == "Succeeded"
     assert [e.reason for e in view.events if e.reason in ("Suspended", "Resumed")] == [

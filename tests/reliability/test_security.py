@@ -16,7 +16,6 @@ import base64
 import os
 import secrets
 import stat
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,10 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from fleetq.messages import JobView
 from fleetq.resources import MAX_JOBS
 from fleetq.runtime.embedded import EmbeddedFleet
 from fleetq.runtime.supervisor import free_port
-from fleetq.testing.chaos import job_manifest, member_copies, policy_manifest
+from fleetq.testing.chaos import complete_pods, job_manifest, member_copies, policy_manifest
 from tests.reliability.conftest import REL_TREE, Stack
 from workflows.quota_tree import QuotaView
 
@@ -47,15 +45,6 @@ def secret_on_hub(stack: Stack, namespace: str, name: str, value: str) -> None:
     api.create_namespaced_secret(namespace, k8s.V1Secret(
         metadata=k8s.V1ObjectMeta(name=name),
         data={"password": base64.b64encode(value.encode()).decode()}))
-
-
-async def complete(stack: Stack, running: JobView, timeout: float = 60.0) -> None:
-    """Let a held job finish: its pods exit 0 once they all run."""
-    assert running.cluster is not None
-    deadline = time.monotonic() + timeout
-    while not stack.emulated.complete_job(running.cluster, running.namespace, running.name):
-        assert time.monotonic() < deadline, f"{running.name}: its pods never all ran"
-        await asyncio.sleep(0.2)
 
 
 def with_secret(manifest: dict[str, Any], secret: str) -> dict[str, Any]:
@@ -131,7 +120,7 @@ async def test_a_job_consumes_only_its_own_namespace_quota_leaf(stack: Stack) ->
     assert usage["iso-a"].get(MAX_JOBS) == 1000 and usage["iso-a"].get("cpu", 0) > 0
     others = {n: u for n, u in usage.items() if n not in ("iso-a", "root") and any(u.values())}
     assert others == {}
-    await complete(stack, running)
+    await complete_pods(stack.emulated, str(running.cluster), running.namespace, running.name)
     assert (await stack.wait_end(handle)).state == "Succeeded"
 
 

@@ -28,6 +28,7 @@ from fleetq.emulator.fleet import EmulatedFleet
 from fleetq.messages import JobView
 from fleetq.models import parse_object
 from fleetq.naming import job_workflow_id
+from fleetq.testing.chaos import complete_pods
 from tests.conftest import namespace_client
 from tests.workflows.fakes import first_events_in_order, load, policy, walkthrough_job
 from worker import build_worker, metrics_runtime
@@ -188,14 +189,6 @@ async def visible(client: Client, query: str, timeout: float = 10.0) -> list[str
         await asyncio.sleep(0.2)
 
 
-async def complete(stack: Stack, cluster: str, name: str, timeout: float = 60) -> None:
-    """Let a held job finish: its pods on ``cluster`` exit 0 once they all run."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not stack.emulated.complete_job(cluster, "default", name):
-        assert asyncio.get_running_loop().time() < deadline, f"{name}: never completed"
-        await asyncio.sleep(0.2)
-
-
 def upserted_states(events: Any) -> list[str]:
     """FleetqState values the workflow upserted, in order."""
     from temporalio.api.enums.v1 import EventType
@@ -228,7 +221,7 @@ async def test_search_attributes_are_set_at_submission_and_upserted_for_lasting_
     assert await visible(stack.client, 'FleetqState="Queued" AND FleetqJob="default/sa-1" '
                                        'AND FleetqNamespace="default"') == [second.id]
     assert (await wait_view(second, lambda v: v.state == "Queued")).state == "Queued"
-    await complete(stack, running.cluster, "sa-0")
+    await complete_pods(stack.emulated, str(running.cluster), "default", "sa-0")
     views = [JobView.model_validate(await h.result()) for h in (first, second)]
     assert [v.state for v in views] == ["Succeeded", "Succeeded"]
     for h in (first, second):
