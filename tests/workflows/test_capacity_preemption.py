@@ -27,7 +27,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from fleetq.cli.describe import describe_lines
-from fleetq.client.connection import DATA_CONVERTER, test_server_path
+from fleetq.client import connection
+from fleetq.client.connection import DATA_CONVERTER
 from fleetq.messages import (
     BindInput,
     BindResult,
@@ -193,7 +194,7 @@ async def tcenv() -> AsyncIterator[CapEnv]:
     """A time-skipping server of its own (a plan's time bound passes at once): the test
     moves its clock, which must not touch the session's server other tests share."""
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=str(test_server_path()), data_converter=DATA_CONVERTER)
+        test_server_existing_path=str(connection.test_server_path()), data_converter=DATA_CONVERTER)
     try:
         async for e in _cap_env(env, env.client):
             yield e
