@@ -275,10 +275,12 @@ def test_unreachable_cluster_refuses_connections_quickly(fleet: EmulatedFleet) -
     assert core.list_node().items
     fleet.set_reachable("beta", False)
     try:
-        t0 = time.monotonic()
-        with pytest.raises(urllib3.exceptions.HTTPError):
+        with pytest.raises(urllib3.exceptions.HTTPError) as caught:
             client.CoreV1Api(api).list_node(_request_timeout=2)
-        assert time.monotonic() - t0 < 1.5
+        # refused (or dropped) at once, never left to the read timeout
+        reason = getattr(caught.value, "reason", caught.value)
+        assert isinstance(reason, urllib3.exceptions.NewConnectionError
+                          | urllib3.exceptions.ProtocolError), caught.value
     finally:
         fleet.set_reachable("beta", True)
     assert client.CoreV1Api(api_client(fleet.kubeconfig_path, "beta")).list_node().items
