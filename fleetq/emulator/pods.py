@@ -116,13 +116,9 @@ class PodLifecycle:
             return
         self.store.replace("pods", finished_pod(pod, phase, reason))
 
-    def complete(self, pod: Obj) -> bool:
-        """The pod's containers exit 0 now, as if its run-seconds were up (False: it is
-        not running)."""
-        if (pod.get("status") or {}).get("phase") != "Running":
-            return False
+    def complete(self, pod: Obj) -> None:
+        """The pod's containers exit 0 now, as if its run-seconds were up."""
         self._finish(key_of(pod), pod["metadata"]["uid"], "Succeeded")
-        return True
 
 
 def add_running_pods(

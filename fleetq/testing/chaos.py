@@ -1274,9 +1274,7 @@ class ChaosRig:
         started = time.monotonic()
         ns, tq = f"chaos-{what}", f"chaos-{what}"
         self.start_worker(tq)
-        held = self.emulator is not None
-        handle = await self.start_job(ns, "job", tq, run_seconds=self.run_seconds + 4,
-                                      held=held)
+        handle = await self.start_job(ns, "job", tq, held=True)  # (restarts: emulated)
         hit = str(await poll(lambda: _state(handle, "Running"), 60))
         if what == "history-kill":
             hit = await self.kill_history(handle) if hit else ""
@@ -1289,8 +1287,7 @@ class ChaosRig:
             await asyncio.sleep(1.0)
             self.start_emulator()
         problems = [] if hit else [f"the job never reached Running before the {what}"]
-        if held:
-            problems += await self.let_finish([handle])
+        problems += await self.let_finish([handle])
         state, probs = await self.check_job(handle, "Succeeded", timeout)
         problems += probs
         assert self.client is not None

@@ -42,6 +42,7 @@ from fleetq.messages import JobView, QuotaView
 from fleetq.models import parse_tree
 from fleetq.naming import TASK_QUEUE, job_workflow_id, tree_workflow_id
 from fleetq.testing.chaos import (
+    complete_pods,
     job_manifest,
     job_view,
     member_copies,
@@ -349,7 +350,7 @@ async def test_rollout_ramp_drain_and_rollback(rollout: Rollout) -> None:
         assert await _first_version(back_on_a) == A and not await ran_on_b(back_on_a)
         await eventually(lambda: _is(version_of(quota), A), "quota workflow back on A", 20)
         await eventually(lambda: _drainage(r, B, "draining"), "version B draining", 15, 0.5)
-        await eventually(lambda: _complete(r, long_b_running), "long_b completed", 60)
+        await complete_pods(r.emulated, long_b_running.cluster, FREE_NS, long_b_running.name)
         for h in (long_b, back_on_a):
             v = await wait_end(h, 60)
             assert v.state == "Succeeded", (h.id, v.state, v.reason)
@@ -391,12 +392,6 @@ async def _first_version(handle: WorkflowHandle[Any, Any]) -> str:
 
     await eventually(assigned, f"{handle.id} has a version", 15, 0.1)
     return result
-
-
-async def _complete(r: Rollout, running: JobView) -> bool:
-    """Let a held job finish: its pods exit 0 (False while one of them does not run)."""
-    assert running.cluster is not None
-    return r.emulated.complete_job(running.cluster, running.namespace, running.name)
 
 
 async def _quota_empty(quota: WorkflowHandle[Any, Any]) -> bool:

@@ -26,7 +26,7 @@ from fleetq.member_contract import OWNER_LABEL, RUN_LABEL
 from fleetq.messages import JobView
 from fleetq.models import parse_job
 from fleetq.naming import KF_JOB_NAME, job_workflow_id, owner_id
-from fleetq.testing.chaos import HELD_RUN_SECONDS, job_manifest, policy_manifest
+from fleetq.testing.chaos import HELD_RUN_SECONDS, complete_pods, job_manifest, policy_manifest
 from tests.reliability.conftest import Stack
 
 NS = "rerun"
@@ -95,8 +95,7 @@ async def run_to_success(stack: Stack, name: str, old_pods: set[str], *, held: b
     assert state["copy"] is not None
     assert state["copy"]["metadata"]["labels"][RUN_LABEL] == desc.run_id
     if held:
-        await wait_for(lambda: stack.emulated.complete_job(CLUSTER, NS, name),
-                       f"{name}: its pods all run and are completed")
+        await complete_pods(stack.emulated, CLUSTER, NS, name)
     view = await stack.wait_end(handle, timeout=60)
     assert view.state == "Succeeded", (view.state, view.reason)
     done = member_state(stack, name)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from functools import partial
 
 import pytest
 
@@ -27,7 +26,13 @@ from activities.kube_api import ClusterUnreachable, KubeApi
 from activities.member_cluster import KubernetesMemberCluster
 from fleetq.messages import BindRequest, JobRef, JobView, PodReservation, ReserveRequest
 from fleetq.naming import job_workflow_id
-from fleetq.testing.chaos import job_manifest, job_reservations, member_copies, policy_manifest
+from fleetq.testing.chaos import (
+    complete_pods,
+    job_manifest,
+    job_reservations,
+    member_copies,
+    policy_manifest,
+)
 from tests.reliability.conftest import READ_S, Stack
 
 NS = "faults"
@@ -189,7 +194,7 @@ async def test_unreachable_less_and_more_than_toleration_does_not_fail_a_healthy
         stack.emulated.set_reachable("cluster-a", True)
         stack.emulated.set_reachable("cluster-b", True)
     for cluster, name in names.items():
-        await eventually(partial(stack.emulated.complete_job, cluster, NS, name), 60, 0.2)
+        await complete_pods(stack.emulated, cluster, NS, name)
     for handle, cluster in ((short, "cluster-a"), (long_, "cluster-b")):
         view = await stack.wait_end(handle, timeout=60)
         assert view.state == "Succeeded" and view.cluster == cluster
@@ -236,8 +241,7 @@ async def test_failover_happens_at_the_toleration_and_the_unreachable_copy_is_pu
         stack.emulated.set_reachable(first, True)
     # ... and is purged once it is back; the job ends on the other cluster only (its
     # pods there are completed once they run: it is held).
-    name = view.name
-    await eventually(lambda: stack.emulated.complete_job(other, NS, name), 60, 0.2)
+    await complete_pods(stack.emulated, other, NS, view.name)
     view = await stack.wait_end(handle, timeout=60)
     assert view.state == "Succeeded" and view.cluster == other
     await eventually(lambda: member_copies(stack.emulated, NS, view.name) == {other: 1}, 30)

@@ -34,7 +34,7 @@ from fleetq.fleet_config import RequeueSettings, load_fleet_config
 from fleetq.messages import JobEvent, JobView
 from fleetq.models import parse_object
 from fleetq.naming import job_workflow_id
-from fleetq.testing.chaos import member_copies
+from fleetq.testing.chaos import HELD_RUN_SECONDS, complete_pods, member_copies
 from fleetq.topology import NodeGroup, parse_topology
 from tests.conftest import start_dev_server
 from tests.workflows.fakes import load_job, policy, view_of
@@ -173,7 +173,7 @@ async def test_never_frees_its_quota_at_once_not_now_waits_and_a_bigger_node_wak
 ) -> None:
     stack: Stack = await make_stack(0.05, RequeueSettings(), "unsched-never")
     # held running (its run-seconds far ahead) until notnow has been seen waiting for it
-    filler = await stack.start(job("filler", 30), run_seconds=3600)
+    filler = await stack.start(job("filler", 30), run_seconds=HELD_RUN_SECONDS)
     filling = await until(lambda: view_of(filler), lambda v: v.state == "Running")
     assert filling.cluster == "cluster-a"  # the only member with a 30-cpu node
 
@@ -195,7 +195,7 @@ async def test_never_frees_its_quota_at_once_not_now_waits_and_a_bigger_node_wak
     (team,) = [q for q in quota.queues if q.node == "team"]
     assert team.usage.get("cpu") == 60_000  # filler + notnow; big holds nothing
     assert (await view_of(big)).state == "Unschedulable"
-    assert stack.emulated.complete_job("cluster-a", "default", "filler")  # notnow's room
+    await complete_pods(stack.emulated, "cluster-a", "default", "filler")  # notnow's room
 
     done = JobView.model_validate(await notnow.result())
     assert done.state == "Succeeded" and done.cluster == "cluster-a"
