@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import pytest
@@ -22,8 +23,10 @@ from fleetq.messages import BindRequest, BindResult, JobRef
 from fleetq.models import gang_of, parse_job
 from fleetq.placement import place_gang
 from fleetq.rejection import RejectionCode
+from fleetq.testing.chaos import HELD_RUN_SECONDS
 
 from .conftest import eventually, manifest
+from .test_bind_status import complete_job
 
 WORKERS = 4
 
@@ -75,8 +78,11 @@ def workers(fleet: Fleet, names: dict[str, str]) -> Iterator[list[KubernetesMemb
 
 
 def test_concurrent_binds_never_exceed_the_room_and_the_rest_bind_later(
-    workers: list[KubernetesMemberCluster], job_factory: Callable[..., JobRef]
+    emulator: Any, workers: list[KubernetesMemberCluster], job_factory: Callable[..., JobRef]
 ) -> None:
+    """Every job is held running (run-seconds :data:`HELD_RUN_SECONDS`) until the test
+    lets it finish: the room the first binds took stays taken while the others race for
+    it, and is freed one gang at a time."""
     first = workers[0]
     namespace = f"g-{uuid.uuid4().hex[:6]}"
     probe = job_factory("probe", namespace)
@@ -90,7 +96,8 @@ def test_concurrent_binds_never_exceed_the_room_and_the_rest_bind_later(
         # half the binds from one adapter (its threads batch: one Lease hold and one
         # read of the member for all that wait), the rest spread over the others
         w = workers[0] if i % 2 else workers[i % len(workers)]
-        req = BindRequest(job=job, manifest=manifest(job, cpu=cpu), run_seconds=3)
+        req = BindRequest(job=job, manifest=manifest(job, cpu=cpu),
+                          run_seconds=HELD_RUN_SECONDS)
         try:
             return w.bind(req)
         except MemberFull as exc:
@@ -108,21 +115,30 @@ def test_concurrent_binds_never_exceed_the_room_and_the_rest_bind_later(
     assert live_jobs(first, namespace) == room
     assert sum(w.bind_stats.guarded for w in workers) == len(jobs)
 
-    # The refused jobs retry, as the job workflow does, and bind once room is freed;
-    # the member never holds more live gangs than it has room for.
+    # The refused jobs retry, as the job workflow does, and bind once room is freed:
+    # the created jobs finish one after another (the test lets each, once its pods run),
+    # and a refused one binds in the room each leaves; the member never holds more live
+    # gangs than it has room for.
     waiting = [j for j in jobs if j not in created]
-    deadline = time.monotonic() + 120
     peak = 0
-    while waiting and time.monotonic() < deadline:
+
+    def one_more_binds() -> bool:
+        nonlocal peak
         for job in list(waiting):
             try:
                 workers[0].bind(BindRequest(job=job, manifest=manifest(job, cpu=cpu),
-                                            run_seconds=3))
-                waiting.remove(job)
+                                            run_seconds=HELD_RUN_SECONDS))
             except MemberFull:
-                pass
+                peak = max(peak, live_jobs(first, namespace))
+                continue
+            waiting.remove(job)
             peak = max(peak, live_jobs(first, namespace))
-        time.sleep(0.2)
+            return True
+        return False
+
+    for done in created:
+        eventually(partial(complete_job, emulator, first.name, done), timeout_s=60)
+        eventually(one_more_binds, timeout_s=120, step_s=0.2)
     assert not waiting, f"{len(waiting)} jobs never bound"
     assert peak <= room
 

@@ -16,9 +16,12 @@ import yaml
 from activities.fleet import Fleet
 from activities.kube_api import WatchStream
 from activities.member_cluster import ConflictError, KubernetesMemberCluster
+from fleetq.emulator.kube_objects import finished_pod
 from fleetq.member_contract import observed_version
 from fleetq.messages import BindRequest, JobRef, PodReservation, ReserveRequest
+from fleetq.naming import KF_JOB_NAME
 from fleetq.resources import CPU
+from fleetq.testing.chaos import HELD_RUN_SECONDS
 
 from .conftest import eventually, manifest, member, on_reservation_members
 
@@ -36,6 +39,38 @@ def job_pods(m: KubernetesMemberCluster, job: JobRef) -> list[dict[str, Any]]:
         label_selector=f"training.kubeflow.org/job-name={job.name}",
     )
     return items
+
+
+def complete_job(live: Any, cluster: str, job: JobRef) -> bool:
+    """Let a held job (run-seconds :data:`HELD_RUN_SECONDS`) finish: its pods exit 0 now,
+    once they all run (False, and nothing changed, until then); the operator then marks
+    it Succeeded. ``live`` is the live fleet (the ``emulator`` fixture). On the emulator
+    its ``complete_job``; on a real member what KWOK does there once a pod's delay is up,
+    as kubelet reports it: each pod Succeeded through its ``/status``, the workers
+    before the master (the job succeeds with its master), as
+    tests/controlplane/test_operator_contract.py reports pods. Read and written on the
+    member's API server itself, never through the adapter's client (a test may count
+    the requests that client sends)."""
+    from fleetq.controlplane.runner import RealFleet
+    from fleetq.emulator.fleet import EmulatedFleet
+
+    if isinstance(live, EmulatedFleet):
+        return bool(live.complete_job(cluster, job.namespace, job.name))
+    assert isinstance(live, RealFleet), f"cannot complete a job on {live!r}"
+    plane = live.plane(cluster)
+    pods_path = f"/api/v1/namespaces/{job.namespace}/pods"
+    code, listed = plane.request("GET", f"{pods_path}?labelSelector={KF_JOB_NAME}%3D{job.name}")
+    assert code == 200, (code, listed)
+    pods = listed.get("items") or []
+    if not pods or any((p.get("status") or {}).get("phase") != "Running" for p in pods):
+        return False
+    for pod in sorted(pods, key=lambda p: "-master-" in p["metadata"]["name"]):
+        status = finished_pod(pod, "Succeeded", "Completed")["status"]
+        code, body = plane.request("PATCH", f"{pods_path}/{pod['metadata']['name']}/status",
+                                   {"status": status},
+                                   content_type="application/merge-patch+json")
+        assert code == 200, (code, body)
+    return True
 
 
 def test_bind_is_idempotent_and_marks_the_job_as_ours(
@@ -136,10 +171,13 @@ def test_same_name_owned_by_another_workflow_is_a_conflict(
 
 
 def test_status_follows_the_job_to_success(
-    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+    emulator: Any, ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
 ) -> None:
+    """Created or Running, every pod Running, then Succeeded with every pod. The job is
+    held running until every pod was seen Running, then the test lets it finish."""
     job = job_factory("life")
-    ma.bind(BindRequest(job=job, manifest=manifest(job, workers=2), run_seconds=5))
+    ma.bind(BindRequest(job=job, manifest=manifest(job, workers=2),
+                        run_seconds=HELD_RUN_SECONDS))
     first = ma.status(job)
     assert first.health == "Healthy"  # a just-created job is not unhealthy
     assert first.phase in ("Created", "Running")
@@ -154,12 +192,13 @@ def test_status_follows_the_job_to_success(
         return len(st.pods) == 3 and all(p.phase == "Running" for p in st.pods)
 
     eventually(all_running, timeout_s=30)
+    assert complete_job(emulator, ma.name, job)  # every pod runs: it may finish now
 
     def succeeded() -> Any:
-        # the job succeeds with its master (Kubeflow's rule); the workers started on their
-        # own schedule and may finish a moment later, so wait for every pod as well, and
-        # for the operator's next reconcile of the finished job, which counts the workers
-        # the Succeeded write still saw active (v1.9 ReconcileJobs: Succeeded += Active)
+        # the job succeeds with its master (Kubeflow's rule); its workers' exits may be
+        # read a moment apart from it, so wait for every pod as well, and for the
+        # operator's next reconcile of the finished job, which counts the workers the
+        # Succeeded write still saw active (v1.9 ReconcileJobs: Succeeded += Active)
         st = ma.status(job)
         done = (st.phase == "Succeeded" and all(p.phase == "Succeeded" for p in st.pods)
                 and st.replica_statuses.get("Worker", {}).get("succeeded") == 2)
@@ -193,24 +232,33 @@ def test_failed_job_is_unhealthy(
 
 
 def test_wait_for_change_returns_promptly_on_a_pod_phase_change(
-    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+    emulator: Any, ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
 ) -> None:
     job = job_factory("wait")
-    ma.bind(BindRequest(job=job, manifest=manifest(job), run_seconds=2))
+    ma.bind(BindRequest(job=job, manifest=manifest(job), run_seconds=HELD_RUN_SECONDS))
     running = eventually(
         lambda: (s := ma.status(job)).pods and all(p.phase == "Running" for p in s.pods) and s
     )
+    # The job is held running until a wait is under way: the wait's first heartbeat
+    # (called while it waits) lets its pods exit, so the changes come during a wait.
     # Every call returns because the job changed, never by its (long) timeout: each hands
     # back a new token, and the job is Succeeded within a handful of changes.
     beats: list[float] = []
+    completed: list[bool] = []
+
+    def beat() -> None:
+        beats.append(time.monotonic())
+        if not completed:
+            completed.append(complete_job(emulator, ma.name, job))
+
     changed = running
     for _ in range(10):
         before = changed.observed
-        changed = ma.wait_for_change(job, before, timeout_s=120,
-                                     heartbeat=lambda: beats.append(time.monotonic()))
+        changed = ma.wait_for_change(job, before, timeout_s=120, heartbeat=beat)
         assert changed.observed != before, "wait_for_change returned without a change"
         if changed.phase == "Succeeded":
             break
+    assert completed == [True]  # it finished because the test let it, mid-wait
     assert changed.phase == "Succeeded"
 
 
@@ -299,7 +347,8 @@ def test_wait_for_change_since_a_phase_skips_pod_churn_until_the_job_runs(
     """The first watch after bind passes "Healthy/Created": pods being created, scheduled
     and started are not reported one by one; the call returns once the job is Running."""
     job = job_factory("settle")
-    ma.bind(BindRequest(job=job, manifest=manifest(job), run_seconds=30))
+    # held running: the settled token below must outlast the check (no run-seconds end it)
+    ma.bind(BindRequest(job=job, manifest=manifest(job), run_seconds=HELD_RUN_SECONDS))
     first = ma.wait_for_change(job, "Healthy/Created", timeout_s=10)
     assert first.phase == "Running", first
     assert first.health == "Healthy"
@@ -344,17 +393,20 @@ def test_a_finished_job_the_member_deletes_keeps_its_phase(
 
 
 def test_following_a_job_reads_its_status_from_the_watches_not_the_member(
-    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+    emulator: Any, ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
 ) -> None:
     """A controller reads what its informer's watches keep, not a GET per event
     (client-go tools/cache: the reflector's LIST+WATCH fills the store the listers read).
     From the moment its bind returns, following a job to Succeeded with
     ``wait_for_change`` (the bind's first watch, then ``watch_status``) sends the member
     no GET or LIST of the job or its pods: the first read waits for the new copy's watch
-    event. What it reports is what the member itself answers."""
+    event. What it reports is what the member itself answers. The job is held running
+    until it was followed to Running with every pod running; then the test lets it
+    finish (on the member directly, not through the adapter's counted client)."""
     job = job_factory("lister")
     eventually(lambda: ma.cache.watching(), timeout_s=20)
-    ma.bind(BindRequest(job=job, manifest=manifest(job, workers=1), run_seconds=3))
+    ma.bind(BindRequest(job=job, manifest=manifest(job, workers=1),
+                        run_seconds=HELD_RUN_SECONDS))
     asked: list[str] = []
     real_get, real_list = ma.api.get, ma.api.list
 
@@ -372,14 +424,21 @@ def test_following_a_job_reads_its_status_from_the_watches_not_the_member(
 
     ma.api.get, ma.api.list = get, list_  # type: ignore[method-assign]
     try:
-        seen = ["Healthy/Created"]
+        seen, phases, completed = ["Healthy/Created"], [], False
         while (st := ma.wait_for_change(job, seen[-1], timeout_s=60)).phase != "Succeeded":
             assert st.observed != seen[-1], f"no change within the window: {st}"
             seen.append(st.observed)
+            phases.append(st.phase)
+            if (not completed and st.phase == "Running" and st.pods
+                    and all(p.phase == "Running" for p in st.pods)):
+                # followed to Running: let it finish (False: a pod not yet running on
+                # the member; the next change tells)
+                completed = complete_job(emulator, ma.name, job)
     finally:
         del ma.api.get, ma.api.list
     assert asked == []
-    assert len(seen) >= 2, seen  # it did follow the job through Running
+    assert completed  # it finished because the test let it, once seen running
+    assert len(seen) >= 2 and "Running" in phases, (seen, phases)  # followed through Running
     assert st.health == "Healthy" and st.pods
 
     def same_as_the_member() -> bool:
@@ -423,7 +482,9 @@ def test_a_watch_that_is_opened_again_keeps_the_status_reads_off_the_member(
     try:
         eventually(lambda: m.cache.job_copy(job.namespace, job.name) is None
                    and m.cache.watching(), timeout_s=20)
-        ma.bind(BindRequest(job=job, manifest=manifest(job, workers=1), run_seconds=60))
+        # held running: it is still Created or Running when read below
+        ma.bind(BindRequest(job=job, manifest=manifest(job, workers=1),
+                            run_seconds=HELD_RUN_SECONDS))
         eventually(lambda: m.cache.job_copy(job.namespace, job.name) is not None, 20)
         armed.set()
         assert reopening.wait(timeout=30)  # the pods watch is being opened again
@@ -493,7 +554,8 @@ def test_a_status_read_from_the_member_is_not_followed_by_an_older_one_from_the_
     m.cache.start()
     try:
         eventually(lambda: m.cache.watching(), timeout_s=20)
-        ma.bind(BindRequest(job=job, manifest=manifest(job, workers=1), run_seconds=60))
+        ma.bind(BindRequest(job=job, manifest=manifest(job, workers=1),
+                            run_seconds=HELD_RUN_SECONDS))
         path = m._job_path(job.namespace, job.name)
         ma.api.request("PATCH", path, body={"metadata": {"labels": {"test/moved": "yes"}}},
                        content_type="application/merge-patch+json")  # a newer version
