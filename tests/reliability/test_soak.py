@@ -10,6 +10,11 @@ Tree changes add and remove an unrelated leaf and move the root's cpu ceiling, b
 above what the soak can use: shrinking a limit below current usage is excluded on purpose
 (admitted jobs are not preempted, so usage may legitimately stay above a lowered max).
 Deletes hit jobs in any phase (queued, placing, reserving, binding, running).
+Failovers hit the running jobs the chaos happens to catch, and always one job held
+running (run-seconds ``HELD_RUN_SECONDS``, which the chaos leaves to the soak): once it
+runs, its pods are failed on its member; it must run again on another member, where the
+soak completes it, and succeed there. A job of 1-3 s may end before the chaos looks at
+it, so without the held job a soak could see no failover at all.
 Policy changes flip tolerationSeconds with purgeMode Immediately (Gracefully keeps the
 old copy until the new one is healthy, so two copies are legitimate there).
 At the end every job has ended, quota usage is exactly zero, no Reservation holds room,
@@ -21,6 +26,7 @@ once with that event) is Temporal's design, not a failure: see ``code_task_failu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -29,10 +35,13 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowHandle
 
+from fleetq.messages import JobView
 from fleetq.models import gang_of, parse_job, quota_request
 from fleetq.resources import MAX_JOBS
 from fleetq.testing.chaos import (
+    HELD_RUN_SECONDS,
     code_task_failures,
+    complete_pods,
     history_events,
     job_manifest,
     job_reservations,
@@ -57,6 +66,7 @@ class Soak:
     namespaces: dict[str, str] = field(default_factory=dict)
     deleted: set[str] = field(default_factory=set)
     failed_over: set[str] = field(default_factory=set)
+    held: set[str] = field(default_factory=set)  # the soak's to fail over, not the chaos'
     violations: list[str] = field(default_factory=list)
     samples: int = 0
     tree_changes: int = 0
@@ -84,13 +94,59 @@ class Soak:
         self.namespaces[handle.id] = ns
         self.requests[handle.id] = quota_request(gang_of(parse_job(manifest)))
 
+    async def start_held(self) -> WorkflowHandle[Any, Any]:
+        """A job that runs until the soak completes it (see :meth:`fail_over_held`)."""
+        ns = SOAK_NS[0]
+        manifest = job_manifest(ns, f"held-{self.rng.randrange(10**6):06d}", workers=1)
+        handle = await self.stack.start_job(manifest, run_seconds=HELD_RUN_SECONDS)
+        self.handles[handle.id] = handle
+        self.namespaces[handle.id] = ns
+        self.requests[handle.id] = quota_request(gang_of(parse_job(manifest)))
+        self.held.add(handle.id)
+        return handle
+
+    async def running(self, handle: WorkflowHandle[Any, Any], *, not_on: str = "",
+                      timeout: float = 180.0) -> JobView:
+        """The job's view once it runs on a member other than ``not_on`` (held: it stays
+        so until completed; ``timeout`` only guards against a hang)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            view = await self.stack.view(handle)
+            if view.state == "Running" and view.cluster and view.cluster != not_on:
+                return view
+            assert time.monotonic() < deadline, (
+                f"{handle.id} never ran{f' elsewhere than {not_on}' if not_on else ''}: "
+                f"{view.state} on {view.cluster} ({view.reason})")
+            await asyncio.sleep(0.2)
+
+    async def fail_over_held(self, handle: WorkflowHandle[Any, Any]) -> None:
+        """The failover every soak makes: the held job's pods fail on its member once it
+        runs there; it runs again on another member, is completed there and succeeds."""
+        try:
+            first = await self.running(handle)
+            assert first.cluster is not None
+            assert self.stack.emulated.fail_job(first.cluster, first.namespace, first.name)
+            self.failed_over.add(handle.id)
+            second = await self.running(handle, not_on=first.cluster)
+            assert second.cluster is not None
+            await complete_pods(self.stack.emulated, second.cluster, second.namespace,
+                                second.name)
+            end = await self.stack.wait_end(handle, timeout=180)
+            assert end.state == "Succeeded" and end.cluster == second.cluster, (
+                f"{handle.id}: {end.state} on {end.cluster} ({end.reason})")
+            assert first.cluster in end.evicted, end.evicted
+        except BaseException:
+            with contextlib.suppress(Exception):  # no hour-long job left behind
+                await handle.terminate("the soak's held job failed its check")
+            raise
+
     async def chaos(self, stop: asyncio.Event) -> None:
         """Deletes, failovers, policy and tree changes while jobs come and go."""
         gen = 0
         while not stop.is_set():
             await asyncio.sleep(self.rng.uniform(0.3, 0.8))
             roll = self.rng.random()
-            live = [w for w in self.handles if w not in self.deleted]
+            live = [w for w in self.handles if w not in self.deleted and w not in self.held]
             if roll < 0.6 and live:
                 # Delete a job in whatever phase it is, or fail a running one (failover).
                 delete = roll < 0.3
@@ -175,6 +231,7 @@ async def soak(stack: Stack, *, jobs: int, seconds: float, seed: int,
     for ns in SOAK_NS:
         await stack.apply(policy_manifest(ns, toleration=1, clusters=MEMBERS))
     stop = asyncio.Event()
+    failover = asyncio.create_task(s.fail_over_held(await s.start_held()))
     chaos = asyncio.create_task(s.chaos(stop))
     deadline = time.monotonic() + seconds
     try:
@@ -190,17 +247,23 @@ async def soak(stack: Stack, *, jobs: int, seconds: float, seed: int,
             if not await open_jobs(s):
                 break
             await asyncio.sleep(0.3)  # the sampling step
+    except BaseException:
+        failover.cancel()
+        raise
     finally:
         stop.set()
         await chaos
     drained = time.monotonic() + drain
     while (still := await open_jobs(s)) and time.monotonic() < drained:
+        if failover.done():
+            failover.result()  # the held job's check failed: say why now
         await s.sample()
         await asyncio.sleep(0.3)  # the sampling step
+    await failover
     await s.sample()
     ended = "every job ended" if not still else f"{len(still)} jobs still open"
-    print(f"soak: {len(s.handles)} jobs, {s.samples} samples, {ended} "
-          f"{time.monotonic() - started:.1f}s after the start")
+    print(f"soak: {len(s.handles)} jobs, {s.samples} samples, {len(s.failed_over)} failed "
+          f"over, {ended} {time.monotonic() - started:.1f}s after the start")
     return s
 
 
