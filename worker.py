@@ -284,8 +284,12 @@ class ControlPlane:
         extra_workflows: Sequence[type] = (),
         deployment: WorkerDeploymentConfig | None = None,
         health: WorkerHealth | None = None,
+        purge_for_preemption: Callable[..., Any] | None = None,
     ) -> None:
         self._client = client
+        #: the job worker's ``purge_for_preemption`` (its fleet), the quota workflow's
+        #: local activity (docs/decisions/023); None: a victim is left to purge itself
+        self._purge_for_preemption = purge_for_preemption
         self.task_queue = task_queue
         self._extra_workflows = list(extra_workflows)
         self._deployment = deployment
@@ -316,7 +320,10 @@ class ControlPlane:
             client,
             task_queue=self.task_queue,
             workflows=[QuotaTreeWorkflow, FleetRegistryWorkflow, *self._extra_workflows],
-            activities=[checks.check_holders],
+            activities=[checks.check_holders, *(
+                [self._purge_for_preemption] if self._purge_for_preemption else [])],
+            activity_executor=concurrent.futures.ThreadPoolExecutor(
+                max_workers=4, thread_name_prefix="fleetq-control-activity"),
             graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_SECONDS),
             deployment_config=with_behavior(self._deployment, CONTROL_BEHAVIOR),
             workflow_runner=workflow_runner(),
@@ -438,7 +445,8 @@ def build_worker(
         **kwargs,
     )
     control = (
-        ControlPlane(client, control_task_queue, extra_control_workflows, deployment, health)
+        ControlPlane(client, control_task_queue, extra_control_workflows, deployment, health,
+                     purge_for_preemption=activities.purge_for_preemption)
         if control_task_queue
         else None
     )

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,7 +29,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.capacity_cache import CapacityCache
 from activities.fleet import Fleet
 from activities.kube_api import ApiError, ClusterUnreachable
-from activities.member_cluster import ConflictError
+from activities.member_cluster import ConflictError, KubernetesMemberCluster
 from activities.quota_outbox import QuotaOutbox, QuotaRefused
 from activities.room_claim_store import ClaimStore, LocalClaims, RegistryClaims, run_on_loop
 from activities.run_copies import purge_earlier_runs
@@ -47,6 +48,7 @@ from fleetq.messages import (
     CapacityVictim,
     HolderCheck,
     HolderVerdict,
+    JobRef,
     JobStatus,
     PlacementInput,
     PlacementVerdict,
@@ -58,6 +60,7 @@ from fleetq.messages import (
     ReserveResult,
     Resolution,
     ResolveInput,
+    VictimsPurge,
     WatchInput,
 )
 from fleetq.models import (
@@ -631,6 +634,36 @@ class SchedulingActivities:
             if activity.is_worker_shutdown():
                 raise ApplicationError("worker shutting down; the purge resumes elsewhere")
 
+    @activity.defn(name="purge_for_preemption")
+    def purge_for_preemption(self, inp: VictimsPurge) -> list[str]:
+        """Purge one scheduling pass's grace-0 victims on every member, in parallel, for
+        the quota workflow (its local activity, docs/decisions/023): the workflow ids of
+        those every member answered for, whose quota it may take back before they have
+        heard of their preemption. A member whose capacity cache vouches that it holds no
+        PyTorchJob of that name is not asked; one that does not answer leaves that victim
+        out (its own ``requeue`` then gives the quota back, as before)."""
+        if not inp.jobs:
+            return []
+        pool = ThreadPoolExecutor(max_workers=min(16, len(inp.jobs)),
+                                  thread_name_prefix="fleetq-victims-purge")
+        try:
+            done = list(pool.map(self._purge_everywhere, inp.jobs))
+        finally:
+            pool.shutdown(wait=False)
+        return [job.workflow_id for job, ok in zip(inp.jobs, done, strict=True) if ok]
+
+    def _purge_everywhere(self, job: JobRef) -> bool:
+        for name, member in self.fleet.clusters.items():
+            if isinstance(member, KubernetesMemberCluster) and member.cache.holds_no_job(
+                    job.namespace, job.name):
+                continue
+            try:
+                member.purge(job)
+            except ClusterUnreachable as exc:
+                log.info("%s not purged on %s for its preemption: %s", job.ref, name, exc)
+                return False
+        return True
+
     @activity.defn(name="member_names")
     def member_names(self) -> list[str]:
         """The member clusters of the fleet config, in its order (where a finished job's
@@ -681,6 +714,7 @@ class SchedulingActivities:
             self.bind,
             self.purge,
             self.purge_when_reachable,
+            self.purge_for_preemption,
             self.member_names,
             self.watch_status,
         ]

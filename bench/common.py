@@ -164,6 +164,24 @@ def decode_json_payloads(payloads: Any) -> list[Any]:
     return [json.loads(p.data) if p.data else None for p in payloads.payloads]
 
 
+def parked_in(ev: HistoryEvent) -> list[str]:
+    """The victims a quota workflow's own purge (its ``purge_for_preemption`` local
+    activity's marker, docs/decisions/023) took the quota of: their quota goes back
+    there, not at their ``requeue``."""
+    if not ev.HasField("marker_recorded_event_attributes"):
+        return []
+    details = ev.marker_recorded_event_attributes.details
+    if "data" not in details or "result" not in details:
+        return []
+    data = decode_json_payloads(details["data"])
+    if not data or not isinstance(data[0], dict) or (
+            data[0].get("activity_type") != "purge_for_preemption"):
+        return []
+    result = decode_json_payloads(details["result"])
+    return [j for j in result[0] if isinstance(j, str)] if result and isinstance(
+        result[0], list) else []
+
+
 def quota_messages(events: Iterable[HistoryEvent]) -> Iterable[tuple[HistoryEvent, QuotaMessage]]:
     """Every message a quota workflow took, in order, read from its history: the batches
     of its ``submit`` updates (each message with the update's accepted event) and the

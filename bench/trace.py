@@ -35,6 +35,7 @@ from bench.common import (
     embedded_stack,
     event_seconds,
     gang_policy,
+    parked_in,
     percentile,
     quota_messages,
     real_activities,
@@ -304,8 +305,8 @@ class Holdings:
 
 def quota_holdings(events: Sequence[Any], cpu: dict[str, float]) -> Holdings:
     """From the quota workflow's history: each grant it sent (``+cpu``; by signal or in a
-    ``submit`` update's reply) and each release or requeue it took (``-cpu``; one of a
-    job that holds nothing changes nothing)."""
+    ``submit`` update's reply) and each release or requeue it took, or victim it purged
+    and parked itself (``-cpu``; one of a job that holds nothing changes nothing)."""
     out = Holdings([], {}, {})
     held: set[str] = set()
     for ev in events:
@@ -315,6 +316,11 @@ def quota_holdings(events: Sequence[Any], cpu: dict[str, float]) -> Holdings:
                 held.add(job)
                 out.changes.append((t, cpu[job]))
                 out.granted.setdefault(job, []).append(t)
+        for job in parked_in(ev):  # purged and parked by the quota workflow itself
+            if job in held:
+                held.discard(job)
+                out.changes.append((t, -cpu[job]))
+                out.released.setdefault(job, []).append(t)
         for _ev, m in quota_messages([ev]):
             # a preempted job's requeue gives its quota back as a release does (and it
             # is granted again later): without it a victim counted as holding from its

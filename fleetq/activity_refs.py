@@ -47,6 +47,11 @@ PURGE: ActivityRef[m.PurgeInput, m.PurgeResult] = ActivityRef("purge", m.PurgeIn
 PURGE_WHEN_REACHABLE: ActivityRef[m.PurgeInput, m.PurgeResult] = ActivityRef(
     "purge_when_reachable", m.PurgeInput, m.PurgeResult
 )
+#: a pass's grace-0 victims purged on every member for the quota workflow
+#: (docs/decisions/023): the workflow ids of those every member asked answered for
+PURGE_FOR_PREEMPTION: ActivityRef[m.VictimsPurge, list[str]] = ActivityRef(
+    "purge_for_preemption", m.VictimsPurge, list[str]
+)
 MEMBER_NAMES: ActivityRef[None, list[str]] = ActivityRef("member_names", None, list[str])
 WATCH_STATUS: ActivityRef[m.WatchInput, m.JobStatus] = ActivityRef(
     "watch_status", m.WatchInput, m.JobStatus
@@ -54,5 +59,5 @@ WATCH_STATUS: ActivityRef[m.WatchInput, m.JobStatus] = ActivityRef(
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     RESOLVE_POLICY, SIGNAL_QUOTA, CHECK_HOLDERS, PLAN_PLACEMENT, BIND, PURGE,
-    PURGE_WHEN_REACHABLE, MEMBER_NAMES, WATCH_STATUS,
+    PURGE_WHEN_REACHABLE, PURGE_FOR_PREEMPTION, MEMBER_NAMES, WATCH_STATUS,
 )

@@ -105,6 +105,22 @@ class PendingPlan(BaseModel):
     expires_at: float | None = None
 
 
+class ParkedJob(BaseModel):
+    """A quota preemption's victim whose copies the quota workflow purged itself
+    (:meth:`Admission.park`, docs/decisions/023): it holds no quota, its request is held
+    for it in every pass as a pending preemptor's is, and it is granted nothing until
+    its own ``requeue`` (or ``release`` / ``cancel``) arrives, so it keeps its place
+    (issue 24) and no grant overtakes its ``requeue``."""
+
+    job_id: str
+    namespace: str
+    priority: int = 0
+    submitted_at: float = 0.0
+    request: dict[str, int] = Field(default_factory=dict)
+    preemptible: bool = True
+    grace_seconds: int = DEFAULT_GRACE_SECONDS
+
+
 class Grant(BaseModel):
     """A job that now holds quota and may be placed."""
 
@@ -174,6 +190,8 @@ class AdmissionState(BaseModel):
     #: victims of timed-out plans still holding quota -> the preemptor they failed
     #: (never chosen as victims again until they release)
     x: dict[str, str] = Field(default_factory=dict)
+    #: victims parked by :meth:`Admission.park`, in the order they were parked
+    k: list[ParkedJob] = Field(default_factory=list)
 
 
 class StateDelta(BaseModel):
@@ -241,6 +259,7 @@ class StateDelta(BaseModel):
         return AdmissionState.model_construct(
             tree=state.tree, policy=part.policy, starve=part.starve, shapes=shapes, ns=ns,
             w=w, h=h, hp=hp, wp=wp, p=part.p, d=part.d, dirty=part.dirty, x=part.x,
+            k=part.k,
         )
 
 
@@ -415,6 +434,8 @@ class Admission:
         self._draining: list[PendingPlan] = []
         #: victims of timed-out plans, still holding quota -> the preemptor they failed
         self._stuck: dict[str, str] = {}
+        #: victims parked by :meth:`park`: no quota held, their request held in passes
+        self._parked: dict[str, _Job] = {}
         #: fair sharing (issue 18): None is off; else per-node weights (default 1), and
         #: a pass ranks borrowers by weighted dominant resource share (see ``_rank``)
         self.fair_weights: Mapping[str, float] | None = None
@@ -744,13 +765,17 @@ class Admission:
             self._usage_changed(plan.node, True)  # nothing held for it any more
 
     def _hold_for_preemptors(self) -> list[str]:
-        """Charge every pending preemptor's request, so a pass admits nobody into the
-        quota promised to them; the quota ids charged (released after the pass)."""
+        """Charge every pending preemptor's request, and every parked victim's, so a pass
+        admits nobody into the quota promised to them; the quota ids charged (released
+        after the pass)."""
         held: list[str] = []
         for plan in self._plans.values():
             job = self._waiting[plan.preemptor]
             self.quota.admit(_HELD + plan.preemptor, job.namespace, self._shapes[job.shape])
             held.append(_HELD + plan.preemptor)
+        for job in self._parked.values():
+            self.quota.admit(_HELD + job.job_id, job.namespace, self._shapes[job.shape])
+            held.append(_HELD + job.job_id)
         return held
 
     def _grant_of(self, job_id: str) -> Grant:
@@ -779,6 +804,7 @@ class Admission:
         is admitted at once (see the module docstring)."""
         if req.job_id in self._admitted:
             return self._grant_of(req.job_id)
+        self._unpark(req.job_id)
         if req.job_id in self._waiting:
             if req.job_id in self._inadmissible:  # (tell it again: it asked again)
                 self._admissibility[req.job_id] = self._inadmissible[req.job_id]
@@ -803,7 +829,8 @@ class Admission:
             self._admissibility[job.job_id] = why
             return self._inadmissible_info(q, job, why)
         q.promote(now, self.starvation_seconds)
-        if not self._dirty and not self._plans:  # (quota held for preemptors: a pass)
+        # (quota held for preemptors or parked victims: a pass)
+        if not self._dirty and not self._plans and not self._parked:
             pick = self._pick(q, {})
             if pick is not None and pick[0] == job.key:
                 return self._admit(q, job.key, job.shape, now)
@@ -812,7 +839,9 @@ class Admission:
         return info
 
     def cancel(self, job_id: str) -> bool:
-        """Remove a waiting job; ``False`` if it is not waiting."""
+        """Remove a waiting (or parked) job; ``False`` if it is neither."""
+        if self._unpark(job_id):
+            return True
         job = self._waiting.pop(job_id, None)
         if job is None:
             return False
@@ -832,7 +861,10 @@ class Admission:
     def release(self, job_id: str) -> bool:
         """Give an admitted job's quota back; idempotent (``False`` if it held none).
         A victim that releases is no longer outstanding in any plan (see
-        :class:`PendingPlan`); a draining plan with no victim left ends."""
+        :class:`PendingPlan`); a draining plan with no victim left ends. A parked job
+        (:meth:`park`) is unparked: nothing is held for it any more (``True``)."""
+        if self._unpark(job_id):
+            return True
         if self._admitted.pop(job_id, None) is None:
             return False
         if self.journal is not None:
@@ -856,6 +888,33 @@ class Admission:
         self.release(req.job_id)
         self._dirty = True
         return self.enqueue(req, now)
+
+    def park(self, job_id: str) -> bool:
+        """A quota preemption's victim whose copies the quota workflow purged itself
+        (docs/decisions/023): its quota goes back now, so a preemptor waiting for it is
+        admitted in the next pass, but its request is held for it in every pass and it
+        is granted nothing until its own ``requeue`` (which puts it back in its queue
+        with its original submit time, :meth:`requeue`), ``release`` or ``cancel``
+        arrives. ``False`` if it holds no quota (it gave it back already)."""
+        job = self._admitted.get(job_id)
+        if job is None:
+            return False
+        self.release(job_id)
+        self._parked[job_id] = job
+        self._row(self.quota.leaf_for(job.namespace))
+        return True
+
+    def _unpark(self, job_id: str) -> bool:
+        job = self._parked.pop(job_id, None)
+        if job is None:
+            return False
+        self._usage_changed(self.quota.leaf_for(job.namespace), True)  # its hold is gone
+        self._dirty = True
+        return True
+
+    def parked(self) -> list[str]:
+        """Parked victims (:meth:`park`), in the order they were parked."""
+        return list(self._parked)
 
     def _victim_released(self, job_id: str) -> None:
         for plan in (*self._plans.values(), *self._draining):
@@ -1307,6 +1366,7 @@ class Admission:
             d=[plan.model_copy(deep=True) for plan in self._draining],
             dirty=self._dirty,
             x={v: p for v, p in self._stuck.items() if v in self._admitted},
+            k=self._parked_state(),
         )
 
     def start_journal(self, carried: bytes, manifest: dict[str, Any] | None = None) -> None:
@@ -1370,6 +1430,7 @@ class Admission:
             d=[plan.model_copy(deep=True) for plan in self._draining],
             dirty=self._dirty,
             x={v: p for v, p in self._stuck.items() if v in self._admitted},
+            k=self._parked_state(),
         )
         return StateDelta(
             w_gone=sorted(j.w_gone.values()),
@@ -1378,6 +1439,16 @@ class Admission:
             skips=sorted(skips.items()),
             part=part,
         )
+
+    def _parked_state(self) -> list[ParkedJob]:
+        return [
+            ParkedJob(
+                job_id=j.job_id, namespace=j.namespace, priority=j.priority,
+                submitted_at=j.submitted_at, request=dict(self._shapes[j.shape]),
+                preemptible=j.preemptible, grace_seconds=j.grace_seconds,
+            )
+            for j in self._parked.values()
+        ]
 
     def _outstanding(self, plan: PendingPlan) -> PendingPlan:
         """A copy of a restored ``plan`` without the victims that hold no quota: a state
@@ -1410,6 +1481,11 @@ class Admission:
             a._plans[plan.preemptor] = a._outstanding(plan)
         a._draining = [p for p in map(a._outstanding, s.d) if p.victims]
         a._stuck = {v: p for v, p in s.x.items() if v in a._admitted}
+        for k in s.k:
+            a._parked[k.job_id] = _Job(
+                k.job_id, k.namespace, k.priority, k.submitted_at, a._intern(k.request),
+                k.preemptible, k.grace_seconds,
+            )
         a._dirty = s.dirty
         return a
 

@@ -393,6 +393,13 @@ class PurgeInput(BaseModel):
     confirm: bool = False
 
 
+class VictimsPurge(BaseModel):
+    """The quota workflow's purge of one scheduling pass's grace-0 victims on every
+    member (``purge_for_preemption``, docs/decisions/023)."""
+
+    jobs: list[JobRef]
+
+
 # --------------------------------------------------------------------------- job view
 # (fleetq.job_view: JobState, TERMINAL_STATES, JobEvent, JobView)
 

@@ -25,6 +25,7 @@ from fleetq.admission import (
     DEFAULT_GRACE_SECONDS,
     Admission,
     AdmissionState,
+    ParkedJob,
     PendingPlan,
     QueuePolicy,
     StateDelta,
@@ -277,6 +278,7 @@ def _pack_body(
         "d": [plan.model_dump(mode="json") for plan in state.d],
         "dirty": state.dirty,
         "x": state.x,
+        "k": [job.model_dump(mode="json") for job in state.k],
         "w": {
             "ids": cols.job_ids([w[0] for w in state.w], [w[1] for w in state.w]),
             "prio": cols.ints([w[2] for w in state.w]),
@@ -380,6 +382,7 @@ def _unpack_body(blob: bytes) -> tuple[AdmissionState, dict[str, Any]]:
         d=[PendingPlan.model_validate(plan) for plan in header["d"]],
         dirty=header["dirty"],
         x=header["x"],
+        k=[ParkedJob.model_validate(job) for job in header.get("k", [])],
     )
     return state, header
 

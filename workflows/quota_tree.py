@@ -8,8 +8,8 @@ History stays bounded by continuing-as-new with the whole admission state. A per
 check against Temporal's view of the holders returns quota of jobs that no longer run.
 Preemption and reclaim (issue 18, off unless the tree turns them on): after each pass
 ``fleetq.preemption.plan_preemptions`` plans, plans live in the admission state, victims
-get a ``preempt`` signal, and a preemptor is admitted once its last victim released
-(docs/preemption.md "How it is carried out").
+get a ``preempt`` signal, and a preemptor is admitted once its last victim released or,
+with no grace period, was purged here and parked (docs/preemption.md, decision 023).
 """
 
 from __future__ import annotations
@@ -42,12 +42,14 @@ with workflow.unsafe.imports_passed_through():
     from fleetq.messages import (
         AdmissibilitySignal,
         HolderCheck,
+        JobRef,
         PreemptSignal,
         QuotaBatch,
         QuotaMessage,
         QuotaReceipt,
         QuotaTreeInput,
         QuotaView,
+        VictimsPurge,
     )
     from fleetq.models import (
         QUEUE_POLICY_ANNOTATION,
@@ -57,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         ManifestErrors,
         parse_tree,
     )
+    from fleetq.naming import parse_job_workflow_id
     from fleetq.preemption import (
         Victim,
         fair_sharing_weights,
@@ -81,6 +84,9 @@ SETTLE_SHARE = 0.5
 #: ... and while its history is below this size (Temporal suggests continuing as new at
 #: 4 MiB and warns at 10 MiB; at 800 enqueues/s an update event is ~10 KiB)
 SETTLE_MAX_BYTES = 8 * 1024 * 1024
+#: how long the quota workflow's task waits, at most, for its purge of a grace-0 victim
+#: (one attempt; a member that does not answer leaves the quota to the victim's requeue)
+PURGE_FOR_PREEMPTION_SECONDS = 3.0
 
 
 @workflow.defn(name="QuotaTreeWorkflow")
@@ -119,6 +125,10 @@ class QuotaTreeWorkflow:
         self._plans_expired = 0
         #: the main loop's wake timer (``_arm_wake``)
         self._wake: _Wake | None = None
+        #: grace-0 victims whose copies this workflow is purging (docs/decisions/023);
+        #: a message from the victim meanwhile takes it out (its own word wins)
+        self._purging: set[str] = set()
+        self._purges: set[asyncio.Future[None]] = set()
 
     @staticmethod
     def _queue_settings(tree: Any, inp: QuotaTreeInput) -> tuple[QueuePolicy, float]:
@@ -202,7 +212,7 @@ class QuotaTreeWorkflow:
         self._immediate = []
         self._tell_admissibility()  # (the next run does not tell them again)
         await workflow.wait_condition(
-            lambda: not self._inflight and not self._unsent
+            lambda: not self._inflight and not self._unsent and not self._purges
             and workflow.all_handlers_finished()
         )
 
@@ -261,14 +271,43 @@ class QuotaTreeWorkflow:
             except Exception as exc:  # never let a planning error take the semaphore down
                 workflow.logger.error("preemption planning failed: %s", exc)
                 return replies
+            purge: list[JobRef] = []
             for plan in plans:
                 for victim in plan.victims:
-                    self._dispatch_preempt(victim)
+                    self._signal(functools.partial(self._preempt, victim))
+                    parsed = parse_job_workflow_id(victim.job_id)
+                    if victim.grace_seconds == 0 and parsed is not None:
+                        purge.append(JobRef(namespace=parsed[0], name=parsed[1],
+                                            workflow_id=victim.job_id))
+            if purge:
+                self._purging.update(job.workflow_id for job in purge)
+                task = asyncio.ensure_future(self._purge_then_park(purge))
+                self._purges.add(task)
+                task.add_done_callback(self._purges.discard)
         return replies
 
-    def _dispatch_preempt(self, victim: Victim) -> None:
-        """Tell one victim to stop, without waiting for the delivery (as grants)."""
-        self._signal(functools.partial(self._preempt, victim))
+    async def _purge_then_park(self, jobs: list[JobRef]) -> None:
+        """Purge a pass's grace-0 victims on every member (one local activity, in this
+        task), then park each (``Admission.park``): its quota admits the preemptor in
+        the next pass, without waiting for the victim's signal, task and ``requeue``
+        (docs/decisions/023). Nothing changes for a victim a member did not answer for,
+        or that spoke meanwhile: its own ``requeue`` gives the quota back, as always."""
+        try:
+            gone = await activity_calls.execute_local(
+                activity_refs.PURGE_FOR_PREEMPTION,
+                VictimsPurge(jobs=jobs),
+                start_to_close_timeout=timedelta(seconds=PURGE_FOR_PREEMPTION_SECONDS),
+                retry_policy=RetryPolicy(maximum_attempts=1),
+                summary=f"purge {len(jobs)} preempted job(s)",
+            )
+        except ActivityError as exc:
+            workflow.logger.info("purge of %d preempted job(s) left to them: %s",
+                                 len(jobs), exc)
+            gone = []
+        for job_id in gone:
+            if job_id in self._purging and self._admission.park(job_id):
+                self._dirty = True
+        self._purging.difference_update(job.workflow_id for job in jobs)
 
     def _signal(self, send: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Start one external signal now, or in order once fewer than
@@ -340,7 +379,8 @@ class QuotaTreeWorkflow:
             self._grants_sent += 1
 
     async def _recover_leaks(self) -> None:
-        holders = self._admission.holders()
+        # (a parked victim, docs/decisions/023, has quota held for it: checked too)
+        holders = self._admission.holders() + self._admission.parked()
         if not holders:
             return
         try:
@@ -469,6 +509,7 @@ class QuotaTreeWorkflow:
 
     def _apply(self, message: QuotaMessage) -> str | None:
         """Apply one message; the reason when an enqueue is refused."""
+        self._purging.discard(message.subject())
         if message.signal in ("enqueue", "requeue"):
             return self._queue(message)
         if message.signal == "release":

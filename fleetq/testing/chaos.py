@@ -60,13 +60,17 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 #: the phases of a job at which the worker is killed, in lifecycle order
 KILL_POINTS = ("queued", "admitted", "capacity", "reserving", "binding", "created", "running",
-               "failing-over", "releasing", "preempting", "capacity-preempting")
+               "failing-over", "releasing", "preempting", "preempting-at-once",
+               "capacity-preempting")
 #: a held job (every job of an emulated point) runs this long unless the rig completes it
 HELD_RUN_SECONDS = 3600
 #: kill point "preempting": a job of this priority preempts the running victim (priority 0)
 #: of its leaf, which gets PREEMPT_GRACE seconds to stop; the worker dies meanwhile
 PREEMPTOR_PRIORITY = 1000
 PREEMPT_GRACE = 3
+#: kill point "preempting-at-once": the same, with a victim of no grace period, which the
+#: quota workflow purges and parks itself (docs/decisions/023); the victim's worker dies
+#: once it was told to stop
 #: kill point "capacity-preempting": a member of its own, which no other point's policy
 #: names, with one 2-cpu node that the victim (priority 0, two 1-cpu pods) fills; the
 #: preemptor (PREEMPTOR_PRIORITY, the same size) fits on no member, so it preempts the
@@ -74,7 +78,7 @@ PREEMPT_GRACE = 3
 CAPACITY_MEMBER = "cluster-d"
 CAPACITY_CPU = "1"
 #: the kill points whose tree needs ``fleetq.io/preemption: LowerPriority``
-PREEMPTION_POINTS = ("preempting", "capacity-preempting")
+PREEMPTION_POINTS = ("preempting", "preempting-at-once", "capacity-preempting")
 #: whole-component restarts (run after the kill points, one at a time)
 RESTARTS = ("temporal-restart", "emulator-restart")
 #: on the production-shaped Temporal (``temporal="cluster"``) also: SIGKILL the history
@@ -1045,6 +1049,7 @@ class ChaosRig:
             "failing-over": self._trigger_failing_over,
             "releasing": self._trigger_releasing,
             "preempting": self._trigger_preempting,
+            "preempting-at-once": self._trigger_preempted_at_once,
             "capacity-preempting": self._trigger_capacity_preempting,
         }
         if point in driven:
@@ -1093,6 +1098,20 @@ class ChaosRig:
 
         return str(await poll(preempted, t, 0.01))
 
+    async def _trigger_preempted_at_once(self, probe: _JobProbe, t: float) -> str:
+        """The victim (no grace period) was told to stop: the quota workflow purges it
+        and grants the preemptor meanwhile; the victim's worker dies before or while it
+        purges (finding nothing) and sends its own ``requeue``."""
+        assert self.client is not None
+        victim = self.client.get_workflow_handle(
+            job_workflow_id(probe.handle.id.split("/")[1], "victim"))
+
+        async def told() -> str:
+            return ("victim told to stop (no grace period)"
+                    if signalled(await history_events(victim), "preempt") else "")
+
+        return str(await poll(told, t, 0.01))
+
     async def _trigger_capacity_preempting(self, probe: _JobProbe, t: float) -> str:
         """The victim recorded its Preempted event (told by the preemptor's workflow, for
         room on CAPACITY_MEMBER) and its copy is still there: it is in its grace period."""
@@ -1132,8 +1151,9 @@ class ChaosRig:
         if point in PREEMPTION_POINTS:  # (held: it ends by being preempted, however late
             # the preemptor comes; the rig completes its second run)
             victim = await self.start_job(
-                ns, "victim", tq, manifest=preemption_job(ns, "victim", 0, PREEMPT_GRACE,
-                                                          cpu=cpu), held=held)
+                ns, "victim", tq, manifest=preemption_job(
+                    ns, "victim", 0, 0 if point == "preempting-at-once" else PREEMPT_GRACE,
+                    cpu=cpu), held=held)
             handles.append(victim)
             await poll(lambda: _state(victim, "Running"), 60)
         handle = await self.start_job(

@@ -36,6 +36,7 @@ from fleetq.messages import (
     QuotaSignal,
     Resolution,
     ResolveInput,
+    VictimsPurge,
     WatchInput,
 )
 from fleetq.rejection import Rejection, RejectionCode
@@ -231,6 +232,16 @@ class FakeFleet:
         self.calls.append(("purge_when_reachable", inp.cluster))
         return await self.purge(inp)
 
+    @activity.defn(name="purge_for_preemption")
+    async def purge_for_preemption(self, inp: VictimsPurge) -> list[str]:
+        """The quota workflow's purge of a pass's grace-0 victims (docs/decisions/023):
+        every reachable cluster answers (the victim's own purge still updates
+        ``copies``); none when one is unreachable, as the real one."""
+        self.calls += [("purge_for_preemption", job.name) for job in inp.jobs]
+        if not all(c.reachable for c in self.clusters.values()):
+            return []
+        return [job.workflow_id for job in inp.jobs]
+
     @activity.defn(name="signal_quota")
     async def signal_quota(self, inp: QuotaSignal) -> QuotaAck:
         """The real delivery (the worker's outbox): the quota workflow under test is real."""
@@ -264,6 +275,7 @@ class FakeFleet:
             self.watch_status,
             self.purge,
             self.purge_when_reachable,
+            self.purge_for_preemption,
             self.signal_quota,
             self.check_holders,
         ]

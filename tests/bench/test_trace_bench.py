@@ -187,3 +187,29 @@ def test_a_grant_in_a_submit_reply_holds_quota_as_a_signalled_one() -> None:
     held = quota_holdings(events, {"a": 1.0, "b": 2.0, "c": 4.0})
     assert held.changes == [(1.0, 1.0), (1.0, 2.0), (3.0, 4.0), (4.0, -1.0)]
     assert held.granted == {"a": [1.0], "b": [1.0], "c": [3.0]}
+
+
+def test_a_victim_the_quota_workflow_purged_itself_holds_nothing_from_its_park() -> None:
+    """A grace-0 victim's quota goes back when the quota workflow's own purge completes
+    (its ``purge_for_preemption`` marker, docs/decisions/023), not at the victim's later
+    ``requeue``: read from the recorded history of such a preemption, the victim stops
+    holding at the marker, before its preemptor's grant, so usage never counts both."""
+    from temporalio.client import WorkflowHistory
+
+    from bench.common import event_seconds, parked_in
+    from bench.trace import quota_holdings
+    from fleetq.naming import job_workflow_id
+
+    path = next((Path(__file__).parents[1] / "workflows" / "histories").glob(
+        "quota-preemption-at-once@*.json"))
+    events = WorkflowHistory.from_json("quota", path.read_text()).events
+    low, high = job_workflow_id("default", "nograce"), job_workflow_id("default", "nograce-high")
+    parks = [(event_seconds(e), parked_in(e)) for e in events if parked_in(e)]
+    assert [ids for _t, ids in parks] == [[low]]
+    held = quota_holdings(events, {low: 1.0, high: 2.0})
+    assert held.released[low][0] == parks[0][0] < held.granted[high][0]
+    level = peak = 0.0
+    for _t, delta in sorted(held.changes):
+        level += delta
+        peak = max(peak, level)
+    assert peak == 2.0  # never both

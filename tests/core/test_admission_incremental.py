@@ -3,7 +3,7 @@ have unblocked are examined) decides exactly what a full pass over every queue d
 
 Two :class:`~fleetq.admission.Admission` instances take the same random sequence of
 enqueues, releases, cancels, tree changes, clock steps, continue-as-new, preemption
-passes (``plan_preemptions``), plan timeouts and victims stopping, with fair sharing on
+passes (``plan_preemptions``), plan timeouts, victims stopping or parked, with fair sharing on
 or off; one examines only the queues touched or blocked at a node that freed quota, the
 other every queue. After every step their grants, plans and whole persisted states are
 equal.
@@ -156,6 +156,28 @@ class IncrementalMachine(RuleBasedStateMachine):
         for a in self._both():
             assert a.release(job)
         self.enqueue(job, "ns0", 0, SHAPES[0], 30)
+
+    @rule(i=st.integers(0, 30))
+    def tree_parks_a_victim(self, i: int) -> None:
+        """The quota workflow purged a victim itself (docs/decisions/023)."""
+        victims = [v for p in self.inc.plans() for v in p.victims]
+        if victims:
+            job = victims[i % len(victims)].job_id
+            assert self.inc.park(job) and self.full.park(job)
+
+    @rule(i=st.integers(0, 30), how=st.sampled_from(["requeue", "release", "cancel"]))
+    def parked_victim_is_heard_from(self, i: int, how: str) -> None:
+        parked = self.inc.parked()
+        if not parked:
+            return
+        job = parked[i % len(parked)]
+        if how == "requeue":
+            req = AdmissionRequest(job_id=job, namespace="ns0", request=SHAPES[0],
+                                   submitted_at=self.now)
+            a, b = (x.requeue(req, self.now) for x in self._both())
+        else:
+            a, b = (getattr(x, how)(job) for x in self._both())
+        assert a == b
 
     @rule(job=st.sampled_from(JOB_IDS))
     def cancel(self, job: str) -> None:

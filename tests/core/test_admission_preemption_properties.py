@@ -18,6 +18,9 @@ on, against the invariants of carrying preemption out:
   again), so no victim is promised twice; a plan outlives its victims' releases only
   while victims of earlier or draining plans it counted on are still leaving, and once
   no victim is leaving anywhere every preemptor whose victims released is admitted;
+* a victim the quota workflow purged itself is parked (docs/decisions/023): it is
+  granted nothing until its own ``requeue`` / ``release`` / ``cancel`` arrives, and every
+  job a pass admits meanwhile fits with the parked requests still charged;
 * a copy restored from the serialized state carries on identically.
 """
 
@@ -69,6 +72,8 @@ class PreemptionMachine(RuleBasedStateMachine):
         self.requests: dict[str, AdmissionRequest] = {}
         #: victims told to stop that have not released since (the model of the plans)
         self.leaving: set[str] = set()
+        #: victims the quota workflow purged itself (parked), not yet heard from
+        self.parked: set[str] = set()
 
     # ------------------------------------------------------------------ rules
     @rule(job=st.sampled_from(JOB_IDS), ns=st.sampled_from(NAMESPACES),
@@ -76,7 +81,8 @@ class PreemptionMachine(RuleBasedStateMachine):
           preemptible=st.booleans())
     def enqueue(self, job: str, ns: str, prio: int, shape: dict[str, int],
                 preemptible: bool) -> None:
-        if self.a.is_admitted(job) or self.a.request_of(job) is not None:
+        if (self.a.is_admitted(job) or self.a.request_of(job) is not None
+                or job in self.parked):
             return
         self.now += 1
         req = AdmissionRequest(job_id=job, namespace=ns, priority=prio, request=shape,
@@ -91,7 +97,8 @@ class PreemptionMachine(RuleBasedStateMachine):
     @rule(ns=st.sampled_from(NAMESPACES), n=st.integers(2, 4))
     def burst_of_small_jobs(self, ns: str, n: int) -> None:
         """Several small low-priority jobs: a later large one needs several victims."""
-        free = [j for j in JOB_IDS if not self.a.is_admitted(j) and self.a.request_of(j) is None]
+        free = [j for j in JOB_IDS if not self.a.is_admitted(j) and self.a.request_of(j) is None
+                and j not in self.parked]
         for job in free[:n]:
             self.enqueue(job, ns, 0, SHAPES[0], True)
 
@@ -99,7 +106,9 @@ class PreemptionMachine(RuleBasedStateMachine):
     def scheduling_pass(self) -> None:
         self.now += 1
         before = self._plans()
-        self._check_grants(self.a.schedule(self.now), before)
+        grants = self.a.schedule(self.now)
+        self._check_grants(grants, before)
+        self._check_parked_held([g for g in grants if g.job_id not in before])
         holders = self.a.holder_policies()
         plans = plan_preemptions(self.a)
         event("preemption planned" if plans else "no preemption planned")
@@ -146,6 +155,36 @@ class PreemptionMachine(RuleBasedStateMachine):
                 event("victim re-admitted")
 
     @rule(data=st.data())
+    def tree_purges_a_victim(self, data: st.DataObject) -> None:
+        """The quota workflow purged a victim's copies itself: it parks the victim (its
+        quota back at once, its request held) until the victim's own message."""
+        victims = sorted(self.leaving)
+        if victims:
+            job = data.draw(st.sampled_from(victims))
+            assert self.a.park(job)
+            assert not self.a.park(job)  # (holds nothing any more)
+            self.leaving.discard(job)
+            self.parked.add(job)
+            self.scheduling_pass()
+
+    @rule(data=st.data(), how=st.sampled_from(["requeue", "release", "cancel"]))
+    def parked_victim_is_heard_from(self, data: st.DataObject, how: str) -> None:
+        """Its ``requeue`` puts it back in its queue (original submit time); a ``release``
+        or ``cancel`` (it was deleted meanwhile) drops it and what was held for it."""
+        parked = sorted(self.parked)
+        if parked:
+            job = data.draw(st.sampled_from(parked))
+            self.parked.discard(job)
+            self.now += 1
+            if how == "requeue":
+                assert not isinstance(self.a.requeue(self.requests[job], self.now), Grant)
+                assert self.a.request_of(job) == self.requests[job]
+            else:
+                assert getattr(self.a, how)(job)
+                assert self.a.request_of(job) is None and not self.a.is_admitted(job)
+            self.scheduling_pass()
+
+    @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         waiting = self.a.waiting()
         if waiting:
@@ -190,6 +229,26 @@ class PreemptionMachine(RuleBasedStateMachine):
                             used = node.usage.get(k, 0) + plan.request.get(k, 0)
                             assert used <= limit, f"{g.job_id} admitted early: {n} {k}"
 
+    def _check_parked_held(self, grants: list[Grant]) -> None:
+        """Every job a pass admitted (preemptors aside: their victims' quota is theirs)
+        fits with the parked victims' and pending preemptors' requests charged."""
+        if not self.parked:
+            return
+        event("pass with a parked victim")
+        charged: dict[str, dict[str, int]] = {n.name: dict(n.usage) for n in self.a.quota}
+        holds = [self.requests[j] for j in self.parked] + [
+            self.requests[p.preemptor] for p in self.a.plans()]
+        for r in holds:
+            for n in self._chain(self.a.quota.leaf_for(r.namespace)):
+                for k, q in r.request.items():
+                    charged[n][k] = charged[n].get(k, 0) + q
+        for g in grants:
+            event("admitted beside a parked victim")
+            for n in self._chain(g.node):
+                node = self.a.quota.nodes[n]
+                for k, limit in node.max.items():
+                    assert charged[n].get(k, 0) <= limit, (g.job_id, n, k, charged[n])
+
     def _chain(self, node: str) -> list[str]:
         return [n.name for n in self.a.quota.nodes[node].chain]
 
@@ -226,6 +285,12 @@ class PreemptionMachine(RuleBasedStateMachine):
         assert all(p.victims for p in self.a.draining()), "a draining plan outlives its victims"
         holders = set(self.a.holders())
         assert self.leaving <= holders
+
+    @invariant()
+    def parked_victims_are_granted_nothing(self) -> None:
+        assert sorted(self.a.parked()) == sorted(self.parked)
+        for job in self.parked:
+            assert not self.a.is_admitted(job) and self.a.request_of(job) is None, job
 
     @invariant()
     def plans_are_consistent(self) -> None:

@@ -112,11 +112,11 @@ def job(namespace: str, prefix: str, priority: int, **annotations: str) -> dict[
     return doc
 
 
-async def start(stack: Stack, doc: dict[str, Any], run_seconds: int
+async def start(stack: Stack, doc: dict[str, Any], run_seconds: int, toleration: int = 2
                 ) -> WorkflowHandle[Any, Any]:
     ns = doc["metadata"]["namespace"]
     arg = {"manifest": doc, "rewatch_seconds": 1.0, "run_seconds": run_seconds,
-           "policy": policy_manifest(ns, queued=True)}
+           "policy": policy_manifest(ns, queued=True, toleration=toleration)}
     return await stack.client.start_workflow(
         "PyTorchJobWorkflow", arg, id=job_workflow_id(ns, doc["metadata"]["name"]),
         task_queue="fleetq")
@@ -207,3 +207,88 @@ async def test_an_opted_out_job_is_never_preempted(preempting: Stack,
     assert high_view.state == "Succeeded"
     assert keep_view.finished_at is not None and high_view.bound_at is not None
     assert high_view.bound_at >= keep_view.finished_at
+
+
+def _payloads_mention(event: Any, *needles: bytes) -> bool:
+    """Whether one payload of ``event`` (a marker's details or an update's input)
+    contains every one of ``needles``."""
+    payloads: list[Any] = []
+    if event.HasField("marker_recorded_event_attributes"):
+        for entry in event.marker_recorded_event_attributes.details.values():
+            payloads += entry.payloads
+    if event.HasField("workflow_execution_update_accepted_event_attributes"):
+        request = event.workflow_execution_update_accepted_event_attributes.accepted_request
+        payloads += request.input.args.payloads
+    return any(all(n in p.data for n in needles) for p in payloads)
+
+
+async def test_the_tree_purges_a_victim_without_grace_and_admits_its_preemptor_at_once(
+        preempting: Stack, sampler: UsageSampler) -> None:
+    """A victim with no grace period (docs/decisions/023): the quota workflow purges its
+    copy itself (a local activity) and grants the preemptor before the victim's own
+    ``requeue`` has arrived; the victim still ends queued, with no copy anywhere, keeps
+    its place and runs again once the preemptor is done."""
+    stack = preempting
+    low_doc = job(PRIO_NS, "low0", LOW, **{"fleetq.io/preemption-grace-seconds": "0"})
+    low = await start(stack, low_doc, run_seconds=HELD_RUN_SECONDS)
+    await stack.wait_state(low, "Running", timeout=60)
+    high_doc = job(PRIO_NS, "high0", HIGH)
+    high = await start(stack, high_doc, run_seconds=HELD_RUN_SECONDS)
+    high_view = await stack.wait_state(high, "Created", "Running", timeout=60)
+    assert member_copies(stack.emulated, PRIO_NS, low_doc["metadata"]["name"]) == {}
+    low_view = await stack.wait_state(low, "Queued", timeout=60)
+    assert messages(low_view, "Preempted") == [
+        f"preempted by {PRIO_NS}/{high_doc['metadata']['name']}: priority {HIGH} > {LOW}; "
+        "stopping within 0s"
+    ]
+    # in the quota workflow's history: its purge of the victim, then the preemptor's grant,
+    # and only after that the victim's own requeue
+    tree_id = quota_workflow_id("kube-system", REL_TREE)
+    events: list[Any] = []
+    async for run in stack.client.list_workflows(f"WorkflowId = '{tree_id}'"):
+        handle = stack.client.get_workflow_handle(tree_id, run_id=run.run_id)
+        events += (await handle.fetch_history()).events
+    low_id = job_workflow_id(PRIO_NS, low_doc["metadata"]["name"]).encode()
+    high_id = job_workflow_id(PRIO_NS, high_doc["metadata"]["name"])
+    purged = [i for i, e in enumerate(events)
+              if _payloads_mention(e, b"purge_for_preemption")]  # (its one victim)
+    granted = [i for i, e in enumerate(events)
+               if e.HasField("signal_external_workflow_execution_initiated_event_attributes")
+               and e.signal_external_workflow_execution_initiated_event_attributes
+               .workflow_execution.workflow_id == high_id]
+    requeued = [i for i, e in enumerate(events)
+                if _payloads_mention(e, b'"requeue"', low_id)]
+    assert purged and granted and requeued, (purged, granted, requeued)
+    assert purged[0] < granted[0] < requeued[0]
+    assert await complete_held(stack.emulated, high) == high_view.cluster
+    assert (await stack.wait_end(high, timeout=60)).state == "Succeeded"
+    await complete_held(stack.emulated, low, binds=2)
+    low_view = await stack.wait_end(low, timeout=90)
+    assert low_view.state == "Succeeded", low_view.reason
+    assert len(messages(low_view, "Admitted")) == 2
+
+
+async def test_a_victim_that_fails_over_at_once_when_the_tree_purged_it_still_stops(
+        preempting: Stack, sampler: UsageSampler) -> None:
+    """docs/decisions/023, its third constraint: the victim's watch may see its copy gone
+    (the quota workflow purged it) before the ``preempt`` signal arrives. With
+    ``tolerationSeconds: 0`` it may fail over at once and bind a copy elsewhere; the
+    signal then stops that copy too. It ends queued with no copy on any member, the
+    preemptor runs, and the victim runs again afterwards."""
+    stack = preempting
+    low_doc = job(PRIO_NS, "low-tol0", LOW, **{"fleetq.io/preemption-grace-seconds": "0"})
+    low = await start(stack, low_doc, run_seconds=HELD_RUN_SECONDS, toleration=0)
+    await stack.wait_state(low, "Running", timeout=60)
+    high_doc = job(PRIO_NS, "high-tol0", HIGH)
+    high = await start(stack, high_doc, run_seconds=HELD_RUN_SECONDS)
+    high_view = await stack.wait_state(high, "Created", "Running", timeout=60)
+    low_view = await stack.wait_state(low, "Queued", timeout=60)
+    assert len(messages(low_view, "Preempted")) == 1
+    assert member_copies(stack.emulated, PRIO_NS, low_doc["metadata"]["name"]) == {}
+    assert member_copies(stack.emulated, PRIO_NS, high_doc["metadata"]["name"]) == {
+        high_view.cluster: 1}
+    assert await complete_held(stack.emulated, high) == high_view.cluster
+    assert (await stack.wait_end(high, timeout=60)).state == "Succeeded"
+    await complete_held(stack.emulated, low, binds=2)
+    low_view = await stack.wait_end(low, timeout=90)
+    assert low_view.state == "Succeeded", low_view.reason

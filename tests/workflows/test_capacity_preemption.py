@@ -168,7 +168,7 @@ async def _cap_env(env: WorkflowEnvironment, client: Client,
                           policy_doc=policy(queued=True), client=client)
     tq = f"tq-{uuid.uuid4().hex[:8]}"
     async with Worker(client, task_queue=f"{tq}-control", workflows=[QuotaTreeWorkflow],
-                      activities=[fleet.check_holders]), \
+                      activities=[fleet.check_holders, fleet.purge_for_preemption]), \
             Worker(client, task_queue=tq, workflows=ALL_WORKFLOWS,
                    activities=fleet.activities()):
         cap = CapEnv(env, client, tq, fleet, metrics)

@@ -309,7 +309,7 @@ async def test_a_victim_without_grace_gives_its_quota_back_before_its_watch_ends
     once, without first waiting for the watch it had open on that copy (held open here,
     as a real watch stays open until it sees the copy go): no settle timer between the
     purge and the requeue, and the preemptor runs while that watch is still open."""
-    await penv.start_tree(preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}))
+    qh = await penv.start_tree(preempting_tree(**{"fleetq.io/preemption": "LowerPriority"}))
     low_doc = job("nograce", LOW, **{"fleetq.io/preemption-grace-seconds": "0"})
     low = await start(penv, low_doc)
     await in_state(low, "Running")
@@ -335,9 +335,14 @@ async def test_a_victim_without_grace_gives_its_quota_back_before_its_watch_ends
         assert (await view_of(low)).state == "Queued"
     finally:
         member.release_watches()
+    # the quota workflow purged the victim itself (docs/decisions/023) before granting
+    assert ("purge_for_preemption", "nograce") in penv.fleet.calls
     assert (await finish(penv, high)).state == "Succeeded"
     await in_state(low, "Running")
     assert (await finish(penv, low)).state == "Succeeded"
+    # FLEETQ_RECORD_HISTORIES=1: the replay test then guards the tree's own purge
+    await record(low, "preempted-victim-at-once")
+    await record(qh, "quota-preemption-at-once")
 
 
 async def test_bad_preemption_annotations_are_refused_in_one_line(penv: Env) -> None:

@@ -77,7 +77,7 @@ async def _env(env: WorkflowEnvironment, client: Any) -> AsyncIterator[Env]:
     # its workflow tasks never wait behind the jobs' (whose enqueues wait for them); and
     # as worker.py stops them: the jobs first, while the quota workflow still answers
     async with Worker(client, task_queue=f"{tq}-control", workflows=[QuotaTreeWorkflow],
-                      activities=[fleet.check_holders]), \
+                      activities=[fleet.check_holders, fleet.purge_for_preemption]), \
             Worker(client, task_queue=tq, workflows=[*ALL_WORKFLOWS, QuotaHolder],
                    activities=fleet.activities()):
         yield Env(env, tq, fleet)

@@ -28,6 +28,8 @@ def test_recorded_histories_exist() -> None:
         "preemptor",
         "preempted-victim",
         "quota-preemption",
+        "quota-preemption-at-once",
+        "preempted-victim-at-once",
         "quota-compact-state-in",
         "capacity-preemptor",
         "capacity-victim",

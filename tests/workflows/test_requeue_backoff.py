@@ -68,7 +68,7 @@ async def test_an_admitted_job_never_placed_is_requeued_with_backoff_then_fails(
     fleet.tree_workflow_id = tree_id
     tq = f"tq-{uuid.uuid4().hex[:8]}"
     async with Worker(client, task_queue=f"{tq}-control", workflows=[QuotaTreeWorkflow],
-                      activities=[fleet.check_holders]), \
+                      activities=[fleet.check_holders, fleet.purge_for_preemption]), \
             Worker(client, task_queue=tq, workflows=ALL_WORKFLOWS,
                    activities=fleet.activities()):
         tree = await client.start_workflow(
