@@ -899,9 +899,8 @@ class Admission:
         job = self._admitted.get(job_id)
         if job is None:
             return False
-        self.release(job_id)
+        self.release(job_id)  # (redraws its node's row: usage went down there)
         self._parked[job_id] = job
-        self._row(self.quota.leaf_for(job.namespace))
         return True
 
     def _unpark(self, job_id: str) -> bool:

@@ -127,17 +127,40 @@ def messages(view: Any, reason: str) -> list[str]:
     return [e.message for e in view.events if e.reason == reason for _ in range(e.count)]
 
 
+async def high_preempts_running_low(
+        stack: Stack, suffix: str, grace: str, toleration: int = 2,
+) -> tuple[dict[str, Any], WorkflowHandle[Any, Any], dict[str, Any],
+           WorkflowHandle[Any, Any], Any]:
+    """A held low job (preemption grace ``grace``) runs in the one-job leaf, then a held
+    high one comes: both documents and handles, and the high one's view once bound."""
+    low_doc = job(PRIO_NS, f"low{suffix}", LOW,
+                  **{"fleetq.io/preemption-grace-seconds": grace})
+    low = await start(stack, low_doc, run_seconds=HELD_RUN_SECONDS, toleration=toleration)
+    await stack.wait_state(low, "Running", timeout=60)
+    high_doc = job(PRIO_NS, f"high{suffix}", HIGH)
+    high = await start(stack, high_doc, run_seconds=HELD_RUN_SECONDS)
+    high_view = await stack.wait_state(high, "Created", "Running", timeout=60)
+    return low_doc, low, high_doc, high, high_view
+
+
+async def both_run_to_success(stack: Stack, high: WorkflowHandle[Any, Any], high_view: Any,
+                              low: WorkflowHandle[Any, Any]) -> Any:
+    """The high job completes where it runs, then the low one runs again (its second
+    bind) and completes: the low job's last view."""
+    assert await complete_held(stack.emulated, high) == high_view.cluster
+    assert (await stack.wait_end(high, timeout=60)).state == "Succeeded"
+    await complete_held(stack.emulated, low, binds=2)
+    low_view = await stack.wait_end(low, timeout=90)
+    assert low_view.state == "Succeeded", low_view.reason
+    return low_view
+
+
 async def test_priority_preemption_in_a_one_job_leaf(preempting: Stack,
                                                     sampler: UsageSampler) -> None:
     stack = preempting
-    low_doc = job(PRIO_NS, "low", LOW, **{"fleetq.io/preemption-grace-seconds": "1"})
     # both held (they run until completed below): the low job still runs when the high
     # one comes, and the high one still holds the leaf while the low one is looked at
-    low = await start(stack, low_doc, run_seconds=HELD_RUN_SECONDS)
-    await stack.wait_state(low, "Running", timeout=60)
-    high_doc = job(PRIO_NS, "high", HIGH)
-    high = await start(stack, high_doc, run_seconds=HELD_RUN_SECONDS)
-    high_view = await stack.wait_state(high, "Created", "Running", timeout=60)
+    low_doc, low, high_doc, high, high_view = await high_preempts_running_low(stack, "", "1")
     # the victim's copy was purged before the preemptor was bound: none left anywhere
     assert member_copies(stack.emulated, PRIO_NS, low_doc["metadata"]["name"]) == {}
     assert member_copies(stack.emulated, PRIO_NS, high_doc["metadata"]["name"]) == {
@@ -149,12 +172,8 @@ async def test_priority_preemption_in_a_one_job_leaf(preempting: Stack,
     assert messages(low_view, "Preempted") == [
         f"preempted by {PRIO_NS}/{high_name}: priority {HIGH} > {LOW}; stopping within 1s"
     ]
-    assert await complete_held(stack.emulated, high) == high_view.cluster
-    assert (await stack.wait_end(high, timeout=60)).state == "Succeeded"
     # the low job runs again, from the queue, and completes
-    await complete_held(stack.emulated, low, binds=2)
-    low_view = await stack.wait_end(low, timeout=90)
-    assert low_view.state == "Succeeded", low_view.reason
+    low_view = await both_run_to_success(stack, high, high_view, low)
     assert len(messages(low_view, "Admitted")) == 2
     assert len(messages(low_view, "ScheduleBindingSucceed")) == 2
 
@@ -229,12 +248,7 @@ async def test_the_tree_purges_a_victim_without_grace_and_admits_its_preemptor_a
     ``requeue`` has arrived; the victim still ends queued, with no copy anywhere, keeps
     its place and runs again once the preemptor is done."""
     stack = preempting
-    low_doc = job(PRIO_NS, "low0", LOW, **{"fleetq.io/preemption-grace-seconds": "0"})
-    low = await start(stack, low_doc, run_seconds=HELD_RUN_SECONDS)
-    await stack.wait_state(low, "Running", timeout=60)
-    high_doc = job(PRIO_NS, "high0", HIGH)
-    high = await start(stack, high_doc, run_seconds=HELD_RUN_SECONDS)
-    high_view = await stack.wait_state(high, "Created", "Running", timeout=60)
+    low_doc, low, high_doc, high, high_view = await high_preempts_running_low(stack, "0", "0")
     assert member_copies(stack.emulated, PRIO_NS, low_doc["metadata"]["name"]) == {}
     low_view = await stack.wait_state(low, "Queued", timeout=60)
     assert messages(low_view, "Preempted") == [
@@ -260,11 +274,7 @@ async def test_the_tree_purges_a_victim_without_grace_and_admits_its_preemptor_a
                 if _payloads_mention(e, b'"requeue"', low_id)]
     assert purged and granted and requeued, (purged, granted, requeued)
     assert purged[0] < granted[0] < requeued[0]
-    assert await complete_held(stack.emulated, high) == high_view.cluster
-    assert (await stack.wait_end(high, timeout=60)).state == "Succeeded"
-    await complete_held(stack.emulated, low, binds=2)
-    low_view = await stack.wait_end(low, timeout=90)
-    assert low_view.state == "Succeeded", low_view.reason
+    low_view = await both_run_to_success(stack, high, high_view, low)
     assert len(messages(low_view, "Admitted")) == 2
 
 
@@ -276,19 +286,11 @@ async def test_a_victim_that_fails_over_at_once_when_the_tree_purged_it_still_st
     signal then stops that copy too. It ends queued with no copy on any member, the
     preemptor runs, and the victim runs again afterwards."""
     stack = preempting
-    low_doc = job(PRIO_NS, "low-tol0", LOW, **{"fleetq.io/preemption-grace-seconds": "0"})
-    low = await start(stack, low_doc, run_seconds=HELD_RUN_SECONDS, toleration=0)
-    await stack.wait_state(low, "Running", timeout=60)
-    high_doc = job(PRIO_NS, "high-tol0", HIGH)
-    high = await start(stack, high_doc, run_seconds=HELD_RUN_SECONDS)
-    high_view = await stack.wait_state(high, "Created", "Running", timeout=60)
+    low_doc, low, high_doc, high, high_view = await high_preempts_running_low(
+        stack, "-tol0", "0", toleration=0)
     low_view = await stack.wait_state(low, "Queued", timeout=60)
     assert len(messages(low_view, "Preempted")) == 1
     assert member_copies(stack.emulated, PRIO_NS, low_doc["metadata"]["name"]) == {}
     assert member_copies(stack.emulated, PRIO_NS, high_doc["metadata"]["name"]) == {
         high_view.cluster: 1}
-    assert await complete_held(stack.emulated, high) == high_view.cluster
-    assert (await stack.wait_end(high, timeout=60)).state == "Succeeded"
-    await complete_held(stack.emulated, low, binds=2)
-    low_view = await stack.wait_end(low, timeout=90)
-    assert low_view.state == "Succeeded", low_view.reason
+    await both_run_to_success(stack, high, high_view, low)
