@@ -286,6 +286,16 @@ def admitted_at(view: JobView) -> float | None:
     return max(times) if times else None
 
 
+def admission_time(view: JobView, granted: Sequence[float] | None) -> float | None:
+    """When the job took its (last) grant: its ``Admitted`` event, or, when that event
+    is older, when the quota workflow wrote the grant down (a job cannot hold a grant
+    before it was made; ``real_figures``)."""
+    at = admitted_at(view)
+    if at is None or not granted:
+        return at
+    return max(at, max(granted))
+
+
 @dataclass
 class Holdings:
     """What the quota workflow's history says each job held: ``(t, ±cpu)`` changes, and
@@ -525,14 +535,19 @@ async def fetch_histories(client: Client, workflow_ids: Sequence[str],
 
 def real_figures(real: RealRun, plan: Sequence[PlannedJob], min_cpu: float) -> RunFigures:
     """The real run's figures: time to admission from each job's ``Admitted`` event,
-    usage from the quota workflow's grants and releases, makespan to the last release."""
-    admission: dict[str, list[float]] = {}
-    for job in plan:
-        at = admitted_at(real.views[job.workflow_id])
-        if at is not None:
-            admission.setdefault(job.job_class, []).append(at - (real.wall0 + job.offset))
+    usage from the quota workflow's grants and releases, makespan to the last release.
+
+    A job that learns its grant from its enqueue's reply records ``Admitted`` at its
+    workflow task's start (workflow time stands still while a local activity runs), before
+    the quota workflow's task that granted it was even complete: its admission is then
+    taken when that grant was written down (``admission_time``), never earlier."""
     cpu = {j.workflow_id: j.cpu for j in plan}
     holdings = quota_holdings(real.quota_events, cpu)
+    admission: dict[str, list[float]] = {}
+    for job in plan:
+        at = admission_time(real.views[job.workflow_id], holdings.granted.get(job.workflow_id))
+        if at is not None:
+            admission.setdefault(job.job_class, []).append(at - (real.wall0 + job.offset))
     last = holdings.last_release
     end = last if last is not None else real.wall0
     makespan = end - real.wall0

@@ -466,11 +466,17 @@ class QuotaTreeWorkflow:
             )
 
     @workflow.update
-    def submit(self, batch: QuotaBatch) -> QuotaReceipt:
+    async def submit(self, batch: QuotaBatch) -> QuotaReceipt:
         """Jobs' messages, batched by each worker's ``QuotaOutbox``: the way jobs talk to
         this workflow. Unlike a signal, an update that arrives while this workflow
         continues-as-new does not make Temporal refuse the continue-as-new: the server
-        hands it to the next run (the client retries it there)."""
+        hands it to the next run (the client retries it there).
+
+        A job admitted at once learns its grant from the reply. So does a preemptor whose
+        victims this pass purges itself (docs/decisions/023): the reply waits for that
+        purge, which holds this workflow task anyway, and answers with the grant of the
+        pass after it, instead of an ``admitted`` signal sent behind the victims'
+        ``preempt`` signals and a workflow task more on the job's side."""
         receipt = QuotaReceipt()
         queued: set[str] = set()
         for message in batch.messages:
@@ -486,7 +492,16 @@ class QuotaTreeWorkflow:
             # event and workflow task on the job's side
             self._dirty = False
             self._passed = True  # the main loop redraws the details and re-arms its timers
+            purging = set(self._purges)
             receipt.grants = self._grant(reply_to=queued)
+            if started := self._purges - purging:
+                # resumed before the main loop looks at ``_dirty`` again (a finished
+                # task wakes its waiters before the workflow's conditions are checked)
+                await asyncio.wait(started)
+                if self._dirty and self._answers_in_reply():
+                    self._dirty = False
+                    self._passed = True
+                    receipt.grants.update(self._grant(reply_to=queued - receipt.grants.keys()))
         return receipt
 
     # The single-message signals: what ``temporal workflow signal`` and jobs started by

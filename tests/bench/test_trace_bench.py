@@ -213,3 +213,26 @@ def test_a_victim_the_quota_workflow_purged_itself_holds_nothing_from_its_park()
         level += delta
         peak = max(peak, level)
     assert peak == 2.0  # never both
+
+
+def test_a_job_admitted_in_a_reply_is_admitted_when_the_quota_workflow_granted_it() -> None:
+    """A job that learns its grant from its enqueue's reply records ``Admitted`` at the
+    start of its workflow task (workflow time stands still while a local activity runs),
+    before the quota workflow's task granting it had completed: time to admission is
+    then read at the grant, never earlier. A grant by signal is taken later, at the job's
+    own ``Admitted``; a job never admitted has no admission time."""
+    from datetime import UTC, datetime
+
+    from bench.trace import admission_time
+    from fleetq.job_view import JobEvent, JobView
+
+    def view(*admitted: float) -> JobView:
+        return JobView(namespace="ns", name="j", state="Running", events=[
+            JobEvent(reason="Admitted", message="", time=datetime.fromtimestamp(t, UTC))
+            for t in admitted])
+
+    assert admission_time(view(10.0), [10.4]) == pytest.approx(10.4)  # in the reply
+    assert admission_time(view(10.6), [10.4]) == pytest.approx(10.6)  # by signal
+    assert admission_time(view(10.0, 20.6), [10.4, 20.2]) == pytest.approx(20.6)
+    assert admission_time(view(10.0), None) == pytest.approx(10.0)
+    assert admission_time(view(), [10.4]) is None

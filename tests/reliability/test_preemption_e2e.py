@@ -29,6 +29,7 @@ from fleetq.testing.chaos import (
     policy_manifest,
     tree_manifest,
 )
+from fleetq.testing.history import grants_in, grants_received
 from tests.reliability.conftest import LEAVES, REL_TREE, Stack
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -245,8 +246,9 @@ async def test_the_tree_purges_a_victim_without_grace_and_admits_its_preemptor_a
         preempting: Stack, sampler: UsageSampler) -> None:
     """A victim with no grace period (docs/decisions/023): the quota workflow purges its
     copy itself (a local activity) and grants the preemptor before the victim's own
-    ``requeue`` has arrived; the victim still ends queued, with no copy anywhere, keeps
-    its place and runs again once the preemptor is done."""
+    ``requeue`` has arrived, in the reply to the preemptor's own enqueue (no ``admitted``
+    signal); the victim still ends queued, with no copy anywhere, keeps its place and
+    runs again once the preemptor is done."""
     stack = preempting
     low_doc, low, high_doc, high, high_view = await high_preempts_running_low(stack, "0", "0")
     assert member_copies(stack.emulated, PRIO_NS, low_doc["metadata"]["name"]) == {}
@@ -255,8 +257,8 @@ async def test_the_tree_purges_a_victim_without_grace_and_admits_its_preemptor_a
         f"preempted by {PRIO_NS}/{high_doc['metadata']['name']}: priority {HIGH} > {LOW}; "
         "stopping within 0s"
     ]
-    # in the quota workflow's history: its purge of the victim, then the preemptor's grant,
-    # and only after that the victim's own requeue
+    # in the quota workflow's history: its purge of the victim, then the preemptor's grant
+    # (the reply to its enqueue), and only after that the victim's own requeue
     tree_id = quota_workflow_id("kube-system", REL_TREE)
     events: list[Any] = []
     async for run in stack.client.list_workflows(f"WorkflowId = '{tree_id}'"):
@@ -266,14 +268,15 @@ async def test_the_tree_purges_a_victim_without_grace_and_admits_its_preemptor_a
     high_id = job_workflow_id(PRIO_NS, high_doc["metadata"]["name"])
     purged = [i for i, e in enumerate(events)
               if _payloads_mention(e, b"purge_for_preemption")]  # (its one victim)
-    granted = [i for i, e in enumerate(events)
-               if e.HasField("signal_external_workflow_execution_initiated_event_attributes")
-               and e.signal_external_workflow_execution_initiated_event_attributes
-               .workflow_execution.workflow_id == high_id]
+    granted = [i for i, e in enumerate(events) if high_id in grants_in(e)]
     requeued = [i for i, e in enumerate(events)
                 if _payloads_mention(e, b'"requeue"', low_id)]
     assert purged and granted and requeued, (purged, granted, requeued)
     assert purged[0] < granted[0] < requeued[0]
+    assert [events[i].WhichOneof("attributes") for i in granted] == [
+        "workflow_execution_update_completed_event_attributes"]
+    (got,) = grants_received((await high.fetch_history()).events)
+    assert got.HasField("marker_recorded_event_attributes")  # signal_quota's answer
     low_view = await both_run_to_success(stack, high, high_view, low)
     assert len(messages(low_view, "Admitted")) == 2
 
