@@ -319,18 +319,30 @@ def quota_holdings(events: Sequence[Any], cpu: dict[str, float]) -> Holdings:
     and parked itself (``-cpu``; one of a job that holds nothing changes nothing)."""
     out = Holdings([], {}, {})
     held: set[str] = set()
+    #: jobs parked in the current workflow task before the reader saw their grant: one
+    #: granted in the ``submit`` pass and chosen as a victim in that pass, whose grant
+    #: the update's completion, written after the purge's marker, lists
+    parked_first: set[str] = set()
     for ev in events:
         t = event_seconds(ev)
+        if ev.HasField("workflow_task_completed_event_attributes"):
+            parked_first.clear()
         for job in grants_in(ev):
             if job in cpu and job not in held:
+                out.granted.setdefault(job, []).append(t)
+                if job in parked_first:  # granted, then parked, in one task
+                    parked_first.discard(job)
+                    out.released.setdefault(job, []).append(t)
+                    continue
                 held.add(job)
                 out.changes.append((t, cpu[job]))
-                out.granted.setdefault(job, []).append(t)
         for job in parked_in(ev):  # purged and parked by the quota workflow itself
             if job in held:
                 held.discard(job)
                 out.changes.append((t, -cpu[job]))
                 out.released.setdefault(job, []).append(t)
+            else:
+                parked_first.add(job)
         for _ev, m in quota_messages([ev]):
             # a preempted job's requeue gives its quota back as a release does (and it
             # is granted again later): without it a victim counted as holding from its

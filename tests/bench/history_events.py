@@ -81,3 +81,14 @@ def signalled(t: float, name: str, arg: Any = None) -> HistoryEvent:
     if arg is not None:
         taken.input.payloads.add(data=json.dumps(arg).encode())
     return ev
+
+
+def purged(t: float, jobs: list[str]) -> HistoryEvent:
+    """The marker of the quota workflow's own ``purge_for_preemption`` at ``t``, whose
+    result lists ``jobs`` (the victims it parked)."""
+    ev = at(t)
+    details = ev.marker_recorded_event_attributes.details
+    details["data"].payloads.add(data=json.dumps(
+        {"seq": 1, "attempt": 1, "activity_type": "purge_for_preemption"}).encode())
+    details["result"].payloads.add(data=json.dumps(jobs).encode())
+    return ev

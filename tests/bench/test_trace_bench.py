@@ -28,7 +28,7 @@ from bench.trace import (
     time_averaged,
 )
 from fleetq.simulator import load_trace
-from tests.bench.history_events import answered, sent, signalled
+from tests.bench.history_events import answered, purged, sent, signalled, task_completed
 
 RESULT = re.compile(r"^RESULT (?P<name>[a-z]+) (?P<ratio>\d+\.\d+) \(target (?P<t>[\d.]+)\)$")
 
@@ -236,3 +236,28 @@ def test_a_job_admitted_in_a_reply_is_admitted_when_the_quota_workflow_granted_i
     assert admission_time(view(10.0, 20.6), [10.4, 20.2]) == pytest.approx(20.6)
     assert admission_time(view(10.0), None) == pytest.approx(10.0)
     assert admission_time(view(), [10.4]) is None
+
+
+def test_a_job_granted_and_parked_in_one_task_holds_nothing_after_it() -> None:
+    """A ``submit`` pass may grant a job of its batch at once and then pick it as a victim
+    of a preemption planned in the same pass: the quota workflow parks it after its purge,
+    but the update's completion listing its grant is written after the purge's marker.
+    Read in history order, the job would hold from that completion to its later
+    ``requeue`` and usage would pass the tree's max; it holds nothing."""
+    from bench.trace import quota_holdings
+
+    events = [sent(0.0, "admitted", "low"), task_completed(1.0, 7),
+              purged(1.0, ["low", "fresh"]), answered(1.0, ["fresh", "high"]),
+              task_completed(2.0, 12), signalled(2.0, "requeue", admission_request_of("fresh"))]
+    held = quota_holdings(events, {"low": 1.0, "fresh": 1.0, "high": 2.0})
+    level = peak = 0.0
+    for _t, delta in sorted(held.changes):
+        level += delta
+        peak = max(peak, level)
+    assert peak == 2.0 and level == 2.0  # high alone, never low or fresh beside it
+    assert held.granted["fresh"] == [1.0] and held.released["fresh"] == [1.0]
+    assert held.released["low"] == [1.0]
+
+
+def admission_request_of(job: str) -> dict[str, Any]:
+    return {"job_id": job, "namespace": "q", "request": {"cpu": 1000}, "submitted_at": 0.0}
