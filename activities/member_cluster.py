@@ -903,6 +903,45 @@ class KubernetesMemberCluster:
             self.purge_stats.purges += 1
             self.purge_stats.seconds += time.monotonic() - start
 
+    def purge_shown(self, job: JobRef) -> PurgeResult:
+        """``purge`` for the quota workflow's purge of a grace-0 victim, which its workflow
+        task waits for (docs/decisions/023): the PyTorchJob the capacity cache's watches
+        show is deleted, with no GET and no LIST first, and with background propagation:
+        the member's garbage collector takes its pods (their owner), as it does for
+        ``kubectl delete`` (a DELETE of each pod after it found them gone already, on both
+        kinds of member). One request where ``purge`` sends four or more while the tree's
+        task waits. The delete carries the shown copy's uid: a copy made since is not taken
+        for it, and is purged as ``purge`` does. Anything left, an orphaned pod, is the
+        victim's own purge's: its ``preempt`` signal brings it, and it reads the member.
+        Without a shown copy of this job, ``purge``."""
+        shown = self.cache.job_copy(job.namespace, job.name)
+        if shown is None or not is_ours(shown[0], job):
+            return self.purge(job)
+        start = time.monotonic()
+        try:
+            try:
+                return self._purge_shown(job, shown[0])
+            except Conflict:  # not the copy shown any more
+                return self._purge(job)
+        except ApiError as exc:
+            raise ClusterUnreachable(self.name, f"HTTP {exc.status} on purge", str(exc)) from exc
+        finally:
+            self.purge_stats.purges += 1
+            self.purge_stats.seconds += time.monotonic() - start
+
+    def _purge_shown(self, job: JobRef, obj: Mapping[str, Any]) -> PurgeResult:
+        deleted: list[str] = []
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
+                                "propagationPolicy": "Background"}
+        if uid := str(meta_of(obj).get("uid") or ""):
+            body["preconditions"] = {"uid": uid}
+        with contextlib.suppress(NotFound):
+            self.api.request("DELETE", self._job_path(job.namespace, job.name), body=body)
+            deleted.append(f"PyTorchJob {job.ref}")
+        if self.reservation:  # (fleetq makes Reservations only where a member allows them)
+            deleted += [f"Reservation {n}" for n in self.release_reservations(job)]
+        return PurgeResult(deleted=deleted)
+
     def _purge(self, job: JobRef) -> PurgeResult:
         deleted: list[str] = []
         path = self._job_path(job.namespace, job.name)

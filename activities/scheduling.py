@@ -658,7 +658,10 @@ class SchedulingActivities:
                     job.namespace, job.name):
                 continue
             try:
-                member.purge(job)
+                if isinstance(member, KubernetesMemberCluster):
+                    member.purge_shown(job)
+                else:
+                    member.purge(job)
             except ClusterUnreachable as exc:
                 log.info("%s not purged on %s for its preemption: %s", job.ref, name, exc)
                 return False

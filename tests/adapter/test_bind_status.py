@@ -6,6 +6,7 @@ import copy
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from activities.fleet import Fleet
-from activities.kube_api import WatchStream
+from activities.kube_api import Conflict, WatchStream
 from activities.member_cluster import ConflictError, KubernetesMemberCluster
 from fleetq.emulator.kube_objects import finished_pod
 from fleetq.member_contract import observed_version
@@ -305,6 +306,54 @@ def test_purge_leaves_nothing_and_can_be_repeated(
     assert items == []
     assert ma.purge(job).deleted == []
     assert ma.status(job).phase == "Missing"
+
+
+def test_the_trees_purge_deletes_what_the_watches_show_without_reading_it_first(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef]
+) -> None:
+    """The quota workflow's purge of a grace-0 victim (``purge_shown``, docs/decisions/023)
+    deletes the PyTorchJob the capacity cache's watches show, in one request: no GET of
+    it, no LIST and no DELETE of its pods while the tree's workflow task waits. The
+    member's garbage collector takes the pods (background propagation), as it does for
+    ``kubectl delete``."""
+    job = job_factory("shown")
+    ma.bind(BindRequest(job=job, manifest=manifest(job), reserved=False))
+    eventually(lambda: len(job_pods(ma, job)) == 2)
+    eventually(lambda: (c := ma.cache.job_copy(job.namespace, job.name)) is not None
+               and len(c[1]) == 2)
+    before = ma.api.sent_snapshot()
+    result = ma.purge_shown(job)
+    sent = ma.api.sent_snapshot() - before
+    assert sent == Counter({"DELETE pytorchjobs": 1}) + (
+        Counter({"LIST reservations": 1}) if ma.reservation else Counter()), sent
+    assert result.deleted == [f"PyTorchJob {job.namespace}/{job.name}"]
+    assert ma.api.get(ma._job_path(job.namespace, job.name)) is None
+    eventually(lambda: job_pods(ma, job) == [])
+    assert ma.purge(job).deleted == []  # the victim's own purge, after: nothing left
+
+
+def test_the_trees_purge_of_a_copy_made_again_since_the_watches_showed_it(
+    ma: KubernetesMemberCluster, job_factory: Callable[..., JobRef],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watches trail the member: they may still show a copy that was replaced (same
+    name, another uid). The delete's uid precondition makes the member refuse it (409),
+    and ``purge_shown`` then purges the copy the member has, read as ``purge`` reads it."""
+    job = job_factory("shown-again")
+    ma.bind(BindRequest(job=job, manifest=manifest(job), reserved=False))
+    eventually(lambda: ma.cache.job_copy(job.namespace, job.name) is not None)
+    shown = ma.cache.job_copy(job.namespace, job.name)
+    assert shown is not None
+    stale = copy.deepcopy(dict(shown[0]))
+    stale["metadata"]["uid"] = "0b2f6c1e-0000-4000-8000-000000000000"
+    with pytest.raises(Conflict):
+        ma._purge_shown(job, stale)
+    assert ma.api.get(ma._job_path(job.namespace, job.name)) is not None
+    monkeypatch.setattr(ma.cache, "job_copy", lambda *_a, **_k: (stale, []))
+    result = ma.purge_shown(job)
+    assert f"PyTorchJob {job.namespace}/{job.name}" in result.deleted
+    assert ma.api.get(ma._job_path(job.namespace, job.name)) is None
+    eventually(lambda: job_pods(ma, job) == [])
 
 
 @on_reservation_members
