@@ -1,10 +1,8 @@
 """Jobs' messages to their quota workflow, coalesced per worker into workflow updates.
 
-Up to two ``submit`` updates in flight per quota workflow per worker; messages arriving
-while both are go out together in the next batch (group commit), so a burst of 10,000
-enqueues costs a few hundred updates, and a message that comes while one batch is in
-flight need not wait for its answer. A job's messages keep their order: one whose job
-has a message in flight waits for that update. Updates, not signals, because Temporal refuses a
+One ``submit`` update in flight per quota workflow per worker; messages arriving
+meanwhile go out together in the next batch (group commit), so a burst of 10,000
+enqueues costs a few hundred updates. Updates, not signals, because Temporal refuses a
 continue-as-new while signals arrive during its task; the server holds an update and
 hands it to the next run. A ``RESOURCE_EXHAUSTED`` refusal (``history.maxInFlightUpdates``
 across workers) is a delay with jittered backoff, never a lost message; every message is
@@ -15,8 +13,6 @@ old single signals. Why and figures: docs/decisions/005, BENCHMARKS.md §2 (deep
 from __future__ import annotations
 
 import asyncio
-import functools
-import math
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,13 +34,6 @@ from fleetq.messages import QuotaAck, QuotaBatch, QuotaMessage, QuotaReceipt, Qu
 #: update's payload far below Temporal's 2 MB limit
 MAX_BATCH = 256
 
-#: ``submit`` updates in flight per quota workflow per worker (the server's own cap,
-#: ``history.maxInFlightUpdates``, is 10 across workers) ...
-MAX_IN_FLIGHT = 2
-#: ... and one only, for this long after the server refused one for that cap (many
-#: workers send to one tree: a second update each would only be refused again)
-CROWDED_SECONDS = 10.0
-
 #: the quota workflow's update that takes a batch
 SUBMIT_UPDATE = QuotaTreeHandlers.SUBMIT.name
 
@@ -63,15 +52,12 @@ class QuotaRefused(Exception):
 
 @dataclass
 class _Mailbox:
-    """Messages waiting for one quota workflow, and the updates in flight to it."""
+    """Messages waiting for one quota workflow, and the task sending them."""
 
     #: (message, its sender's future, when it arrived: loop time)
     pending: list[tuple[QuotaMessage, asyncio.Future[QuotaAck], float]] = field(
         default_factory=list)
-    inflight: set[asyncio.Task[None]] = field(default_factory=set)
-    #: jobs with a message in an update in flight: their next messages wait for its
-    #: answer, so a job's messages are applied in the order it sent them
-    busy: set[str] = field(default_factory=set)
+    sender: asyncio.Task[None] | None = None
 
 
 class QuotaOutbox:
@@ -82,18 +68,12 @@ class QuotaOutbox:
         client: Client,
         *,
         max_batch: int = MAX_BATCH,
-        max_in_flight: int = MAX_IN_FLIGHT,
         timeout_seconds: float = UPDATE_TIMEOUT_SECONDS,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self._client = client
         self._max_batch = max_batch
-        self._max_in_flight = max_in_flight
-        #: loop time until which one update is in flight per tree (``CROWDED_SECONDS``)
-        self._crowded_until = -math.inf
         self._timeout = timeout_seconds
         self._boxes: dict[str, _Mailbox] = {}
         #: updates sent and messages they carried, for benchmarks and tests
@@ -130,76 +110,45 @@ class QuotaOutbox:
         done: asyncio.Future[QuotaAck] = asyncio.get_running_loop().create_future()
         box = self._boxes.setdefault(inp.tree_workflow_id, _Mailbox())
         box.pending.append((message, done, asyncio.get_running_loop().time()))
-        self._dispatch(inp.tree_workflow_id, box)
+        if box.sender is None or box.sender.done():
+            box.sender = asyncio.create_task(self._drain(inp.tree_workflow_id, box))
         return await done
 
-    def _dispatch(self, tree_id: str, box: _Mailbox) -> None:
-        """Send what may go now, while fewer than ``max_in_flight`` updates are in flight
-        (one while the server is crowded)."""
-        crowded = asyncio.get_running_loop().time() < self._crowded_until
-        while len(box.inflight) < (1 if crowded else self._max_in_flight):
+    async def _drain(self, tree_id: str, box: _Mailbox) -> None:
+        handle = self._client.get_workflow_handle(tree_id)
+        while box.pending:
             batch = self._take(box, self._max_batch)
-            if not batch:
-                return
-            task = asyncio.create_task(self._send(tree_id, box, batch))
-            box.inflight.add(task)
-            task.add_done_callback(functools.partial(self._landed, tree_id, box, batch))
-
-    def _landed(self, tree_id: str, box: _Mailbox,
-                batch: list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]],
-                task: asyncio.Task[None]) -> None:
-        box.inflight.discard(task)
-        box.busy.difference_update(m.subject() for m, _f in batch)
-        self._dispatch(tree_id, box)
-
-    async def _send(self, tree_id: str, box: _Mailbox,
-                    batch: list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]]) -> None:
-        """Deliver one batch (it may grow while refused, ``_deliver``) and answer its
-        senders."""
-        outcome = await self._deliver(self._client.get_workflow_handle(tree_id), box, batch)
-        if isinstance(outcome, BaseException):
-            self.failures += 1
-            self._failure_counter.add(1)
-        for message, future in batch:
-            if future.done():
+            if not batch:  # every sender gave up (its local activity timed out)
                 continue
+            outcome = await self._deliver(handle, box, batch)
             if isinstance(outcome, BaseException):
-                future.set_exception(
-                    ApplicationError(f"quota workflow {tree_id}: {outcome}", type="Delivery")
-                )
-            elif isinstance(outcome, QuotaReceipt):
-                reason = outcome.refused.get(message.subject())
-                if reason is None:
-                    future.set_result(QuotaAck(grant=outcome.grants.get(message.subject())))
+                self.failures += 1
+                self._failure_counter.add(1)
+            for message, future in batch:
+                if future.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    future.set_exception(
+                        ApplicationError(f"quota workflow {tree_id}: {outcome}", type="Delivery")
+                    )
+                elif isinstance(outcome, QuotaReceipt):
+                    reason = outcome.refused.get(message.subject())
+                    if reason is None:
+                        future.set_result(QuotaAck(grant=outcome.grants.get(message.subject())))
+                    else:
+                        future.set_exception(QuotaRefused(reason))
                 else:
-                    future.set_exception(QuotaRefused(reason))
-            else:
-                future.set_result(QuotaAck(running=bool(outcome)))
+                    future.set_result(QuotaAck(running=bool(outcome)))
 
     def _take(
         self, box: _Mailbox, n: int
     ) -> list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]]:
-        """Up to ``n`` pending messages, in order, out of the mailbox, whose jobs have
-        nothing in flight (a job's later messages stay behind one that stays) and whose
-        senders still wait (the others are dropped); their jobs are then busy, and their
-        waits counted in ``waited``."""
+        """The first ``n`` pending messages, out of the mailbox, whose senders still
+        wait; their waits counted in ``waited``."""
+        taken, box.pending[:n] = box.pending[:n], []
         now = asyncio.get_running_loop().time()
-        taken: list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]] = []
-        kept: list[tuple[QuotaMessage, asyncio.Future[QuotaAck], float]] = []
-        held: set[str] = set()
-        for entry in box.pending:
-            message, future, arrived = entry
-            job = message.subject()
-            if len(taken) >= n or job in box.busy or job in held:
-                held.add(job)
-                kept.append(entry)
-                continue
-            self.waited += now - arrived
-            if not future.done():
-                taken.append((message, future))
-                box.busy.add(job)
-        box.pending[:] = kept
-        return taken
+        self.waited += sum(now - arrived for _m, _f, arrived in taken)
+        return [(m, f) for m, f, _arrived in taken if not f.done()]
 
     async def _deliver(
         self, handle: Any, box: _Mailbox, batch: list[tuple[QuotaMessage, asyncio.Future[QuotaAck]]]
@@ -240,7 +189,6 @@ class QuotaOutbox:
                 return receipt
             self.retries += 1
             self._retry_counter.add(1)
-            self._crowded_until = loop.time() + CROWDED_SECONDS
             await asyncio.sleep(min(delay, max(0.0, give_up - loop.time()))
                                 * (0.5 + random.random()))  # noqa: S311 - jitter only
             delay = min(delay * 2, RETRY_MAX_SECONDS)

@@ -140,35 +140,3 @@ async def test_an_update_the_sdk_gave_up_on_is_sent_again(dev_env: WorkflowEnvir
     assert isinstance(outcome, QuotaReceipt)
     assert handle.calls == 4
     assert outbox.retries == 3
-
-
-async def test_a_worker_the_server_refused_keeps_one_update_in_flight_a_while(
-    dev_env: WorkflowEnvironment,
-) -> None:
-    """Two updates in flight per tree, until the server refuses one for its in-flight cap
-    (many workers send to one tree): for ``CROWDED_SECONDS`` after that, one, so a second
-    update each is not sent only to be refused again."""
-    loop = asyncio.get_running_loop()
-
-    def one_after_another(outbox: QuotaOutbox) -> _Mailbox:
-        """Job a's message sent, then job b's while a's update is in flight."""
-        box = _Mailbox()
-        for job in ("a", "b"):
-            box.pending.append((QuotaMessage(signal="release", job_id=job),
-                                loop.create_future(), loop.time()))
-            outbox._dispatch("no-such-quota-workflow", box)
-        return box
-
-    outbox = QuotaOutbox(dev_env.client, timeout_seconds=10.0)
-    calm = one_after_another(outbox)
-    assert len(calm.inflight) == 2 and calm.pending == []
-    await asyncio.gather(*calm.inflight)
-
-    future: asyncio.Future[QuotaAck] = loop.create_future()
-    await outbox._deliver(RefusingHandle(refusals=1), _Mailbox(),
-                          [(QuotaMessage(signal="release", job_id="j"), future)])
-    crowded = one_after_another(outbox)
-    assert len(crowded.inflight) == 1 and len(crowded.pending) == 1
-    await asyncio.gather(*crowded.inflight)  # b goes once a's update is answered
-    assert len(crowded.inflight) == 1 and crowded.pending == []
-    await asyncio.gather(*crowded.inflight)
