@@ -716,13 +716,9 @@ class KubernetesMemberCluster:
             return []
         deleted: list[str] = []
         uid = str(meta_of(obj).get("uid") or "")
-        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
-                                "propagationPolicy": "Background"}
-        if uid:
-            body["preconditions"] = {"uid": uid}
-        with contextlib.suppress(NotFound, Conflict):  # gone, or not that copy any more
-            self.api.request("DELETE", path, body=body)
-            deleted.append(f"PyTorchJob {job.ref}")
+        with contextlib.suppress(Conflict):  # not that copy any more
+            if self._delete_copy(job, uid):
+                deleted.append(f"PyTorchJob {job.ref}")
         deleted += self._purge_earlier_pods(job, uid)
         if self.reservation:
             deleted += self._purge_earlier_reservations(job)
@@ -894,9 +890,14 @@ class KubernetesMemberCluster:
         """Delete the job, its pods and its reservations; safe to repeat. Objects with
         our names that belong to another fleet job are left alone. Propagated deps stay
         (they may be shared by other jobs of the namespace)."""
+        return self._counted_purge(lambda: self._purge(job))
+
+    def _counted_purge(self, purge: Callable[[], PurgeResult]) -> PurgeResult:
+        """Run one purge: timed into ``purge_stats``, an API error raised as
+        :class:`ClusterUnreachable`."""
         start = time.monotonic()
         try:
-            return self._purge(job)
+            return purge()
         except ApiError as exc:
             raise ClusterUnreachable(self.name, f"HTTP {exc.status} on purge", str(exc)) from exc
         finally:
@@ -917,26 +918,33 @@ class KubernetesMemberCluster:
         shown = self.cache.job_copy(job.namespace, job.name)
         if shown is None or not is_ours(shown[0], job):
             return self.purge(job)
-        start = time.monotonic()
-        try:
+        obj = shown[0]
+
+        def purge() -> PurgeResult:
             try:
-                return self._purge_shown(job, shown[0])
+                return self._purge_shown(job, obj)
             except Conflict:  # not the copy shown any more
                 return self._purge(job)
-        except ApiError as exc:
-            raise ClusterUnreachable(self.name, f"HTTP {exc.status} on purge", str(exc)) from exc
-        finally:
-            self.purge_stats.purges += 1
-            self.purge_stats.seconds += time.monotonic() - start
+
+        return self._counted_purge(purge)
+
+    def _delete_copy(self, job: JobRef, uid: str) -> bool:
+        """DELETE the PyTorchJob ``job`` with background propagation (the member's garbage
+        collector takes its pods) and, with ``uid``, only that copy of it (a 409
+        ``Conflict`` when the member's has another uid); False when it is gone."""
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
+                                "propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self.api.request("DELETE", self._job_path(job.namespace, job.name), body=body)
+        except NotFound:
+            return False
+        return True
 
     def _purge_shown(self, job: JobRef, obj: Mapping[str, Any]) -> PurgeResult:
         deleted: list[str] = []
-        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
-                                "propagationPolicy": "Background"}
-        if uid := str(meta_of(obj).get("uid") or ""):
-            body["preconditions"] = {"uid": uid}
-        with contextlib.suppress(NotFound):
-            self.api.request("DELETE", self._job_path(job.namespace, job.name), body=body)
+        if self._delete_copy(job, str(meta_of(obj).get("uid") or "")):
             deleted.append(f"PyTorchJob {job.ref}")
         if self.reservation:  # (fleetq makes Reservations only where a member allows them)
             deleted += [f"Reservation {n}" for n in self.release_reservations(job)]

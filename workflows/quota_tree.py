@@ -490,19 +490,21 @@ class QuotaTreeWorkflow:
             # the scheduling pass runs now, so a job admitted at once learns it from
             # this reply: no grant signal (a write on this execution) and no signal
             # event and workflow task on the job's side
-            self._dirty = False
-            self._passed = True  # the main loop redraws the details and re-arms its timers
             purging = set(self._purges)
-            receipt.grants = self._grant(reply_to=queued)
+            receipt.grants = self._pass_in_reply(queued)
             if started := self._purges - purging:
                 # resumed before the main loop looks at ``_dirty`` again (a finished
                 # task wakes its waiters before the workflow's conditions are checked)
                 await asyncio.wait(started)
                 if self._dirty and self._answers_in_reply():
-                    self._dirty = False
-                    self._passed = True
-                    receipt.grants.update(self._grant(reply_to=queued - receipt.grants.keys()))
+                    receipt.grants.update(self._pass_in_reply(queued - receipt.grants.keys()))
         return receipt
+
+    def _pass_in_reply(self, reply_to: Collection[str]) -> dict[str, Grant]:
+        """A scheduling pass run by a ``submit`` handler: the grants it answers."""
+        self._dirty = False
+        self._passed = True  # the main loop redraws the details and re-arms its timers
+        return self._grant(reply_to=reply_to)
 
     # The single-message signals: what ``temporal workflow signal`` and jobs started by
     # earlier versions send. Same effect as a batch of one.
