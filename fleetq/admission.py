@@ -798,10 +798,13 @@ class Admission:
                 self._drain(preemptor)
         self._dirty = True
 
-    def enqueue(self, req: AdmissionRequest, now: float) -> WaitInfo | Grant:
+    def enqueue(
+        self, req: AdmissionRequest, now: float, *, at_once: bool = True
+    ) -> WaitInfo | Grant:
         """Queue a job. Idempotent on ``job_id``: a waiting job gets its WaitInfo, an
         admitted one its Grant (the request is not updated). Returns a Grant when the job
-        is admitted at once (see the module docstring)."""
+        is admitted at once (see the module docstring); never with ``at_once`` off (a
+        caller with more jobs arriving at the same moment: a pass orders them all)."""
         if req.job_id in self._admitted:
             return self._grant_of(req.job_id)
         self._unpark(req.job_id)
@@ -830,7 +833,7 @@ class Admission:
             return self._inadmissible_info(q, job, why)
         q.promote(now, self.starvation_seconds)
         # (quota held for preemptors or parked victims: a pass)
-        if not self._dirty and not self._plans and not self._parked:
+        if at_once and not self._dirty and not self._plans and not self._parked:
             pick = self._pick(q, {})
             if pick is not None and pick[0] == job.key:
                 return self._admit(q, job.key, job.shape, now)

@@ -839,15 +839,19 @@ def plan_of(pending: PendingPlan) -> PreemptionPlan:
     )
 
 
-def plan_preemptions(admission: Admission, now: float | None = None) -> list[PreemptionPlan]:
-    """The quota workflow's preemption pass, after its scheduling pass: for each of
+def plan_preemptions(
+    admission: Admission, now: float | None = None, *, spare: Collection[str] = ()
+) -> list[PreemptionPlan]:
+    """The preemption half of a scheduling pass (:func:`fleetq.admission_pass.run_pass`
+    says when it runs): for each of
     :meth:`~fleetq.admission.Admission.preemption_candidates`, the plan that would admit
     it given the plans being carried out, recorded with
     :meth:`~fleetq.admission.Admission.add_plan`. Returns the new plans, whose victims
     the caller tells to stop. Nothing under a tree whose policy is ``Never`` (or
     unreadable: a tree is checked when it is applied). With ``now``, each plan expires
     (:meth:`~fleetq.admission.Admission.expire_plans`) if its victims have not all
-    released by its longest grace period + ``PLAN_MARGIN_SECONDS``."""
+    released by its longest grace period + ``PLAN_MARGIN_SECONDS``. The admitted jobs
+    named in ``spare`` (granted in the same pass) count for usage but are no victims."""
     try:
         if not tree_policy(admission.quota.tree).enabled:
             return []
@@ -871,6 +875,10 @@ def plan_preemptions(admission: Admission, now: float | None = None) -> list[Pre
         )
         for i, p in enumerate(admission.draining())
     ]
+    leaving = {v.job_id for p in pending for v in p.victims}
+    for job_id in spare:
+        if job_id not in leaving:  # (a victim already: e.g. a holder's re-sent enqueue)
+            holders.pop(job_id, None)
     # nothing changes in ``admission`` until every plan is decided: one snapshot of it,
     # indexed once and brought up to date as each new plan is added (as snapshot_after)
     base = snapshot_from_admission(admission, holders)

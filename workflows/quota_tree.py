@@ -6,8 +6,8 @@ batches through its ``submit`` update (docs/decisions/005; the single signals ar
 taken) and grants by signal, one pass per task, sent without waiting (docs/decisions/006).
 History stays bounded by continuing-as-new with the whole admission state. A periodic
 check against Temporal's view of the holders returns quota of jobs that no longer run.
-Preemption and reclaim (issue 18, off unless the tree turns them on): after each pass
-``fleetq.preemption.plan_preemptions`` plans, plans live in the admission state, victims
+Preemption and reclaim (issue 18, off unless the tree turns them on): each pass plans
+before it grants (``fleetq.admission_pass.run_pass``), plans live in the admission state, victims
 get a ``preempt`` signal, and a preemptor is admitted once its last victim released or,
 with no grace period, was purged here and parked (docs/preemption.md, decision 023).
 """
@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         QueuePolicy,
         WaitInfo,
     )
+    from fleetq.admission_pass import run_pass
     from fleetq.handler_refs import JobHandlers
     from fleetq.messages import (
         AdmissibilitySignal,
@@ -60,12 +61,7 @@ with workflow.unsafe.imports_passed_through():
         parse_tree,
     )
     from fleetq.naming import parse_job_workflow_id
-    from fleetq.preemption import (
-        Victim,
-        fair_sharing_weights,
-        plan_preemptions,
-        tree_policy,
-    )
+    from fleetq.preemption import Victim, fair_sharing_weights, tree_policy
     from fleetq.queue_views import QueueTable
     from fleetq.quota import Inadmissible
     from fleetq.quota_state import pack_next, restore
@@ -248,42 +244,41 @@ class QuotaTreeWorkflow:
         )
 
     def _grant(self, reply_to: Collection[str] = ()) -> dict[str, Grant]:
-        """One scheduling pass: grants are signalled, except those of ``reply_to``'s jobs
-        (returned: the ``submit`` update answers them), then preemptions planned."""
+        """One scheduling pass (``fleetq.admission_pass.run_pass``: plans, then grants):
+        grants are signalled, except those of ``reply_to``'s jobs (returned: the
+        ``submit`` update answers them); victims are told to stop."""
         now = workflow.now().timestamp()
         self._admission.fair_weights = self._fair_weights
-        for dropped in self._admission.expire_plans(now):
+        granted, self._immediate = self._immediate, []
+        outcome = run_pass(self._admission, now, preempt=self._preemption_on,
+                           granted={g.job_id for g in granted})
+        for dropped in outcome.expired:
             self._plans_expired += 1
             workflow.logger.warning(
                 "preemption for %s dropped: %s did not release quota in time",
                 dropped.preemptor,
                 ", ".join(v.job_id for v in dropped.victims) or "nobody",
             )
-        grants = self._immediate + self._admission.schedule(now)
-        self._immediate = []
+        if outcome.plan_error is not None:
+            workflow.logger.error("%s", outcome.plan_error)
+        grants = granted + outcome.grants
         replies = {g.job_id: g for g in grants if g.job_id in reply_to}
         self._grants_sent += len(replies)
         self._dispatch([g for g in grants if g.job_id not in replies])
         self._tell_admissibility()
-        if self._preemption_on:
-            try:
-                plans = plan_preemptions(self._admission, now)
-            except Exception as exc:  # never let a planning error take the semaphore down
-                workflow.logger.error("preemption planning failed: %s", exc)
-                return replies
-            purge: list[JobRef] = []
-            for plan in plans:
-                for victim in plan.victims:
-                    self._signal(functools.partial(self._preempt, victim))
-                    parsed = parse_job_workflow_id(victim.job_id)
-                    if victim.grace_seconds == 0 and parsed is not None:
-                        purge.append(JobRef(namespace=parsed[0], name=parsed[1],
-                                            workflow_id=victim.job_id))
-            if purge:
-                self._purging.update(job.workflow_id for job in purge)
-                task = asyncio.ensure_future(self._purge_then_park(purge))
-                self._purges.add(task)
-                task.add_done_callback(self._purges.discard)
+        purge: list[JobRef] = []
+        for plan in outcome.plans:
+            for victim in plan.victims:
+                self._signal(functools.partial(self._preempt, victim))
+                parsed = parse_job_workflow_id(victim.job_id)
+                if victim.grace_seconds == 0 and parsed is not None:
+                    purge.append(JobRef(namespace=parsed[0], name=parsed[1],
+                                        workflow_id=victim.job_id))
+        if purge:
+            self._purging.update(job.workflow_id for job in purge)
+            task = asyncio.ensure_future(self._purge_then_park(purge))
+            self._purges.add(task)
+            task.add_done_callback(self._purges.discard)
         return replies
 
     async def _purge_then_park(self, jobs: list[JobRef]) -> None:
@@ -479,8 +474,12 @@ class QuotaTreeWorkflow:
         ``preempt`` signals and a workflow task more on the job's side."""
         receipt = QuotaReceipt()
         queued: set[str] = set()
+        # jobs arriving together are ordered by one pass (priority first), as Kueue's
+        # cycle orders its heads: admitting the first at once could make it the victim
+        # of a later one in the same task
+        at_once = sum(m.signal == "enqueue" for m in batch.messages) < 2
         for message in batch.messages:
-            refused = self._apply(message)
+            refused = self._apply(message, at_once=at_once)
             if refused is not None:
                 receipt.refused[message.subject()] = refused
             elif message.signal in ("enqueue", "requeue"):
@@ -524,11 +523,12 @@ class QuotaTreeWorkflow:
     def cancel(self, job_id: str) -> None:
         self._apply(QuotaMessage(signal="cancel", job_id=job_id))
 
-    def _apply(self, message: QuotaMessage) -> str | None:
-        """Apply one message; the reason when an enqueue is refused."""
+    def _apply(self, message: QuotaMessage, *, at_once: bool = True) -> str | None:
+        """Apply one message; the reason when an enqueue is refused (an enqueue may be
+        admitted at once unless ``at_once`` is off)."""
         self._purging.discard(message.subject())
         if message.signal in ("enqueue", "requeue"):
-            return self._queue(message)
+            return self._queue(message, at_once)
         if message.signal == "release":
             if self._admission.release(message.job_id):
                 self._dirty = True
@@ -536,15 +536,18 @@ class QuotaTreeWorkflow:
             self._dirty = True
         return None
 
-    def _queue(self, message: QuotaMessage) -> str | None:
+    def _queue(self, message: QuotaMessage, at_once: bool) -> str | None:
         """An enqueue, or a requeue (a preempted job: release + enqueue, one step); the
         reason when it is refused."""
         verb = message.signal
         if message.request is None:
             return f"{verb} without a request"
-        add = self._admission.enqueue if verb == "enqueue" else self._admission.requeue
+        now = workflow.now().timestamp()
         try:
-            result = add(message.request, workflow.now().timestamp())
+            if verb == "enqueue":
+                result = self._admission.enqueue(message.request, now, at_once=at_once)
+            else:
+                result = self._admission.requeue(message.request, now)
         except ValueError as exc:  # e.g. a request the tree can never admit
             workflow.logger.warning("%s of %s refused: %s", verb, message.subject(), exc)
             return str(exc)

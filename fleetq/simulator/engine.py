@@ -3,13 +3,13 @@
 *submit* -> ``Admission.enqueue``; an admitted job is placed with ``place_gang`` and bound
 to the best cluster with a *finish* event ``runSeconds`` later, or keeps its quota and is
 retried once capacity is freed (docs/decisions/009). *finish* frees nodes, then
-``Admission.release`` and ``schedule``. As in the quota workflow: fair sharing, the
-preemption pass (victims stop after their grace, their cpu·s counted as wasted work, and
-queue again with their original submit time), capacity preemption, never-placeable gangs
-(:meth:`Simulation._capacity_preempt`, :meth:`Simulation._never_placeable`) and the
-placement timeout with backoff (:meth:`Simulation._placement_timeout`; pods run at once
-here, so the pods-ready timeout never fires). Semantics: docs/preemption.md,
-docs/requeue.md.
+``Admission.release`` and the quota workflow's pass (``fleetq.admission_pass.run_pass``).
+As in the quota workflow: fair sharing, preemption (victims stop after their grace,
+their cpu·s counted as wasted work, and queue again with their original submit time),
+capacity preemption, never-placeable gangs (:meth:`Simulation._capacity_preempt`,
+:meth:`Simulation._never_placeable`) and the placement timeout with backoff
+(:meth:`Simulation._placement_timeout`; pods run at once here, so the pods-ready timeout
+never fires). Semantics: docs/preemption.md, docs/requeue.md.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import numpy as np
 
 from fleetq import resources as R
 from fleetq.admission import Admission, AdmissionRequest, Grant, QueuePolicy
+from fleetq.admission_pass import run_pass
 from fleetq.capacity import ClusterSnapshot, NodeCapacity, Taint
 from fleetq.fleet_config import RequeueSettings, requeue_settings
 from fleetq.models import quota_request
@@ -37,6 +38,7 @@ from fleetq.placement import (
 )
 from fleetq.preemption import (
     PreemptionMode,
+    PreemptionPlan,
     PreemptionReason,
     RunningGang,
     RunningPod,
@@ -218,6 +220,10 @@ class Simulation:
         self.wasted = 0.0
         #: (instant, (victim, preemptor) pairs stopped at that instant)
         self.stopped_at: tuple[float, set[tuple[int, str]]] = (-1.0, set())
+        #: jobs admitted at once by the event being handled (no victims of its planning)
+        self.at_once: set[str] = set()
+        #: whether the event being handled ran a pass (which planned already)
+        self.passed = False
         self.stopping_for: dict[int, str] = {}  # victim told to stop -> its preemptor
         # capacity preemption (issue 24): a job quota admitted that no cluster can hold
         # evicts lower-priority gangs on one cluster (fleetq.preemption.
@@ -319,6 +325,7 @@ class Simulation:
         res = self.admission.enqueue(job.request, t)
         if isinstance(res, Grant):
             self._granted(job, t)
+            self.at_once.add(job.id)  # spared by this instant's preemption planning
         elif res.inadmissible is not None:  # never admitted: not in any queue length
             self.inadmissible[job.id] = res.inadmissible
         else:
@@ -339,8 +346,17 @@ class Simulation:
             self.qlen_series[res.queue].set(t, self.qlen[res.queue])
 
     def _preempt(self, t: float) -> None:
-        """The quota workflow's preemption pass; tell each new victim to stop."""
-        for plan in plan_preemptions(self.admission, t):
+        """The quota workflow's planning after a message that ran no pass (the jobs
+        admitted at once by it spared, as a pass spares its own grants)."""
+        try:
+            plans = plan_preemptions(self.admission, t, spare=self.at_once)
+        finally:
+            self.at_once.clear()
+        self._tell_victims(plans, t)
+
+    def _tell_victims(self, plans: list[PreemptionPlan], t: float) -> None:
+        """Tell each new victim to stop (at once, or after its grace period if placed)."""
+        for plan in plans:
             self.preemptors += 1
             for v in plan.victims:
                 job = self.by_id[v.job_id]
@@ -513,14 +529,22 @@ class Simulation:
         return True
 
     def _schedule(self, t: float) -> None:
-        """``Admission.schedule`` after quota was released; start every grant."""
+        """The quota workflow's pass after quota was released
+        (:func:`fleetq.admission_pass.run_pass`: plans, then grants); start every grant
+        and tell every new victim to stop. (Plans never expire here: victims always stop
+        within their grace period.)"""
         self.quota_changed = True
-        self.admission.expire_plans(t)  # (victims here always stop within their grace)
-        for grant in self.admission.schedule(t):
+        granted, self.at_once = self.at_once, set()
+        outcome = run_pass(self.admission, t, preempt=self.preempting, granted=granted)
+        if outcome.plan_error is not None:
+            raise SimulationError(outcome.plan_error)
+        for grant in outcome.grants:
             waiting = self.waiting.pop(grant.job_id)
             self.qlen[grant.queue] -= 1
             self.qlen_series[grant.queue].set(t, self.qlen[grant.queue])
             self._granted(waiting, t)
+        self._tell_victims(outcome.plans, t)
+        self.passed = True
 
     def _touch(self, cluster: str) -> None:
         self.version += 1
@@ -734,10 +758,12 @@ class Simulation:
         t = end = self.t0
         while heap:
             t, kind, a, b = heapq.heappop(heap)
+            self.passed = False
             if not self._handle(t, kind, a, b):
                 continue
-            if self.preempting and self.waiting:
+            if self.preempting and self.waiting and not self.passed:
                 self._preempt(t)
+            self.at_once.clear()
             if self.fresh or (self.freed and self.unplaced_count):
                 self._placement_pass(t)
             self._record(t)

@@ -21,11 +21,14 @@ on, against the invariants of carrying preemption out:
 * a victim the quota workflow purged itself is parked (docs/decisions/023): it is
   granted nothing until its own ``requeue`` / ``release`` / ``cancel`` arrives, and every
   job a pass admits meanwhile fits with the parked requests still charged;
+* a pass plans before it grants (``fleetq.admission_pass.run_pass``, as Kueue's cycle):
+  no victim is a job admitted by the pass that plans it, or at once by its message;
 * a copy restored from the serialized state carries on identically.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, event, settings
@@ -33,8 +36,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from fleetq.admission import Admission, AdmissionRequest, Grant, PendingPlan
+from fleetq.admission_pass import run_pass
 from fleetq.models import parse_tree
-from fleetq.preemption import plan_preemptions
 from tests.tiers import examples
 
 JOBS = "kube-queue/max-jobs"
@@ -85,14 +88,19 @@ class PreemptionMachine(RuleBasedStateMachine):
                 or job in self.parked):
             return
         self.now += 1
+        # (a grace period no run of this model outlives: plans never expire here; expiry
+        # is test_admission_plan_timeout's)
         req = AdmissionRequest(job_id=job, namespace=ns, priority=prio, request=shape,
-                               submitted_at=self.now, preemptible=preemptible)
+                               submitted_at=self.now, preemptible=preemptible,
+                               grace_seconds=10**9)
         self.requests[job] = req
         before = self._plans()
         result = self.a.enqueue(req, self.now)
         if isinstance(result, Grant):
             self._check_grants([result], before)
-        self.scheduling_pass()  # as the quota workflow runs one after every message
+            self._pass(granted=[job])  # as the quota workflow runs one after every message
+        else:
+            self._pass()
 
     @rule(ns=st.sampled_from(NAMESPACES), n=st.integers(2, 4))
     def burst_of_small_jobs(self, ns: str, n: int) -> None:
@@ -102,19 +110,49 @@ class PreemptionMachine(RuleBasedStateMachine):
         for job in free[:n]:
             self.enqueue(job, ns, 0, SHAPES[0], True)
 
+    @rule(arrivals=st.lists(st.tuples(st.sampled_from(NAMESPACES), st.sampled_from([0, 10, 100]),
+                                      st.sampled_from(SHAPES)), min_size=2, max_size=4))
+    def arrive_together(self, arrivals: list[tuple[str, int, dict[str, int]]]) -> None:
+        """Jobs in one ``submit`` batch: queued with none admitted at once, then one pass
+        orders them all (the quota workflow's ``submit``)."""
+        free = [j for j in JOB_IDS if not self.a.is_admitted(j) and self.a.request_of(j) is None
+                and j not in self.parked]
+        self.now += 1
+        for job, (ns, prio, shape) in zip(free, arrivals, strict=False):
+            req = AdmissionRequest(job_id=job, namespace=ns, priority=prio, request=shape,
+                                   submitted_at=self.now, grace_seconds=10**9)
+            self.requests[job] = req
+            assert not isinstance(self.a.enqueue(req, self.now, at_once=False), Grant)
+        self._pass()
+
     @rule()
     def scheduling_pass(self) -> None:
+        self._pass()
+
+    def _pass(self, granted: Sequence[str] = ()) -> None:
+        """The quota workflow's pass (``run_pass``: plans, grants, plans for the
+        outranked); ``granted``: the job its message admitted at once."""
         self.now += 1
         before = self._plans()
-        grants = self.a.schedule(self.now)
-        self._check_grants(grants, before)
-        self._check_parked_held([g for g in grants if g.job_id not in before])
         holders = self.a.holder_policies()
-        plans = plan_preemptions(self.a)
+        out = run_pass(self.a, self.now, preempt=True, granted=granted)
+        assert out.plan_error is None and not out.expired  # (victims' grace: never here)
+        grants = out.grants
+        self._check_grants(grants, before)
+        late = {p.preemptor for p in out.plans_after_grants}
+        self._check_parked_held([g for g in grants if g.job_id not in before], late)
+        holders.update(self.a.holder_policies())
+        plans = out.plans
         event("preemption planned" if plans else "no preemption planned")
+        if out.plans_before_grants and grants:
+            event("planned before a pass that granted")
         if any(len(p.victims) > 1 for p in plans):
             event("several victims")
+        # Kueue's cycle: a preemption's targets were admitted before it (run_pass)
+        fresh = {*granted, *(g.job_id for g in grants)}
         for plan in plans:
+            assert not fresh & {v.job_id for v in plan.victims}, (
+                f"{plan.preemptor}: a victim admitted by this very pass")
             preemptor = self.requests[plan.preemptor]
             for v in plan.victims:
                 assert v.job_id not in self.leaving, f"{v.job_id} promised twice"
@@ -149,8 +187,9 @@ class PreemptionMachine(RuleBasedStateMachine):
                 self.scheduling_pass()
             self.now += 1
             result = self.a.enqueue(self.requests[job], self.now)
-            event("victim re-admitted at once" if isinstance(result, Grant) else "victim queued")
-            self.scheduling_pass()
+            at_once = isinstance(result, Grant)
+            event("victim re-admitted at once" if at_once else "victim queued")
+            self._pass(granted=[job] if at_once else [])
             if self.a.is_admitted(job):
                 event("victim re-admitted")
 
@@ -229,15 +268,16 @@ class PreemptionMachine(RuleBasedStateMachine):
                             used = node.usage.get(k, 0) + plan.request.get(k, 0)
                             assert used <= limit, f"{g.job_id} admitted early: {n} {k}"
 
-    def _check_parked_held(self, grants: list[Grant]) -> None:
+    def _check_parked_held(self, grants: list[Grant], late: Collection[str]) -> None:
         """Every job a pass admitted (preemptors aside: their victims' quota is theirs)
-        fits with the parked victims' and pending preemptors' requests charged."""
+        fits with the parked victims' and pending preemptors' requests charged (those
+        planned after the pass's grants, ``late``, aside)."""
         if not self.parked:
             return
         event("pass with a parked victim")
         charged: dict[str, dict[str, int]] = {n.name: dict(n.usage) for n in self.a.quota}
         holds = [self.requests[j] for j in self.parked] + [
-            self.requests[p.preemptor] for p in self.a.plans()]
+            self.requests[p.preemptor] for p in self.a.plans() if p.preemptor not in late]
         for r in holds:
             for n in self._chain(self.a.quota.leaf_for(r.namespace)):
                 for k, q in r.request.items():

@@ -589,18 +589,21 @@ def test_preemption_without_progress_is_an_error_not_a_hang(
     # A planner that keeps choosing the same victim for a job that can never fit: the
     # victim (never placed) stops at once, is admitted again by the same pass, and is
     # chosen again at the same instant. The replay ends with one line naming it.
+    from fleetq import admission_pass
     from fleetq.preemption import PreemptionPlan, PreemptionReason, Victim
     from fleetq.simulator import SimulationError, engine
 
     huge, high = "pytorchjob/team/huge-0", "pytorchjob/team/high-0"
 
-    def planner(admission: Any, now: float | None = None) -> list[PreemptionPlan]:
+    def planner(admission: Any, now: float | None = None, **_: Any) -> list[PreemptionPlan]:
         if not admission.is_admitted(huge) or high not in admission.waiting():
             return []
         victim = Victim(huge, high, PreemptionReason.PRIORITY, "priority 100 > 0", 0, 30)
         return [PreemptionPlan(high, "team", (victim,), 100, {"cpu": 16000})]
 
+    # (it spares nobody: the jobs a pass grants are no victims of a real plan)
     monkeypatch.setattr(engine, "plan_preemptions", planner)
+    monkeypatch.setattr(admission_pass, "plan_preemptions", planner)
     # (huge must stay admitted and unplaced, as a gang that fits only "not now" would:
     # the never-placeable rule, which would give its quota back, is not under test)
     monkeypatch.setattr(engine, "never_fits", lambda *a, **k: None)

@@ -17,7 +17,8 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from fleetq.messages import JobView
+from fleetq.admission import AdmissionRequest
+from fleetq.messages import JobView, QuotaBatch, QuotaMessage, QuotaReceipt
 from fleetq.naming import job_workflow_id
 from fleetq.testing.fake_fleet import ClusterScript, FakeFleet
 from fleetq.testing.history import RunStats, grants_received, grants_sent, run_chain
@@ -461,3 +462,28 @@ def test_a_fired_wake_is_kept_until_the_loop_handles_it() -> None:
             assert _keeps_wake(_Wake(fired, 1030.0, True), due)
     finally:
         loop.close()
+
+
+async def test_jobs_arriving_in_one_batch_are_ordered_by_priority_not_by_arrival(
+    qenv: Env,
+) -> None:
+    """Two enqueues in one ``submit`` batch, room for one, preemption on: the
+    high-priority job, second in the batch, is granted in the reply and the low-priority
+    one waits. Admitting the first at once, as a lone enqueue is, made it the victim of
+    the second in the same task (granted, then told to stop). Kueue orders a cycle's
+    heads by priority (``pkg/scheduler/scheduler.go``, v0.17.0)."""
+    doc = load("elasticquotatree.yaml")  # max-jobs 1 at the leaf
+    doc["metadata"]["annotations"] = {"fleetq.io/preemption": "LowerPriority"}
+    qh = await qenv.start_tree(doc)
+
+    def enqueue(name: str, priority: int) -> QuotaMessage:
+        return QuotaMessage(signal="enqueue", request=AdmissionRequest(
+            job_id=job_workflow_id("default", name), namespace="default",
+            priority=priority, request={"kube-queue/max-jobs": 1000}, submitted_at=1.0))
+
+    receipt = QuotaReceipt.model_validate(await qh.execute_update(
+        QuotaTreeWorkflow.submit, QuotaBatch(messages=[enqueue("low", 0), enqueue("high", 100)])))
+    assert list(receipt.grants) == [job_workflow_id("default", "high")]
+    view = QuotaView.model_validate(await qh.query(QuotaTreeWorkflow.view))
+    assert (view.holders, view.waiting, view.preempting) == (1, 1, {})
+    assert await qh.query(QuotaTreeWorkflow.holders) == [job_workflow_id("default", "high")]
