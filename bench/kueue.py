@@ -272,13 +272,13 @@ async def run_fleetq(config: dict[str, Any], timeout: float, say: Any,
                           victim_histories=True)
     if keep is not None:
         keep_histories(keep, real)
-    fig = real_figures(real, plan, min_cpu)
+    holdings = quota_holdings(real.quota_events, {j.workflow_id: j.cpu for j in plan})
+    fig = real_figures(real, plan, min_cpu, holdings)
     states: dict[str, int] = {}
     for v in real.views.values():
         states[v.state] = states.get(v.state, 0) + 1
     admitted = sum(len(v) for v in fig.admission.values())
     preempted = sum(1 for v in real.views.values() for e in v.events if e.reason == "Preempted")
-    holdings = quota_holdings(real.quota_events, {j.workflow_id: j.cpu for j in plan})
     side = Side("fleetq", len(plan), admitted, fig.admission, fig.usage, fig.makespan,
                 preempted, peak_held(holdings.changes) / min_cpu)
     for job in plan:

@@ -545,16 +545,18 @@ async def fetch_histories(client: Client, workflow_ids: Sequence[str],
     return dict(await asyncio.gather(*(one(w) for w in workflow_ids)))
 
 
-def real_figures(real: RealRun, plan: Sequence[PlannedJob], min_cpu: float) -> RunFigures:
+def real_figures(real: RealRun, plan: Sequence[PlannedJob], min_cpu: float,
+                 holdings: Holdings | None = None) -> RunFigures:
     """The real run's figures: time to admission from each job's ``Admitted`` event,
     usage from the quota workflow's grants and releases, makespan to the last release.
 
     A job that learns its grant from its enqueue's reply records ``Admitted`` at its
     workflow task's start (workflow time stands still while a local activity runs), before
     the quota workflow's task that granted it was even complete: its admission is then
-    taken when that grant was written down (``admission_time``), never earlier."""
-    cpu = {j.workflow_id: j.cpu for j in plan}
-    holdings = quota_holdings(real.quota_events, cpu)
+    taken when that grant was written down (``admission_time``), never earlier.
+    ``holdings``: the quota history's, when the caller read them already."""
+    if holdings is None:
+        holdings = quota_holdings(real.quota_events, {j.workflow_id: j.cpu for j in plan})
     admission: dict[str, list[float]] = {}
     for job in plan:
         at = admission_time(real.views[job.workflow_id], holdings.granted.get(job.workflow_id))

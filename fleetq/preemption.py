@@ -363,13 +363,30 @@ class _Tree:
             self.chain[name] = tuple(chain)
         self.usage: dict[str, R.Resources] = {name: {} for name in self.nodes}
         self.jobs: dict[str, AdmittedJob] = {}
+        #: the admitted jobs by node (a preemptor's own candidates without a tree walk)
+        self.at_node: dict[str, dict[str, AdmittedJob]] = {}
+        #: above every admitted job's ``admitted_seq``
+        self.next_seq = 0
         for job in snap.admitted:
             if job.job_id in self.jobs:
                 raise ValueError(f"admitted job {job.job_id!r} is given twice")
             if job.node not in self.nodes:
                 raise ValueError(f"admitted job {job.job_id!r} is charged to unknown {job.node!r}")
-            self.jobs[job.job_id] = job
-            self.charge(self.usage, job, 1)
+            self.add(job)
+
+    def add(self, job: AdmittedJob) -> None:
+        """Admit ``job``: listed and charged."""
+        self.jobs[job.job_id] = job
+        self.at_node.setdefault(job.node, {})[job.job_id] = job
+        self.next_seq = max(self.next_seq, job.admitted_seq + 1)
+        self.charge(self.usage, job, 1)
+
+    def remove(self, job_id: str) -> None:
+        """``job_id`` gone (if admitted): its quota back."""
+        job = self.jobs.pop(job_id, None)
+        if job is not None:
+            del self.at_node[job.node][job_id]
+            self.charge(self.usage, job, -1)
 
     def charge(self, usage: dict[str, R.Resources], job: AdmittedJob, sign: int) -> None:
         for n in self.chain[job.node]:
@@ -498,13 +515,29 @@ def _after_plan(tree: _Tree, plan: PreemptionPlan) -> None:
     """``tree`` as :func:`snapshot_after` would make it with ``plan`` added: its
     victims gone, its (waiting) preemptor admitted, never a victim itself."""
     for v in plan.victims:
-        job = tree.jobs.pop(v.job_id, None)
-        if job is not None:
-            tree.charge(tree.usage, job, -1)
-    seq = max((j.admitted_seq for j in tree.jobs.values()), default=-1) + 1
-    job = AdmittedJob(plan.preemptor, plan.node, dict(plan.request), plan.priority, seq, False)
-    tree.jobs[job.job_id] = job
-    tree.charge(tree.usage, job, 1)
+        tree.remove(v.job_id)
+    tree.add(AdmittedJob(plan.preemptor, plan.node, dict(plan.request), plan.priority,
+                         tree.next_seq, False))
+
+
+class _UsageDraft(dict[str, R.Resources]):
+    """A usage map to plan on: a node's usage is copied from ``base`` when first read, so
+    a plan costs the nodes it looks at, not the whole tree (a plan per waiting preemptor
+    per pass, at 1,000 leaves). Read it by ``draft[node]`` only."""
+
+    def __init__(self, base: Mapping[str, R.Resources]) -> None:
+        super().__init__()
+        self.base = base
+
+    def __missing__(self, node: str) -> R.Resources:
+        got = self[node] = dict(self.base[node])
+        return got
+
+    def copy_now(self) -> _UsageDraft:
+        """An independent draft equal to this one as it stands."""
+        out = _UsageDraft(self.base)
+        out.update((n, dict(u)) for n, u in self.items())
+        return out
 
 
 def _plan_on(
@@ -515,7 +548,7 @@ def _plan_on(
     if node not in tree.nodes:
         raise KeyError(f"quota tree has no node {node!r}")
     request = preemptor.request
-    usage = {n: dict(u) for n, u in tree.usage.items()}
+    usage = _UsageDraft(tree.usage)
     if tree.fits(usage, node, request) or not policy.enabled:
         return None
     own = _priority_candidates(tree, policy, preemptor)
@@ -546,9 +579,8 @@ def _priority_candidates(
     return sorted(
         (
             j
-            for j in tree.jobs.values()
-            if j.node == preemptor.node
-            and j.preemptible
+            for j in tree.at_node.get(preemptor.node, {}).values()
+            if j.preemptible
             and j.priority < preemptor.priority
             and j.job_id != preemptor.job_id
         ),
@@ -598,7 +630,7 @@ def _take_until_fit(
     tree: _Tree,
     policy: TreePreemptionPolicy,
     preemptor: Preemptor,
-    usage: dict[str, R.Resources],
+    usage: _UsageDraft,
     own: list[AdmittedJob],
     reclaim: dict[str, list[AdmittedJob]],
     paths: dict[str, tuple[str, ...]],
@@ -617,7 +649,7 @@ def _take_until_fit(
     own_needed = bool(reclaim) and not tree.within_min_after(usage, node, request)
     bare = usage
     if own_needed:
-        bare = {n: dict(u) for n, u in usage.items()}
+        bare = usage.copy_now()
         for job in own:
             tree.charge(bare, job, -1)
 
