@@ -653,17 +653,29 @@ def _take_until_fit(
         for job in own:
             tree.charge(bare, job, -1)
 
+    def still_borrowing(n: str) -> bool:  # every node on its way up borrows
+        return all(tree.borrows(usage, p, asks) for p in paths[n])
+
+    # taking a job changes usage on its chain only: what depends on other nodes is kept
+    borrowing = {n: still_borrowing(n) for n in reclaim}
+    weight = {n: tree.weighted(usage, n, policy) for n in reclaim}
     fitted = False
     while reclaim and not fitted:
-        open_nodes = [n for n in reclaim if all(tree.borrows(usage, p, asks) for p in paths[n])]
+        open_nodes = [n for n in reclaim if borrowing[n]]
         if not open_nodes:
             break
-        target = min(open_nodes, key=lambda n: (-tree.weighted(usage, n, policy), n))
+        target = min(open_nodes, key=lambda n: (-weight[n], n))
         job = reclaim[target].pop(0)
         if not reclaim[target]:
             del reclaim[target]
         chosen.append((job, PreemptionReason.RECLAIM))
         tree.charge(usage, job, -1)
+        touched = set(tree.chain[job.node])
+        for n in reclaim:
+            if not touched.isdisjoint(paths[n]):
+                borrowing[n] = still_borrowing(n)
+            if n in touched:
+                weight[n] = tree.weighted(usage, n, policy)
         if own_needed:
             tree.charge(bare, job, -1)
         fitted = _fits_plan(tree, bare, node, request, reclaims=True)
