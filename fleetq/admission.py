@@ -803,7 +803,7 @@ class Admission:
     ) -> WaitInfo | Grant:
         """Queue a job. Idempotent on ``job_id``: a waiting job gets its WaitInfo, an
         admitted one its Grant (the request is not updated). Returns a Grant when the job
-        is admitted at once (see the module docstring); never with ``at_once`` off (a
+        is admitted at once (see the module docstring), which ``at_once`` off rules out (a
         caller with more jobs arriving at the same moment: a pass orders them all)."""
         if req.job_id in self._admitted:
             return self._grant_of(req.job_id)

@@ -347,12 +347,9 @@ class Simulation:
 
     def _preempt(self, t: float) -> None:
         """The quota workflow's planning after a message that ran no pass (the jobs
-        admitted at once by it spared, as a pass spares its own grants)."""
-        try:
-            plans = plan_preemptions(self.admission, t, spare=self.at_once)
-        finally:
-            self.at_once.clear()
-        self._tell_victims(plans, t)
+        admitted at once by it spared, as a pass spares its own grants; the run loop
+        forgets them after the event)."""
+        self._tell_victims(plan_preemptions(self.admission, t, spare=self.at_once), t)
 
     def _tell_victims(self, plans: list[PreemptionPlan], t: float) -> None:
         """Tell each new victim to stop (at once, or after its grace period if placed)."""
